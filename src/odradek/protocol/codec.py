@@ -1,0 +1,264 @@
+"""Kafka request/response codec on top of kio (sans-IO: bytes in, objects out).
+
+kio's native reader is fast but fails on tagged fields it does not know, which the protocol says
+must be skipped. On that failure we re-read the message with `_PyReader`, a schema walker built
+on kio's primitive readers that skips unknown tags. Inter-broker APIs (keys 4-7) live in
+`interbroker.py` since kio lacks them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from functools import cache
+from typing import Any
+
+import kio.index
+from kio._kio_native import (
+    read_boolean,
+    read_compact_array_length,
+    read_compact_string,
+    read_compact_string_as_bytes,
+    read_compact_string_as_bytes_nullable,
+    read_compact_string_nullable,
+    read_datetime_i64,
+    read_error_code,
+    read_float64,
+    read_int8,
+    read_int16,
+    read_int32,
+    read_int64,
+    read_legacy_array_length,
+    read_legacy_bytes,
+    read_legacy_string,
+    read_nullable_datetime_i64,
+    read_nullable_legacy_bytes,
+    read_nullable_legacy_string,
+    read_timedelta_i32,
+    read_timedelta_i64,
+    read_uint8,
+    read_uint16,
+    read_uint32,
+    read_uint64,
+    read_unsigned_varint,
+    read_uuid,
+)
+from kio.serial import entity_reader, entity_writer
+from kio.serial._implicit_defaults import get_tagged_field_default
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    is_optional,
+)
+
+_HH = struct.Struct(">hh")
+_I = struct.Struct(">i")
+
+
+class MalformedRequest(ValueError):
+    """The bytes of a request do not parse under its header's API key and version."""
+
+
+class UnsupportedVersion(ValueError):
+    """The request's (api key, version) is not one this broker implements."""
+
+
+# A reader takes (buffer, offset) and returns (value, number of bytes consumed), as kio's do.
+Reader = Callable[[Any, int], tuple[Any, int]]
+
+
+def _primitive_reader(kafka_type: str, flexible: bool, optional: bool) -> Reader:
+    table: dict[tuple[str, bool, bool], Reader] = {
+        ("int8", False, False): read_int8, ("int16", False, False): read_int16,
+        ("int32", False, False): read_int32, ("int64", False, False): read_int64,
+        ("uint8", False, False): read_uint8, ("uint16", False, False): read_uint16,
+        ("uint32", False, False): read_uint32, ("uint64", False, False): read_uint64,
+        ("float64", False, False): read_float64, ("bool", False, False): read_boolean,
+        ("error_code", False, False): read_error_code,
+        ("timedelta_i32", False, False): read_timedelta_i32,
+        ("timedelta_i64", False, False): read_timedelta_i64,
+        ("datetime_i64", False, False): read_datetime_i64,
+        ("datetime_i64", False, True): read_nullable_datetime_i64,
+        ("uuid", False, False): read_uuid, ("uuid", False, True): read_uuid,
+        ("string", True, False): read_compact_string,
+        ("string", True, True): read_compact_string_nullable,
+        ("string", False, False): read_legacy_string,
+        ("string", False, True): read_nullable_legacy_string,
+        ("bytes", True, False): read_compact_string_as_bytes,
+        ("bytes", True, True): read_compact_string_as_bytes_nullable,
+        ("bytes", False, False): read_legacy_bytes,
+        ("bytes", False, True): read_nullable_legacy_bytes,
+    }
+    kafka_type = "bytes" if kafka_type == "records" else kafka_type
+    key = (kafka_type, flexible if kafka_type in ("string", "bytes") else False, optional)
+    try:
+        return table[key]
+    except KeyError:
+        raise MalformedRequest(f"no reader for field type {key}") from None
+
+
+@cache
+def _py_entity_reader(entity_type: type, nullable: bool = False) -> Reader:
+    """A pure-Python reader for a kio entity that skips unknown tagged fields."""
+    flexible = entity_type.__flexible__
+    is_header = entity_type.__name__ == "RequestHeader"
+    plain: list[tuple[str, Reader]] = []
+    tagged: dict[int, tuple[str, Reader]] = {}
+    defaults: dict[str, Any] = {}
+    for f in fields(entity_type):
+        tag = get_field_tag(f)
+        cls = classify_field(f)
+        opt = False if tag is not None else is_optional(f)
+        item: Reader
+        if isinstance(cls, EntityField | EntityTupleField):
+            item = _py_entity_reader(cls.type_, opt and isinstance(cls, EntityField))
+        elif is_header and f.name == "client_id":
+            item = read_nullable_legacy_string
+        else:
+            item = _primitive_reader(f.metadata["kafka_type"], flexible,
+                                     opt and isinstance(cls, PrimitiveField))
+        if isinstance(cls, EntityTupleField | PrimitiveTupleField):
+            item = _array_reader(item, flexible)
+        if tag is None:
+            plain.append((f.name, item))
+        else:
+            tagged[int(tag)] = (f.name, item)
+            defaults[f.name] = (f.default if f.default is not MISSING
+                                else get_tagged_field_default(f))
+
+    def read(buf: Any, start: int) -> tuple[Any, int]:
+        off = start
+        if nullable:
+            marker, n = read_int8(buf, off)
+            off += n
+            if marker < 0:
+                return None, off - start
+        kwargs: dict[str, Any] = {}
+        for name, reader in plain:
+            kwargs[name], n = reader(buf, off)
+            off += n
+        if flexible:
+            kwargs.update(defaults)
+            count, n = read_unsigned_varint(buf, off)
+            off += n
+            for _ in range(count):
+                tag, n = read_unsigned_varint(buf, off)
+                off += n
+                size, n = read_unsigned_varint(buf, off)
+                off += n
+                if tag in tagged:
+                    name, reader = tagged[tag]
+                    kwargs[name], _ = reader(buf, off)
+                off += size  # unknown tags are skipped, as the protocol requires
+        return entity_type(**kwargs), off - start
+
+    return read
+
+
+def _array_reader(item: Reader, flexible: bool) -> Reader:
+    length_reader = read_compact_array_length if flexible else read_legacy_array_length
+
+    def read(buf: Any, start: int) -> tuple[Any, int]:
+        count, off = length_reader(buf, start)
+        off += start
+        if count < 0:
+            return None, off - start
+        out = []
+        for _ in range(count):
+            value, n = item(buf, off)
+            off += n
+            out.append(value)
+        return tuple(out), off - start
+
+    return read
+
+
+def read_entity(entity_type: type, buf: bytes | memoryview, off: int) -> tuple[Any, int]:
+    """Read one kio entity at `off`: (entity, bytes consumed). Falls back to the tag-skipping
+    Python reader on unknown tags."""
+    try:
+        return entity_reader(entity_type)(buf, off)
+    except KeyError as exc:  # kio: 'Unknown tagged field tag'
+        if "tag" not in str(exc).lower():
+            raise
+        return _py_entity_reader(entity_type)(buf, off)
+
+
+def peek_api(payload: bytes | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a request, or MalformedRequest."""
+    if len(payload) < 8:
+        raise MalformedRequest(f"request of {len(payload)} bytes is shorter than a header")
+    key, ver = _HH.unpack_from(payload, 0)
+    (corr,) = _I.unpack_from(payload, 4)
+    return key, ver, corr
+
+
+@cache
+def request_class(api_key: int, api_version: int) -> type:
+    try:
+        return kio.index.load_request_schema(api_key, api_version)
+    except (kio.index.UnknownAPIKey, kio.index.UnknownEntity) as exc:
+        raise UnsupportedVersion(f"api key {api_key} version {api_version}: {exc}") from None
+
+
+@cache
+def response_class(request_cls: type) -> type:
+    return kio.index.load_response_from_request(request_cls)
+
+
+def decode_request(payload: bytes | memoryview) -> tuple[Any, Any]:
+    """Parse header and body of a request frame's payload (without the size prefix)."""
+    key, ver, _ = peek_api(payload)
+    cls = request_class(key, ver)
+    try:
+        header, off = read_entity(cls.__header_schema__, payload, 0)
+        body, _ = read_entity(cls, payload, off)
+    except MalformedRequest:
+        raise
+    except Exception as exc:  # kio raises many kinds on truncated/garbage input
+        raise MalformedRequest(f"cannot parse api key {key} v{ver}: {exc!r}") from exc
+    return header, body
+
+
+class _Buffer(bytearray):
+    """A bytearray with `write`, the sink kio's writers expect."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self.extend(data)
+        return len(data)
+
+
+def encode_response(request_cls: type, correlation_id: int, response: Any) -> bytes:
+    """Serialize a response with its header and the 4-byte size prefix."""
+    out = _Buffer(b"\0\0\0\0")
+    header_cls = response.__header_schema__
+    entity_writer(header_cls)(out, header_cls(correlation_id=correlation_id))
+    entity_writer(type(response))(out, response)
+    _I.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def encode_request(request: Any, correlation_id: int, client_id: str | None) -> bytes:
+    """Serialize a request with its header and size prefix (client side, tests)."""
+    out = _Buffer(b"\0\0\0\0")
+    header_cls = request.__header_schema__
+    kwargs: dict[str, Any] = {
+        "request_api_key": request.__api_key__, "request_api_version": request.__version__,
+        "correlation_id": correlation_id, "client_id": client_id,
+    }
+    entity_writer(header_cls)(out, header_cls(**kwargs))
+    entity_writer(type(request))(out, request)
+    _I.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def decode_response(response_cls: type, payload: bytes | memoryview) -> tuple[int, Any]:
+    """Parse a response payload (without size prefix): (correlation_id, body)."""
+    header, off = read_entity(response_cls.__header_schema__, payload, 0)
+    body, _ = read_entity(response_cls, payload, off)
+    return header.correlation_id, body

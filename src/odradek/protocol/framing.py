@@ -1,0 +1,66 @@
+"""Size-prefixed framing of the Kafka protocol, sans-IO (bytes in, frames out).
+
+Every request and response is a 4-byte big-endian size followed by that many bytes. A size above
+`socket.request.max.bytes` or below the smallest request header is an error the connection
+closes on (Kafka's InvalidReceiveException), before any of the body is buffered.
+"""
+
+from __future__ import annotations
+
+import struct
+
+_SIZE = struct.Struct(">i")
+MIN_REQUEST_SIZE = 8  # api key (2) + api version (2) + correlation id (4)
+
+
+class FrameError(ValueError):
+    """A frame that can never be valid: negative, too small or over the size limit."""
+
+
+class FrameDecoder:
+    """Accumulates received bytes and yields whole frames (payload without the size prefix)."""
+
+    __slots__ = ("_buf", "_max_size", "_need")
+
+    def __init__(self, max_size: int) -> None:
+        self._buf = bytearray()
+        self._max_size = max_size
+        self._need = -1  # size of the frame being received, -1 while reading the prefix
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Add received bytes; return every frame now complete. Raises FrameError."""
+        buf = self._buf
+        buf += data
+        frames: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while True:
+            if self._need < 0:
+                if end - pos < 4:
+                    break
+                (size,) = _SIZE.unpack_from(buf, pos)
+                if size < MIN_REQUEST_SIZE:
+                    raise FrameError(f"invalid frame size {size}")
+                if size > self._max_size:
+                    raise FrameError(
+                        f"frame of {size} bytes is larger than socket.request.max.bytes "
+                        f"({self._max_size})"
+                    )
+                self._need = size
+                pos += 4
+            if end - pos < self._need:
+                break
+            frames.append(bytes(buf[pos:pos + self._need]))
+            pos += self._need
+            self._need = -1
+        if pos:
+            del buf[:pos]
+        return frames
+
+
+def frame(payload: bytes | bytearray) -> bytes:
+    return _SIZE.pack(len(payload)) + bytes(payload)
