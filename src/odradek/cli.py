@@ -1,0 +1,137 @@
+"""`odradek`: one command, subcommands named after Kafka's tools.
+
+  odradek broker --config server.properties [--override key=value ...]
+  odradek standalone [--port 9092] [--data-dir DIR]   a one-broker cluster, printing its bootstrap
+  odradek zookeeper [--port P] [--data-dir D]         a local Debian ZooKeeper in the foreground
+  odradek dump-log --files ...                        Kafka's DumpLogSegments
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from .server.config import ConfigError, KafkaConfig, parse_properties
+
+
+def _setup_logging(level: str, log_dir: Path | None = None) -> None:
+    fmt = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt,
+                        stream=sys.stderr)
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_dir / "state-change.log")
+        handler.setFormatter(logging.Formatter(fmt))
+        sc = logging.getLogger("state.change.logger")
+        sc.addHandler(handler)
+        sc.setLevel(logging.INFO)
+
+
+def _overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+async def _serve(config: KafkaConfig, announce: bool) -> int:
+    from .server.broker import Broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    if announce:
+        print(f"odradek broker {broker.broker_id} ready; bootstrap.servers={broker.bootstrap}",
+              flush=True)
+    await stop.wait()
+    await broker.stop()
+    return 0
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    text = Path(args.config).read_text() if args.config else ""
+    config = KafkaConfig.from_properties(parse_properties(text), _overrides(args.override))
+    log_dir = Path(args.log_dir) if args.log_dir else config.log_dirs[0]
+    _setup_logging(args.log_level, log_dir)
+    for key in config.unknown_keys:
+        logging.getLogger("odradek.config").warning(
+            "The configuration '%s' was supplied but isn't a known config.", key)
+    return asyncio.run(_serve(config, announce=True))
+
+
+def cmd_standalone(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-"))
+    props = {"broker.id": "0", "listeners": f"PLAINTEXT://{args.host}:{args.port}",
+             "log.dirs": str(data_dir / "broker-0")}
+    config = KafkaConfig.from_properties(props, _overrides(args.override))
+    _setup_logging(args.log_level, data_dir / "broker-0")
+    return asyncio.run(_serve(config, announce=True))
+
+
+def cmd_zookeeper(args: argparse.Namespace) -> int:
+    from .coordination import zk_server
+
+    argv = []
+    if args.port is not None:
+        argv += ["--port", str(args.port)]
+    if args.data_dir:
+        argv += ["--data-dir", args.data_dir]
+    return int(zk_server.main(argv) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="odradek", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("broker", help="run one broker (Kafka's kafka-server-start)")
+    p.add_argument("--config", help="server.properties file")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--log-dir", help="where state-change.log goes (default: the first log dir)")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("standalone", help="a one-broker cluster on an embedded store")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9092)
+    p.add_argument("--data-dir", help="default: a new temporary directory")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=cmd_standalone)
+
+    p = sub.add_parser("zookeeper", help="run a local ZooKeeper (Debian's package)")
+    p.add_argument("--port", type=int)
+    p.add_argument("--data-dir")
+    p.set_defaults(func=cmd_zookeeper)
+
+    from .tools import dump_log
+
+    dump_log.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"odradek: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""Topic administration as Kafka's ZkAdminManager/AdminZkClient do it: validate, then write the
+coordination store (`/config/topics/<t>` first, then `/brokers/topics/<t>` with the replica
+assignment; deletion by `/admin/delete_topics/<t>`), and let the controller act on the nodes.
+Requests wait (up to their timeout) until the metadata cache shows the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from ..controller import assignment as asg
+from ..coordination import paths
+from ..coordination.store import NodeExistsError
+from ..storage.log import LogConfig
+from .config import DEFS, TOPIC_CONFIG_SYNONYMS
+from .topic_names import INTERNAL_TOPICS, validate_topic_name
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("odradek.admin")
+
+# DescribeConfigs config sources (Kafka's ConfigSource).
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+
+
+@dataclass
+class TopicSpec:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: dict[int, list[int]] = field(default_factory=dict)
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class TopicResult:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    topic_id: uuid.UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class PartitionsSpec:
+    name: str
+    count: int
+    assignments: list[list[int]] | None = None
+
+
+@dataclass
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool = False
+    synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
+    config_type: int = 0
+
+
+class AdminManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    @property
+    def store(self):  # noqa: ANN201
+        return self.broker.store
+
+    # -- create -----------------------------------------------------------------------------
+    def _validate(self, spec: TopicSpec) -> tuple[dict[int, list[int]], dict[str, str]]:
+        cfg = self.broker.config
+        validate_topic_name(spec.name)
+        brokers = sorted(self.broker.metadata_cache.brokers)
+        configs = {k: v for k, v in spec.configs.items() if v is not None}
+        # Raises InvalidConfigError (a ValueError) naming the key for unknown or invalid configs.
+        LogConfig.from_props(configs, base=self.broker.default_log_config)
+        if spec.assignments:
+            if spec.num_partitions != -1 or spec.replication_factor != -1:
+                raise asg.InvalidReplicaAssignmentError(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                    "Both cannot be used at the same time.")
+            assignment = {p: list(r) for p, r in spec.assignments.items()}
+            if sorted(assignment) != list(range(len(assignment))):
+                raise asg.InvalidReplicaAssignmentError(
+                    "partitions should be a consecutive 0-based integer sequence")
+            asg.validate_replica_assignment(assignment, len(assignment[0]), brokers)
+            return assignment, configs
+        partitions = spec.num_partitions if spec.num_partitions != -1 else cfg["num.partitions"]
+        rf = (spec.replication_factor if spec.replication_factor != -1
+              else cfg["default.replication.factor"])
+        return asg.assign_replicas_to_brokers(brokers, partitions, rf), configs
+
+    async def create_topics(self, specs: list[TopicSpec], timeout_ms: int,
+                            validate_only: bool = False) -> dict[str, TopicResult]:
+        results: dict[str, TopicResult] = {}
+        created: list[str] = []
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.name in seen:
+                results[spec.name] = TopicResult(ErrorCode.invalid_request,
+                                                 "Create topics request contains duplicates")
+                continue
+            seen.add(spec.name)
+            try:
+                assignment, configs = self._validate(spec)
+                if await self.store.exists(paths.topic_path(spec.name)) is not None:
+                    raise NodeExistsError(f"Topic '{spec.name}' already exists.")
+                topic_id = uuid.uuid4()
+                if not validate_only:
+                    await self._write_topic(spec.name, assignment, configs, topic_id)
+                    created.append(spec.name)
+                results[spec.name] = TopicResult(
+                    ErrorCode.none, None, topic_id, len(assignment), len(assignment[0]),
+                    self._effective_configs(configs))
+            except Exception as exc:  # each topic gets its own error code
+                results[spec.name] = TopicResult(_error_code(exc), str(exc))
+        if created:
+            ok = await self._wait(lambda: all(self._has_leaders(n) for n in created), timeout_ms)
+            if not ok:
+                for n in created:
+                    if not self._has_leaders(n):
+                        results[n].error = ErrorCode.request_timed_out
+                        results[n].message = "Timed out waiting for the topic's leaders"
+        for name in created:
+            info = self.broker.metadata_cache.topic(name)
+            if info is not None:
+                results[name].topic_id = info.topic_id
+        return results
+
+    async def auto_create_topics(self, names: list[str]) -> None:
+        for name in names:
+            if name in INTERNAL_TOPICS:
+                continue
+            try:
+                assignment, _ = self._validate(TopicSpec(name))
+                await self._write_topic(name, assignment, {}, uuid.uuid4())
+                log.info("Auto-created topic %s with %d partitions", name, len(assignment))
+            except NodeExistsError:
+                pass
+
+    async def _write_topic(self, name: str, assignment: dict[int, list[int]],
+                           configs: dict[str, str], topic_id: uuid.UUID) -> None:
+        # Kafka writes the config first so the controller never sees a topic without it.
+        config_path = paths.topic_config_path(name)
+        data = paths.encode_entity_config(configs)
+        if await self.store.exists(config_path) is None:
+            await self.store.create(config_path, data, makepath=True)
+        else:
+            await self.store.set(config_path, data)
+        tid = _topic_id_text(topic_id)
+        await self.store.create(
+            paths.topic_path(name),
+            paths.encode_topic_assignment(paths.TopicAssignment(
+                {p: tuple(r) for p, r in assignment.items()}, topic_id=tid)),
+            makepath=True)
+
+    def _has_leaders(self, name: str) -> bool:
+        info = self.broker.metadata_cache.topic(name)
+        return info is not None and bool(info.partitions) and all(
+            p.leader >= 0 for p in info.partitions.values())
+
+    async def _wait(self, condition, timeout_ms: int) -> bool:  # noqa: ANN001
+        deadline = asyncio.get_running_loop().time() + max(0, timeout_ms) / 1000
+        while not condition():
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    # -- delete -----------------------------------------------------------------------------
+    async def delete_topics(self, names: list[str], timeout_ms: int
+                            ) -> dict[str, tuple[ErrorCode, str | None]]:
+        results: dict[str, tuple[ErrorCode, str | None]] = {}
+        pending: list[str] = []
+        for name in names:
+            if await self.store.exists(paths.topic_path(name)) is None:
+                results[name] = (ErrorCode.unknown_topic_or_partition, None)
+                continue
+            if not self.broker.config["delete.topic.enable"]:
+                results[name] = (ErrorCode.topic_deletion_disabled,
+                                 "Topic deletion is disabled.")
+                continue
+            try:
+                await self.store.create(paths.delete_topic_path(name), b"", makepath=True)
+            except NodeExistsError:
+                pass
+            pending.append(name)
+            results[name] = (ErrorCode.none, None)
+        if pending:
+            cache = self.broker.metadata_cache
+            ok = await self._wait(lambda: all(cache.topic(n) is None for n in pending), timeout_ms)
+            if not ok:
+                for n in pending:
+                    if cache.topic(n) is not None:
+                        results[n] = (ErrorCode.request_timed_out, "Timed out deleting the topic")
+        return results
+
+    # -- partitions -------------------------------------------------------------------------
+    async def create_partitions(self, specs: list[PartitionsSpec], timeout_ms: int,
+                                validate_only: bool) -> dict[str, tuple[ErrorCode, str | None]]:
+        results: dict[str, tuple[ErrorCode, str | None]] = {}
+        changed: dict[str, int] = {}
+        for spec in specs:
+            try:
+                found = await self.store.get_or_none(paths.topic_path(spec.name))
+                if found is None:
+                    raise _UnknownTopic(f"The topic '{spec.name}' does not exist.")
+                data, stat = found
+                current = paths.decode_topic_assignment(data)
+                existing = {p: list(r) for p, r in current.partitions.items()}
+                if spec.count <= len(existing):
+                    raise asg.InvalidPartitionsError(
+                        f"Topic currently has {len(existing)} partitions, {spec.count} would "
+                        "not be an increase.")
+                manual = None
+                if spec.assignments is not None:
+                    if len(spec.assignments) != spec.count - len(existing):
+                        raise asg.InvalidReplicaAssignmentError(
+                            f"Increasing the number of partitions by "
+                            f"{spec.count - len(existing)} but {len(spec.assignments)} "
+                            "assignments provided.")
+                    manual = {len(existing) + i: a for i, a in enumerate(spec.assignments)}
+                new = asg.add_partitions(spec.name, existing,
+                                         sorted(self.broker.metadata_cache.brokers), spec.count,
+                                         replica_assignment=manual)
+                if not validate_only:
+                    merged = {**{p: tuple(r) for p, r in existing.items()},
+                              **{p: tuple(r) for p, r in new.items()}}
+                    await self.store.set(paths.topic_path(spec.name), paths.encode_topic_assignment(
+                        paths.TopicAssignment(merged, topic_id=current.topic_id)),
+                        version=stat.version)
+                    changed[spec.name] = spec.count
+                results[spec.name] = (ErrorCode.none, None)
+            except Exception as exc:
+                results[spec.name] = (_error_code(exc), str(exc))
+        if changed:
+            cache = self.broker.metadata_cache
+
+            def done() -> bool:
+                return all((t := cache.topic(n)) is not None and len(t.partitions) >= c
+                           and all(p.leader >= 0 for p in t.partitions.values())
+                           for n, c in changed.items())
+            if not await self._wait(done, timeout_ms):
+                for n in changed:
+                    results[n] = (ErrorCode.request_timed_out, "Timed out adding partitions")
+        return results
+
+    # -- configs ----------------------------------------------------------------------------
+    def _effective_configs(self, overrides: dict[str, str]) -> dict[str, tuple[str, int]]:
+        defaults = self.broker.config.topic_defaults()
+        out = {k: (v, DEFAULT_CONFIG) for k, v in defaults.items()}
+        for k, v in overrides.items():
+            out[k] = (v, DYNAMIC_TOPIC_CONFIG)
+        return out
+
+    def describe_topic_config(self, topic: str) -> list[ConfigEntry]:
+        overrides = self.broker.topic_overrides.get(topic, {})
+        cfg = self.broker.config
+        entries = []
+        for name, (value, source) in sorted(self._effective_configs(overrides).items()):
+            synonyms: list[tuple[str, str | None, int]] = []
+            if source == DYNAMIC_TOPIC_CONFIG:
+                synonyms.append((name, value, DYNAMIC_TOPIC_CONFIG))
+            broker_key = TOPIC_CONFIG_SYNONYMS[name]
+            if broker_key in cfg.originals:
+                synonyms.append((broker_key, cfg.originals[broker_key], STATIC_BROKER_CONFIG))
+                if source == DEFAULT_CONFIG:
+                    source = STATIC_BROKER_CONFIG
+            synonyms.append((broker_key, cfg.topic_defaults()[name], DEFAULT_CONFIG))
+            entries.append(ConfigEntry(name, value, source, synonyms=synonyms))
+        return entries
+
+    def describe_broker_config(self) -> list[ConfigEntry]:
+        cfg = self.broker.config
+        entries = []
+        for name in sorted(DEFS):
+            value = cfg.values[name]
+            text = None if value is None else (
+                ",".join(value) if isinstance(value, list) else
+                str(value).lower() if isinstance(value, bool) else str(value))
+            source = STATIC_BROKER_CONFIG if name in cfg.originals else DEFAULT_CONFIG
+            entries.append(ConfigEntry(name, text, source, read_only=True,
+                                       synonyms=[(name, text, source)]))
+        return entries
+
+
+class _UnknownTopic(ValueError):
+    pass
+
+
+def _topic_id_text(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
+    import base64
+
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def topic_id_from_text(text: str | None) -> uuid.UUID:
+    import base64
+
+    if not text:
+        return uuid.UUID(int=0)
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def _error_code(exc: Exception) -> ErrorCode:
+    if isinstance(exc, asg.AssignmentError):
+        return ErrorCode(exc.error_code)
+    if isinstance(exc, NodeExistsError):
+        return ErrorCode.topic_already_exists
+    if isinstance(exc, _UnknownTopic):
+        return ErrorCode.unknown_topic_or_partition
+    if isinstance(exc, ValueError):
+        msg = str(exc)
+        if "Topic name" in msg or "topic name" in msg:
+            return ErrorCode.invalid_topic_exception
+        return ErrorCode.invalid_config
+    log.exception("Unexpected error in topic administration", exc_info=exc)
+    return ErrorCode.unknown_server_error

@@ -1,0 +1,125 @@
+"""Topic administration over the Kafka protocol: CreateTopics (19), DeleteTopics (20),
+CreatePartitions (37), DescribeConfigs (32). The work is done by the broker's AdminManager,
+which writes the coordination store's nodes as Kafka's AdminZkClient does."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.codec import encode_response, make, response_module
+from ..admin_manager import PartitionsSpec, TopicSpec
+from ..network import Connection
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+def _ms(td: Any) -> int:
+    return int(td.total_seconds() * 1000)
+
+
+async def handle_create_topics(broker: Broker, header: Any, request: Any,
+                               conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    specs = [TopicSpec(
+        name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+        assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
+        configs={c.name: c.value for c in t.configs}) for t in request.topics]
+    results = await broker.admin.create_topics(specs, _ms(request.timeout),
+                                               getattr(request, "validate_only", False))
+    topics = []
+    for spec in specs:
+        r = results[spec.name]
+        configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
+                             config_source=src, is_sensitive=False)
+                        for k, (v, src) in sorted(r.configs.items()))
+        topics.append(make(mod.CreatableTopicResult, name=spec.name, topic_id=r.topic_id,
+                           error_code=r.error, error_message=r.message,
+                           topic_config_error_code=0, num_partitions=r.num_partitions,
+                           replication_factor=r.replication_factor,
+                           configs=configs if r.error == ErrorCode.none else None))
+    return encode_response(type(request), header.correlation_id,
+                           make(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(topics)))
+
+
+async def handle_delete_topics(broker: Broker, header: Any, request: Any,
+                               conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    if hasattr(request, "topic_names"):
+        names: list[str | None] = list(request.topic_names)
+    else:
+        names = []
+        for t in request.topics:
+            if t.name is None and t.topic_id is not None:
+                info = broker.metadata_cache.topic_by_id(t.topic_id)
+                names.append(info.name if info else None)
+            else:
+                names.append(t.name)
+    results = await broker.admin.delete_topics([n for n in names if n], _ms(request.timeout))
+    responses = []
+    for n in names:
+        error, message = results.get(n, (ErrorCode.unknown_topic_id, None)) if n else \
+            (ErrorCode.unknown_topic_id, "unknown topic id")
+        info = broker.metadata_cache.topic(n) if n else None
+        responses.append(make(mod.DeletableTopicResult, name=n,
+                              topic_id=info.topic_id if info else None,
+                              error_code=error, error_message=message))
+    return encode_response(type(request), header.correlation_id,
+                           make(mod.DeleteTopicsResponse, throttle_time=0,
+                                responses=tuple(responses)))
+
+
+async def handle_create_partitions(broker: Broker, header: Any, request: Any,
+                                   conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    specs = [PartitionsSpec(t.name, t.count,
+                            [list(a.broker_ids) for a in t.assignments]
+                            if t.assignments is not None else None)
+             for t in request.topics]
+    results = await broker.admin.create_partitions(specs, _ms(request.timeout),
+                                                   request.validate_only)
+    out = tuple(make(mod.CreatePartitionsTopicResult, name=s.name, error_code=results[s.name][0],
+                     error_message=results[s.name][1]) for s in specs)
+    return encode_response(type(request), header.correlation_id,
+                           make(mod.CreatePartitionsResponse, throttle_time=0, results=out))
+
+
+TOPIC, BROKER = 2, 4
+
+
+def handle_describe_configs(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    results = []
+    for res in request.resources:
+        keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+        error, message, entries = ErrorCode.none, None, []
+        if res.resource_type == TOPIC:
+            if broker.metadata_cache.topic(res.resource_name) is None:
+                error, message = ErrorCode.unknown_topic_or_partition, None
+            else:
+                entries = broker.admin.describe_topic_config(res.resource_name)
+        elif res.resource_type == BROKER:
+            if res.resource_name not in ("", str(broker.broker_id)):
+                error, message = ErrorCode.invalid_request, \
+                    f"unexpected broker id, expected {broker.broker_id}"
+            else:
+                entries = broker.admin.describe_broker_config()
+        else:
+            error, message = ErrorCode.invalid_request, \
+                f"unsupported resource type {res.resource_type}"
+        configs = tuple(
+            make(mod.DescribeConfigsResourceResult, name=e.name, value=e.value,
+                 read_only=e.read_only, config_source=e.source, is_default=e.source == 5,
+                 is_sensitive=False,
+                 synonyms=tuple(make(mod.DescribeConfigsSynonym, name=n, value=v, source=s)
+                                for n, v, s in e.synonyms) if request.include_synonyms else (),
+                 config_type=e.config_type, documentation=None)
+            for e in entries if keys is None or e.name in keys)
+        results.append(make(mod.DescribeConfigsResult, error_code=error, error_message=message,
+                            resource_type=res.resource_type, resource_name=res.resource_name,
+                            configs=configs))
+    return encode_response(type(request), header.correlation_id,
+                           make(mod.DescribeConfigsResponse, throttle_time=0,
+                                results=tuple(results)))

@@ -1,0 +1,58 @@
+"""Fetch (key 1), v4-v12, for consumers (replica id -1: below the HW) and followers.
+
+Fetch sessions (KIP-227) are declined by answering session id 0, which clients take as "use
+full fetches"; an incremental fetch naming a session id gets FETCH_SESSION_ID_NOT_FOUND. The
+response is encoded by hand so record data goes from the log files with sendfile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.fetch_response import PartitionData, encode_fetch_response
+from ..network import Connection, Response
+from ..replica_manager import FetchRequestPartition, FetchResult
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+def handle(broker: Broker, header: Any, request: Any, conn: Connection
+           ) -> Response | Awaitable[Response]:
+    version = header.request_api_version
+    if getattr(request, "session_id", 0) != 0:
+        return encode_fetch_response(version, header.correlation_id, [],
+                                     error_code=ErrorCode.fetch_session_id_not_found)
+    requests: dict[tuple[str, int], FetchRequestPartition] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            requests[(t.topic, p.partition)] = FetchRequestPartition(
+                p.fetch_offset, p.partition_max_bytes,
+                getattr(p, "current_leader_epoch", -1), getattr(p, "log_start_offset", -1))
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config["fetch.max.bytes"])
+    outcome = broker.replica_manager.fetch_messages(
+        request.replica_id, max_wait_ms, request.min_bytes, max_bytes, requests)
+    if isinstance(outcome, dict):
+        return _respond(version, header.correlation_id, outcome)
+    return _await_and_respond(version, header.correlation_id, outcome)
+
+
+async def _await_and_respond(version: int, correlation_id: int, outcome: Awaitable[Any]
+                             ) -> list[Any]:
+    return _respond(version, correlation_id, await outcome)
+
+
+def _respond(version: int, correlation_id: int,
+             results: dict[tuple[str, int], FetchResult]) -> list[Any]:
+    topics: list[tuple[str, list[PartitionData]]] = []
+    for (topic, index), r in results.items():
+        if not topics or topics[-1][0] != topic:
+            topics.append((topic, []))
+        topics[-1][1].append(PartitionData(
+            index, int(r.error), r.high_watermark, r.high_watermark, r.log_start_offset,
+            r.regions, r.size))
+    return encode_fetch_response(version, correlation_id, topics)

@@ -1,0 +1,70 @@
+"""Produce (key 0), v3-v10: record batches appended on the partition leaders.
+
+acks=0 gets no response (and, as in Kafka, a failed acks=0 produce closes the connection so the
+client refreshes its metadata); acks=1 answers after the leader's append; acks=all (-1) after the
+ISR has the data (DelayedProduce). Any other acks value is INVALID_REQUIRED_ACKS.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.codec import encode_response, make, response_module
+from ..network import CloseConnection, Connection, Response
+from ..replica_manager import ProduceResult
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+def handle(broker: Broker, header: Any, request: Any, conn: Connection
+           ) -> Response | Awaitable[Response]:
+    acks = request.acks
+    entries: dict[tuple[str, int], bytes | None] = {}
+    for topic in request.topic_data:
+        for p in topic.partition_data:
+            entries[(topic.name, p.index)] = p.records
+    if acks not in (0, 1, -1):
+        results = {tp: ProduceResult(ErrorCode.invalid_required_acks) for tp in entries}
+        return _respond(header, request, results)
+    if request.transactional_id is not None:
+        results = {tp: ProduceResult(ErrorCode.transactional_id_authorization_failed,
+                                     message="transactions are not supported")
+                   for tp in entries}
+        return _respond(header, request, results)
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
+    outcome = broker.replica_manager.append_records(acks, timeout_ms, entries)
+    if acks == 0:
+        failed = [tp for tp, r in outcome.items() if r.error != ErrorCode.none]  # type: ignore[union-attr]
+        if failed:
+            raise CloseConnection(f"acks=0 produce failed for {failed}")
+        return None
+    if isinstance(outcome, dict):
+        return _respond(header, request, outcome)
+    return _await_and_respond(header, request, outcome)
+
+
+async def _await_and_respond(header: Any, request: Any, outcome: Awaitable[Any]) -> bytes:
+    return _respond(header, request, await outcome)
+
+
+def _respond(header: Any, request: Any,
+             results: dict[tuple[str, int], ProduceResult]) -> bytes:
+    mod = response_module(type(request))
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), r in results.items():
+        append_time = (datetime.datetime.fromtimestamp(r.log_append_time / 1000, datetime.UTC)
+                       if r.log_append_time >= 0 else None)
+        by_topic.setdefault(topic, []).append(make(
+            mod.PartitionProduceResponse, index=index, error_code=r.error,
+            base_offset=r.base_offset, log_append_time=append_time,
+            log_start_offset=r.log_start_offset, record_errors=(),
+            error_message=r.message if r.error != ErrorCode.none else None))
+    responses = tuple(make(mod.TopicProduceResponse, name=t, partition_responses=tuple(ps))
+                      for t, ps in by_topic.items())
+    return encode_response(type(request), header.correlation_id,
+                           make(mod.ProduceResponse, responses=responses, throttle_time=0))

@@ -1,0 +1,37 @@
+"""InitProducerId (key 22), v0-v4, for idempotent producers (no transactions).
+
+A new producer gets a fresh id from the cluster-wide block allocator at epoch 0. KIP-360 (v3+):
+a producer that names its current id and epoch gets the same id with the epoch bumped, so it can
+reset its sequence numbers after an error."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...protocol.codec import encode_response, make, response_module
+from ..network import Connection
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+MAX_EPOCH = 32767
+
+
+async def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    if request.transactional_id is not None:
+        resp = make(mod.InitProducerIdResponse, throttle_time=0,
+                    error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=-1, producer_epoch=-1)
+        return encode_response(type(request), header.correlation_id, resp)
+    pid = int(getattr(request, "producer_id", -1))
+    epoch = int(getattr(request, "producer_epoch", -1))
+    if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
+        new_pid, new_epoch = pid, epoch + 1
+    else:
+        new_pid, new_epoch = await broker.producer_ids.next_producer_id(), 0
+    resp = make(mod.InitProducerIdResponse, throttle_time=0, error_code=ErrorCode.none,
+                producer_id=new_pid, producer_epoch=new_epoch)
+    return encode_response(type(request), header.correlation_id, resp)

@@ -1,0 +1,278 @@
+"""One broker: wiring, start-up, periodic duties, shutdown (Kafka's KafkaServer).
+
+Start-up: open the log dirs (recovering logs after a crash), connect to the coordination store
+(ZooKeeper when `zookeeper.connect` is set, else an embedded store), bind the listeners (port 0
+picks a free port), register `/brokers/ids/<id>`, and run the controller. Shutdown (SIGTERM):
+stop listening, flush, write checkpoints and the clean-shutdown marker, then leave the store.
+No global state: several brokers may share one process and one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..coordination import paths
+from ..coordination.embedded import EmbeddedZooKeeper
+from ..coordination.store import CoordinationStore, NodeExistsError
+from ..storage.log import LogConfig
+from ..storage.log_manager import LogManager
+from .admin_manager import AdminManager
+from .apis import KafkaApis
+from .config import ConfigError, KafkaConfig
+from .metadata_cache import BrokerInfo, MetadataCache
+from .network import SocketServer
+from .producer_id_manager import ProducerIdManager
+from .replica_manager import ReplicaManager
+from .solo_controller import SoloController
+
+log = logging.getLogger("odradek.broker")
+
+META_PROPERTIES = "meta.properties"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, config: KafkaConfig, *, embedded_zk: EmbeddedZooKeeper | None = None
+                 ) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self._embedded_zk = embedded_zk
+        self.store: CoordinationStore | None = None
+        self.metadata_cache = MetadataCache()
+        self.topic_overrides: dict[str, dict[str, str]] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        self.default_log_config = LogConfig.from_props(config.topic_defaults(),
+                                                       allow_unknown=True)
+        self.log_manager: LogManager | None = None
+        self.replica_manager: ReplicaManager | None = None  # type: ignore[assignment]
+        self.apis = KafkaApis(self)
+        self.admin = AdminManager(self)
+        self.producer_ids: ProducerIdManager | None = None  # type: ignore[assignment]
+        self.controller: SoloController | None = None
+        self.socket_server = SocketServer(self.apis.handle, config["socket.request.max.bytes"],
+                                          max_in_flight=min(config["queued.max.requests"], 64))
+        self.bound_ports: list[int] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = False
+
+    # -- topic configs --------------------------------------------------------------------------
+    def topic_config(self, topic: str) -> LogConfig:
+        cfg = self._topic_configs.get(topic)
+        if cfg is None:
+            overrides = self.topic_overrides.get(topic)
+            if not overrides:
+                return self.default_log_config
+            cfg = LogConfig.from_props(overrides, base=self.default_log_config,
+                                       allow_unknown=True)
+            self._topic_configs[topic] = cfg
+        return cfg
+
+    def set_topic_overrides(self, topic: str, overrides: dict[str, str] | None) -> None:
+        self._topic_configs.pop(topic, None)
+        if overrides:
+            self.topic_overrides[topic] = dict(overrides)
+        else:
+            self.topic_overrides.pop(topic, None)
+        if self.log_manager is not None:
+            self.log_manager.update_topic_config(topic, self.topic_config(topic)
+                                                 if overrides else None)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        ep = self.advertised_endpoints()[0]
+        return f"{ep.host}:{ep.port}"
+
+    def advertised_endpoints(self) -> list[paths.Endpoint]:
+        listeners = self.config.listeners
+        out = []
+        for i, ep in enumerate(self.config.advertised_listeners):
+            port = ep.port
+            if port == 0 and i < len(self.bound_ports):
+                port = self.bound_ports[i]
+            elif port == 0 and self.bound_ports:
+                port = self.bound_ports[0]
+            host = ep.host or (listeners[0].host if listeners and listeners[0].host else "")
+            out.append(paths.Endpoint(ep.listener, host or "localhost", port))
+        return out
+
+    async def start(self) -> None:
+        cfg = self.config
+        log_dirs = cfg.log_dirs
+        for d in log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.store = await self._connect_store()
+        await paths.create_top_level_paths(self.store)
+        cluster_id = await self._cluster_id()
+        self.broker_id = self._check_meta_properties(log_dirs, cluster_id)
+        self.metadata_cache.cluster_id = cluster_id
+        self.log_manager = LogManager(
+            log_dirs, self.default_log_config,
+            producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.topic_config)
+        self.replica_manager.start()
+        self.producer_ids = ProducerIdManager(self.broker_id, self.store)
+        for ep in cfg.listeners:
+            self.bound_ports.append(await self.socket_server.start(ep.host, ep.port))
+        await self._register()
+        self.controller = SoloController(self)
+        await self.controller.start()
+        self._start_periodic_tasks()
+        self.started = True
+        log.info("[KafkaServer id=%d] started; listening on %s", self.broker_id,
+                 ", ".join(e.connection_string for e in self.advertised_endpoints()))
+
+    async def _connect_store(self) -> CoordinationStore:
+        connect = self.config["zookeeper.connect"]
+        if connect:
+            from ..coordination.zookeeper import ZooKeeperStore
+
+            store: CoordinationStore = ZooKeeperStore(
+                connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
+        else:
+            if self._embedded_zk is None:
+                self._embedded_zk = EmbeddedZooKeeper()
+            store = self._embedded_zk.client()
+        await store.start()
+        return store
+
+    async def _cluster_id(self) -> str:
+        assert self.store is not None
+        found = await self.store.get_or_none(paths.CLUSTER_ID)
+        if found is not None:
+            return paths.decode_cluster_id(found[0])
+        cid = _new_cluster_id()
+        try:
+            await self.store.create(paths.CLUSTER_ID, paths.encode_cluster_id(cid), makepath=True)
+            return cid
+        except NodeExistsError:
+            return paths.decode_cluster_id((await self.store.get(paths.CLUSTER_ID))[0])
+
+    def _check_meta_properties(self, log_dirs: list[Path], cluster_id: str) -> int:
+        """Kafka's meta.properties: broker.id and cluster.id per log dir; a mismatch refuses to
+        start rather than mixing clusters' data."""
+        broker_id = self.broker_id
+        for d in log_dirs:
+            f = d / META_PROPERTIES
+            if not f.exists():
+                continue
+            props = dict(line.split("=", 1) for line in f.read_text().splitlines()
+                         if "=" in line and not line.startswith("#"))
+            stored_id = int(props.get("broker.id", "-1"))
+            stored_cluster = props.get("cluster.id")
+            if broker_id < 0:
+                broker_id = stored_id
+            elif stored_id >= 0 and stored_id != broker_id:
+                raise ConfigError(
+                    f"Stored node id {stored_id} in {f} doesn't match broker.id {broker_id}")
+            if stored_cluster and stored_cluster != cluster_id:
+                raise ConfigError(
+                    f"The cluster id {cluster_id} doesn't match the stored cluster id "
+                    f"{stored_cluster} in {f}")
+        if broker_id < 0:
+            broker_id = 0 if not self.config["zookeeper.connect"] else \
+                self.config["reserved.broker.max.id"] + 1
+        for d in log_dirs:
+            (d / META_PROPERTIES).write_text(
+                "#\n#" + time.strftime("%a %b %d %H:%M:%S %Z %Y") + "\n"
+                f"cluster.id={cluster_id}\nversion=0\nbroker.id={broker_id}\n")
+        return broker_id
+
+    async def _register(self) -> None:
+        assert self.store is not None
+        endpoints = tuple(self.advertised_endpoints())
+        reg = paths.BrokerRegistration(self.broker_id, endpoints, rack=self.config["broker.rack"])
+        await self.store.create(paths.broker_path(self.broker_id),
+                                paths.encode_broker_registration(reg), ephemeral=True,
+                                makepath=True)
+        ep = endpoints[0]
+        self.metadata_cache.brokers[self.broker_id] = BrokerInfo(
+            self.broker_id, ep.host, ep.port, self.config["broker.rack"])
+        log.info("Registered broker %d at path %s with addresses: %s", self.broker_id,
+                 paths.broker_path(self.broker_id), [e.connection_string for e in endpoints])
+
+    def _start_periodic_tasks(self) -> None:
+        cfg = self.config
+        lm = self.log_manager
+        assert lm is not None
+
+        def every(name: str, interval_ms: int, fn: Any) -> None:
+            if interval_ms <= 0 or interval_ms >= 2**62:
+                return
+
+            async def loop() -> None:
+                while True:
+                    await asyncio.sleep(interval_ms / 1000)
+                    try:
+                        fn()
+                    except Exception:
+                        log.exception("Periodic task %s failed", name)
+            self._tasks.append(asyncio.create_task(loop(), name=f"broker-{self.broker_id}-{name}"))
+
+        every("kafka-log-retention", cfg["log.retention.check.interval.ms"],
+              lambda: lm.cleanup_logs(_now_ms()))
+        flush_every = min(cfg["log.flush.scheduler.interval.ms"], 1000)
+        every("kafka-log-flusher", flush_every, lambda: lm.flush_dirty_logs(_now_ms()))
+        every("kafka-recovery-point-checkpoint", cfg["log.flush.offset.checkpoint.interval.ms"],
+              lm.checkpoint_recovery_points_and_log_start_offsets)
+        every("highwatermark-checkpoint", cfg["replica.high.watermark.checkpoint.interval.ms"],
+              self.checkpoint_high_watermarks)
+
+    def checkpoint_high_watermarks(self) -> None:
+        if self.log_manager is None or self.replica_manager is None:
+            return
+        self.log_manager.write_high_watermarks(
+            {tp: p.high_watermark for tp, p in self.replica_manager.partitions.items()})
+
+    async def stop(self) -> None:
+        """Clean shutdown: everything written reaches the disk and checkpoints are current."""
+        log.info("[KafkaServer id=%d] shutting down", self.broker_id)
+        await self._stop_network_and_tasks()
+        if self.replica_manager is not None:
+            self.checkpoint_high_watermarks()
+            self.replica_manager.shutdown()
+        if self.log_manager is not None:
+            self.log_manager.shutdown()
+        if self.store is not None:
+            await self.store.close()
+        self.started = False
+        log.info("[KafkaServer id=%d] shut down completed", self.broker_id)
+
+    async def kill(self) -> None:
+        """Simulate a crash in-process: drop connections and the session; no flush, no
+        checkpoints, no clean-shutdown marker (what kill -9 leaves, minus the page cache)."""
+        await self._stop_network_and_tasks()
+        if self.replica_manager is not None:
+            self.replica_manager.shutdown()
+        if self.log_manager is not None:
+            self.log_manager.close_without_shutdown()
+        if self.store is not None:
+            await self.store.close()
+        self.started = False
+
+    async def _stop_network_and_tasks(self) -> None:
+        await self.socket_server.stop()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+        if self.controller is not None:
+            await self.controller.stop()
+
+
+def _new_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
