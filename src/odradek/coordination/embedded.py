@@ -24,12 +24,16 @@ Nothing here is global: several servers and many clients can share one loop.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from odradek.coordination.store import (
@@ -103,6 +107,96 @@ class _Node:
         return replace(self, children=set(self.children))
 
 
+class _Journal:
+    """Persistence of the persistent znodes, as ZooKeeper does it: a snapshot plus a
+    transaction log of the znodes each write changed, replayed at start-up (a torn last line,
+    from a crash mid-write, is ignored) and folded into a new snapshot. Ephemeral znodes are
+    not kept: their sessions end with the process. Writes reach the OS at once (no buffering
+    in Python), so a killed process loses nothing it had acknowledged."""
+
+    SNAPSHOT = "snapshot.json"
+    LOG = "txnlog.jsonl"
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._fd = -1
+
+    @staticmethod
+    def _encode(node: _Node) -> dict[str, Any]:
+        return {"data": base64.b64encode(node.data).decode(), "czxid": node.czxid,
+                "mzxid": node.mzxid, "pzxid": node.pzxid, "ctime": node.ctime,
+                "mtime": node.mtime, "version": node.version, "cversion": node.cversion,
+                "sequence": node.sequence}
+
+    @staticmethod
+    def _decode(obj: dict[str, Any]) -> _Node:
+        return _Node(base64.b64decode(obj["data"]), obj["czxid"], obj["mzxid"], obj["pzxid"],
+                     obj["ctime"], obj["mtime"], obj["version"], obj["cversion"],
+                     sequence=obj.get("sequence", 0))
+
+    def load(self, nodes: dict[str, _Node]) -> int:
+        """Fill `nodes` from the snapshot and the log; return the last zxid."""
+        zxid = 0
+        persisted: dict[str, dict[str, Any]] = {}
+        snap = self.dir / self.SNAPSHOT
+        if snap.exists():
+            obj = json.loads(snap.read_text())
+            zxid, persisted = obj["zxid"], obj["nodes"]
+        log_path = self.dir / self.LOG
+        if log_path.exists():
+            for line in log_path.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    break  # torn write at the tail
+                zxid = max(zxid, entry["zxid"])
+                for path, node in entry["nodes"].items():
+                    if node is None:
+                        persisted.pop(path, None)
+                    else:
+                        persisted[path] = node
+        for path in sorted(persisted, key=lambda p: p.count("/")):
+            if path in nodes and path == "/":
+                continue
+            nodes[path] = self._decode(persisted[path])
+        for path in list(nodes):
+            if path != "/":
+                parent = nodes.get(parent_path(path))
+                if parent is None:  # an orphan can't be reached: drop it
+                    del nodes[path]
+                    continue
+                parent.children.add(path.rsplit("/", 1)[1])
+        self._write_snapshot(zxid, nodes)
+        return zxid
+
+    def _write_snapshot(self, zxid: int, nodes: dict[str, _Node]) -> None:
+        body = {"zxid": zxid, "nodes": {p: self._encode(n) for p, n in nodes.items()
+                                        if n.ephemeral_owner == 0}}
+        tmp = self.dir / (self.SNAPSHOT + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(body, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.dir / self.SNAPSHOT)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = os.open(self.dir / self.LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+                           0o644)
+
+    def append(self, zxid: int, changed: dict[str, _Node | None]) -> None:
+        entry = {p: (None if n is None else self._encode(n)) for p, n in changed.items()
+                 if n is None or n.ephemeral_owner == 0}
+        if entry:
+            line = json.dumps({"zxid": zxid, "nodes": entry}, separators=(",", ":")) + "\n"
+            os.write(self._fd, line.encode())
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
 @dataclass(slots=True)
 class _Watch:
     client: EmbeddedStore
@@ -128,7 +222,8 @@ class EmbeddedZooKeeper:
     Thread-safe; events go to each client's own loop.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time,
+                 persist_dir: str | os.PathLike[str] | None = None) -> None:
         self._clock = clock
         self._lock = threading.RLock()
         self._zxid = 0
@@ -143,10 +238,19 @@ class EmbeddedZooKeeper:
         for path in _SYSTEM_PATHS:
             self._nodes[path] = _Node(b"", 0, 0, 0, now, now)
             self._nodes[parent_path(path)].children.add(path.rsplit("/", 1)[1])
+        self._journal: _Journal | None = None
+        if persist_dir is not None:
+            self._journal = _Journal(Path(persist_dir))
+            self._zxid = self._journal.load(self._nodes)
 
     def client(self, *, loop: asyncio.AbstractEventLoop | None = None) -> EmbeddedStore:
         """A new client (a broker's session); call ``await client.start()``."""
         return EmbeddedStore(self, loop=loop)
+
+    def close(self) -> None:
+        """Release the journal's file (persistent stores); the tree stays readable."""
+        if self._journal is not None:
+            self._journal.close()
 
     # -- introspection (tests, tools) -----------------------------------------------------------
 
@@ -324,6 +428,8 @@ class EmbeddedZooKeeper:
 
     def _commit(self, txn: _Txn) -> None:
         """Fire the watches of a successful transaction (deliveries are scheduled, not run)."""
+        if self._journal is not None:
+            self._journal.append(txn.zxid, {p: self._nodes.get(p) for p in txn.before})
         for path, before in txn.before.items():
             watches = self._data_watches.get(path)
             if not watches:

@@ -45,6 +45,7 @@ class Broker:
         self.config = config
         self.broker_id = config.broker_id
         self._embedded_zk = embedded_zk
+        self._owns_embedded_zk = False
         self.store: CoordinationStore | None = None
         self.metadata_cache = MetadataCache()
         self.topic_overrides: dict[str, dict[str, str]] = {}
@@ -139,7 +140,10 @@ class Broker:
                 connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
         else:
             if self._embedded_zk is None:
-                self._embedded_zk = EmbeddedZooKeeper()
+                # A standalone broker keeps its coordination data beside its logs.
+                self._embedded_zk = EmbeddedZooKeeper(
+                    persist_dir=self.config.log_dirs[0] / "__embedded_zookeeper")
+                self._owns_embedded_zk = True
             store = self._embedded_zk.client()
         await store.start()
         return store
@@ -241,8 +245,7 @@ class Broker:
             self.replica_manager.shutdown()
         if self.log_manager is not None:
             self.log_manager.shutdown()
-        if self.store is not None:
-            await self.store.close()
+        await self._close_store()
         self.started = False
         log.info("[KafkaServer id=%d] shut down completed", self.broker_id)
 
@@ -254,9 +257,16 @@ class Broker:
             self.replica_manager.shutdown()
         if self.log_manager is not None:
             self.log_manager.close_without_shutdown()
+        await self._close_store()
+        self.started = False
+
+    async def _close_store(self) -> None:
         if self.store is not None:
             await self.store.close()
-        self.started = False
+            self.store = None
+        if self._owns_embedded_zk and self._embedded_zk is not None:
+            self._embedded_zk.close()
+            self._embedded_zk = None
 
     async def _stop_network_and_tasks(self) -> None:
         await self.socket_server.stop()
