@@ -9,10 +9,15 @@ if the operation's condition holds it completes at once, and its timer entry is 
 Otherwise the timer expires it.
 
 Completed operations may linger in the watch lists of keys other than the one that completed
-them; like Kafka, the purgatory purges them in one sweep once the estimated number of such
+them; like Kafka, the purgatory sweeps them out of all lists at once when the number of such
 operations exceeds ``purge_interval`` (Kafka's ``*.purgatory.purge.interval.requests``), and it
 drops a key's watch list as soon as it is empty. So memory follows the pending operations, not the
-completed ones.
+completed ones. Two refinements over Kafka's estimate (operations ever watched minus those in the
+timer): an operation removed from its last watch list by ``check_and_complete`` no longer counts
+(so single-key operations, the common case, never cause a sweep), and a sweep waits until the
+lingering operations also outnumber the pending ones, so that its O(watched) cost is amortised
+O(1) per completion even with a million operations pending (memory stays within twice the
+pending operations' watch entries).
 
 Concurrency: Kafka guards each operation with a lock because request handler threads and the
 expiration reaper race. Here everything -- request handling, ``check_and_complete`` and the timer's
@@ -42,12 +47,13 @@ class DelayedOperation(TimerTask, metaclass=ABCMeta):
     onExpiration()``); :attr:`timed_out` is already True during that ``on_complete``.
     """
 
-    __slots__ = ("_completed", "_timed_out")
+    __slots__ = ("_completed", "_timed_out", "_watch_refs")
 
     def __init__(self, delay_ms: float) -> None:
         super().__init__(delay_ms)
         self._completed = False
         self._timed_out = False
+        self._watch_refs = 0  # how many watch lists hold it (purgatory bookkeeping)
 
     @abstractmethod
     def try_complete(self) -> bool:
@@ -97,7 +103,8 @@ class _Watchers(Generic[T]):
     """The operations watched under one key, in insertion order (Kafka's ``Watchers``).
 
     Keyed by ``id(op)`` so that removal is O(1) and operations need not be hashable; the dict's
-    values keep the operations alive, so an id cannot be reused while it is a key.
+    values keep the operations alive, so an id cannot be reused while it is a key. Methods that
+    remove operations also return how many of them left their *last* watch list.
     """
 
     __slots__ = ("key", "ops")
@@ -107,30 +114,48 @@ class _Watchers(Generic[T]):
         self.ops: dict[int, T] = {}
 
     def watch(self, op: T) -> None:
-        self.ops[id(op)] = op
+        if id(op) not in self.ops:
+            self.ops[id(op)] = op
+            op._watch_refs += 1
 
-    def try_complete_watched(self) -> int:
-        """Try to complete every watched operation; drop the completed ones. Returns how many
-        this call completed."""
-        completed = 0
-        ops = self.ops
+    def _drop(self, op: T) -> int:
+        """Remove ``op`` if present; 1 if that was its last watch list, else 0."""
+        if self.ops.pop(id(op), None) is None:
+            return 0
+        op._watch_refs -= 1
+        return 1 if op._watch_refs == 0 else 0
+
+    def try_complete_watched(self) -> tuple[int, int]:
+        """Try to complete every watched operation and drop the completed ones.
+
+        Returns (operations this call completed, operations that left their last list).
+        """
+        completed = gone = 0
         # Iterate over a snapshot: completing an operation may re-enter the purgatory.
-        for op in list(ops.values()):
+        for op in list(self.ops.values()):
             if op.is_completed:
-                ops.pop(id(op), None)
+                gone += self._drop(op)
             elif op.try_complete():
-                ops.pop(id(op), None)
                 completed += 1
+                gone += self._drop(op)
             elif op.is_completed:
-                ops.pop(id(op), None)
-        return completed
+                gone += self._drop(op)
+        return completed, gone
 
-    def purge_completed(self) -> int:
-        ops = self.ops
-        done = [key for key, op in ops.items() if op.is_completed]
-        for key in done:
-            del ops[key]
-        return len(done)
+    def purge_completed(self) -> tuple[int, int]:
+        """Drop completed operations. Returns (entries removed, operations that left their last
+        list)."""
+        done = [op for op in self.ops.values() if op.is_completed]
+        return len(done), sum(self._drop(op) for op in done)
+
+    def cancel(self) -> tuple[list[T], int]:
+        """Drop everything, cancelling the timeouts (not completing). Returns (ops, gone)."""
+        ops = list(self.ops.values())
+        gone = 0
+        for op in ops:
+            op.cancel()
+            gone += self._drop(op)
+        return ops, gone
 
 
 class DelayedOperationPurgatory(Generic[T]):
@@ -155,8 +180,9 @@ class DelayedOperationPurgatory(Generic[T]):
         self.timer = timer
         self.purge_interval = purge_interval
         self._watchers: dict[Hashable, _Watchers[T]] = {}
-        # Operations ever watched minus those known gone; minus delayed() it estimates the
-        # completed operations still sitting in watch lists (Kafka's estimatedTotalOperations).
+        # Operations in at least one watch list, reset to delayed() by a sweep (Kafka's
+        # estimatedTotalOperations, but decremented when an operation leaves its last list).
+        # Minus delayed() it estimates the completed operations still lingering in watch lists.
         self._estimated_total = 0
 
     def try_complete_else_watch(self, op: T, keys: Iterable[Hashable]) -> bool:
@@ -171,12 +197,14 @@ class DelayedOperationPurgatory(Generic[T]):
             raise ValueError("the watch key list can't be empty")
         if op.try_complete():
             return True
+        was_watched = op._watch_refs > 0
         for key in keys:
             watchers = self._watchers.get(key)
             if watchers is None:
                 watchers = self._watchers[key] = _Watchers(key)
             watchers.watch(op)
-        self._estimated_total += 1
+        if not was_watched:
+            self._estimated_total += 1
         if op.try_complete():
             self._maybe_purge()
             return True
@@ -190,7 +218,8 @@ class DelayedOperationPurgatory(Generic[T]):
         watchers = self._watchers.get(key)
         if watchers is None:
             return 0
-        completed = watchers.try_complete_watched()
+        completed, gone = watchers.try_complete_watched()
+        self._estimated_total -= gone
         self._remove_key_if_empty(key, watchers)
         self._maybe_purge()
         return completed
@@ -214,20 +243,19 @@ class DelayedOperationPurgatory(Generic[T]):
         watchers = self._watchers.pop(key, None)
         if watchers is None:
             return []
-        ops = list(watchers.ops.values())
-        for op in ops:
-            op.cancel()
-        watchers.ops.clear()
+        ops, gone = watchers.cancel()
+        self._estimated_total -= gone
         return ops
 
     def purge_completed(self) -> int:
         """Drop completed operations from every watch list and empty lists from the purgatory.
         Returns how many entries were removed. Normally triggered automatically."""
-        self._estimated_total = self.delayed()
         purged = 0
         for key, watchers in list(self._watchers.items()):
-            purged += watchers.purge_completed()
+            removed, _ = watchers.purge_completed()
+            purged += removed
             self._remove_key_if_empty(key, watchers)
+        self._estimated_total = self.delayed()
         return purged
 
     def advance_clock(self, now_ms: float | None = None) -> bool:
@@ -247,7 +275,8 @@ class DelayedOperationPurgatory(Generic[T]):
     # -- internals -----------------------------------------------------------------------------
 
     def _maybe_purge(self) -> None:
-        if self._estimated_total - self.delayed() > self.purge_interval:
+        delayed = self.delayed()
+        if self._estimated_total - delayed > max(self.purge_interval, delayed):
             self.purge_completed()
 
     def _remove_key_if_empty(self, key: Hashable, watchers: _Watchers[T]) -> None:
