@@ -1,0 +1,158 @@
+"""Kafka's text checkpoint files (S-2.5), byte-compatible with Kafka's CheckpointFile:
+
+    <version>            line 1, 0 for every file here
+    <entry count>        line 2
+    <entry>              one per line
+
+* ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` and
+  ``replication-offset-checkpoint`` (high watermarks), one per log dir: ``topic partition offset``.
+* ``leader-epoch-checkpoint``, one per partition dir: ``epoch startOffset``.
+
+Writes are atomic: a ``.tmp`` sibling is written and fsynced, renamed over the file, and the
+directory is fsynced, so a crash leaves either the old or the new content. A file that does not
+parse raises ``CheckpointError`` naming the file and the bad line. A missing or empty file reads
+as no entries (Kafka creates empty checkpoint files on start).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+CHECKPOINT_VERSION = 0
+
+_WS = re.compile(r"\s+")
+T = TypeVar("T")
+
+TopicPartition = tuple[str, int]
+
+
+class CheckpointError(OSError):
+    """A checkpoint file that cannot be parsed (Kafka raises an IOException)."""
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that a rename or a new file in it survives a power loss."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a fsynced ``.tmp`` file and a rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _write(path: Path, version: int, lines: list[str]) -> None:
+    text = f"{version}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
+    write_atomically(path, text.encode("utf-8"))
+
+
+def _read(path: Path, version: int, parse: Callable[[list[str]], T | None]) -> list[T]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    lines = text.splitlines()
+    if not lines:
+        return []
+
+    def bad(line: str) -> CheckpointError:
+        return CheckpointError(f"malformed line in checkpoint file {path}: {line!r}")
+
+    def as_int(line: str) -> int:
+        try:
+            return int(line.strip())
+        except ValueError:
+            raise bad(line) from None
+
+    read_version = as_int(lines[0])
+    if read_version != version:
+        raise CheckpointError(
+            f"unrecognised version {read_version} in checkpoint file {path} "
+            f"(expected {version})"
+        )
+    if len(lines) == 1:
+        return []
+    expected = as_int(lines[1])
+    entries: list[T] = []
+    for line in lines[2:]:
+        parsed = parse(_WS.split(line.strip())) if line.strip() else None
+        if parsed is None:
+            raise bad(line)
+        entries.append(parsed)
+    if len(entries) != expected:
+        raise CheckpointError(
+            f"expected {expected} entries in checkpoint file {path} but found {len(entries)}"
+        )
+    return entries
+
+
+class OffsetCheckpointFile:
+    """``topic partition offset`` lines: recovery points, log start offsets, high watermarks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def write(self, offsets: Mapping[TopicPartition, int]) -> None:
+        lines = [f"{topic} {partition} {offset}"
+                 for (topic, partition), offset in sorted(offsets.items())]
+        _write(self.path, CHECKPOINT_VERSION, lines)
+
+    def read(self) -> dict[TopicPartition, int]:
+        def parse(fields: list[str]) -> tuple[TopicPartition, int] | None:
+            if len(fields) != 3:
+                return None
+            topic, partition, offset = fields
+            try:
+                return (topic, int(partition)), int(offset)
+            except ValueError:
+                return None
+
+        return dict(_read(self.path, CHECKPOINT_VERSION, parse))
+
+
+class LeaderEpochCheckpointFile:
+    """``epoch startOffset`` lines of a partition's leader epoch cache (KIP-101)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def write(self, entries: Iterable[tuple[int, int]]) -> None:
+        _write(self.path, CHECKPOINT_VERSION, [f"{epoch} {offset}" for epoch, offset in entries])
+
+    def read(self) -> list[tuple[int, int]]:
+        def parse(fields: list[str]) -> tuple[int, int] | None:
+            if len(fields) != 2:
+                return None
+            try:
+                return int(fields[0]), int(fields[1])
+            except ValueError:
+                return None
+
+        return _read(self.path, CHECKPOINT_VERSION, parse)

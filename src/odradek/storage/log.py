@@ -1,0 +1,1146 @@
+"""The log of one partition (Kafka's UnifiedLog + LocalLog + LogLoader, S-2): a directory
+``<topic>-<partition>`` holding an ordered list of segments, the last one active.
+
+* Appends: ``append_as_leader`` assigns offsets by patching batch headers in place (and stamps
+  LogAppendTime), checks idempotent producers, rolls when needed and writes the whole buffer with
+  one write; ``append_as_follower`` keeps the leader's offsets.
+* Reads: ``read`` returns FileRegions bounded by ``max_offset`` (the high watermark) and by
+  whole batches; ``offset_for_timestamp`` serves ListOffsets.
+* Durability: every append is in the OS page cache when it returns (kill -9 safe); fsync follows
+  ``flush.messages``/``flush.ms`` and advances the recovery point. ``Log.open`` recovers every
+  segment from the recovery point (CRC check, truncation at the first bad batch, index rebuild),
+  so after a crash at any moment the log is a valid prefix of what was written.
+* Retention: ``delete_retention_segments`` (retention.ms, retention.bytes, log start offset).
+
+Deleted segments (retention, truncation, recovery) are first renamed ``*.deleted`` (an atomic
+marker: a crash leaves only ``.deleted`` files, which the next ``Log.open`` removes, as Kafka's
+loader does) and then unlinked at once instead of after ``file.delete.delay.ms``: Kafka waits so
+that in-flight reads of mmapped/channel files finish, but here each FileRegion holds its own
+reference to the open file and POSIX keeps an unlinked file readable while it is open.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..protocol.records import (
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptRecordError,
+    InvalidRecordError,
+    assign_offsets,
+    check_batch,
+    set_log_append_time,
+)
+from .checkpoints import CheckpointError, fsync_dir
+from .index import NO_TIMESTAMP
+from .leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochFileCache
+from .producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    SNAPSHOT_SUFFIX,
+    ProducerStateManager,
+)
+from .segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    FileHandleCache,
+    FileRegion,
+    LogSegment,
+    offset_from_filename,
+)
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors (with Kafka's error codes for the API layer)
+# ---------------------------------------------------------------------------------------------
+
+
+class StorageError(Exception):
+    error_code = -1
+
+
+class OffsetOutOfRangeError(StorageError):
+    """OFFSET_OUT_OF_RANGE (1): fetch offset outside [log start offset, log end offset]."""
+
+    error_code = 1
+
+
+class RecordTooLargeError(StorageError):
+    """MESSAGE_TOO_LARGE (10): a batch larger than max.message.bytes."""
+
+    error_code = 10
+
+
+class RecordBatchTooLargeError(StorageError):
+    """RECORD_LIST_TOO_LARGE (18): an append larger than segment.bytes."""
+
+    error_code = 18
+
+
+class InvalidTimestampError(StorageError):
+    """INVALID_TIMESTAMP (32): outside message.timestamp.before/after.max.ms."""
+
+    error_code = 32
+
+
+class InvalidConfigError(StorageError, ValueError):
+    """INVALID_CONFIG (40): a topic config that does not parse or validate."""
+
+    error_code = 40
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A follower append whose first offset is below the log end offset."""
+
+    error_code = 2  # reported as CORRUPT_MESSAGE, as Kafka's follower treats it
+
+
+# ---------------------------------------------------------------------------------------------
+# LogConfig: Kafka's topic-level configs, names and defaults
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    name: str
+    attr: str
+    kind: str  # int (32-bit), long, bool, str, list, double
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+
+
+_SPECS: tuple[_Spec, ...] = (
+    _Spec("segment.bytes", "segment_bytes", "int", 14),
+    _Spec("segment.ms", "segment_ms", "long", 1),
+    _Spec("segment.jitter.ms", "segment_jitter_ms", "long", 0),
+    _Spec("segment.index.bytes", "segment_index_bytes", "int", 4),
+    _Spec("index.interval.bytes", "index_interval_bytes", "int", 0),
+    _Spec("flush.messages", "flush_messages", "long", 1),
+    _Spec("flush.ms", "flush_ms", "long", 0),
+    _Spec("retention.ms", "retention_ms", "long", -1),
+    _Spec("retention.bytes", "retention_bytes", "long"),
+    _Spec("max.message.bytes", "max_message_bytes", "int", 0),
+    _Spec("message.timestamp.type", "message_timestamp_type", "str",
+          choices=("CreateTime", "LogAppendTime")),
+    _Spec("message.timestamp.difference.max.ms", "message_timestamp_difference_max_ms", "long",
+          0),
+    _Spec("message.timestamp.before.max.ms", "message_timestamp_before_max_ms", "long", 0),
+    _Spec("message.timestamp.after.max.ms", "message_timestamp_after_max_ms", "long", 0),
+    _Spec("cleanup.policy", "cleanup_policy", "list", choices=("compact", "delete")),
+    _Spec("file.delete.delay.ms", "file_delete_delay_ms", "long", 0),
+    _Spec("min.insync.replicas", "min_insync_replicas", "int", 1),
+    _Spec("unclean.leader.election.enable", "unclean_leader_election_enable", "bool"),
+    _Spec("delete.retention.ms", "delete_retention_ms", "long", 0),
+    _Spec("min.compaction.lag.ms", "min_compaction_lag_ms", "long", 0),
+    _Spec("max.compaction.lag.ms", "max_compaction_lag_ms", "long", 1),
+    _Spec("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", "double", 0, 1),
+    _Spec("compression.type", "compression_type", "str",
+          choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+    _Spec("preallocate", "preallocate", "bool"),
+    _Spec("message.downconversion.enable", "message_downconversion_enable", "bool"),
+    _Spec("message.format.version", "message_format_version", "str"),
+    _Spec("leader.replication.throttled.replicas", "leader_replication_throttled_replicas",
+          "list"),
+    _Spec("follower.replication.throttled.replicas", "follower_replication_throttled_replicas",
+          "list"),
+)
+_SPEC_BY_NAME = {spec.name: spec for spec in _SPECS}
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Topic-level log configs with Kafka's names (``LogConfig.from_props``) and defaults."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_difference_max_ms: int = LONG_MAX
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    file_delete_delay_ms: int = 60000
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    compression_type: str = "producer"
+    preallocate: bool = False
+    message_downconversion_enable: bool = True
+    message_format_version: str = "3.0-IV1"
+    leader_replication_throttled_replicas: tuple[str, ...] = ()
+    follower_replication_throttled_replicas: tuple[str, ...] = ()
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @staticmethod
+    def config_names() -> list[str]:
+        return [spec.name for spec in _SPECS]
+
+    @staticmethod
+    def unknown_keys(props: Mapping[str, str]) -> list[str]:
+        return sorted(k for k in props if k not in _SPEC_BY_NAME)
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any], base: LogConfig | None = None, *,
+                   allow_unknown: bool = False) -> LogConfig:
+        """Parse topic configs (string values, as in CreateTopics/AlterConfigs) over `base`
+        (the broker's defaults). Raises InvalidConfigError naming the key for a bad value, and
+        for unknown keys unless `allow_unknown` (Kafka rejects unknown topic configs)."""
+        unknown = cls.unknown_keys(props)
+        if unknown and not allow_unknown:
+            raise InvalidConfigError(f"Unknown topic config name: {', '.join(unknown)}")
+        values = {spec.attr: _parse(spec, props[spec.name])
+                  for spec in _SPECS if spec.name in props}
+        return replace(base if base is not None else cls(), **values)
+
+    def to_props(self) -> dict[str, str]:
+        """Every config as Kafka would describe it (strings)."""
+        out: dict[str, str] = {}
+        for spec in _SPECS:
+            value = getattr(self, spec.attr)
+            if spec.kind == "bool":
+                out[spec.name] = "true" if value else "false"
+            elif spec.kind == "list":
+                out[spec.name] = ",".join(value)
+            else:
+                out[spec.name] = str(value)
+        return out
+
+
+def _parse(spec: _Spec, raw: Any) -> Any:
+    def bad(reason: str) -> InvalidConfigError:
+        return InvalidConfigError(f"Invalid value {raw!r} for configuration {spec.name}: {reason}")
+
+    text = raw.strip() if isinstance(raw, str) else raw
+    value: Any
+    if spec.kind in ("int", "long"):
+        if isinstance(text, bool):
+            raise bad("not a number")
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise bad(f"Not a number of type {spec.kind.upper()}") from None
+        lo, hi = (-(2**31), INT_MAX) if spec.kind == "int" else (-(2**63), LONG_MAX)
+        if not lo <= value <= hi:
+            raise bad(f"Not a number of type {spec.kind.upper()}")
+    elif spec.kind == "double":
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise bad("Not a number of type DOUBLE") from None
+    elif spec.kind == "bool":
+        if isinstance(text, bool):
+            value = text
+        elif isinstance(text, str) and text.lower() in ("true", "false"):
+            value = text.lower() == "true"
+        else:
+            raise bad("Expected value to be either true or false")
+    elif spec.kind == "list":
+        items = text if isinstance(text, list | tuple) else str(text).split(",")
+        value = tuple(s.strip() for s in items if str(s).strip())
+        if spec.choices is not None:
+            for item in value:
+                if item not in spec.choices:
+                    raise bad(f"String must be one of: {', '.join(spec.choices)}")
+        return value
+    else:
+        value = str(text)
+        if spec.choices is not None and value not in spec.choices:
+            raise bad(f"String must be one of: {', '.join(spec.choices)}")
+        return value
+    if spec.minimum is not None and value < spec.minimum:
+        raise bad(f"Value must be at least {spec.minimum:g}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise bad(f"Value must be no more than {spec.maximum:g}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did (Kafka's LogAppendInfo). For a duplicate of an idempotent producer's
+    batch, the ORIGINAL offsets and ``duplicate=True``; nothing was written."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    duplicate: bool = False
+    valid_bytes: int = 0
+
+
+@dataclass(slots=True)
+class FetchData:
+    """The result of ``Log.read``: file regions of whole batches (possibly from several
+    segments) plus the offsets a Fetch response reports."""
+
+    regions: list[FileRegion]
+    fetch_offset: int
+    high_offset: int  # the bound used: no batch at or after it was returned
+    log_start_offset: int
+    log_end_offset: int
+    first_entry_incomplete: bool = False
+
+    @property
+    def size(self) -> int:
+        return sum(r.size for r in self.regions)
+
+    def read_bytes(self) -> bytes:
+        return b"".join(r.read_bytes() for r in self.regions)
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int]:
+    """``<topic>-<partition>`` -> (topic, partition). Topics may contain '-'."""
+    topic, sep, partition = dir_name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{dir_name!r} is not a <topic>-<partition> log directory name")
+    return topic, int(partition)
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Log
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _MaxPositionCache:
+    offset: int = -1
+    segment: LogSegment | None = None
+    position: int = 0
+
+
+@dataclass(slots=True)
+class _State:
+    segments: list[LogSegment] = field(default_factory=list)
+    bases: list[int] = field(default_factory=list)
+
+
+class Log:
+    """One partition's log. Create with ``Log.open``. Not thread-safe: the broker's loop owns
+    it."""
+
+    def __init__(self, directory: Path, config: LogConfig, *,
+                 clock: Callable[[], int] | None = None,
+                 handle_cache: FileHandleCache | None = None,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 strict_unknown_producer: bool = False) -> None:
+        self.dir = Path(directory)
+        self.topic, self.partition = parse_topic_partition(self.dir.name)
+        self.config = config
+        self.clock = clock or _wall_clock_ms
+        self.handle_cache = handle_cache if handle_cache is not None else FileHandleCache(64)
+        self._s = _State()
+        self.log_start_offset = 0
+        self._leo = 0
+        self.recovery_point = 0
+        self.high_watermark: int | None = None  # set by the partition layer; None -> LEO
+        self.last_flush_ms = self.clock()
+        self._pending_flush_offset: int | None = None
+        self._max_pos = _MaxPositionCache()
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir, load=False)
+        self.producer_state = ProducerStateManager(
+            self.dir, producer_id_expiration_ms=producer_id_expiration_ms,
+            strict_unknown_producer=strict_unknown_producer)
+        self.closed = False
+
+    # -- loading --------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig | None = None, recovery_point: int = 0,
+             log_start_offset: int = 0, *, had_clean_shutdown: bool = False,
+             clock: Callable[[], int] | None = None,
+             handle_cache: FileHandleCache | None = None,
+             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+             strict_unknown_producer: bool = False) -> Log:
+        """Load (or create) the log in `directory` (Kafka's LogLoader): remove stray
+        ``.deleted``/``.cleaned`` files, complete interrupted ``.swap``s, drop orphan indexes,
+        rebuild missing/corrupt indexes, recover every segment from the one holding
+        `recovery_point` (unless `had_clean_shutdown`), then rebuild the leader epoch cache and
+        the producer state."""
+        log = cls(Path(directory), config or LogConfig(), clock=clock, handle_cache=handle_cache,
+                  producer_id_expiration_ms=producer_id_expiration_ms,
+                  strict_unknown_producer=strict_unknown_producer)
+        log._load(recovery_point, log_start_offset, had_clean_shutdown)
+        return log
+
+    def _segment_kwargs(self, now_ms: int | None = None) -> dict[str, Any]:
+        cfg = self.config
+        jitter = 0
+        if cfg.segment_jitter_ms > 0:
+            jitter = random.randrange(min(cfg.segment_jitter_ms, cfg.segment_ms))
+        return {
+            "index_interval_bytes": cfg.index_interval_bytes,
+            "max_index_size": cfg.segment_index_bytes,
+            "handle_cache": self.handle_cache,
+            "created_ms": self.clock() if now_ms is None else now_ms,
+            "roll_jitter_ms": jitter,
+        }
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean: bool) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._remove_temp_files_and_complete_swaps()
+        names = sorted(os.listdir(self.dir))
+        log_bases = {offset_from_filename(n) for n in names
+                     if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit()}
+        for name in names:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                stem = name[: -len(suffix)]
+                if name.endswith(suffix) and stem.isdigit() and int(stem) not in log_bases:
+                    (self.dir / name).unlink(missing_ok=True)  # orphaned index
+        for base in sorted(log_bases):
+            segment = LogSegment(self.dir, base, **self._segment_kwargs())
+            if not segment.index_files_look_valid() and (clean or base < recovery_point):
+                segment.rebuild_indexes()
+            self._s.segments.append(segment)
+            self._s.bases.append(base)
+
+        rebuild_epochs = False
+        try:
+            self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
+        except (CheckpointError, ValueError):
+            # unreadable leader-epoch-checkpoint: the batch headers carry the epochs
+            self.leader_epoch_cache = LeaderEpochFileCache(self.dir, load=False)
+            rebuild_epochs = True
+        if not clean:
+            self._recover_from(recovery_point)
+        leo = self._s.segments[-1].read_next_offset() if self._s.segments else log_start_offset
+        if self._s.segments and leo < log_start_offset:
+            # the log start checkpoint is ahead of the data (segment files were removed)
+            self._delete_segments(list(self._s.segments))
+            self.leader_epoch_cache.clear()
+            self.producer_state.truncate_fully_and_start_at(log_start_offset)
+            leo = log_start_offset
+        if not self._s.segments:
+            self._add_segment(LogSegment.create(self.dir, log_start_offset,
+                                                **self._segment_kwargs()))
+            leo = log_start_offset
+        self._s.segments[-1].active = True
+        self._leo = leo
+        self.recovery_point = leo if clean else min(recovery_point, leo)
+        self.log_start_offset = max(log_start_offset, self._s.bases[0])
+        if rebuild_epochs:
+            self._rebuild_leader_epochs()
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._rebuild_producer_state()
+
+    def _remove_temp_files_and_complete_swaps(self) -> None:
+        swaps: list[str] = []
+        min_cleaned = LONG_MAX
+        for name in os.listdir(self.dir):
+            path = self.dir / name
+            if not path.is_file():
+                continue
+            if name.endswith(CLEANED_SUFFIX):
+                if name.split(".", 1)[0].isdigit():
+                    min_cleaned = min(min_cleaned, offset_from_filename(name))
+                path.unlink(missing_ok=True)
+            elif name.endswith((DELETED_SUFFIX, SNAPSHOT_SUFFIX + ".tmp")):
+                path.unlink(missing_ok=True)
+            elif name.endswith(SWAP_SUFFIX):
+                swaps.append(name)
+        # a .swap at or above the lowest .cleaned file belongs to an unfinished segment split
+        # (Kafka's KAFKA-6264 rule): it is dropped, the original segments stay
+        valid = []
+        for name in swaps:
+            if name.split(".", 1)[0].isdigit() and offset_from_filename(name) < min_cleaned:
+                valid.append(name)
+            else:
+                (self.dir / name).unlink(missing_ok=True)
+        swaps = valid
+        if not swaps:
+            return
+        lo, hi = LONG_MAX, -1
+        for name in swaps:
+            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                base = offset_from_filename(name)
+                seg = LogSegment(self.dir, base, suffix=SWAP_SUFFIX)
+                end = base
+                for header in seg.iter_headers(0):
+                    end = header.next_offset
+                seg.close_handles()
+                lo, hi = min(lo, base), max(hi, end)
+        for name in os.listdir(self.dir):
+            stem = name.split(".", 1)[0]
+            if name.endswith(SWAP_SUFFIX) or not stem.isdigit():
+                continue
+            if name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)) \
+                    and lo <= int(stem) < hi:
+                (self.dir / name).unlink(missing_ok=True)
+        for name in swaps:
+            os.replace(self.dir / name, self.dir / name[: -len(SWAP_SUFFIX)])
+
+    def _recover_from(self, recovery_point: int) -> None:
+        segments = self._s.segments
+        if not segments:
+            return
+        start = max(0, bisect.bisect_right(self._s.bases, recovery_point) - 1)
+        cache = self.leader_epoch_cache
+
+        def on_batch(header: BatchHeader) -> None:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+                cache.assign(epoch, header.base_offset)
+
+        for i in range(start, len(segments)):
+            segment = segments[i]
+            later = list(segments[i + 1:])
+            # later segments go before the corrupt tail is cut, so that a crash in between
+            # leaves the corrupt tail (found again next time), never a hole
+            truncated = segment.recover(self.config.max_message_bytes, on_batch,
+                                        lambda later=later: self._delete_segments(later))
+            if truncated > 0:
+                break
+
+    def _rebuild_leader_epochs(self) -> None:
+        """Rebuild the epoch cache from the partition leader epochs in the batch headers."""
+        entries: list[tuple[int, int]] = []
+        for header in self.iter_batch_headers(self._s.bases[0]):
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (not entries or epoch > entries[-1][0]):
+                entries.append((epoch, header.base_offset))
+        self.leader_epoch_cache.clear()
+        self.leader_epoch_cache.assign_all(entries)
+
+    def _rebuild_producer_state(self) -> None:
+        """Producer state = newest snapshot at or below the log end offset + the batch headers
+        after it (Kafka's rebuildProducerState)."""
+        psm = self.producer_state
+        first_base = self._s.bases[0]
+        start = psm.load_latest_snapshot(self.log_start_offset, self._leo)
+        if start < self._leo:
+            for header in self.iter_batch_headers(max(start, first_base)):
+                psm.update(header)
+        psm.update_map_end_offset(self._leo)
+
+    # -- properties -----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._s.segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._s.segments[-1]
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._s.segments)
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._s.segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._leo - self.recovery_point
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    def __repr__(self) -> str:
+        return (f"Log({self.name}, start={self.log_start_offset}, end={self._leo}, "
+                f"segments={len(self._s.segments)})")
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._s.bases, offset) - 1)
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        if self._s.segments:
+            self._s.segments[-1].active = False
+        segment.active = True
+        self._s.segments.append(segment)
+        self._s.bases.append(segment.base_offset)
+
+    # -- append ---------------------------------------------------------------------------------
+
+    def append_as_leader(self, buf: bytearray, headers: Sequence[BatchHeader], leader_epoch: int,
+                         now_ms: int) -> AppendInfo:
+        """Append a produce request's validated batches (``records.validate_batches``):
+        assign offsets in place, stamp `leader_epoch` (and LogAppendTime), de-duplicate
+        idempotent producers, roll if needed, write with one write. Raises
+        RecordTooLargeError, RecordBatchTooLargeError, InvalidTimestampError,
+        OutOfOrderSequenceError, InvalidProducerEpochError."""
+        if not headers:
+            raise InvalidRecordError("empty record set")
+        cfg = self.config
+        size = len(buf)
+        max_message = cfg.max_message_bytes
+        has_producer = False
+        for h in headers:
+            if h.size > max_message:
+                raise RecordTooLargeError(
+                    f"message batch size is {h.size} bytes in append to {self.name}, which "
+                    f"exceeds the maximum configured size of {max_message}"
+                )
+            if h.producer_id >= 0:
+                has_producer = True
+        if size > cfg.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"message batch size is {size} bytes in append to {self.name}, which exceeds "
+                f"the maximum configured segment size of {cfg.segment_bytes}"
+            )
+        log_append = cfg.log_append_time
+        if not log_append:
+            self._check_timestamps(headers, now_ms)
+        psm = self.producer_state
+        if has_producer:
+            dup = psm.check_batches(headers)
+            if dup is not None:
+                return AppendInfo(dup.first_offset, dup.last_offset,
+                                  dup.timestamp if log_append else NO_TIMESTAMP,
+                                  self.log_start_offset, dup.timestamp, dup.last_offset,
+                                  duplicate=True)
+        offset = first = self._leo
+        max_ts, shallow = NO_TIMESTAMP, first
+        bases: list[int] = []
+        for h in headers:
+            assign_offsets(buf, h, offset, leader_epoch)
+            last = offset + h.last_offset_delta
+            if log_append:
+                set_log_append_time(buf, h, now_ms)
+                ts = now_ms
+            else:
+                ts = h.max_timestamp
+            if ts > max_ts:
+                max_ts, shallow = ts, last
+            if has_producer:
+                bases.append(offset)
+            offset = last + 1
+        last_offset = offset - 1
+        if leader_epoch >= 0:
+            self.leader_epoch_cache.assign(leader_epoch, first)
+        segment = self._maybe_roll(size, max_ts, last_offset, first, now_ms)
+        segment.append(last_offset, max_ts, shallow, buf)
+        self._leo = offset
+        if has_producer:
+            stamp = now_ms if log_append else None
+            for h, base in zip(headers, bases, strict=True):
+                if h.producer_id >= 0:
+                    psm.update(h, stamp, base_offset=base)
+        psm.update_map_end_offset(offset)
+        if self._leo - self.recovery_point >= cfg.flush_messages:
+            self.flush()
+        return AppendInfo(first, last_offset, now_ms if log_append else NO_TIMESTAMP,
+                          self.log_start_offset, max_ts, shallow, valid_bytes=size)
+
+    def _check_timestamps(self, headers: Sequence[BatchHeader], now_ms: int) -> None:
+        cfg = self.config
+        before = cfg.message_timestamp_before_max_ms
+        after = cfg.message_timestamp_after_max_ms
+        if before == LONG_MAX:
+            before = cfg.message_timestamp_difference_max_ms
+        if after == LONG_MAX:
+            after = cfg.message_timestamp_difference_max_ms
+        if before == LONG_MAX and after == LONG_MAX:
+            return
+        for h in headers:
+            if h.max_timestamp - now_ms > after or now_ms - h.base_timestamp > before:
+                raise InvalidTimestampError(
+                    f"timestamp of a batch in {self.name} is out of range "
+                    f"[now - {before}, now + {after}]"
+                )
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview,
+                           now_ms: int | None = None) -> AppendInfo | None:
+        """Append batches fetched from the leader, keeping their offsets (Kafka's
+        appendAsFollower): CRCs checked, offsets must increase from the log end offset, a
+        trailing partial batch is ignored. Epoch cache and producer state follow the batches.
+        None when `data` holds no complete batch."""
+        view = memoryview(data)
+        limit = len(view)
+        headers: list[BatchHeader] = []
+        pos = 0
+        while limit - pos >= LOG_OVERHEAD:
+            batch_length = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
+            if pos + batch_length + LOG_OVERHEAD > limit:
+                break  # partial batch at the end of a fetch response
+            headers.append(check_batch(view, pos, limit))
+            pos += batch_length + LOG_OVERHEAD
+        if not headers:
+            return None
+        first = headers[0].base_offset
+        if first < self._leo:
+            raise UnexpectedAppendOffsetError(
+                f"unexpected offset in append to {self.name}: first offset {first} is less than "
+                f"the next offset {self._leo}"
+            )
+        prev = self._leo - 1
+        max_ts, shallow = NO_TIMESTAMP, first
+        for h in headers:
+            if h.base_offset <= prev or h.last_offset_delta < 0:
+                raise InvalidRecordError(f"out of order offsets in append to {self.name}")
+            prev = h.last_offset
+            if h.max_timestamp > max_ts:
+                max_ts, shallow = h.max_timestamp, h.last_offset
+        if pos > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"append of {pos} bytes to {self.name} exceeds segment.bytes "
+                f"{self.config.segment_bytes}"
+            )
+        now = self.clock() if now_ms is None else now_ms
+        segment = self._maybe_roll(pos, max_ts, prev, first, now)
+        segment.append(prev, max_ts, shallow, view[:pos])
+        self._leo = prev + 1
+        cache, psm = self.leader_epoch_cache, self.producer_state
+        for h in headers:
+            if h.partition_leader_epoch >= 0:
+                cache.assign(h.partition_leader_epoch, h.base_offset)
+            if h.producer_id >= 0:
+                psm.update(h)
+        psm.update_map_end_offset(self._leo)
+        if self._leo - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(first, prev, NO_TIMESTAMP, self.log_start_offset, max_ts, shallow,
+                          valid_bytes=pos)
+
+    # -- roll -----------------------------------------------------------------------------------
+
+    def _maybe_roll(self, messages_size: int, max_timestamp: int, max_offset: int,
+                    first_offset: int, now_ms: int) -> LogSegment:
+        segment = self._s.segments[-1]
+        cfg = self.config
+        if segment.should_roll(segment_bytes=cfg.segment_bytes, segment_ms=cfg.segment_ms,
+                               messages_size=messages_size,
+                               max_timestamp_in_messages=max_timestamp,
+                               max_offset_in_messages=max_offset, now_ms=now_ms):
+            return self.roll(now_ms, expected_next_offset=first_offset)
+        return segment
+
+    def roll(self, now_ms: int | None = None, expected_next_offset: int | None = None
+             ) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, log end offset); the old one
+        gets its final time index entry. An empty active segment is kept instead. A producer
+        snapshot is written at the new base offset; the old segments are fsynced at the next
+        ``maybe_flush`` (Kafka flushes them asynchronously)."""
+        new_offset = max(expected_next_offset or 0, self._leo)
+        active = self._s.segments[-1]
+        if active.base_offset == new_offset:
+            if active.size == 0:
+                return active
+            raise StorageError(f"segment {new_offset} of {self.name} already exists")
+        if new_offset < active.base_offset:
+            raise StorageError(
+                f"cannot roll {self.name} to offset {new_offset} below the active segment "
+                f"{active.base_offset}"
+            )
+        active.on_become_inactive()
+        segment = LogSegment.create(self.dir, new_offset, **self._segment_kwargs(now_ms))
+        self._add_segment(segment)
+        self.producer_state.update_map_end_offset(new_offset)
+        self.producer_state.take_snapshot(sync=False)
+        self.producer_state.update_map_end_offset(self._leo)
+        self._pending_flush_offset = new_offset
+        return segment
+
+    # -- read -----------------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchData:
+        """Whole batches from the one holding `fetch_offset`, at most `max_bytes` (the first
+        batch whole if `min_one_message`), never a batch at or after `max_offset` (the high
+        watermark for consumers; None = log end offset). Raises OffsetOutOfRangeError outside
+        [log_start_offset, log_end_offset]; at the log end offset the result is empty."""
+        lso, leo = self.log_start_offset, self._leo
+        if fetch_offset < lso or fetch_offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {fetch_offset} is out of range for {self.name}: log start offset "
+                f"{lso}, log end offset {leo}"
+            )
+        high = leo if max_offset is None else min(max_offset, leo)
+        result = FetchData([], fetch_offset, high, lso, leo)
+        if fetch_offset >= high or max_bytes < 0:
+            return result
+        segments = self._s.segments
+        max_segment, max_position = self._position_of(high)
+        i = self._segment_index_for(fetch_offset)
+        remaining = max_bytes
+        first = True
+        while i < len(segments):
+            segment = segments[i]
+            at_max = segment is max_segment
+            limit = max_position if at_max else segment.size
+            if first:
+                found = segment.translate_offset(fetch_offset)
+                if found is None:
+                    if at_max:
+                        break
+                    i += 1
+                    continue
+                start, first_size = found.position, found.size
+            else:
+                start, first_size = 0, 0
+            if start >= limit:
+                break
+            region = segment.read_at(start, first_size, remaining, limit,
+                                     min_one_message and first)
+            if region.size == 0:
+                if first:
+                    result.first_entry_incomplete = True
+                break
+            result.regions.append(region)
+            remaining -= region.size
+            first = False
+            if at_max or remaining <= 0 or region.position + region.size < limit:
+                break
+            i += 1
+        return result
+
+    def _position_of(self, offset: int) -> tuple[LogSegment, int]:
+        """The segment and file position where batches at or after `offset` begin."""
+        segments = self._s.segments
+        if offset >= self._leo:
+            return segments[-1], segments[-1].size
+        cache = self._max_pos
+        if cache.offset == offset and cache.segment is not None:
+            return cache.segment, cache.position
+        i = self._segment_index_for(offset)
+        segment = segments[i]
+        found = segment.translate_offset(offset)
+        position = found.position if found is not None else segment.size
+        cache.offset, cache.segment, cache.position = offset, segment, position
+        return segment, position
+
+    def _invalidate_caches(self) -> None:
+        self._max_pos = _MaxPositionCache()
+
+    def iter_batch_headers(self, from_offset: int | None = None) -> Iterator[BatchHeader]:
+        """Batch headers (no records) of every batch whose last offset >= `from_offset`, in
+        order; ``header.position`` is relative to the batch's segment file."""
+        start = self.log_start_offset if from_offset is None else from_offset
+        segments = list(self._s.segments)
+        first = True
+        for segment in segments[self._segment_index_for(start):]:
+            position = 0
+            if first:
+                _, position = segment.offset_index.lookup(start)
+                first = False
+            for header in segment.iter_headers(position):
+                if header.last_offset >= start:
+                    yield header
+
+    # -- ListOffsets ----------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
+        """ListOffsets: the first offset whose record timestamp >= `timestamp` (None when no
+        record is that recent); -2 (earliest) gives the log start offset, -1 (latest) the log
+        end offset, -3 the offset of the record with the largest timestamp."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return OffsetAndTimestamp(self.log_start_offset, NO_TIMESTAMP)
+        if timestamp == LATEST_TIMESTAMP:
+            return OffsetAndTimestamp(self._leo, NO_TIMESTAMP)
+        segments = list(self._s.segments)
+        if timestamp == MAX_TIMESTAMP:
+            best: LogSegment | None = None
+            for segment in segments:
+                if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                    best = segment
+            if best is None or best.max_timestamp_so_far < 0:
+                return None
+            found = best.find_offset_by_timestamp(best.max_timestamp_so_far,
+                                                  self.log_start_offset)
+            return OffsetAndTimestamp(found.offset, found.timestamp) if found else None
+        for segment in segments:
+            if segment.max_timestamp_so_far >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                return OffsetAndTimestamp(found.offset, found.timestamp) if found else None
+        return None
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None:
+        """OffsetsForLeaderEpoch: (epoch, end offset), None when undefined."""
+        epoch, offset = self.leader_epoch_cache.end_offset_for(leader_epoch, self._leo)
+        return None if offset == UNDEFINED_EPOCH_OFFSET else (epoch, offset)
+
+    # -- truncation -----------------------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every batch at or after `target_offset` (a batch holding it goes whole);
+        returns False (only trimming the epoch cache) when there is nothing to remove."""
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to a negative offset")
+        if target_offset >= self._leo:
+            self.leader_epoch_cache.truncate_from_end(self._leo)
+            return False
+        if self._s.bases[0] > target_offset:
+            self.truncate_fully_and_start_at(target_offset)
+            return True
+        keep = bisect.bisect_right(self._s.bases, target_offset)
+        self._delete_segments(self._s.segments[keep:])
+        active = self._s.segments[-1]
+        active.truncate_to(target_offset, self.clock())
+        self._leo = active.read_next_offset()
+        self.recovery_point = min(self.recovery_point, self._leo)
+        self.log_start_offset = min(self.log_start_offset, target_offset)
+        if self._pending_flush_offset is not None and self._pending_flush_offset > self._leo:
+            self._pending_flush_offset = self._leo
+        self.leader_epoch_cache.truncate_from_end(self._leo)
+        self._rebuild_producer_state()
+        if self.high_watermark is not None and self.high_watermark > self._leo:
+            self.high_watermark = self._leo
+        self._invalidate_caches()
+        return True
+
+    def truncate_fully_and_start_at(self, new_offset: int,
+                                    log_start_offset: int | None = None) -> None:
+        """Delete everything and restart the log, empty, at `new_offset`."""
+        self._delete_segments(list(self._s.segments))
+        self._add_segment(LogSegment.create(self.dir, new_offset, **self._segment_kwargs()))
+        self._leo = new_offset
+        self.recovery_point = min(self.recovery_point, new_offset)
+        self._pending_flush_offset = None
+        self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully_and_start_at(new_offset)
+        self.log_start_offset = new_offset if log_start_offset is None else log_start_offset
+        if self.high_watermark is not None:
+            self.high_watermark = new_offset
+        self._invalidate_caches()
+        fsync_dir(self.dir)
+
+    def _delete_segments(self, doomed: Sequence[LogSegment]) -> None:
+        """Remove segments from the log: rename their files ``*.deleted``, then unlink them."""
+        if not doomed:
+            return
+        doomed_ids = {id(s) for s in doomed}
+        kept = [s for s in self._s.segments if id(s) not in doomed_ids]
+        self._s.segments[:] = kept
+        self._s.bases[:] = [s.base_offset for s in kept]
+        if kept:
+            kept[-1].active = True
+        for segment in doomed:
+            segment.change_suffix(DELETED_SUFFIX)
+        for segment in doomed:
+            segment.delete()
+        self._invalidate_caches()
+
+    # -- retention ------------------------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        """DeleteRecords: move the log start offset forward (never past the high watermark);
+        whole segments below it go at the next retention pass."""
+        hw = self._leo if self.high_watermark is None else self.high_watermark
+        if new_log_start_offset > hw:
+            raise OffsetOutOfRangeError(
+                f"cannot increment the log start offset of {self.name} to "
+                f"{new_log_start_offset}, beyond the high watermark {hw}"
+            )
+        if new_log_start_offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = new_log_start_offset
+        self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+        return True
+
+    def delete_retention_segments(self, now_ms: int) -> int:
+        """Kafka's deleteOldSegments: segments wholly below the log start offset, then (with
+        cleanup.policy=delete) the oldest segments while the log exceeds retention.bytes and
+        those whose largest timestamp is older than retention.ms. Only segments below the high
+        watermark go; the active segment goes (after a roll) only if it is not empty.
+        Returns the number of segments deleted."""
+        deleted = self._delete_old_segments(
+            lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
+            now_ms)
+        if not self.config.delete:
+            return deleted
+        retention_bytes = self.config.retention_bytes
+        size = self.size
+        if retention_bytes >= 0 and size >= retention_bytes:
+            excess = [size - retention_bytes]
+
+            def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                if excess[0] - seg.size >= 0:
+                    excess[0] -= seg.size
+                    return True
+                return False
+
+            deleted += self._delete_old_segments(over_size, now_ms)
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            deleted += self._delete_old_segments(
+                lambda seg, nxt: now_ms - seg.largest_timestamp() > retention_ms, now_ms)
+        return deleted
+
+    def _delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool],
+                             now_ms: int) -> int:
+        segments = self._s.segments
+        hw = self._leo if self.high_watermark is None else min(self.high_watermark, self._leo)
+        deletable: list[LogSegment] = []
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            upper = nxt.base_offset if nxt is not None else self._leo
+            last_and_empty = nxt is None and segment.size == 0
+            if hw >= upper and predicate(segment, nxt) and not last_and_empty:
+                deletable.append(segment)
+            else:
+                break
+        if not deletable:
+            return 0
+        if len(deletable) == len(segments):
+            new_segment = self.roll(now_ms)
+            if deletable[-1] is new_segment:
+                deletable.pop()
+        if not deletable:
+            return 0
+        count = len(deletable)
+        next_base = self._s.bases[self._s.segments.index(deletable[-1]) + 1]
+        if next_base > self.log_start_offset:
+            self.log_start_offset = next_base
+            self.leader_epoch_cache.truncate_from_start(next_base)
+        self._delete_segments(deletable)
+        self.producer_state.delete_snapshots_before(self._s.bases[0])
+        if self._pending_flush_offset is not None and \
+                self._pending_flush_offset <= self._s.bases[0]:
+            self._pending_flush_offset = None
+        self.recovery_point = max(self.recovery_point, self._s.bases[0])
+        return count
+
+    # -- flush ----------------------------------------------------------------------------------
+
+    def flush(self, up_to: int | None = None, *, force: bool = False) -> None:
+        """fsync the segments holding offsets [recovery point, up_to) (default: everything) and
+        move the recovery point to `up_to`. `force` also fsyncs an empty active segment (clean
+        shutdown)."""
+        offset = self._leo if up_to is None else min(up_to, self._leo)
+        if offset <= self.recovery_point and not force:
+            return
+        segments = self._s.segments
+        start = self._segment_index_for(self.recovery_point)
+        new_files = False
+        for segment in segments[start:]:
+            if segment.base_offset >= offset and not force:
+                break
+            segment.flush()
+            if segment.base_offset >= self.recovery_point:
+                new_files = True
+        if new_files or force:
+            fsync_dir(self.dir)
+        if offset > self.recovery_point:
+            self.recovery_point = offset
+        self.last_flush_ms = self.clock()
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """The periodic flush: segments rolled since the last call, then everything when
+        flush.messages unflushed messages or flush.ms since the last flush are reached."""
+        flushed = False
+        if self._pending_flush_offset is not None:
+            pending, self._pending_flush_offset = self._pending_flush_offset, None
+            self.flush(pending)
+            flushed = True
+        unflushed = self._leo - self.recovery_point
+        if unflushed > 0 and (unflushed >= self.config.flush_messages
+                              or now_ms - self.last_flush_ms >= self.config.flush_ms):
+            self.flush()
+            flushed = True
+        return flushed
+
+    # -- close / delete -------------------------------------------------------------------------
+
+    def close(self, flush: bool = False) -> None:
+        """Write a producer snapshot at the log end offset and close every segment (final time
+        index entries). With `flush` (a clean shutdown) everything, those last index entries
+        included, is fsynced and the recovery point moves to the log end offset."""
+        if self.closed:
+            return
+        psm = self.producer_state
+        psm.update_map_end_offset(self._leo)
+        if self.dir.is_dir():
+            psm.take_snapshot()
+        for segment in self._s.segments:
+            segment.close()
+        if flush:
+            self.flush(force=True)
+            self.release_handles()
+        self.closed = True
+
+    def delete(self) -> None:
+        """Remove the whole partition directory."""
+        for segment in self._s.segments:
+            segment.close_handles()
+        self._s.segments.clear()
+        self._s.bases.clear()
+        self.closed = True
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def release_handles(self) -> None:
+        for segment in self._s.segments:
+            segment.close_handles()
+
+
+__all__ = [
+    "AppendInfo",
+    "CorruptRecordError",
+    "FetchData",
+    "InvalidConfigError",
+    "InvalidTimestampError",
+    "Log",
+    "LogConfig",
+    "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
+    "RecordBatchTooLargeError",
+    "RecordTooLargeError",
+    "StorageError",
+    "UnexpectedAppendOffsetError",
+    "parse_topic_partition",
+]

@@ -1,0 +1,312 @@
+"""The broker's log manager (Kafka's LogManager, S-2.1): every partition log under ``log.dirs``.
+
+* Start-up loads each ``<topic>-<partition>`` directory of each log dir, with the dir's
+  ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``. A
+  ``.kafka_cleanshutdown`` marker (written by ``shutdown``) lets the logs skip recovery; it is
+  removed at start-up so that a crash while running means recovery next time.
+* New partitions go to the log dir holding the fewest partitions (Kafka's nextLogDirs).
+* ``delete_log`` renames the directory ``<topic>-<partition>.<uuid>-delete`` and removes it;
+  leftover ``-delete`` directories (a crash in between) are removed at start-up.
+* Periodic hooks for the broker: ``flush_dirty_logs``, ``cleanup_logs``,
+  ``checkpoint_recovery_points_and_log_start_offsets``, ``write_high_watermarks``.
+
+Plain synchronous methods, no threads, no global state: several managers (on distinct dirs) can
+live in one process. Each log dir is locked with ``.lock`` (flock) as Kafka does, so two managers
+on the same dir fail fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from .checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointError,
+    OffsetCheckpointFile,
+    fsync_dir,
+    write_atomically,
+)
+from .log import Log, LogConfig, parse_topic_partition
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from .segment import FileHandleCache
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX
+    fcntl = None  # type: ignore[assignment]
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+TopicPartition = tuple[str, int]
+
+
+class LogDirLockedError(RuntimeError):
+    """Another log manager (in this or another process) holds the log dir."""
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogManager:
+    """All partition logs of one broker. ``clock`` returns milliseconds."""
+
+    def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig | None = None,
+                 clock: Callable[[], int] | None = None, *,
+                 topic_configs: Mapping[str, LogConfig] | None = None,
+                 max_open_segments: int = 1024,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 lock_dirs: bool = True) -> None:
+        self.log_dirs = [Path(d).absolute() for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("at least one log dir is required")
+        if len(set(self.log_dirs)) != len(self.log_dirs):
+            raise ValueError(f"duplicate log dirs in {self.log_dirs}")
+        self.default_config = default_config or LogConfig()
+        self.clock = clock or _wall_clock_ms
+        self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
+        self.handle_cache = FileHandleCache(max_open_segments)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.had_clean_shutdown: dict[Path, bool] = {}
+        self._logs: dict[TopicPartition, Log] = {}
+        self._locks: dict[Path, int] = {}
+        self._lock_dirs = lock_dirs
+        self._shut_down = False
+        try:
+            self._load_logs()
+        except BaseException:
+            self._release_locks()
+            raise
+
+    # -- start-up -------------------------------------------------------------------------------
+
+    def _lock(self, log_dir: Path) -> None:
+        if not self._lock_dirs or fcntl is None:
+            return
+        fd = os.open(log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise LogDirLockedError(f"log dir {log_dir} is in use by another log manager") from None
+        self._locks[log_dir] = fd
+
+    def _release_locks(self) -> None:
+        for fd in self._locks.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._locks.clear()
+
+    def _read_offsets(self, path: Path) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except (CheckpointError, OSError):
+            # Kafka resets to 0 / the first segment: recovery then covers everything
+            return {}
+
+    def _load_logs(self) -> None:
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._lock(log_dir)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            if clean:
+                # a crash while this broker runs must mean recovery next time (KAFKA-10471)
+                marker.unlink()
+                fsync_dir(log_dir)
+            self.had_clean_shutdown[log_dir] = clean
+            recovery_points = self._read_offsets(log_dir / RECOVERY_POINT_CHECKPOINT)
+            log_starts = self._read_offsets(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            for entry in sorted(os.listdir(log_dir)):
+                path = log_dir / entry
+                if not path.is_dir():
+                    continue
+                if entry.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if entry.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                    continue
+                try:
+                    tp = parse_topic_partition(entry)
+                except ValueError:
+                    continue
+                if tp in self._logs:
+                    raise RuntimeError(
+                        f"duplicate log directories for {tp[0]}-{tp[1]}: {path} and "
+                        f"{self._logs[tp].dir}"
+                    )
+                self._logs[tp] = Log.open(
+                    path, self.config_for(tp[0]), recovery_points.get(tp, 0),
+                    log_starts.get(tp, 0), had_clean_shutdown=clean, clock=self.clock,
+                    handle_cache=self.handle_cache,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms)
+
+    # -- access ---------------------------------------------------------------------------------
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self.topic_configs.get(topic, self.default_config)
+
+    def update_topic_config(self, topic: str, config: LogConfig | None) -> None:
+        """Set (or, with None, remove) a topic's config override; applies to existing logs."""
+        if config is None:
+            self.topic_configs.pop(topic, None)
+        else:
+            self.topic_configs[topic] = config
+        for (t, _), log in self._logs.items():
+            if t == topic:
+                log.config = self.config_for(topic)
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def partitions(self) -> list[TopicPartition]:
+        return sorted(self._logs)
+
+    def logs_in_dir(self, log_dir: Path) -> dict[TopicPartition, Log]:
+        log_dir = Path(log_dir).absolute()
+        return {tp: log for tp, log in self._logs.items() if log.dir.parent == log_dir}
+
+    def _next_log_dir(self) -> Path:
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
+        counts = dict.fromkeys(self.log_dirs, 0)
+        for log in self._logs.values():
+            if log.dir.parent in counts:
+                counts[log.dir.parent] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def get_or_create_log(self, topic: str, partition: int,
+                          config: LogConfig | None = None) -> Log:
+        """The partition's log, created (empty, at offset 0) in the log dir holding the fewest
+        partitions if it does not exist. `config` overrides the topic's config for a new log."""
+        self._check_running()
+        log = self._logs.get((topic, partition))
+        if log is not None:
+            return log
+        if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
+            raise ValueError(f"illegal topic name {topic!r}")
+        if partition < 0:
+            raise ValueError(f"illegal partition {partition}")
+        log_dir = self._next_log_dir()
+        log = Log.open(log_dir / f"{topic}-{partition}", config or self.config_for(topic),
+                       clock=self.clock, handle_cache=self.handle_cache,
+                       producer_id_expiration_ms=self.producer_id_expiration_ms)
+        fsync_dir(log_dir)
+        self._logs[(topic, partition)] = log
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove a partition's log: rename its directory ``<topic>-<p>.<uuid>-delete`` (so a
+        crash cannot resurrect it), then remove it."""
+        log = self._logs.pop((topic, partition), None)
+        if log is None:
+            return False
+        log.close()
+        parent = log.dir.parent
+        suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        name = f"{topic}-{partition}"[: 255 - len(suffix)] + suffix
+        doomed = parent / name
+        os.rename(log.dir, doomed)
+        fsync_dir(parent)
+        shutil.rmtree(doomed, ignore_errors=True)
+        self._checkpoint_dir(parent)
+        return True
+
+    # -- periodic hooks -------------------------------------------------------------------------
+
+    def flush_dirty_logs(self, now_ms: int | None = None) -> int:
+        """flush.ms / flush.messages and segments rolled since the last call. Returns the
+        number of logs flushed."""
+        now = self.clock() if now_ms is None else now_ms
+        return sum(1 for log in list(self._logs.values()) if log.maybe_flush(now))
+
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """Retention (retention.ms, retention.bytes, log start offset) on every log, and expiry
+        of idle producer ids (producer.id.expiration.ms). Returns the segments deleted."""
+        now = self.clock() if now_ms is None else now_ms
+        deleted = 0
+        for log in list(self._logs.values()):
+            deleted += log.delete_retention_segments(now)
+            log.producer_state.remove_expired_producers(now)
+        return deleted
+
+    def _checkpoint_dir(self, log_dir: Path) -> None:
+        logs = self.logs_in_dir(log_dir)
+        OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
+            {tp: log.recovery_point for tp, log in logs.items()})
+        OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
+            {tp: log.log_start_offset for tp, log in logs.items()})
+
+    def checkpoint_recovery_points_and_log_start_offsets(self) -> None:
+        """Write every log dir's recovery-point-offset-checkpoint and
+        log-start-offset-checkpoint."""
+        for log_dir in self.log_dirs:
+            self._checkpoint_dir(log_dir)
+
+    def write_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
+        """Write each log dir's replication-offset-checkpoint with the high watermarks of the
+        partitions it holds (partitions without a log here are ignored)."""
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, hw in high_watermarks.items():
+            log = self._logs.get(tp)
+            if log is not None and log.dir.parent in by_dir:
+                by_dir[log.dir.parent][tp] = hw
+        for log_dir, entries in by_dir.items():
+            OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT).write(entries)
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        """The high watermarks of every log dir's replication-offset-checkpoint (a file that
+        cannot be read counts as empty)."""
+        out: dict[TopicPartition, int] = {}
+        for log_dir in self.log_dirs:
+            out.update(self._read_offsets(log_dir / REPLICATION_OFFSET_CHECKPOINT))
+        return out
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def _check_running(self) -> None:
+        if self._shut_down:
+            raise RuntimeError("the log manager is shut down")
+
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        """Clean shutdown: flush and close every log, write the checkpoints, then the
+        ``.kafka_cleanshutdown`` marker of each log dir, and release the dir locks."""
+        if self._shut_down:
+            return
+        try:
+            for log in self._logs.values():
+                log.close(flush=True)
+            for log_dir in self.log_dirs:
+                self._checkpoint_dir(log_dir)
+                content = json.dumps({"version": 0, "brokerEpoch": broker_epoch},
+                                     separators=(",", ":"))
+                write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, content.encode())
+        finally:
+            self._shut_down = True
+            self._release_locks()
+
+    def close_without_shutdown(self) -> None:
+        """Drop every handle without flushing, checkpointing or the clean-shutdown marker (what
+        a crash leaves behind; for tests and for a failed start-up)."""
+        for log in self._logs.values():
+            log.release_handles()
+        self._shut_down = True
+        self._release_locks()
