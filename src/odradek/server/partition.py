@@ -120,5 +120,6 @@ class Partition:
             new_hw = min(new_hw, state.log_end_offset if state else -1)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+            self.log.high_watermark = new_hw  # retention never deletes above the HW
             return True
         return False

@@ -85,6 +85,9 @@ def _error_for(exc: Exception) -> ErrorCode:
     for cls, code in mapping:
         if isinstance(exc, cls):
             return code
+    code = getattr(exc, "error_code", None)  # storage errors carry Kafka's code
+    if isinstance(code, int) and code > 0:
+        return ErrorCode(code)
     return ErrorCode.unknown_server_error
 
 
