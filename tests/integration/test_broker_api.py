@@ -121,7 +121,10 @@ def test_api_versions_fallback_to_v0_with_unsupported_version(tmp_path: Path) ->
             r = await c.request(m.ApiVersionsRequest(client_software_name="t",
                                                      client_software_version="1"))
             keys = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
-            assert keys[0] == (3, 10) and keys[1] == (4, 12) and keys[18] == (0, 3)
+            # Produce is advertised from v0 as Kafka 4.0 does (librdkafka compresses only then);
+            # v0-v2 requests themselves are refused.
+            assert keys[0] == (0, 10) and keys[1] == (4, 12) and keys[18] == (0, 3)
+            assert keys[4] == (0, 5) and keys[6] == (0, 7)  # LeaderAndIsr, UpdateMetadata
             # ApiVersions v4 (newer than we support): v0-shaped answer, error 35.
             m4 = req_module(18, 4)
             c.send(m4.ApiVersionsRequest(client_software_name="t", client_software_version="1"))

@@ -71,7 +71,7 @@ class AdminManager:
         self.broker = broker
 
     @property
-    def store(self):  # noqa: ANN201
+    def store(self):
         return self.broker.store
 
     # -- create -----------------------------------------------------------------------------
@@ -167,7 +167,7 @@ class AdminManager:
         return info is not None and bool(info.partitions) and all(
             p.leader >= 0 for p in info.partitions.values())
 
-    async def _wait(self, condition, timeout_ms: int) -> bool:  # noqa: ANN001
+    async def _wait(self, condition, timeout_ms: int) -> bool:
         deadline = asyncio.get_running_loop().time() + max(0, timeout_ms) / 1000
         while not condition():
             if asyncio.get_running_loop().time() >= deadline:

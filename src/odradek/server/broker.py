@@ -16,9 +16,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..controller.controller import KafkaController
 from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
-from ..coordination.store import CoordinationStore, NodeExistsError
+from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
 from ..storage.log import LogConfig
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
@@ -28,7 +29,7 @@ from .metadata_cache import BrokerInfo, MetadataCache
 from .network import SocketServer
 from .producer_id_manager import ProducerIdManager
 from .replica_manager import ReplicaManager
-from .solo_controller import SoloController
+from .topic_config_manager import TopicConfigManager
 
 log = logging.getLogger("odradek.broker")
 
@@ -56,8 +57,10 @@ class Broker:
         self.replica_manager: ReplicaManager | None = None  # type: ignore[assignment]
         self.apis = KafkaApis(self)
         self.admin = AdminManager(self)
+        self.topic_configs = TopicConfigManager(self)
         self.producer_ids: ProducerIdManager | None = None  # type: ignore[assignment]
-        self.controller: SoloController | None = None
+        self.controller: KafkaController | None = None
+        self.controller_epoch_seen = 0  # newest controller epoch seen in requests (S-5.3)
         self.socket_server = SocketServer(self.apis.handle, config["socket.request.max.bytes"],
                                           max_in_flight=min(config["queued.max.requests"], 64))
         self.bound_ports: list[int] = []
@@ -123,9 +126,12 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
         for ep in cfg.listeners:
             self.bound_ports.append(await self.socket_server.start(ep.host, ep.port))
+        await self.topic_configs.start()
         await self._register()
-        self.controller = SoloController(self)
-        await self.controller.start()
+        self.store.add_session_listener(self._on_session_state)
+        self.controller = KafkaController(self)
+        await self.controller.startup()
+        await self._await_cluster_metadata()
         self._start_periodic_tasks()
         self.started = True
         log.info("[KafkaServer id=%d] started; listening on %s", self.broker_id,
@@ -203,6 +209,43 @@ class Broker:
         log.info("Registered broker %d at path %s with addresses: %s", self.broker_id,
                  paths.broker_path(self.broker_id), [e.connection_string for e in endpoints])
 
+    async def _await_cluster_metadata(self, timeout_s: float = 15.0) -> None:
+        """Start-up completes once the controller has told this broker about the cluster (its
+        first UpdateMetadata), so a client connecting right after start sees the partitions
+        this broker leads. Bounded: a broker without a reachable controller still starts."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.controller_epoch_seen == 0 and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        if self.controller_epoch_seen == 0:
+            log.warning("[KafkaServer id=%d] No metadata from a controller after %.0f s; "
+                        "serving anyway", self.broker_id, timeout_s)
+
+    def _on_session_state(self, state: SessionState) -> None:
+        """S-5.1: a new session after expiry re-registers `/brokers/ids/<id>`; the controller
+        resigns on expiry and runs for election again once registered."""
+        if self.controller is None:
+            return
+        if state is SessionState.EXPIRED:
+            log.warning("[KafkaServer id=%d] Coordination session expired", self.broker_id)
+            self.controller.on_session_state(state)
+            self._session_expired = True
+        elif state is SessionState.CONNECTED and getattr(self, "_session_expired", False):
+            self._session_expired = False
+            task = asyncio.ensure_future(self._reregister())
+            self._tasks.append(task)
+
+    async def _reregister(self) -> None:
+        try:
+            await self._register()
+        except NodeExistsError:
+            pass
+        except Exception:
+            log.exception("Could not register broker %d again", self.broker_id)
+            return
+        if self.controller is not None:
+            self.controller.session_reestablished()
+
     def _start_periodic_tasks(self) -> None:
         cfg = self.config
         lm = self.log_manager
@@ -237,8 +280,11 @@ class Broker:
             {tp: p.high_watermark for tp, p in self.replica_manager.partitions.items()})
 
     async def stop(self) -> None:
-        """Clean shutdown: everything written reaches the disk and checkpoints are current."""
+        """Clean shutdown: leadership moves away first (controlled shutdown, S-4.4), then
+        everything written reaches the disk and checkpoints are current."""
         log.info("[KafkaServer id=%d] shutting down", self.broker_id)
+        if self.config["controlled.shutdown.enable"] and self.started:
+            await self._controlled_shutdown()
         await self._stop_network_and_tasks()
         if self.replica_manager is not None:
             self.checkpoint_high_watermarks()
@@ -268,6 +314,43 @@ class Broker:
             self._embedded_zk.close()
             self._embedded_zk = None
 
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away; retry per
+        `controlled.shutdown.max.retries` while partitions remain (Kafka's KafkaServer)."""
+        from ..controller.channel import send_one
+        from ..protocol import interbroker as ib
+
+        retries = self.config["controlled.shutdown.max.retries"]
+        backoff = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
+        for attempt in range(retries + 1):
+            cache = self.metadata_cache
+            controller = cache.brokers.get(cache.controller_id)
+            if controller is None:
+                log.info("[KafkaServer id=%d] No controller known for controlled shutdown",
+                         self.broker_id)
+                return
+            try:
+                resp = await send_one(
+                    controller.host, controller.port, 7, 3,
+                    ib.ControlledShutdownRequest(broker_id=self.broker_id),
+                    correlation_id=attempt, client_id=f"broker-{self.broker_id}",
+                    timeout=self.config["controller.socket.timeout.ms"] / 1000)
+            except (TimeoutError, OSError, ib.DecodeError) as exc:
+                log.warning("[KafkaServer id=%d] Controlled shutdown request failed: %s",
+                            self.broker_id, exc)
+            else:
+                if resp.error_code == 0 and not resp.remaining_partitions:
+                    log.info("[KafkaServer id=%d] Controlled shutdown succeeded",
+                             self.broker_id)
+                    return
+                log.info("[KafkaServer id=%d] Controlled shutdown: error %d, %d partitions "
+                         "still led here", self.broker_id, resp.error_code,
+                         len(resp.remaining_partitions))
+            if attempt < retries:
+                await asyncio.sleep(backoff)
+        log.warning("[KafkaServer id=%d] Proceeding with shutdown after failed controlled "
+                    "shutdown attempts", self.broker_id)
+
     async def _stop_network_and_tasks(self) -> None:
         await self.socket_server.stop()
         for t in self._tasks:
@@ -279,7 +362,9 @@ class Broker:
                 pass
         self._tasks.clear()
         if self.controller is not None:
-            await self.controller.stop()
+            await self.controller.shutdown()
+            self.controller = None
+        self.topic_configs.stop()
 
 
 def _new_cluster_id() -> str:

@@ -66,3 +66,11 @@ class MetadataCache:
 
     def remove_topic(self, topic: str) -> None:
         self.topics.pop(topic, None)
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        t = self.topics.get(topic)
+        if t is None:
+            return
+        t.partitions.pop(partition, None)
+        if not t.partitions:
+            del self.topics[topic]

@@ -53,6 +53,7 @@ class Partition:
     isr: list[int] = field(default_factory=list)
     high_watermark: int = 0
     remote: dict[int, ReplicaState] = field(default_factory=dict)
+    zk_version: int = 0  # version of the partition state node (Kafka's partition epoch)
 
     @property
     def is_leader(self) -> bool:
@@ -85,6 +86,19 @@ class Partition:
         self.maybe_increment_high_watermark()
         return True
 
+    def make_follower(self, leader_id: int, leader_epoch: int, isr: list[int],
+                      replicas: list[int]) -> bool:
+        """Follow `leader_id` at `leader_epoch` (LeaderAndIsr). Returns False for a stale
+        epoch. Fetching from the new leader is the replica fetcher's job."""
+        if leader_epoch < self.leader_epoch:
+            return False
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.isr = list(isr)
+        self.replicas = list(replicas)
+        self.remote = {}
+        return True
+
     def check_leader_epoch(self, requested: int) -> None:
         """KIP-320: a client's current_leader_epoch (-1 = unknown, not checked)."""
         if requested < 0:
@@ -97,7 +111,7 @@ class Partition:
                 f"leader epoch {requested} is newer than {self.leader_epoch}")
 
     def append_records_to_leader(self, buf: bytearray, headers: list[BatchHeader],
-                                 required_acks: int, min_insync_replicas: int, now_ms: int):  # noqa: ANN201
+                                 required_acks: int, min_insync_replicas: int, now_ms: int):
         if not self.is_leader:
             raise NotLeaderError(f"broker {self.local_broker_id} is not the leader of "
                                  f"{self.topic}-{self.index}")

@@ -209,6 +209,45 @@ class ReplicaManager:
         p.make_leader(leader_epoch, isr, replicas, self.clock())
         return p
 
+    def become_leader_or_follower(self, tp: TopicPartition, leader: int, leader_epoch: int,
+                                  isr: list[int], replicas: list[int], partition_epoch: int,
+                                  leader_endpoint: tuple[str, int] | None = None) -> ErrorCode:
+        """Apply one partition state of a LeaderAndIsr request (Kafka's
+        becomeLeaderOrFollower): an older leader epoch is refused (STALE_CONTROLLER_EPOCH, as
+        Kafka 2.x answers), the same epoch only refreshes ISR and replicas."""
+        if self.broker_id not in replicas:
+            return ErrorCode.unknown_topic_or_partition
+        current = self.partitions.get(tp)
+        if current is not None and leader_epoch < current.leader_epoch:
+            return ErrorCode.stale_controller_epoch
+        if current is not None and leader_epoch == current.leader_epoch \
+                and current.leader_id == leader:
+            current.isr, current.replicas = list(isr), list(replicas)
+            current.zk_version = max(current.zk_version, partition_epoch)
+            return ErrorCode.none
+        p = self.get_or_create_partition(*tp)
+        if leader == self.broker_id:
+            p.make_leader(leader_epoch, isr, replicas, self.clock())
+        else:
+            p.make_follower(leader, leader_epoch, isr, replicas)
+        p.zk_version = partition_epoch
+        # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
+        self._after_append(tp)
+        return ErrorCode.none
+
+    def stop_replica_request(self, tp: TopicPartition, leader_epoch: int,
+                             delete: bool) -> ErrorCode:
+        """StopReplica from the controller (leader epoch -2: the topic is being deleted)."""
+        p = self.partitions.get(tp)
+        if p is not None and 0 <= leader_epoch < p.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if p is None:
+            if delete and self.log_manager.get_log(*tp) is not None:
+                self.log_manager.delete_log(*tp)
+            return ErrorCode.none
+        self.stop_replica(tp[0], tp[1], delete)
+        return ErrorCode.none
+
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
         p = self.partitions.pop((topic, index), None)
         for purgatory in (self.produce_purgatory, self.fetch_purgatory):

@@ -12,9 +12,20 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ...protocol import interbroker as ib
 from ...protocol.codec import MalformedRequest, UnsupportedVersion, decode_request, peek_api
 from ..network import CloseConnection, Connection, Response
-from . import admin, api_versions, fetch, list_offsets, metadata, produce, producer_ids
+from . import (
+    admin,
+    api_versions,
+    fetch,
+    find_coordinator,
+    interbroker,
+    list_offsets,
+    metadata,
+    produce,
+    producer_ids,
+)
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -29,6 +40,7 @@ APIS: dict[int, tuple[str, int, int, HandlerFn]] = {
     1: ("Fetch", 4, 12, fetch.handle),
     2: ("ListOffsets", 1, 7, list_offsets.handle),
     3: ("Metadata", 0, 12, metadata.handle),
+    10: ("FindCoordinator", 0, 4, find_coordinator.handle),
     18: ("ApiVersions", 0, 3, api_versions.handle),
     19: ("CreateTopics", 2, 7, admin.handle_create_topics),
     20: ("DeleteTopics", 1, 6, admin.handle_delete_topics),
@@ -37,6 +49,17 @@ APIS: dict[int, tuple[str, int, int, HandlerFn]] = {
     37: ("CreatePartitions", 0, 3, admin.handle_create_partitions),
 }
 
+# Advertised below what is handled (Kafka 4.0's KAFKA-18659): librdkafka before 2.10 compresses
+# with gzip, snappy or lz4 only if the broker lists Produce v0, and otherwise silently sends those
+# batches uncompressed (librdkafka issue 4956). A Produce request below v3 still closes the
+# connection; no client able to write magic-2 batches sends one.
+ADVERTISED_MIN_VERSION = {0: 0}
+
+
+# LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown: their own codec.
+INTERBROKER_APIS: dict[int, tuple[int, int]] = {
+    k: (lo, hi) for k, lo, hi in ib.SUPPORTED_API_VERSIONS}
+
 
 class KafkaApis:
     def __init__(self, broker: Broker) -> None:
@@ -44,17 +67,30 @@ class KafkaApis:
         self.apis = dict(APIS)
 
     def supported(self) -> list[tuple[int, int, int]]:
-        return [(k, lo, hi) for k, (_, lo, hi, _) in sorted(self.apis.items())]
+        """The ranges ApiVersions advertises (see ADVERTISED_MIN_VERSION)."""
+        ranges = [(k, min(lo, ADVERTISED_MIN_VERSION.get(k, lo)), hi)
+                  for k, (_, lo, hi, _) in self.apis.items()]
+        ranges += [(k, lo, hi) for k, (lo, hi) in INTERBROKER_APIS.items()]
+        return sorted(ranges)
 
     def handle(self, conn: Connection, payload: bytes) -> Response | Awaitable[Response]:
         try:
             key, version, correlation_id = peek_api(payload)
         except MalformedRequest as exc:
             raise CloseConnection(str(exc)) from None
+        if key in INTERBROKER_APIS:
+            lo, hi = INTERBROKER_APIS[key]
+            if not lo <= version <= hi:
+                raise CloseConnection(f"unsupported inter-broker api {key} version {version}")
+            return interbroker.handle(self.broker, conn, payload)
         entry = self.apis.get(key)
         if entry is None:
             raise CloseConnection(f"unknown API key {key} (correlation id {correlation_id})")
         name, lo, hi, fn = entry
+        if log.isEnabledFor(logging.DEBUG):
+            software = conn.attributes.get("client_software")
+            log.debug("%s v%d (correlation id %d) from %s%s", name, version, correlation_id,
+                      conn.peer, f" ({software[0]} {software[1]})" if software else "")
         if not lo <= version <= hi:
             if key == 18:
                 return api_versions.unsupported_version(self.broker, correlation_id)

@@ -32,9 +32,11 @@ async def handle_create_topics(broker: Broker, header: Any, request: Any,
     topics = []
     for spec in specs:
         r = results[spec.name]
-        configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
-                             config_source=src, is_sensitive=False)
-                        for k, (v, src) in sorted(r.configs.items()))
+        configs = ()
+        if hasattr(mod, "CreatableTopicConfigs"):  # v5+ (KIP-525)
+            configs = tuple(make(mod.CreatableTopicConfigs, name=k, value=v, read_only=False,
+                                 config_source=src, is_sensitive=False)
+                            for k, (v, src) in sorted(r.configs.items()))
         topics.append(make(mod.CreatableTopicResult, name=spec.name, topic_id=r.topic_id,
                            error_code=r.error, error_message=r.message,
                            topic_config_error_code=0, num_partitions=r.num_partitions,

@@ -1,0 +1,288 @@
+"""The controller's channel to the brokers (Kafka's ControllerChannelManager), and the per-event
+batch of requests it sends (ControllerBrokerRequestBatch).
+
+One connection and one sender task per live broker (the controller's own broker included, as in
+Kafka); requests to a broker go out one at a time, in order, and are retried on a new connection
+until they are answered or the broker is removed. Each request carries the controller's epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol import interbroker as ib
+from .context import BrokerEndpoint, LeaderAndIsr, TopicPartition
+
+log = logging.getLogger("odradek.controller.channel")
+state_change_log = logging.getLogger("state.change.logger")
+
+LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA = 4, 5, 6
+# Versions the controller speaks (odradek's brokers handle all of ib.SUPPORTED_API_VERSIONS).
+LEADER_AND_ISR_VERSION = 5
+STOP_REPLICA_VERSION = 3
+UPDATE_METADATA_VERSION = 7
+
+_I = struct.Struct(">i")
+
+
+@dataclass
+class _Pending:
+    api_key: int
+    version: int
+    message: Any
+    future: asyncio.Future[Any]
+
+
+@dataclass
+class _BrokerQueue:
+    endpoint: BrokerEndpoint
+    queue: asyncio.Queue[_Pending] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+
+
+async def send_one(host: str, port: int, api_key: int, version: int, message: Any,
+                   correlation_id: int, client_id: str, timeout: float) -> Any:
+    """Open a connection, send one inter-broker request, return the decoded response."""
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    try:
+        writer.write(encode_request_frame(api_key, version, message, correlation_id, client_id))
+        return await asyncio.wait_for(read_response(reader, api_key, version), timeout)
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+def encode_request_frame(api_key: int, version: int, message: Any, correlation_id: int,
+                         client_id: str) -> bytes:
+    header = bytearray(struct.pack(">hhi", api_key, version, correlation_id))
+    hv = ib.request_header_version(api_key, version)
+    if hv >= 1:
+        cid = client_id.encode()
+        header += struct.pack(">h", len(cid)) + cid
+    if hv >= 2:
+        header += b"\x00"  # no tagged fields
+    body = ib.encode_request(api_key, version, message)
+    return _I.pack(len(header) + len(body)) + bytes(header) + body
+
+
+async def read_response(reader: asyncio.StreamReader, api_key: int, version: int) -> Any:
+    size = _I.unpack(await reader.readexactly(4))[0]
+    payload = await reader.readexactly(size)
+    offset = 4  # correlation id
+    if ib.response_header_version(api_key, version) >= 1:
+        offset += 1  # empty tagged fields
+    return ib.decode_response(api_key, version, payload, offset)
+
+
+class ControllerChannelManager:
+    def __init__(self, controller_id: int, timeout_ms: int = 30000,
+                 retry_backoff_ms: int = 100) -> None:
+        self.controller_id = controller_id
+        self.timeout = timeout_ms / 1000
+        self.backoff = retry_backoff_ms / 1000
+        self._brokers: dict[int, _BrokerQueue] = {}
+        self._correlation = 0
+
+    def add_broker(self, broker_id: int, endpoint: BrokerEndpoint) -> None:
+        if broker_id in self._brokers:
+            return
+        q = _BrokerQueue(endpoint)
+        q.task = asyncio.create_task(self._sender(broker_id, q),
+                                     name=f"controller-{self.controller_id}-to-broker-{broker_id}")
+        self._brokers[broker_id] = q
+
+    def remove_broker(self, broker_id: int) -> None:
+        q = self._brokers.pop(broker_id, None)
+        if q is None:
+            return
+        if q.task is not None:
+            q.task.cancel()
+        while not q.queue.empty():
+            p = q.queue.get_nowait()
+            if not p.future.done():
+                p.future.cancel()
+
+    async def shutdown(self) -> None:
+        ids = list(self._brokers)
+        tasks = [self._brokers[i].task for i in ids]
+        for i in ids:
+            self.remove_broker(i)
+        for t in tasks:
+            if t is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    def send(self, broker_id: int, api_key: int, version: int, message: Any) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        q = self._brokers.get(broker_id)
+        if q is None:
+            fut.cancel()
+            return fut
+        q.queue.put_nowait(_Pending(api_key, version, message, fut))
+        return fut
+
+    async def _sender(self, broker_id: int, q: _BrokerQueue) -> None:
+        writer: asyncio.StreamWriter | None = None
+        reader: asyncio.StreamReader | None = None
+        try:
+            while True:
+                pending = await q.queue.get()
+                while not pending.future.done():
+                    try:
+                        if writer is None:
+                            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                                q.endpoint.host, q.endpoint.port), self.timeout)
+                        self._correlation += 1
+                        writer.write(encode_request_frame(
+                            pending.api_key, pending.version, pending.message, self._correlation,
+                            f"controller-{self.controller_id}"))
+                        assert reader is not None
+                        response = await asyncio.wait_for(
+                            read_response(reader, pending.api_key, pending.version), self.timeout)
+                        pending.future.set_result(response)
+                    except (TimeoutError, OSError, asyncio.IncompleteReadError, ib.DecodeError) as exc:
+                        log.warning("Controller %d's connection to broker %d (%s:%d) failed: %s;"
+                                    " retrying", self.controller_id, broker_id, q.endpoint.host,
+                                    q.endpoint.port, exc or type(exc).__name__)
+                        if writer is not None:
+                            writer.close()
+                        writer = reader = None
+                        await asyncio.sleep(self.backoff)
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+def _ids(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+class RequestBatch:
+    """Collects the LeaderAndIsr, UpdateMetadata and StopReplica requests one controller event
+    produces, then sends them batched per broker (S-4.2)."""
+
+    def __init__(self, controller_id: int, epoch: int, context: Any,
+                 on_response: Callable[[int, int, Any], None] | None = None) -> None:
+        self.controller_id = controller_id
+        self.epoch = epoch
+        self.context = context
+        self.on_response = on_response
+        self.leader_and_isr: dict[int, dict[TopicPartition, ib.LeaderAndIsrPartitionState]] = \
+            defaultdict(dict)
+        self.update_metadata_brokers: set[int] = set()
+        self.update_metadata_partitions: dict[TopicPartition, ib.UpdateMetadataPartitionState] = {}
+        self.stop_replica: dict[int, dict[TopicPartition, tuple[int, bool]]] = defaultdict(dict)
+
+    def add_leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition,
+                           leadership: LeaderAndIsr, replicas: list[int],
+                           is_new: bool = False) -> None:
+        state = ib.LeaderAndIsrPartitionState(
+            topic_name=tp.topic, partition_index=tp.partition,
+            controller_epoch=leadership.controller_epoch, leader=leadership.leader,
+            leader_epoch=leadership.leader_epoch, isr=_ids(leadership.isr),
+            partition_epoch=leadership.zk_version, replicas=_ids(replicas), is_new=is_new)
+        for b in brokers:
+            if b >= 0:
+                self.leader_and_isr[b][tp] = state
+        self.add_update_metadata(self.context.live_or_shutting_down_broker_ids, [tp])
+
+    def add_update_metadata(self, brokers: Iterable[int],
+                            partitions: Iterable[TopicPartition] = ()) -> None:
+        self.update_metadata_brokers.update(brokers)
+        ctx = self.context
+        for tp in partitions:
+            leadership = ctx.leader_and_isr(tp)
+            if leadership is None:
+                continue
+            replicas = ctx.partition_replica_assignment(tp)
+            deleting = ctx.is_topic_queued_up_for_deletion(tp.topic)
+            self.update_metadata_partitions[tp] = ib.UpdateMetadataPartitionState(
+                topic_name=tp.topic, partition_index=tp.partition,
+                controller_epoch=leadership.controller_epoch,
+                leader=-2 if deleting else leadership.leader,
+                leader_epoch=leadership.leader_epoch, isr=_ids(leadership.isr),
+                zk_version=leadership.zk_version, replicas=_ids(replicas),
+                offline_replicas=_ids(r for r in replicas if r not in ctx.live_brokers))
+
+    def add_stop_replica(self, brokers: Iterable[int], tp: TopicPartition, delete: bool,
+                         leader_epoch: int = -1) -> None:
+        for b in brokers:
+            if b >= 0:
+                self.stop_replica[b][tp] = (leader_epoch, delete)
+
+    def send(self, channel: ControllerChannelManager) -> list[asyncio.Future[Any]]:
+        ctx = self.context
+        futures: list[asyncio.Future[Any]] = []
+        for broker, states in self.leader_and_isr.items():
+            if broker not in ctx.live_or_shutting_down_broker_ids:
+                continue
+            leaders = {s.leader for s in states.values()}
+            live_leaders = tuple(
+                ib.LeaderAndIsrLiveLeader(broker_id=b, host_name=ctx.live_brokers[b].host,
+                                          port=ctx.live_brokers[b].port)
+                for b in sorted(leaders) if b in ctx.live_brokers)
+            topics: dict[str, list[ib.LeaderAndIsrPartitionState]] = defaultdict(list)
+            for tp, s in sorted(states.items()):
+                topics[tp.topic].append(s)
+                state_change_log.info(
+                    "[Controller id=%d epoch=%d] Sending LeaderAndIsr request to broker %d for "
+                    "partition %s: leader=%d leader_epoch=%d isr=%s replicas=%s", self.controller_id,
+                    self.epoch, broker, tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas))
+            msg = ib.LeaderAndIsrRequest(
+                controller_id=self.controller_id, controller_epoch=self.epoch,
+                topic_states=tuple(ib.LeaderAndIsrTopicState(
+                    topic_name=t, topic_id=ctx.topic_ids.get(t, uuid.UUID(int=0)),
+                    partition_states=tuple(ps)) for t, ps in topics.items()),
+                live_leaders=live_leaders)
+            futures.append(self._send(channel, broker, LEADER_AND_ISR, LEADER_AND_ISR_VERSION, msg))
+        if self.update_metadata_brokers:
+            brokers = tuple(
+                ib.UpdateMetadataBroker(id=b, endpoints=(ib.UpdateMetadataEndpoint(
+                    port=e.port, host=e.host, listener=e.listener_name, security_protocol=0),),
+                    rack=e.rack)
+                for b, e in sorted(ctx.live_brokers.items()))
+            topics_um: dict[str, list[ib.UpdateMetadataPartitionState]] = defaultdict(list)
+            for tp, s in sorted(self.update_metadata_partitions.items()):
+                topics_um[tp.topic].append(s)
+            msg_um = ib.UpdateMetadataRequest(
+                controller_id=self.controller_id, controller_epoch=self.epoch,
+                topic_states=tuple(ib.UpdateMetadataTopicState(
+                    topic_name=t, topic_id=ctx.topic_ids.get(t, uuid.UUID(int=0)),
+                    partition_states=tuple(ps)) for t, ps in topics_um.items()),
+                live_brokers=brokers)
+            for b in sorted(self.update_metadata_brokers):
+                if b in ctx.live_or_shutting_down_broker_ids:
+                    futures.append(self._send(channel, b, UPDATE_METADATA,
+                                              UPDATE_METADATA_VERSION, msg_um))
+        for broker, parts in self.stop_replica.items():
+            if broker not in ctx.live_or_shutting_down_broker_ids:
+                continue
+            by_topic: dict[str, list[ib.StopReplicaPartitionState]] = defaultdict(list)
+            for tp, (epoch, delete) in sorted(parts.items()):
+                by_topic[tp.topic].append(ib.StopReplicaPartitionState(
+                    partition_index=tp.partition, leader_epoch=epoch, delete_partition=delete))
+            msg_sr = ib.StopReplicaRequest(
+                controller_id=self.controller_id, controller_epoch=self.epoch,
+                topic_states=tuple(ib.StopReplicaTopicState(topic_name=t, partition_states=tuple(ps))
+                                   for t, ps in by_topic.items()))
+            futures.append(self._send(channel, broker, STOP_REPLICA, STOP_REPLICA_VERSION, msg_sr))
+        return futures
+
+    def _send(self, channel: ControllerChannelManager, broker: int, api_key: int, version: int,
+              msg: Any) -> asyncio.Future[Any]:
+        fut = channel.send(broker, api_key, version, msg)
+        if self.on_response is not None:
+            cb = self.on_response
+            fut.add_done_callback(
+                lambda f: None if f.cancelled() or f.exception() else cb(broker, api_key,
+                                                                           f.result()))
+        return fut

@@ -1,0 +1,200 @@
+"""The controller-to-broker APIs (ZooKeeper era): LeaderAndIsr (4), StopReplica (5),
+UpdateMetadata (6), and ControlledShutdown (7, broker-to-controller).
+
+kio lacks these; `protocol/interbroker.py` encodes them. Every request carries the controller
+epoch: one older than the newest this broker has seen is refused with STALE_CONTROLLER_EPOCH
+(S-5.3), so a deposed controller cannot move leadership.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...controller.context import TopicPartition
+from ...controller.events import ControlledShutdown, ControllerMovedError
+from ...protocol import interbroker as ib
+from ..metadata_cache import BrokerInfo, PartitionInfo
+from ..network import CloseConnection, Connection
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger("odradek.apis.interbroker")
+state_change_log = logging.getLogger("state.change.logger")
+
+_H = struct.Struct(">h")
+LEADER_DURING_DELETE = -2
+
+
+def parse(payload: bytes) -> tuple[int, int, int, Any]:
+    """(api key, version, correlation id, message) of an inter-broker request frame."""
+    key, version, correlation_id = struct.unpack_from(">hhi", payload)
+    off = 8
+    hv = ib.request_header_version(key, version)
+    if hv >= 1:
+        (n,) = _H.unpack_from(payload, off)
+        off += 2 + max(n, 0)
+    if hv >= 2:
+        tags = payload[off]
+        off += 1
+        for _ in range(tags):  # skip tagged header fields
+            off += 1
+            size = payload[off]
+            off += 1 + size
+    try:
+        return key, version, correlation_id, ib.decode_request(key, version, payload, off)
+    except (ib.DecodeError, ib.UnsupportedVersionError, IndexError, struct.error) as exc:
+        raise CloseConnection(f"malformed inter-broker request (key {key} v{version}): {exc}") \
+            from None
+
+
+def respond(key: int, version: int, correlation_id: int, message: Any) -> bytes:
+    header = struct.pack(">i", correlation_id)
+    if ib.response_header_version(key, version) >= 1:
+        header += b"\x00"
+    body = ib.encode_response(key, version, message)
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def handle(broker: Broker, conn: Connection, payload: bytes) -> Any:
+    key, version, cid, msg = parse(payload)
+    if key == 4:
+        return _leader_and_isr(broker, key, version, cid, msg)
+    if key == 5:
+        return respond(key, version, cid, stop_replica(broker, msg))
+    if key == 6:
+        return respond(key, version, cid, update_metadata(broker, msg))
+    return _controlled_shutdown(broker, key, version, cid, msg)
+
+
+async def _leader_and_isr(broker: Broker, key: int, version: int, cid: int, req: Any) -> bytes:
+    # A broker needs a topic's config overrides before it creates the topic's first log.
+    await broker.topic_configs.ensure_loaded({s.topic_name for s in req.partition_states()})
+    return respond(key, version, cid, leader_and_isr(broker, req, cid, version))
+
+
+def _stale(broker: Broker, controller_id: int, epoch: int, what: str) -> bool:
+    if epoch < broker.controller_epoch_seen:
+        state_change_log.warning(
+            "[Broker id=%d] Ignoring %s request from controller %d with epoch %d since its "
+            "epoch is older than the current controller epoch %d", broker.broker_id, what,
+            controller_id, epoch, broker.controller_epoch_seen)
+        return True
+    broker.controller_epoch_seen = epoch
+    return False
+
+
+def leader_and_isr(broker: Broker, req: Any, correlation_id: int, version: int = 5) -> Any:
+    states = req.partition_states()
+    errors: list[Any] = []
+    if _stale(broker, req.controller_id, req.controller_epoch, "LeaderAndIsr"):
+        return ib.LeaderAndIsrResponse(error_code=ErrorCode.stale_controller_epoch)
+    topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
+    live_leaders = {ll.broker_id: (ll.host_name, ll.port) for ll in req.live_leaders}
+    rm = broker.replica_manager
+    for s in states:
+        tp = TopicPartition(s.topic_name, s.partition_index)
+        code = rm.become_leader_or_follower(
+            tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas), s.partition_epoch,
+            live_leaders.get(s.leader))
+        state_change_log.info(
+            "[Broker id=%d] Handled LeaderAndIsr request correlationId %d from controller %d "
+            "epoch %d for partition %s (leader=%d leader_epoch=%d isr=%s): %s",
+            broker.broker_id, correlation_id, req.controller_id, req.controller_epoch, tp,
+            s.leader, s.leader_epoch, list(s.isr), code.name.upper())
+        errors.append(ib.LeaderAndIsrPartitionError(topic_name=tp.topic,
+                                                    partition_index=tp.partition,
+                                                    error_code=int(code)))
+    by_topic: dict[str, list[Any]] = {}
+    for e in errors:
+        by_topic.setdefault(e.topic_name, []).append(e)
+    if version < 5:  # v0-4 list partition errors; v5+ group them by topic id
+        return ib.LeaderAndIsrResponse(error_code=0, partition_errors=tuple(errors))
+    return ib.LeaderAndIsrResponse(
+        error_code=0,
+        topics=tuple(ib.LeaderAndIsrTopicError(topic_id=topic_ids.get(t, uuid.UUID(int=0)),
+                                               partition_errors=tuple(es))
+                     for t, es in by_topic.items()))
+
+
+def stop_replica(broker: Broker, req: Any) -> Any:
+    if _stale(broker, req.controller_id, req.controller_epoch, "StopReplica"):
+        return ib.StopReplicaResponse(error_code=ErrorCode.stale_controller_epoch)
+    errors = []
+    for topic, index, epoch, delete in _stop_replica_partitions(req):
+        tp = TopicPartition(topic, index)
+        code = broker.replica_manager.stop_replica_request(tp, epoch, delete)
+        state_change_log.info("[Broker id=%d] Handled StopReplica for partition %s "
+                              "(delete=%s, leader_epoch=%d): %s", broker.broker_id, tp,
+                              delete, epoch, code.name.upper())
+        if delete and code == ErrorCode.none:
+            broker.metadata_cache.remove_partition(topic, index)
+            if broker.metadata_cache.topic(topic) is None:
+                broker.topic_configs.forget(topic)
+        errors.append(ib.StopReplicaPartitionError(topic_name=topic, partition_index=index,
+                                                   error_code=int(code)))
+    return ib.StopReplicaResponse(error_code=0, partition_errors=tuple(errors))
+
+
+def _stop_replica_partitions(req: Any) -> list[tuple[str, int, int, bool]]:
+    if req.topic_states:
+        return [(t.topic_name, p.partition_index, p.leader_epoch, p.delete_partition)
+                for t in req.topic_states for p in t.partition_states]
+    if req.topics:
+        return [(t.name, i, -1, req.delete_partitions) for t in req.topics
+                for i in t.partition_indexes]
+    return [(p.topic_name, p.partition_index, -1, req.delete_partitions)
+            for p in req.ungrouped_partitions]
+
+
+def update_metadata(broker: Broker, req: Any) -> Any:
+    if _stale(broker, req.controller_id, req.controller_epoch, "UpdateMetadata"):
+        return ib.UpdateMetadataResponse(error_code=ErrorCode.stale_controller_epoch)
+    cache = broker.metadata_cache
+    cache.controller_id = req.controller_id
+    brokers: dict[int, BrokerInfo] = {}
+    for b in req.live_brokers:
+        ep = next(iter(getattr(b, "endpoints", ()) or ()), None)
+        host, port = (ep.host, ep.port) if ep is not None else (b.v0_host, b.v0_port)
+        brokers[b.id] = BrokerInfo(b.id, host, port, b.rack)
+    cache.brokers = brokers
+    topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
+    for s in req.partition_states():
+        if s.leader == LEADER_DURING_DELETE:
+            cache.remove_partition(s.topic_name, s.partition_index)
+            continue
+        cache.update_partition(
+            s.topic_name, topic_ids.get(s.topic_name, uuid.UUID(int=0)), s.partition_index,
+            PartitionInfo(s.leader, s.leader_epoch, list(s.replicas), list(s.isr),
+                          list(s.offline_replicas), s.zk_version, s.controller_epoch),
+            internal=s.topic_name.startswith("__"))
+    return ib.UpdateMetadataResponse(error_code=0)
+
+
+async def _controlled_shutdown(broker: Broker, key: int, version: int, cid: int,
+                               req: Any) -> bytes:
+    controller = broker.controller
+    if controller is None or not controller.is_active:
+        return respond(key, version, cid, ib.ControlledShutdownResponse(
+            error_code=ErrorCode.not_controller))
+    reply: asyncio.Future[set[TopicPartition]] = asyncio.get_running_loop().create_future()
+    controller.events.put(ControlledShutdown(broker_id=req.broker_id,
+                                             broker_epoch=req.broker_epoch, reply=reply))
+    try:
+        remaining = await reply
+    except ControllerMovedError:
+        return respond(key, version, cid, ib.ControlledShutdownResponse(
+            error_code=ErrorCode.not_controller))
+    except KeyError:
+        return respond(key, version, cid, ib.ControlledShutdownResponse(
+            error_code=ErrorCode.broker_not_available))
+    return respond(key, version, cid, ib.ControlledShutdownResponse(
+        error_code=0, remaining_partitions=tuple(
+            ib.RemainingPartition(topic_name=tp.topic, partition_index=tp.partition)
+            for tp in sorted(remaining))))

@@ -1,0 +1,81 @@
+"""Topic config overrides on every broker (Kafka's DynamicConfigManager for topics).
+
+Overrides live in `/config/topics/<t>` (`{"version":1,"config":{...}}`). A broker loads a topic's
+overrides before it first hosts one of its partitions, and reloads them when a change
+notification `/config/changes/config_change_<seq>` (`{"version":2,"entity_path":"topics/<t>"}`)
+names the topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..coordination import paths
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("odradek.config")
+
+
+class TopicConfigManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.loaded: set[str] = set()
+        self._seen_changes: set[str] = set()
+        self._watch: Any = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        store = self.broker.store
+        assert store is not None
+        self._seen_changes = set(await store.get_children(paths.CONFIG_CHANGES))
+        self._watch = await store.watch_children(paths.CONFIG_CHANGES, self._on_changes)
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        for t in self._tasks:
+            t.cancel()
+
+    async def ensure_loaded(self, topics: Iterable[str]) -> None:
+        for topic in topics:
+            if topic not in self.loaded:
+                await self.reload(topic)
+
+    async def reload(self, topic: str) -> None:
+        store = self.broker.store
+        assert store is not None
+        found = await store.get_or_none(paths.topic_config_path(topic))
+        overrides = paths.decode_entity_config(found[0]) if found else {}
+        self.broker.set_topic_overrides(topic, overrides)
+        self.loaded.add(topic)
+
+    def forget(self, topic: str) -> None:
+        self.loaded.discard(topic)
+        self.broker.set_topic_overrides(topic, None)
+
+    def _on_changes(self, _event: Any) -> None:
+        task = asyncio.ensure_future(self._process_changes())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _process_changes(self) -> None:
+        store = self.broker.store
+        if store is None:
+            return
+        children = set(await store.get_children(paths.CONFIG_CHANGES))
+        for child in sorted(children - self._seen_changes):
+            found = await store.get_or_none(f"{paths.CONFIG_CHANGES}/{child}")
+            if found is None:
+                continue
+            entity = paths.decode_config_change(found[0])
+            kind, _, name = entity.partition("/")
+            if kind == "topics" and name:
+                log.info("Processing override for entity path %s", entity)
+                await self.reload(name)
+        self._seen_changes = children
