@@ -1,6 +1,7 @@
 """`odradek`: one command, subcommands named after Kafka's tools.
 
   odradek broker --config server.properties [--override key=value ...]
+  odradek cluster --brokers N [--base-port P] [--data-dir D]   N brokers in one process
   odradek standalone [--port 9092] [--data-dir DIR]   a one-broker cluster, printing its bootstrap
   odradek zookeeper [--port P] [--data-dir D]         a local Debian ZooKeeper in the foreground
   odradek dump-log --files ...                        Kafka's DumpLogSegments
@@ -79,6 +80,29 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, announce=True))
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from .cluster import AsyncCluster
+
+    data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-cluster-"))
+    _setup_logging(args.log_level, data_dir)
+
+    async def serve() -> int:
+        cluster = AsyncCluster(args.brokers, data_dir=data_dir, base_port=args.base_port,
+                               host=args.host, overrides=_overrides(args.override))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await cluster.start()
+        print(f"odradek cluster of {args.brokers} brokers ready (controller: broker "
+              f"{cluster.controller_id()}, data in {data_dir}); "
+              f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+        await stop.wait()
+        await cluster.stop()
+        return 0
+    return asyncio.run(serve())
+
+
 def cmd_zookeeper(args: argparse.Namespace) -> int:
     from .coordination import zk_server
 
@@ -109,6 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=cmd_standalone)
+
+    p = sub.add_parser("cluster", help="N brokers in one process on an embedded store")
+    p.add_argument("--brokers", type=int, default=3)
+    p.add_argument("--base-port", type=int, default=9092,
+                   help="broker i listens on base-port + i (0: free ports)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--data-dir", help="default: a new temporary directory")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a server.properties setting for every broker")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("zookeeper", help="run a local ZooKeeper (Debian's package)")
     p.add_argument("--port", type=int)
