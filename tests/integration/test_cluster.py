@@ -1,0 +1,266 @@
+"""The control plane on an embedded 3-broker cluster (S-4, S-5): election, the seeds' znodes,
+leader and controller failover, controlled shutdown, topic lifecycle, epoch fencing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.cluster import AsyncCluster
+from odradek.controller.channel import send_one
+from odradek.protocol import interbroker as ib
+from tests.integration.broker_harness import create_topics, metadata, req_module, run
+from tests.wire import WireClient
+
+
+def znode(cluster: AsyncCluster, path: str) -> Any:
+    data = cluster.zookeeper.dump(path).get(path)
+    if data is None:
+        return None
+    text = data.decode()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def state(cluster: AsyncCluster, topic: str, p: int) -> dict[str, Any]:
+    return znode(cluster, f"/brokers/topics/{topic}/partitions/{p}/state")
+
+
+async def client(cluster: AsyncCluster, broker_id: int) -> WireClient:
+    return await WireClient.connect("127.0.0.1", cluster.ports[broker_id])
+
+
+async def create(cluster: AsyncCluster, topic: str, partitions: int, rf: int = 3,
+                 configs: dict[str, str] | None = None) -> None:
+    c = await client(cluster, cluster.live_brokers()[0])
+    try:
+        r = await c.request(create_topics(topic, partitions, configs, replication_factor=rf))
+        assert r.topics[0].error_code == ErrorCode.none, r.topics[0].error_message
+    finally:
+        await c.close()
+
+
+def test_election_and_the_seeds_znode_layout(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            controller = znode(cluster, "/controller")
+            assert controller["version"] == 1 and controller["brokerid"] == cluster.controller_id()
+            assert znode(cluster, "/controller_epoch") == 1
+            assert sorted(cluster.zookeeper.dump("/brokers/ids")) == [
+                "/brokers/ids", "/brokers/ids/0", "/brokers/ids/1", "/brokers/ids/2"]
+            reg = znode(cluster, "/brokers/ids/1")
+            assert reg["port"] == cluster.ports[1] and reg["endpoints"] == [
+                f"PLAINTEXT://127.0.0.1:{cluster.ports[1]}"]
+            await create(cluster, "t", 4)
+            assert znode(cluster, "/brokers/topics/t")["partitions"] == {
+                "0": [0, 1, 2], "1": [1, 2, 0], "2": [2, 0, 1], "3": [0, 1, 2]}  # S-3.1
+            for p in range(4):
+                s = state(cluster, "t", p)
+                assert s["leader"] == [0, 1, 2, 0][p] and s["leader_epoch"] == 0
+                assert sorted(s["isr"]) == [0, 1, 2] and s["controller_epoch"] == 1
+                assert s["version"] == 1
+            # Every broker's metadata agrees (UpdateMetadata reached all of them).
+            for b in range(3):
+                c = await client(cluster, b)
+                r = await c.request(metadata(["t"]))
+                await c.close()
+                assert r.controller_id == cluster.controller_id()
+                assert {p.partition_index: p.leader_id for p in r.topics[0].partitions} == \
+                    {0: 0, 1: 1, 2: 2, 3: 0}
+        finally:
+            await cluster.stop()
+    run(body, 90)
+
+
+def test_leader_failover_elects_from_isr_and_bumps_epoch(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            await create(cluster, "t", 3)
+            victim = 1 if cluster.controller_id() != 1 else 2
+            led = [p for p in range(3) if state(cluster, "t", p)["leader"] == victim]
+            await cluster.kill_broker(victim)
+            await cluster.wait_for(lambda: all(state(cluster, "t", p)["leader"] != victim
+                                               for p in led), what="new leaders")
+            for p in range(3):
+                s = state(cluster, "t", p)
+                assert victim not in s["isr"] and s["leader"] in s["isr"]
+                assert s["leader"] in cluster.live_brokers()
+            for p in led:
+                assert state(cluster, "t", p)["leader_epoch"] == 1
+            survivor = cluster.live_brokers()[0]
+            c = await client(cluster, survivor)
+
+            async def leaders() -> dict[int, int]:
+                r = await c.request(metadata(["t"]))
+                return {p.partition_index: p.leader_id for p in r.topics[0].partitions}
+            want = {p: state(cluster, "t", p)["leader"] for p in range(3)}
+            for _ in range(200):
+                if await leaders() == want:
+                    break
+            assert await leaders() == want
+            await c.close()
+            # The dead broker comes back: its replicas go online and it follows the leaders.
+            await cluster.start_broker(victim)
+            b = cluster.brokers[victim]
+            await cluster.wait_for(lambda: all(
+                ("t", p) in b.replica_manager.partitions for p in range(3)), what="replicas")
+            assert all(b.replica_manager.partitions[("t", p)].leader_id == want[p]
+                       for p in range(3))
+        finally:
+            await cluster.stop()
+    run(body, 90)
+
+
+def test_controller_failover_increments_epoch_and_resumes(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            await create(cluster, "before", 2)
+            old = cluster.controller_id()
+            await cluster.kill_broker(old)
+            await cluster.wait_for(lambda: cluster.controller_id() not in (-1, old),
+                                   what="a new controller")
+            assert znode(cluster, "/controller_epoch") == 2
+            assert znode(cluster, "/controller")["brokerid"] == cluster.controller_id()
+            # The new controller handled the old controller's death like any broker's.
+            await cluster.wait_for(lambda: all(state(cluster, "before", p)["leader"] != old
+                                               for p in range(2)), what="leaders moved")
+            await create(cluster, "after", 2, rf=2)
+            assert all(state(cluster, "after", p)["controller_epoch"] == 2 for p in range(2))
+        finally:
+            await cluster.stop()
+    run(body, 90)
+
+
+def test_controlled_shutdown_moves_leadership_before_exit(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            await create(cluster, "t", 6)
+            victim = [b for b in range(3) if b != cluster.controller_id()][0]
+            led = [p for p in range(6) if state(cluster, "t", p)["leader"] == victim]
+            assert led
+            await cluster.stop_broker(victim)
+            # No partition was left without a leader: the moves happened before the exit,
+            # each to an ISR member that is not shutting down, with the epoch bumped.
+            for p in led:
+                s = state(cluster, "t", p)
+                assert s["leader"] != victim and s["leader"] >= 0 and s["leader_epoch"] == 1
+            for p in range(6):
+                assert victim not in state(cluster, "t", p)["isr"]
+        finally:
+            await cluster.stop()
+    run(body, 90)
+
+
+def test_topic_deletion_removes_nodes_and_logs_everywhere(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            await create(cluster, "doomed", 3, configs={"retention.ms": "1000"})
+            assert znode(cluster, "/config/topics/doomed")["config"] == {"retention.ms": "1000"}
+            assert len(list(tmp_path.glob("broker-*/doomed-*"))) == 9
+            c = await client(cluster, 0)
+            import datetime
+            m = req_module(20, 6)
+            r = await c.request(m.DeleteTopicsRequest(
+                topics=(m.DeleteTopicState(name="doomed", topic_id=None),),
+                timeout=datetime.timedelta(seconds=20)))
+            await c.close()
+            assert r.responses[0].error_code == ErrorCode.none
+            await cluster.wait_for(lambda: znode(cluster, "/brokers/topics/doomed") is None
+                                   and znode(cluster, "/admin/delete_topics/doomed") is None,
+                                   what="znodes deleted")
+            assert znode(cluster, "/config/topics/doomed") is None
+            await cluster.wait_for(lambda: not list(tmp_path.glob("broker-*/doomed-*")),
+                                   what="log dirs deleted")
+        finally:
+            await cluster.stop()
+    run(body, 90)
+
+
+def test_unclean_leader_election_off_keeps_partition_offline(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            ctrl = cluster.controller_id()
+            a, b = [x for x in range(3) if x != ctrl]
+            c = await client(cluster, ctrl)
+            m = req_module(19, 7)
+            req = m.CreateTopicsRequest(topics=(m.CreatableTopic(
+                name="u", num_partitions=-1, replication_factor=-1,
+                assignments=(m.CreatableReplicaAssignment(partition_index=0, broker_ids=(a, b)),),
+                configs=()),), timeout=__import__("datetime").timedelta(seconds=10),
+                validate_only=False)
+            assert (await c.request(req)).topics[0].error_code == ErrorCode.none
+            await c.close()
+            await cluster.kill_broker(b)  # the follower leaves the ISR
+            await cluster.wait_for(lambda: state(cluster, "u", 0)["isr"] == [a], what="isr")
+            await cluster.kill_broker(a)  # the last ISR member dies: no leader
+            await cluster.wait_for(lambda: state(cluster, "u", 0)["leader"] == -1,
+                                   what="offline")
+            assert state(cluster, "u", 0)["isr"] == [a]  # the last ISR member is kept
+            await cluster.start_broker(b)  # not in the ISR: must not lead (S-4.1)
+            await cluster.wait_for(lambda: cluster.brokers[b].replica_manager.partitions.get(
+                ("u", 0)) is not None, what="replica online")
+            assert state(cluster, "u", 0)["leader"] == -1
+            await cluster.start_broker(a)  # the ISR member returns and leads again
+            await cluster.wait_for(lambda: state(cluster, "u", 0)["leader"] == a,
+                                   what="leader back")
+        finally:
+            await cluster.stop()
+    run(body, 120)
+
+
+def test_brokers_refuse_an_older_controller_epoch(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(2, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            await create(cluster, "t", 1, rf=2)
+            old = cluster.controller_id()
+            await cluster.kill_broker(old)
+            await cluster.start_broker(old)
+            other = 1 - old
+            await cluster.wait_for(lambda: cluster.brokers[other].controller_epoch_seen >= 2,
+                                   what="epoch 2 seen")
+            # A LeaderAndIsr from the deposed controller's epoch 1 is refused (S-5.3).
+            stale = ib.LeaderAndIsrRequest(
+                controller_id=old, controller_epoch=1,
+                topic_states=(ib.LeaderAndIsrTopicState(topic_name="t", partition_states=(
+                    ib.LeaderAndIsrPartitionState(
+                        topic_name="t", partition_index=0, controller_epoch=1, leader=old,
+                        leader_epoch=99, isr=(old,), replicas=(0, 1)),)),))
+            resp = await send_one("127.0.0.1", cluster.ports[other], 4, 5, stale, 1, "test", 10)
+            assert resp.error_code == ErrorCode.stale_controller_epoch
+            assert cluster.brokers[other].replica_manager.partitions[("t", 0)].leader_epoch < 99
+        finally:
+            await cluster.stop()
+    run(body, 90)
+
+
+def test_controlled_shutdown_request_needs_the_controller(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(2, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            non_controller = 1 - cluster.controller_id()
+            resp = await send_one("127.0.0.1", cluster.ports[non_controller], 7, 3,
+                                  ib.ControlledShutdownRequest(broker_id=0), 1, "test", 10)
+            assert resp.error_code == ErrorCode.not_controller
+        finally:
+            await cluster.stop()
+    run(body, 60)
