@@ -1,0 +1,167 @@
+"""Broker processes for the interop and chaos layers.
+
+`BrokerProcess` runs `odradek broker --override ...` as a subprocess, waits for its
+`odradek broker <id> ready; bootstrap.servers=HOST:PORT` line (with a timeout), keeps its stderr
+in a file that failure messages quote, and is always cleaned up (SIGTERM, then SIGKILL).
+`stop()` is a clean shutdown (SIGTERM, exit status 0 expected); `kill()` is SIGKILL;
+`restart()` starts it again on the same log dir (and on the same port when one was fixed).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+READY = re.compile(r"odradek broker (-?\d+) ready; bootstrap\.servers=(\S+)")
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+
+class BrokerError(AssertionError):
+    pass
+
+
+class BrokerProcess:
+    """One broker subprocess. Its log dir outlives restarts; stderr of every run is appended
+    to `stderr_path` (runs separated by a marker line)."""
+
+    def __init__(self, workdir: Path, broker_id: int = 0, port: int = 0,
+                 overrides: dict[str, str] | None = None, log_level: str = "INFO") -> None:
+        self.workdir = workdir
+        self.log_level = log_level
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.broker_id = broker_id
+        self.port = port
+        self.log_dir = workdir / "logs"
+        self.stderr_path = workdir / "broker.stderr"
+        self.stdout_path = workdir / "broker.stdout"
+        self.overrides = dict(overrides or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.bootstrap: str | None = None
+        self.runs = 0
+        self.exit_codes: list[int] = []
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def command(self) -> list[str]:
+        props = {"broker.id": str(self.broker_id),
+                 "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                 "log.dirs": str(self.log_dir), **self.overrides}
+        cmd = [sys.executable, "-m", "odradek.cli", "broker", "--log-level", self.log_level]
+        for k, v in props.items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> str:
+        if self.proc is not None and self.proc.poll() is None:
+            raise BrokerError("broker already running")
+        self.runs += 1
+        # stdout goes to a file too: a pipe we stopped reading could break the broker's prints.
+        out_start = self.stdout_path.stat().st_size if self.stdout_path.exists() else 0
+        with open(self.stderr_path, "ab") as err, open(self.stdout_path, "ab") as out:
+            err.write(f"\n===== run {self.runs}: {' '.join(self.command())}\n".encode())
+            err.flush()
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        self.bootstrap = self._await_ready(out_start, timeout)
+        return self.bootstrap
+
+    def _await_ready(self, out_start: int, timeout: float) -> str:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.stdout_path, "rb") as f:
+                f.seek(out_start)
+                text = f.read().decode(errors="replace")
+            for line in text.splitlines(keepends=True):
+                m = READY.search(line)
+                if m and line.endswith("\n"):
+                    return m.group(2)
+            code = self.proc.poll()
+            if code is not None:
+                self.exit_codes.append(code)
+                raise BrokerError(f"broker exited with {code} before ready\n{self.tail()}")
+            if time.monotonic() > deadline:
+                self._force_kill()
+                raise BrokerError(f"broker not ready after {timeout:.0f}s\n{self.tail()}")
+            time.sleep(0.02)
+
+    @property
+    def port_in_use(self) -> int:
+        assert self.bootstrap is not None
+        return int(self.bootstrap.rsplit(":", 1)[1])
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait: a clean shutdown must exit 0."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._force_kill()
+                raise BrokerError(f"broker ignored SIGTERM for {timeout:.0f}s\n"
+                                  f"{self.tail()}") from None
+        code = self.proc.returncode
+        self.exit_codes.append(code)
+        if code != 0:
+            raise BrokerError(f"clean shutdown exited with {code}\n{self.tail()}")
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no checkpoints (the page cache survives, as after a process
+        crash)."""
+        self._force_kill()
+
+    def _force_kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.exit_codes.append(self.proc.returncode)
+
+    def restart(self, *, clean: bool = True, timeout: float = START_TIMEOUT_S) -> str:
+        if clean:
+            self.stop()
+        else:
+            self.kill()
+        if self.port == 0:
+            return self.start(timeout)
+        # A fixed port: the old listener may take a moment to be released.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return self.start(timeout)
+            except BrokerError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        """Teardown: SIGTERM, escalating to SIGKILL; never raises."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._force_kill()
+
+    # -- diagnostics --------------------------------------------------------------------------
+    def stderr_text(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = 60) -> str:
+        text = self.stderr_text().splitlines()[-lines:]
+        return f"--- last {len(text)} lines of {self.stderr_path} ---\n" + "\n".join(text)
+
+    def __repr__(self) -> str:
+        return f"BrokerProcess(id={self.broker_id}, bootstrap={self.bootstrap})"
