@@ -20,17 +20,11 @@ from pathlib import Path
 from .server.config import ConfigError, KafkaConfig, parse_properties
 
 
-def _setup_logging(level: str, log_dir: Path | None = None) -> None:
+def _setup_logging(level: str) -> None:
+    """Kafka's log line shape on stderr; each broker also writes its own state-change.log."""
     fmt = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt,
                         stream=sys.stderr)
-    if log_dir is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(log_dir / "state-change.log")
-        handler.setFormatter(logging.Formatter(fmt))
-        sc = logging.getLogger("state.change.logger")
-        sc.addHandler(handler)
-        sc.setLevel(logging.INFO)
 
 
 def _overrides(items: list[str]) -> dict[str, str]:
@@ -63,8 +57,7 @@ async def _serve(config: KafkaConfig, announce: bool) -> int:
 def cmd_broker(args: argparse.Namespace) -> int:
     text = Path(args.config).read_text() if args.config else ""
     config = KafkaConfig.from_properties(parse_properties(text), _overrides(args.override))
-    log_dir = Path(args.log_dir) if args.log_dir else config.log_dirs[0]
-    _setup_logging(args.log_level, log_dir)
+    _setup_logging(args.log_level)
     for key in config.unknown_keys:
         logging.getLogger("odradek.config").warning(
             "The configuration '%s' was supplied but isn't a known config.", key)
@@ -76,7 +69,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     props = {"broker.id": "0", "listeners": f"PLAINTEXT://{args.host}:{args.port}",
              "log.dirs": str(data_dir / "broker-0")}
     config = KafkaConfig.from_properties(props, _overrides(args.override))
-    _setup_logging(args.log_level, data_dir / "broker-0")
+    _setup_logging(args.log_level)
     return asyncio.run(_serve(config, announce=True))
 
 
@@ -84,7 +77,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     from .cluster import AsyncCluster
 
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-cluster-"))
-    _setup_logging(args.log_level, data_dir)
+    _setup_logging(args.log_level)
 
     async def serve() -> int:
         cluster = AsyncCluster(args.brokers, data_dir=data_dir, base_port=args.base_port,
@@ -122,7 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("broker", help="run one broker (Kafka's kafka-server-start)")
     p.add_argument("--config", help="server.properties file")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--log-dir", help="where state-change.log goes (default: the first log dir)")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=cmd_broker)
 

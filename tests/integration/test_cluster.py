@@ -264,3 +264,42 @@ def test_controlled_shutdown_request_needs_the_controller(tmp_path: Path) -> Non
         finally:
             await cluster.stop()
     run(body, 60)
+
+
+def test_every_broker_writes_a_parseable_state_change_log(tmp_path: Path) -> None:
+    from odradek.state_change import LINE_RE, PARTITION_RE
+
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            await create(cluster, "t", 2)
+            ctrl = cluster.controller_id()
+            victim = next(b for b in range(3) if b != ctrl)
+            await cluster.kill_broker(victim)
+            await cluster.wait_for(lambda: all(state(cluster, "t", p)["leader"] != victim
+                                               for p in range(2)), what="failover")
+        finally:
+            await cluster.stop()
+        for b in range(3):
+            lines = (tmp_path / f"broker-{b}" / "state-change.log").read_text().splitlines()
+            assert lines
+            for line in lines:
+                m = LINE_RE.match(line)
+                assert m, line
+                assert int(m["id"]) == b  # each broker's file holds only its own changes
+            received = [ln for ln in lines if "[Broker id=" in ln and "t-0" in ln]
+            assert any("from NonExistent to " in ln for ln in received), received
+        ctrl_lines = (tmp_path / f"broker-{ctrl}" / "state-change.log").read_text().splitlines()
+        changes = [LINE_RE.match(ln) for ln in ctrl_lines]
+        partition_changes = [m for m in changes if m and m["actor"] == "Controller"
+                             and "Changed partition t-" in m["message"]]
+        # NonExistent -> New -> Online at creation; Online -> Offline -> Online on failover.
+        seq = [m["message"].split(" state ")[1].split(" with")[0] for m in partition_changes
+               if PARTITION_RE.search(m["message"])["partition"] == "0"]
+        assert seq[:2] == ["from NonExistentPartition to NewPartition",
+                           "from NewPartition to OnlinePartition"], seq
+        t0_led_by_victim = any("from OnlinePartition to OfflinePartition" in s for s in seq)
+        if t0_led_by_victim:
+            assert seq[-1] == "from OfflinePartition to OnlinePartition", seq
+    run(body, 90)

@@ -31,9 +31,16 @@ from ..coordination.store import (
     SessionState,
     SetDataOp,
 )
+from ..state_change import StateChangeLogger, leadership_text
 from . import leader_selectors as sel
 from .channel import ControllerChannelManager, RequestBatch
-from .context import BrokerEndpoint, ControllerContext, LeaderAndIsr, TopicPartition
+from .context import (
+    BrokerEndpoint,
+    ControllerContext,
+    LeaderAndIsr,
+    PartitionAndReplica,
+    TopicPartition,
+)
 from .events import (
     BrokerChange,
     ControlledShutdown,
@@ -50,12 +57,15 @@ from .events import (
     TopicChange,
     TopicDeletion,
 )
+from .partition_states import IllegalStateTransition, PartitionState
+from .replica_states import ReplicaState
 
 if TYPE_CHECKING:
     from ..server.broker import Broker
 
 log = logging.getLogger("odradek.controller")
-state_change_log = logging.getLogger("state.change.logger")
+P = PartitionState
+R = ReplicaState
 
 
 class _ControllerMoved(Exception):
@@ -68,6 +78,7 @@ class KafkaController:
         self.broker_id = broker.broker_id
         self.config = broker.config
         self.ctx = ControllerContext()
+        self.sc = StateChangeLogger(broker.broker_id)
         self.events = ControllerEventManager(self._process,
                                              name=f"controller-event-thread-{self.broker_id}")
         self.channel: ControllerChannelManager | None = None
@@ -229,8 +240,7 @@ class KafkaController:
         await self._increment_controller_epoch()
         log.info("[Controller id=%d] Became the controller with epoch %d", self.broker_id,
                  self.ctx.epoch)
-        state_change_log.info("[Controller id=%d epoch=%d] Controller %d became active",
-                              self.broker_id, self.ctx.epoch, self.broker_id)
+        self.sc.controller(self.ctx.epoch, f"Controller {self.broker_id} became active")
         self.broker.metadata_cache.controller_id = self.broker_id
         put = self.events.put
         self._watches = [
@@ -243,6 +253,7 @@ class KafkaController:
         self.channel = ControllerChannelManager(
             self.broker_id, self.config["controller.socket.timeout.ms"])
         await self._load_context()
+        self._initialize_states(self.ctx.all_partitions())
         for b, ep in self.ctx.live_brokers.items():
             self.channel.add_broker(b, ep)
         batch = self._batch()
@@ -319,6 +330,8 @@ class KafkaController:
                         state[1].version, decoded.controller_epoch))
             elif p not in known:
                 new.add(tp)
+                self._move(tp, P.NewPartition)
+                self._move_replicas(tp, assignment.partitions[p], R.NewReplica)
         if topic not in self._topic_watches:
             self._topic_watches[topic] = await self.store.watch_data(
                 paths.topic_path(topic),
@@ -371,22 +384,52 @@ class KafkaController:
     def _batch(self) -> RequestBatch:
         return RequestBatch(self.broker_id, self.ctx.epoch, self.ctx)
 
-    def _log_change(self, tp: TopicPartition, before: str, after: str,
-                    leadership: LeaderAndIsr | None) -> None:
-        extra = "" if leadership is None else (
-            f" with leader={leadership.leader} leader_epoch={leadership.leader_epoch} "
-            f"isr={list(leadership.isr)}")
-        state_change_log.info("[Controller id=%d epoch=%d] Partition %s state changed from %s to "
-                              "%s%s", self.broker_id, self.ctx.epoch, tp, before, after, extra)
+    # -- the state machines (S-5.4): tables in partition_states / replica_states ------------------
+    def _initialize_states(self, partitions: Iterable[TopicPartition]) -> None:
+        """Kafka's initializePartitionState / initializeReplicaState at failover: states are
+        read off the stored leadership and the live brokers, not transitioned."""
+        ctx = self.ctx
+        for tp in partitions:
+            leadership = ctx.leader_and_isr(tp)
+            if leadership is None:
+                state = P.NewPartition
+            elif leadership.leader >= 0 and leadership.leader in ctx.live_brokers:
+                state = P.OnlinePartition
+            else:
+                state = P.OfflinePartition
+            ctx.partition_states.put(tp, state)
+            for r in ctx.partition_replica_assignment(tp):
+                ctx.replica_states.put(PartitionAndReplica(tp, r), R.OnlineReplica
+                                       if r in ctx.live_brokers else R.ReplicaDeletionIneligible
+                                       if ctx.is_topic_queued_up_for_deletion(tp.topic)
+                                       else R.OfflineReplica)
 
-    # -- partition state machine (S-5.4) ----------------------------------------------------------
-    def _partition_state(self, tp: TopicPartition) -> str:
-        leadership = self.ctx.leader_and_isr(tp)
-        if leadership is None:
-            return "NewPartition"
-        if leadership.leader >= 0 and leadership.leader in self.ctx.live_brokers:
-            return "OnlinePartition"
-        return "OfflinePartition"
+    def _move(self, tp: TopicPartition, target: PartitionState,
+              leadership: LeaderAndIsr | None = None) -> bool:
+        """One partition transition, checked against the table and logged."""
+        try:
+            change = self.ctx.partition_states.transition(tp, target)
+        except IllegalStateTransition as exc:
+            self.sc.controller(self.ctx.epoch, f"Invalid state change: {exc}", logging.ERROR)
+            return False
+        detail = "" if leadership is None else leadership_text(
+            leadership.leader, leadership.leader_epoch, leadership.isr)
+        self.sc.partition_change(self.ctx.epoch, tp, change.from_state, change.to_state, detail)
+        return True
+
+    def _move_replicas(self, tp: TopicPartition, replicas: Iterable[int],
+                       target: ReplicaState) -> None:
+        for r in replicas:
+            key = PartitionAndReplica(tp, r)
+            try:
+                change = self.ctx.replica_states.transition(key, target)
+            except IllegalStateTransition as exc:
+                self.sc.controller(self.ctx.epoch, f"Invalid state change: {exc}", logging.ERROR)
+                continue
+            self.sc.replica_change(self.ctx.epoch, r, tp, change.from_state, change.to_state)
+
+    def _partition_state(self, tp: TopicPartition) -> PartitionState:
+        return self.ctx.partition_states.state(tp)
 
     async def _trigger_online_partitions(self, only: Iterable[TopicPartition] | None = None
                                          ) -> None:
@@ -399,9 +442,9 @@ class KafkaController:
             if ctx.is_topic_queued_up_for_deletion(tp.topic):
                 continue
             state = self._partition_state(tp)
-            if state == "NewPartition":
+            if state is P.NewPartition:
                 await self._initialize_leadership(tp, batch)
-            elif state == "OfflinePartition":
+            elif state is P.OfflinePartition:
                 await self._elect_leader(tp, batch, "offline")
         if self.channel is not None:
             batch.send(self.channel)
@@ -410,19 +453,20 @@ class KafkaController:
         replicas = self.ctx.partition_replica_assignment(tp)
         result = sel.new_partition_leader(replicas, self.ctx.live_broker_ids)
         if result.leader is None:
-            state_change_log.error(
-                "[Controller id=%d epoch=%d] Encountered error during state change of partition "
-                "%s from NewPartition to OnlinePartition: no live replica among %s",
-                self.broker_id, self.ctx.epoch, tp, replicas)
+            self.sc.controller(self.ctx.epoch, (
+                f"Encountered error during state change of partition {tp} from NewPartition to "
+                f"OnlinePartition: no live replica among {replicas}"), logging.ERROR)
             return
         leadership = LeaderAndIsr.initial(result.leader, result.isr, self.ctx.epoch)
         stored = await self._write_state(tp, leadership, create=True)
-        if stored is None:  # someone created it: read what is there and treat it as offline
+        if stored is None:  # someone created it: read what is there and elect from it
             await self._refresh_leadership(tp)
-            if self._partition_state(tp) == "OfflinePartition":
-                await self._elect_leader(tp, batch, "offline")
+            self._move(tp, P.OfflinePartition)
+            await self._elect_leader(tp, batch, "offline")
             return
-        self._log_change(tp, "NewPartition", "OnlinePartition", stored)
+        self._move(tp, P.OnlinePartition, stored)
+        self._move_replicas(tp, [r for r in replicas if r in self.ctx.live_brokers],
+                            R.OnlineReplica)
         batch.add_leader_and_isr(result.recipients or result.isr, tp, stored, replicas,
                                  is_new=True)
 
@@ -448,24 +492,21 @@ class KafkaController:
                                                         shutting_down or set())
             new = sel.apply_election(current, result)
             if new is None:
-                before = self._partition_state(tp)
-                state_change_log.error(
-                    "[Controller id=%d epoch=%d] No leader could be elected for partition %s "
-                    "(%s election): assigned replicas %s, isr %s, live brokers %s; it stays %s",
-                    self.broker_id, ctx.epoch, tp, strategy, replicas, list(current.isr),
-                    sorted(live), "OfflinePartition" if before != "OnlinePartition" else before)
+                self.sc.controller(ctx.epoch, (
+                    f"No leader could be elected for partition {tp} ({strategy} election): "
+                    f"assigned replicas {replicas}, isr {list(current.isr)}, live brokers "
+                    f"{sorted(live)}; it stays {self._partition_state(tp)}"), logging.ERROR)
                 return False
             stored = await self._write_state(tp, new)
             if stored is None:
                 await self._refresh_leadership(tp)
                 continue
-            before = "OnlinePartition" if strategy != "offline" else "OfflinePartition"
             if result.unclean:
-                state_change_log.warning(
-                    "[Controller id=%d epoch=%d] Unclean leader election for partition %s: "
-                    "replica %d outside the ISR %s became leader; data may be lost",
-                    self.broker_id, ctx.epoch, tp, stored.leader, list(current.isr))
-            self._log_change(tp, before, "OnlinePartition", stored)
+                self.sc.controller(ctx.epoch, (
+                    f"Unclean leader election for partition {tp}: replica {stored.leader} "
+                    f"outside the ISR {list(current.isr)} became leader; data may be lost"),
+                    logging.WARNING)
+            self._move(tp, P.OnlinePartition, stored)
             batch.add_leader_and_isr([r for r in result.recipients if r in ctx.live_brokers],
                                      tp, stored, replicas)
             return True
@@ -489,10 +530,9 @@ class KafkaController:
             if stored is None:
                 await self._refresh_leadership(tp)
                 continue
-            state_change_log.info(
-                "[Controller id=%d epoch=%d] Replica %d of partition %s changed to OfflineReplica;"
-                " leader=%d isr=%s", self.broker_id, self.ctx.epoch, replica, tp, stored.leader,
-                list(stored.isr))
+            self.sc.controller(self.ctx.epoch, (
+                f"Removed replica {replica} from the ISR of partition {tp}: "
+                f"{leadership_text(stored.leader, stored.leader_epoch, stored.isr)}"))
             replicas = self.ctx.partition_replica_assignment(tp)
             batch.add_leader_and_isr([r for r in replicas if r in self.ctx.live_broker_ids
                                       and r != replica], tp, stored, replicas)
@@ -527,9 +567,7 @@ class KafkaController:
                 if leadership is not None and not ctx.is_topic_queued_up_for_deletion(tp.topic):
                     batch.add_leader_and_isr([b], tp, leadership,
                                              ctx.partition_replica_assignment(tp))
-                    state_change_log.info(
-                        "[Controller id=%d epoch=%d] Replica %d of partition %s changed to "
-                        "OnlineReplica", self.broker_id, ctx.epoch, b, tp)
+                    self._move_replicas(tp, [b], R.OnlineReplica)
         batch.send(self.channel)
         await self._trigger_online_partitions()
         self.events.put(TopicDeletion())  # deletions waiting for these brokers may resume
@@ -544,12 +582,14 @@ class KafkaController:
         for b in dead:
             self.channel.remove_broker(b)
         for tp in sorted(led):
-            self._log_change(tp, "OnlinePartition", "OfflinePartition", None)
+            if not ctx.is_topic_queued_up_for_deletion(tp.topic):
+                self._move(tp, P.OfflinePartition)
         await self._trigger_online_partitions(led)
         batch = self._batch()
         for tp in sorted(hosted):
             for b in dead:
                 if b in ctx.partition_replica_assignment(tp):
+                    self._move_replicas(tp, [b], R.OfflineReplica)
                     await self._remove_replica_from_isr(tp, b, batch)
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, hosted | led)
         batch.send(self.channel)
@@ -576,6 +616,7 @@ class KafkaController:
                 await self._elect_leader(tp, batch, "controlled_shutdown", {b})
             else:
                 batch.add_stop_replica([b], tp, delete=False)
+                self._move_replicas(tp, [b], R.OfflineReplica)
                 await self._remove_replica_from_isr(tp, b, batch)
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, ctx.partitions_on_broker(b))
         assert self.channel is not None
@@ -648,7 +689,10 @@ class KafkaController:
         partitions = sorted(ctx.partitions_for_topic(topic))
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, partitions)
         for tp in partitions:
-            self._log_change(tp, self._partition_state(tp), "OfflinePartition", None)
+            self._move(tp, P.OfflinePartition)
+            replicas = ctx.partition_replica_assignment(tp)
+            self._move_replicas(tp, replicas, R.OfflineReplica)
+            self._move_replicas(tp, replicas, R.ReplicaDeletionStarted)
             batch.add_stop_replica(ctx.partition_replica_assignment(tp), tp, delete=True,
                                    leader_epoch=-2)
         assert self.channel is not None
@@ -671,12 +715,19 @@ class KafkaController:
 
     async def _complete_topic_deletion(self, topic: str, ok: bool) -> None:
         ctx = self.ctx
+        partitions = sorted(ctx.partitions_for_topic(topic))
         if not ok:
             ctx.topics_with_deletion_started.discard(topic)
+            for tp in partitions:
+                self._move_replicas(tp, ctx.partition_replica_assignment(tp),
+                                    R.ReplicaDeletionIneligible)
             log.warning("Deletion of topic %s failed on some replica; it will be retried", topic)
             return
-        for tp in sorted(ctx.partitions_for_topic(topic)):
-            self._log_change(tp, "OfflinePartition", "NonExistentPartition", None)
+        for tp in partitions:
+            replicas = ctx.partition_replica_assignment(tp)
+            self._move_replicas(tp, replicas, R.ReplicaDeletionSuccessful)
+            self._move_replicas(tp, replicas, R.NonExistentReplica)
+            self._move(tp, P.NonExistentPartition)
         self._forget_topic(topic)
         ctx.topics_to_be_deleted.discard(topic)
         ctx.topics_with_deletion_started.discard(topic)

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .. import state_change
 from ..controller.controller import KafkaController
 from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
@@ -64,6 +65,7 @@ class Broker:
         self.socket_server = SocketServer(self.apis.handle, config["socket.request.max.bytes"],
                                           max_in_flight=min(config["queued.max.requests"], 64))
         self.bound_ports: list[int] = []
+        self._state_change_handler: logging.Handler | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 
@@ -117,6 +119,7 @@ class Broker:
         await paths.create_top_level_paths(self.store)
         cluster_id = await self._cluster_id()
         self.broker_id = self._check_meta_properties(log_dirs, cluster_id)
+        self._state_change_handler = state_change.attach_file(self.broker_id, log_dirs[0])
         self.metadata_cache.cluster_id = cluster_id
         self.log_manager = LogManager(
             log_dirs, self.default_log_config,
@@ -307,6 +310,9 @@ class Broker:
         self.started = False
 
     async def _close_store(self) -> None:
+        if self._state_change_handler is not None:
+            state_change.detach(self._state_change_handler)
+            self._state_change_handler = None
         if self.store is not None:
             await self.store.close()
             self.store = None

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from ...controller.context import TopicPartition
 from ...controller.events import ControlledShutdown, ControllerMovedError
 from ...protocol import interbroker as ib
+from ...state_change import StateChangeLogger, leadership_text
 from ..metadata_cache import BrokerInfo, PartitionInfo
 from ..network import CloseConnection, Connection
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from ..broker import Broker
 
 log = logging.getLogger("odradek.apis.interbroker")
-state_change_log = logging.getLogger("state.change.logger")
 
 _H = struct.Struct(">h")
 LEADER_DURING_DELETE = -2
@@ -81,10 +81,10 @@ async def _leader_and_isr(broker: Broker, key: int, version: int, cid: int, req:
 
 def _stale(broker: Broker, controller_id: int, epoch: int, what: str) -> bool:
     if epoch < broker.controller_epoch_seen:
-        state_change_log.warning(
-            "[Broker id=%d] Ignoring %s request from controller %d with epoch %d since its "
-            "epoch is older than the current controller epoch %d", broker.broker_id, what,
-            controller_id, epoch, broker.controller_epoch_seen)
+        StateChangeLogger(broker.broker_id).broker(epoch, (
+            f"Ignoring {what} request from controller {controller_id} with epoch {epoch} since "
+            f"its epoch is older than the current controller epoch "
+            f"{broker.controller_epoch_seen}"), logging.WARNING)
         return True
     broker.controller_epoch_seen = epoch
     return False
@@ -98,16 +98,24 @@ def leader_and_isr(broker: Broker, req: Any, correlation_id: int, version: int =
     topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
     live_leaders = {ll.broker_id: (ll.host_name, ll.port) for ll in req.live_leaders}
     rm = broker.replica_manager
+    sc = StateChangeLogger(broker.broker_id)
     for s in states:
         tp = TopicPartition(s.topic_name, s.partition_index)
+        before = _role(broker, tp)
         code = rm.become_leader_or_follower(
             tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas), s.partition_epoch,
             live_leaders.get(s.leader))
-        state_change_log.info(
-            "[Broker id=%d] Handled LeaderAndIsr request correlationId %d from controller %d "
-            "epoch %d for partition %s (leader=%d leader_epoch=%d isr=%s): %s",
-            broker.broker_id, correlation_id, req.controller_id, req.controller_epoch, tp,
-            s.leader, s.leader_epoch, list(s.isr), code.name.upper())
+        origin = (f"(LeaderAndIsr correlationId {correlation_id} from controller "
+                  f"{req.controller_id})")
+        if code == ErrorCode.none:
+            sc.partition_change(req.controller_epoch, tp, before, _role(broker, tp),
+                                f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}",
+                                actor="Broker")
+        else:
+            sc.broker(req.controller_epoch, (
+                f"Ignored the state of partition {tp} with "
+                f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}: "
+                f"{code.name.upper()}"), logging.WARNING)
         errors.append(ib.LeaderAndIsrPartitionError(topic_name=tp.topic,
                                                     partition_index=tp.partition,
                                                     error_code=int(code)))
@@ -123,16 +131,25 @@ def leader_and_isr(broker: Broker, req: Any, correlation_id: int, version: int =
                      for t, es in by_topic.items()))
 
 
+def _role(broker: Broker, tp: TopicPartition) -> str:
+    p = broker.replica_manager.partitions.get(tp)
+    if p is None:
+        return "NonExistent"
+    return "Leader" if p.is_leader else "Follower"
+
+
 def stop_replica(broker: Broker, req: Any) -> Any:
     if _stale(broker, req.controller_id, req.controller_epoch, "StopReplica"):
         return ib.StopReplicaResponse(error_code=ErrorCode.stale_controller_epoch)
     errors = []
     for topic, index, epoch, delete in _stop_replica_partitions(req):
         tp = TopicPartition(topic, index)
+        before = _role(broker, tp)
         code = broker.replica_manager.stop_replica_request(tp, epoch, delete)
-        state_change_log.info("[Broker id=%d] Handled StopReplica for partition %s "
-                              "(delete=%s, leader_epoch=%d): %s", broker.broker_id, tp,
-                              delete, epoch, code.name.upper())
+        StateChangeLogger(broker.broker_id).partition_change(
+            req.controller_epoch, tp, before, "Deleted" if delete else "Stopped",
+            f"StopReplica (delete={str(delete).lower()}) from controller {req.controller_id}: "
+            f"{code.name.upper()}", actor="Broker")
         if delete and code == ErrorCode.none:
             broker.metadata_cache.remove_partition(topic, index)
             if broker.metadata_cache.topic(topic) is None:
