@@ -3,7 +3,8 @@
 One line each, in one parseable shape shared by controllers and brokers:
 
     [2026-11-21 23:38:44,309] INFO [Controller id=0 epoch=1] Changed partition t-0 state from
-        NewPartition to OnlinePartition with leader=0 leader_epoch=0 isr=[0,1,2] (state.change.logger)
+        NewPartition to OnlinePartition with leader=0 leader_epoch=0 isr=[0,1,2]
+        (state.change.logger)
     [2026-11-21 23:38:44,325] INFO [Broker id=2 epoch=1] Changed partition t-0 state from
         Follower to Leader with leader=2 leader_epoch=1 isr=[2,0] (LeaderAndIsr correlationId 6
         from controller 0) (state.change.logger)

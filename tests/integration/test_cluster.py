@@ -148,7 +148,7 @@ def test_controlled_shutdown_moves_leadership_before_exit(tmp_path: Path) -> Non
         await cluster.start()
         try:
             await create(cluster, "t", 6)
-            victim = [b for b in range(3) if b != cluster.controller_id()][0]
+            victim = next(b for b in range(3) if b != cluster.controller_id())
             led = [p for p in range(6) if state(cluster, "t", p)["leader"] == victim]
             assert led
             await cluster.stop_broker(victim)
