@@ -166,7 +166,7 @@ def _array_reader(item: Reader, flexible: bool) -> Reader:
     def read(buf: Any, start: int) -> tuple[Any, int]:
         count, off = length_reader(buf, start)
         off += start
-        if count < 0:
+        if count is None or count < 0:  # kio's length readers return None for a null array
             return None, off - start
         out = []
         for _ in range(count):
@@ -178,9 +178,144 @@ def _array_reader(item: Reader, flexible: bool) -> Reader:
     return read
 
 
+# kio's native reader allocates an array by its declared element count before reading any
+# element: a 13-byte request declaring 2**32 - 2 topics aborts the process (Rust OOM, not an
+# exception). `_bounds_checker` walks the message first and rejects, as Kafka's generated readers
+# do, an array whose count exceeds the bytes remaining, and any length running past the end.
+_FIXED_SIZE = {
+    "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4,
+    "uint64": 8, "float64": 8, "bool": 1, "error_code": 2, "timedelta_i32": 4,
+    "timedelta_i64": 8, "datetime_i64": 8, "uuid": 16,
+}
+_H = struct.Struct(">h")
+# A checker takes (buffer, offset, end) and returns the offset just past the value.
+Checker = Callable[[Any, int, int], int]
+# Steps of an entity's checker: (_FIXED, size, None) | (_SIZED, None, legacy length struct or
+# None when compact) | (_CALL, checker, None) | (_ARRAY, item size or item checker, legacy count
+# struct or None when compact).
+_FIXED, _SIZED, _CALL, _ARRAY = range(4)
+
+
+def _length(buf: Any, off: int, end: int, legacy: struct.Struct | None) -> tuple[int, int]:
+    """A length or count at `off`, -1 for null, and the offset after it."""
+    if legacy is None:
+        b = buf[off] if off < end else 0x80
+        if b < 0x80:
+            return b - 1, off + 1
+        n, size = read_unsigned_varint(buf, off)
+        if off + size > end:
+            raise MalformedRequest("length field truncated")
+        return n - 1, off + size
+    if off + legacy.size > end:
+        raise MalformedRequest("length field truncated")
+    return legacy.unpack_from(buf, off)[0], off + legacy.size
+
+
+@cache
+def _bounds_checker(entity_type: type, nullable: bool = False) -> Checker:
+    flexible = entity_type.__flexible__
+    is_header = entity_type.__name__ == "RequestHeader"
+    steps: list[tuple[int, Any, Any]] = []
+    tagged: dict[int, Checker] = {}
+    for f in fields(entity_type):
+        tag = get_field_tag(f)
+        cls = classify_field(f)
+        kind = f.metadata.get("kafka_type")
+        step: tuple[int, Any, Any]
+        if is_header and f.name == "client_id":
+            step = (_SIZED, None, _H)  # a legacy nullable string even in flexible headers
+        elif isinstance(cls, EntityField | EntityTupleField):
+            opt = tag is None and is_optional(f) and isinstance(cls, EntityField)
+            step = (_CALL, _bounds_checker(cls.type_, opt), None)
+        elif kind in _FIXED_SIZE:
+            step = (_FIXED, _FIXED_SIZE[kind], None)
+        elif kind in ("string", "bytes", "records"):
+            step = (_SIZED, None, None if flexible else _H if kind == "string" else _I)
+        else:
+            raise MalformedRequest(f"no checker for field type {kind}")
+        if isinstance(cls, EntityTupleField | PrimitiveTupleField):
+            item = _steps_checker([step], False) if step[0] == _SIZED else step[1]
+            step = (_ARRAY, item, None if flexible else _I)
+        if tag is not None:
+            tagged[int(tag)] = _steps_checker([step], False)
+        elif step[0] == _FIXED and steps and steps[-1][0] == _FIXED:
+            steps[-1] = (_FIXED, steps[-1][1] + step[1], None)
+        else:
+            steps.append(step)
+    if not flexible:
+        return _steps_checker(steps, nullable)
+    check_plain = _steps_checker(steps, False)
+
+    def check(buf: Any, off: int, end: int) -> int:
+        if nullable:
+            off = _null_marker(buf, off, end)
+            if off < 0:
+                return -off
+        off = check_plain(buf, off, end)
+        count, off = _length(buf, off, end, None)  # tag count + 1, like a compact length
+        for _ in range(count + 1):
+            tag, n = read_unsigned_varint(buf, off)
+            size, m = read_unsigned_varint(buf, off + n)
+            off += n + m
+            if off + size > end:
+                raise MalformedRequest(f"tagged field {tag} of {size} bytes runs past the end")
+            if tag in tagged:
+                tagged[tag](buf, off, off + size)
+            off += size
+        return off
+
+    return check
+
+
+def _null_marker(buf: Any, off: int, end: int) -> int:
+    """Skip the int8 marker of a nullable struct: the offset after it, negated when null."""
+    if off >= end:
+        raise MalformedRequest("nullable struct marker truncated")
+    return -(off + 1) if buf[off] >= 0x80 else off + 1  # a negative int8 is null
+
+
+def _steps_checker(steps: list[tuple[int, Any, Any]], nullable: bool) -> Checker:
+    def check(buf: Any, off: int, end: int) -> int:
+        if nullable:
+            off = _null_marker(buf, off, end)
+            if off < 0:
+                return -off
+        for op, item, legacy in steps:
+            if op == _FIXED:
+                off += item
+                if off > end:
+                    raise MalformedRequest("message truncated")
+            elif op == _SIZED:
+                n, off = _length(buf, off, end, legacy)
+                if n > 0:
+                    off += n
+                    if off > end:
+                        raise MalformedRequest(f"string or bytes of length {n} runs past the end")
+                elif n < -1:
+                    raise MalformedRequest(f"negative length {n}")
+            elif op == _CALL:
+                off = item(buf, off, end)
+            else:
+                count, off = _length(buf, off, end, legacy)
+                if count < -1 or count > end - off:
+                    raise MalformedRequest(
+                        f"array of {count} elements with {end - off} bytes remaining")
+                if isinstance(item, int):
+                    off += item * max(count, 0)
+                    if off > end:
+                        raise MalformedRequest("array truncated")
+                else:
+                    for _ in range(count):
+                        off = item(buf, off, end)
+        return off
+
+    return check
+
+
 def read_entity(entity_type: type, buf: bytes | memoryview, off: int) -> tuple[Any, int]:
     """Read one kio entity at `off`: (entity, bytes consumed). Falls back to the tag-skipping
     Python reader on unknown tags."""
+    _bounds_checker(entity_type)(buf, off, len(buf))
     try:
         return entity_reader(entity_type)(buf, off)
     except KeyError as exc:  # kio: 'Unknown tagged field tag'
@@ -262,3 +397,41 @@ def decode_response(response_cls: type, payload: bytes | memoryview) -> tuple[in
     header, off = read_entity(response_cls.__header_schema__, payload, 0)
     body, _ = read_entity(response_cls, payload, off)
     return header.correlation_id, body
+
+
+# ---------------------------------------------------------------------------------------------
+# Building responses across versions: kio has one set of classes per version, each with only the
+# fields of that version. `make` keeps the keyword arguments the class has and converts plain
+# milliseconds to the timedelta kio expects, so one handler serves every version.
+# ---------------------------------------------------------------------------------------------
+
+
+@cache
+def _field_kinds(cls: type) -> dict[str, str]:
+    return {f.name: f.metadata.get("kafka_type", "") for f in fields(cls)}
+
+
+def make(cls: type, **kwargs: Any) -> Any:
+    import datetime
+
+    kinds = _field_kinds(cls)
+    out: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        kind = kinds.get(name)
+        if kind is None:
+            continue
+        if kind.startswith("timedelta") and isinstance(value, int):
+            value = datetime.timedelta(milliseconds=value)
+        out[name] = value
+    return cls(**out)
+
+
+def has_field(cls: type, name: str) -> bool:
+    return name in _field_kinds(cls)
+
+
+@cache
+def response_module(request_cls: type) -> Any:
+    import sys
+
+    return sys.modules[response_class(request_cls).__module__]

@@ -195,7 +195,9 @@ def iter_headers(buf: bytes | bytearray | memoryview, position: int = 0) -> Iter
         position += header.size
 
 
-def assign_offsets(buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int) -> None:
+def assign_offsets(
+    buf: bytearray, header: BatchHeader, base_offset: int, leader_epoch: int
+) -> None:
     """Patch base offset and partition leader epoch in place (outside the CRC: no recompute)."""
     _Q.pack_into(buf, header.position, base_offset)
     _I.pack_into(buf, header.position + 12, leader_epoch)

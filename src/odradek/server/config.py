@@ -29,7 +29,19 @@ def _bool(v: str) -> bool:
 
 
 def _int(v: str) -> int:
-    return int(v.strip())
+    """Kafka's LONG."""
+    n = int(v.strip())
+    if not -(2**63) <= n <= LONG_MAX:
+        raise ValueError("not a number of type LONG")
+    return n
+
+
+def _int32(v: str) -> int:
+    """Kafka's INT (the topic configs these default carry the same type)."""
+    n = int(v.strip())
+    if not -(2**31) <= n <= 2**31 - 1:
+        raise ValueError("not a number of type INT")
+    return n
 
 
 def _str(v: str) -> str:
@@ -72,7 +84,7 @@ DEFS: dict[str, Def] = {
     "auto.create.topics.enable": Def(_bool, True),
     "delete.topic.enable": Def(_bool, True),
     "broker.rack": Def(_str, None),
-    "log.segment.bytes": Def(_int, 1073741824, _at_least(14), ">= 14"),
+    "log.segment.bytes": Def(_int32, 1073741824, _at_least(14), ">= 14"),
     "log.roll.ms": Def(_int, None, _at_least(1), ">= 1"),
     "log.roll.hours": Def(_int, 168, _at_least(1), ">= 1"),
     "log.retention.ms": Def(_int, None, _at_least(-1), ">= -1"),
@@ -86,23 +98,26 @@ DEFS: dict[str, Def] = {
     "log.flush.scheduler.interval.ms": Def(_int, LONG_MAX, _at_least(0), ">= 0"),
     "log.flush.offset.checkpoint.interval.ms": Def(_int, 60000, _at_least(0), ">= 0"),
     "log.flush.start.offset.checkpoint.interval.ms": Def(_int, 60000, _at_least(0), ">= 0"),
-    "log.index.interval.bytes": Def(_int, 4096, _at_least(0), ">= 0"),
-    "log.index.size.max.bytes": Def(_int, 10485760, _at_least(4), ">= 4"),
+    "log.index.interval.bytes": Def(_int32, 4096, _at_least(0), ">= 0"),
+    "log.index.size.max.bytes": Def(_int32, 10485760, _at_least(4), ">= 4"),
     "log.message.timestamp.type": Def(_str, "CreateTime", _one_of("CreateTime", "LogAppendTime"),
                                       "CreateTime or LogAppendTime"),
-    "log.cleanup.policy": Def(_str, "delete"),
+    "log.cleanup.policy": Def(_str, "delete",
+                              lambda v: all(x in ("compact", "delete") for x in _list(v)),
+                              "a list of compact and delete"),
     "log.cleaner.enable": Def(_bool, True),
     "log.cleaner.delete.retention.ms": Def(_int, 86400000, _at_least(0), ">= 0"),
-    "log.cleaner.min.cleanable.ratio": Def(float, 0.5),
+    "log.cleaner.min.cleanable.ratio": Def(float, 0.5, lambda v: 0 <= v <= 1,
+                                           "between 0 and 1"),
     "compression.type": Def(_str, "producer",
                             _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
                             "producer, uncompressed, gzip, snappy, lz4 or zstd"),
-    "message.max.bytes": Def(_int, 1048588, _at_least(0), ">= 0"),
+    "message.max.bytes": Def(_int32, 1048588, _at_least(0), ">= 0"),
     "socket.request.max.bytes": Def(_int, 104857600, _at_least(1), ">= 1"),
     "queued.max.requests": Def(_int, 500, _at_least(1), ">= 1"),
     "max.connections": Def(_int, 2**31 - 1, _at_least(0), ">= 0"),
     "fetch.max.bytes": Def(_int, 57671680, _at_least(1024), ">= 1024"),
-    "min.insync.replicas": Def(_int, 1, _at_least(1), ">= 1"),
+    "min.insync.replicas": Def(_int32, 1, _at_least(1), ">= 1"),
     "unclean.leader.election.enable": Def(_bool, False),
     "replica.lag.time.max.ms": Def(_int, 10000, _at_least(1), ">= 1"),
     "replica.fetch.max.bytes": Def(_int, 1048576, _at_least(0), ">= 0"),
@@ -147,8 +162,9 @@ IGNORED = {
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     "background.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
     "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.preallocate",
-    "inter.broker.protocol.version", "log.message.format.version", "group.coordinator.rebalance.protocols",
-    "listener.security.protocol.map", "inter.broker.listener.name", "security.inter.broker.protocol",
+    "inter.broker.protocol.version", "log.message.format.version",
+    "group.coordinator.rebalance.protocols", "listener.security.protocol.map",
+    "inter.broker.listener.name", "security.inter.broker.protocol",
     "zookeeper.set.acl", "metric.reporters", "metrics.num.samples", "connections.max.idle.ms",
     "confluent.support.metrics.enable", "log.cleaner.io.max.bytes.per.second",
 }
@@ -189,12 +205,18 @@ def parse_properties(text: str) -> dict[str, str]:
         if line.endswith("\\"):
             pending = line[:-1]
             continue
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if not m:
-            props[line] = ""
-            continue
-        props[m.group(1)] = m.group(2)
+        _put(props, line)
+    if pending:  # a continuation at the end of the file: Java keeps the line
+        _put(props, pending)
     return props
+
+
+def _put(props: dict[str, str], line: str) -> None:
+    m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+    if not m:
+        props[line] = ""
+    else:
+        props[m.group(1)] = m.group(2)
 
 
 @dataclass
@@ -226,7 +248,8 @@ class KafkaConfig:
             try:
                 value = d.parse(text)
             except ValueError as exc:
-                raise ConfigError(f"Invalid value {text!r} for configuration {key}: {exc}") from None
+                raise ConfigError(
+                    f"Invalid value {text!r} for configuration {key}: {exc}") from None
             if not d.check(value):
                 raise ConfigError(
                     f"Invalid value {text!r} for configuration {key}: must be {d.why or 'valid'}"
@@ -277,11 +300,12 @@ class KafkaConfig:
     def retention_ms(self) -> int:
         v = self.values
         if v["log.retention.ms"] is not None:
-            return int(v["log.retention.ms"])
-        if v["log.retention.minutes"] is not None:
-            return int(v["log.retention.minutes"]) * 60_000
-        hours = int(v["log.retention.hours"])
-        return -1 if hours < 0 else hours * 3_600_000
+            millis = int(v["log.retention.ms"])
+        elif v["log.retention.minutes"] is not None:
+            millis = int(v["log.retention.minutes"]) * 60_000
+        else:
+            millis = int(v["log.retention.hours"]) * 3_600_000
+        return -1 if millis < 0 else millis  # any negative setting means unlimited (Kafka)
 
     @property
     def roll_ms(self) -> int:
