@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Run every benchmark in bench/ and rewrite docs/performance.md.
+#
+#   bench/run_all.sh                      # the full run (about 5 minutes on 2 cores)
+#   bench/run_all.sh --quick              # arguments go to bench_broker.py (smoke test)
+#   TIMER_OPS=100000 bench/run_all.sh     # fewer operations for bench_timer.py (default 1M)
+#   BENCH_REV=HEAD bench/run_all.sh       # benchmark a commit's src/, not the working tree
+#
+# docs/performance.md is regenerated from the benchmarks' markdown, except the hand-written part
+# between the "notes:begin" and "notes:end" markers, which is carried over from the current file.
+# Progress goes to stderr; a failing benchmark stops the script and leaves the file untouched.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+OUT=docs/performance.md
+TIMER_OPS=${TIMER_OPS:-1000000}
+PY=${PYTHON:-python}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/odradek-run-all-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+start=$(date +%s)
+
+# BENCH_REV=<commit>: benchmark that commit's src/ (exported to the temp dir and put first on
+# PYTHONPATH, which the broker subprocesses inherit) instead of the working tree.
+if [ -n "${BENCH_REV:-}" ]; then
+    rev=$(git rev-parse --short "$BENCH_REV")
+    mkdir "$tmp/rev"
+    git archive "$rev" src | tar -x -C "$tmp/rev"
+    export PYTHONPATH="$tmp/rev/src${PYTHONPATH:+:$PYTHONPATH}"
+    export ODRADEK_BENCH_REV="$rev"
+    echo "[run_all] benchmarking src/ of commit $rev" >&2
+fi
+
+echo "[run_all] 1/2 bench/bench_broker.py $*" >&2
+timeout 3600 "$PY" bench/bench_broker.py --output "$tmp/broker.md" "$@"
+
+echo "[run_all] 2/2 bench/bench_timer.py --ops $TIMER_OPS" >&2
+timeout 1800 "$PY" bench/bench_timer.py --ops "$TIMER_OPS" >"$tmp/timer.md"
+
+elapsed=$(( $(date +%s) - start ))
+mkdir -p "$(dirname "$OUT")"
+"$PY" - "$OUT" "$tmp/broker.md" "$tmp/timer.md" "$elapsed" "$TIMER_OPS" "$*" <<'PYEOF'
+import re
+import sys
+from pathlib import Path
+
+out, broker_md, timer_md, elapsed, timer_ops, args = sys.argv[1:7]
+broker = Path(broker_md).read_text().strip()
+timer = Path(timer_md).read_text().strip()
+old = Path(out).read_text() if Path(out).exists() else ""
+
+m = re.search(r"<!-- notes:begin -->.*?<!-- notes:end -->", old, re.S)
+notes = m.group(0) if m else (
+    "<!-- notes:begin -->\n## Reading the numbers\n\n_Hand-written commentary goes here; "
+    "bench/run_all.sh keeps this block when it regenerates the file._\n<!-- notes:end -->")
+
+summary, sep, rest = broker.partition("\n## Machine")
+if not sep:
+    summary, rest = "", broker
+else:
+    rest = "## Machine" + rest
+
+command = "bench/run_all.sh" + (f" {args}" if args else "")
+intro = (
+    "Single-broker figures for odradek on this project's machine kind, beside the published "
+    "anchors (Kreps 2014, 100-byte records) and this machine's own physical limits. Everything "
+    "outside the \"Reading the numbers\" section is generated: "
+    f"`{command}` ran every benchmark in bench/ and rewrote this file in "
+    f"{int(elapsed) // 60} min {int(elapsed) % 60} s. See bench/README.md for what each "
+    "benchmark does and how to run one alone.")
+doc = f"""# Performance
+
+{intro}
+
+{summary.strip()}
+
+{notes}
+
+{rest.strip()}
+
+## Delayed operations: timing wheel vs asyncio timers (bench/bench_timer.py)
+
+`python bench/bench_timer.py --ops {timer_ops}`: the purgatory's hierarchical timing wheel against
+asyncio's heap of timer handles, for the broker's workload of delayed operations that mostly
+complete early (see the script's docstring).
+
+{timer}
+"""
+Path(out).write_text(doc)
+PYEOF
+echo "[run_all] wrote $OUT in ${elapsed} s" >&2
