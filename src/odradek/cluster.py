@@ -16,6 +16,7 @@ import asyncio
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -181,7 +182,7 @@ class Cluster:
         return self.c.zookeeper
 
     def controller_id(self) -> int:
-        return self.run(_value(self.c.controller_id))
+        return self.c.controller_id()  # plain reads: safe from any thread
 
     def live_brokers(self) -> list[int]:
         return self.c.live_brokers()
@@ -200,8 +201,9 @@ class Cluster:
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0,
                  what: str = "condition") -> None:
-        self.run(self.c.wait_for(predicate, timeout, what), timeout + 5)
-
-
-async def _value(fn: Callable[[], T]) -> T:
-    return fn()
+        """Poll `predicate` in the caller's thread (it may use this object's methods)."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(0.01)

@@ -1,0 +1,49 @@
+"""pytest plugin (registered as `odradek` through the pytest11 entry point).
+
+    def test_my_pipeline(odradek_cluster):            # 3 brokers, fresh for the test
+        producer = Producer({"bootstrap.servers": odradek_cluster.bootstrap_servers})
+
+    @pytest.mark.odradek_cluster(brokers=1, overrides={"num.partitions": "4"})
+    def test_small(odradek_cluster): ...
+
+`odradek_cluster_factory(brokers=..., **kwargs)` starts more clusters inside one test; all are
+stopped at teardown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .cluster import Cluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "odradek_cluster(brokers=3, **kwargs): options of the odradek_cluster fixture")
+
+
+@pytest.fixture
+def odradek_cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    started: list[Cluster] = []
+
+    def make(brokers: int = 3, **kwargs: Any) -> Cluster:
+        kwargs.setdefault("data_dir", tmp_path / f"odradek-cluster-{len(started)}")
+        cluster = Cluster(brokers, **kwargs).start()
+        started.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in reversed(started):
+        cluster.stop()
+
+
+@pytest.fixture
+def odradek_cluster(request: pytest.FixtureRequest,
+                    odradek_cluster_factory: Callable[..., Cluster]) -> Cluster:
+    marker = request.node.get_closest_marker("odradek_cluster")
+    kwargs = dict(marker.kwargs) if marker else {}
+    return odradek_cluster_factory(**kwargs)
