@@ -32,17 +32,31 @@ class FrameDecoder:
         return len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Add received bytes; return every frame now complete. Raises FrameError."""
+        """Add received bytes; return every frame now complete. Raises FrameError.
+
+        Each frame's payload is copied once: straight out of `data` when nothing is buffered
+        (the common case of whole requests per read), else out of the reassembly buffer."""
+        frames: list[bytes] = []
+        if not self._buf:
+            with memoryview(data) as view:
+                pos = self._split(view, 0, len(view), frames)
+                if pos < len(view):
+                    self._buf += view[pos:]
+            return frames
         buf = self._buf
         buf += data
-        frames: list[bytes] = []
-        pos = 0
-        end = len(buf)
+        with memoryview(buf) as view:
+            pos = self._split(view, 0, len(buf), frames)
+        if pos:
+            del buf[:pos]
+        return frames
+
+    def _split(self, view: memoryview, pos: int, end: int, frames: list[bytes]) -> int:
         while True:
             if self._need < 0:
                 if end - pos < 4:
-                    break
-                (size,) = _SIZE.unpack_from(buf, pos)
+                    return pos
+                (size,) = _SIZE.unpack_from(view, pos)
                 if size < MIN_REQUEST_SIZE:
                     raise FrameError(f"invalid frame size {size}")
                 if size > self._max_size:
@@ -53,13 +67,10 @@ class FrameDecoder:
                 self._need = size
                 pos += 4
             if end - pos < self._need:
-                break
-            frames.append(bytes(buf[pos:pos + self._need]))
+                return pos
+            frames.append(view[pos:pos + self._need].tobytes())
             pos += self._need
             self._need = -1
-        if pos:
-            del buf[:pos]
-        return frames
 
 
 def frame(payload: bytes | bytearray) -> bytes:

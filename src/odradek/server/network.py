@@ -63,6 +63,7 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._read_paused = False
         self._closed = False
+        self._dispatching = False
         self.attributes: dict[str, Any] = {}  # per-connection state for handlers
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -80,10 +81,16 @@ class Connection(asyncio.Protocol):
             log.warning("Closing connection from %s: %s", self.peer, exc)
             self.close()
             return
-        for payload in frames:
-            if self._closed:
-                return
-            self._dispatch(payload)
+        # Responses ready during this read leave in one write (one send syscall).
+        self._dispatching = True
+        try:
+            for payload in frames:
+                if self._closed:
+                    return
+                self._dispatch(payload)
+        finally:
+            self._dispatching = False
+        self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -141,28 +148,36 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     def _flush(self) -> None:
+        if self._dispatching:
+            return
         transport = self.transport
+        out: list[bytes | bytearray | memoryview] = []
         while self._slots and self._slots[0].done and not self._sending and not self._closed:
             value = self._slots.popleft().value
             if value is None:
                 continue
             if isinstance(value, bytes | bytearray):
-                transport.write(value)  # type: ignore[union-attr]
+                out.append(value)
                 continue
             parts = list(value)
             while parts:
                 part = parts[0]
                 if isinstance(part, bytes | bytearray | memoryview):
-                    transport.write(part)  # type: ignore[union-attr]
+                    out.append(part)
                 elif part.size < SENDFILE_THRESHOLD:
-                    transport.write(os.pread(part.file.fileno(), part.size, part.position))  # type: ignore[union-attr]
+                    out.append(os.pread(part.file.fileno(), part.size, part.position))
                 else:
                     self._sending = True
+                    if out:
+                        transport.write(b"".join(out))  # type: ignore[union-attr]
+                        out = []
                     task = asyncio.ensure_future(self._send_regions(parts))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                     break
                 parts.pop(0)
+        if out and not self._closed:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))  # type: ignore[union-attr]
         self._update_reading()
 
     async def _send_regions(self, parts: list[Part]) -> None:
