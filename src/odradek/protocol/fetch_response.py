@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .primitives import uvarint
+
 _h = struct.Struct(">h")
 _i = struct.Struct(">i")
 _q = struct.Struct(">q")
@@ -20,15 +22,6 @@ _PART_V4 = struct.Struct(">ihqq")  # partition, error, high watermark, last stab
 MIN_VERSION = 4
 MAX_VERSION = 12
 FLEXIBLE_FROM = 12
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @dataclass(slots=True)
@@ -59,11 +52,11 @@ def encode_fetch_response(
     total = 0
 
     def arr_len(n: int) -> bytes:
-        return _uvarint(n + 1) if flexible else _i.pack(n)
+        return uvarint(n + 1) if flexible else _i.pack(n)
 
     def string(s: str) -> bytes:
         b = s.encode()
-        return (_uvarint(len(b) + 1) if flexible else _h.pack(len(b))) + b
+        return (uvarint(len(b) + 1) if flexible else _h.pack(len(b))) + b
 
     # Response header: correlation id (+ empty tagged fields for header v1).
     cur += _i.pack(correlation_id)
@@ -92,7 +85,7 @@ def encode_fetch_response(
             if version >= 11:
                 cur += _i.pack(p.preferred_read_replica)
             size = p.records_size
-            cur += _uvarint(size + 1) if flexible else _i.pack(size)
+            cur += uvarint(size + 1) if flexible else _i.pack(size)
             if size:
                 total += len(cur)
                 parts.append(bytes(cur))
@@ -103,7 +96,7 @@ def encode_fetch_response(
             if flexible:
                 if p.diverging_epoch is not None:
                     body = _i.pack(p.diverging_epoch[0]) + _q.pack(p.diverging_epoch[1]) + b"\x00"
-                    cur += b"\x01" + _uvarint(0) + _uvarint(len(body)) + body
+                    cur += b"\x01" + uvarint(0) + uvarint(len(body)) + body
                 else:
                     cur += b"\x00"
         if flexible:

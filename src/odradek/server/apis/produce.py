@@ -7,13 +7,12 @@ ISR has the data (DelayedProduce). Any other acks value is INVALID_REQUIRED_ACKS
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ...protocol.codec import encode_response, make, response_module
+from ...protocol.produce_response import PartitionResult, encode_produce_response
 from ..network import CloseConnection, Connection, Response
 from ..replica_manager import ProduceResult
 
@@ -54,17 +53,10 @@ async def _await_and_respond(header: Any, request: Any, outcome: Awaitable[Any])
 
 def _respond(header: Any, request: Any,
              results: dict[tuple[str, int], ProduceResult]) -> bytes:
-    mod = response_module(type(request))
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[PartitionResult]] = {}
     for (topic, index), r in results.items():
-        append_time = (datetime.datetime.fromtimestamp(r.log_append_time / 1000, datetime.UTC)
-                       if r.log_append_time >= 0 else None)
-        by_topic.setdefault(topic, []).append(make(
-            mod.PartitionProduceResponse, index=index, error_code=r.error,
-            base_offset=r.base_offset, log_append_time=append_time,
-            log_start_offset=r.log_start_offset, record_errors=(),
-            error_message=r.message if r.error != ErrorCode.none else None))
-    responses = tuple(make(mod.TopicProduceResponse, name=t, partition_responses=tuple(ps))
-                      for t, ps in by_topic.items())
-    return encode_response(type(request), header.correlation_id,
-                           make(mod.ProduceResponse, responses=responses, throttle_time=0))
+        by_topic.setdefault(topic, []).append((
+            index, int(r.error), r.base_offset, r.log_append_time, r.log_start_offset,
+            r.message if r.error != ErrorCode.none else None))
+    return encode_produce_response(header.request_api_version, header.correlation_id,
+                                   list(by_topic.items()))
