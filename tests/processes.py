@@ -2,13 +2,15 @@
 
 `BrokerProcess` runs `odradek broker --override ...` as a subprocess, waits for its
 `odradek broker <id> ready; bootstrap.servers=HOST:PORT` line (with a timeout), keeps its stderr
-in a file that failure messages quote, and is always cleaned up (SIGTERM, then SIGKILL).
-`stop()` is a clean shutdown (SIGTERM, exit status 0 expected); `kill()` is SIGKILL;
-`restart()` starts it again on the same log dir (and on the same port when one was fixed).
+in a file that failure messages quote, and is always cleaned up (SIGTERM, then SIGKILL; an atexit
+hook kills any left over). `stop()` is a clean shutdown (SIGTERM, exit status 0 expected);
+`kill()` is SIGKILL; `restart()` starts it again on the same log dir (and on the same port when
+one was fixed).
 """
 
 from __future__ import annotations
 
+import atexit
 import re
 import signal
 import subprocess
@@ -23,6 +25,23 @@ STOP_TIMEOUT_S = 30.0
 
 class BrokerError(AssertionError):
     pass
+
+
+_live: set[BrokerProcess] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Should teardown be skipped (an interrupted run), no broker outlives pytest."""
+    for b in list(_live):
+        b.kill()
+
+
+def _odradek_command() -> list[str]:
+    """The `odradek` console script of this interpreter's environment (what users run), or
+    the module when the script is not installed next to it."""
+    script = Path(sys.executable).parent / "odradek"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "odradek.cli"]
 
 
 class BrokerProcess:
@@ -43,14 +62,15 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.bootstrap: str | None = None
         self.runs = 0
-        self.exit_codes: list[int] = []
+        self.exit_codes: list[int] = []  # one per finished run: 0 clean, -9 SIGKILL, ...
+        self._reaped = True
 
     # -- lifecycle ----------------------------------------------------------------------------
     def command(self) -> list[str]:
         props = {"broker.id": str(self.broker_id),
                  "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
                  "log.dirs": str(self.log_dir), **self.overrides}
-        cmd = [sys.executable, "-m", "odradek.cli", "broker", "--log-level", self.log_level]
+        cmd = [*_odradek_command(), "broker", "--log-level", self.log_level]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -66,6 +86,8 @@ class BrokerProcess:
             err.flush()
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=err,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        self._reaped = False
+        _live.add(self)
         self.bootstrap = self._await_ready(out_start, timeout)
         return self.bootstrap
 
@@ -82,17 +104,12 @@ class BrokerProcess:
                     return m.group(2)
             code = self.proc.poll()
             if code is not None:
-                self.exit_codes.append(code)
+                self._reap()
                 raise BrokerError(f"broker exited with {code} before ready\n{self.tail()}")
             if time.monotonic() > deadline:
                 self._force_kill()
                 raise BrokerError(f"broker not ready after {timeout:.0f}s\n{self.tail()}")
             time.sleep(0.02)
-
-    @property
-    def port_in_use(self) -> int:
-        assert self.bootstrap is not None
-        return int(self.bootstrap.rsplit(":", 1)[1])
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -108,8 +125,7 @@ class BrokerProcess:
                 self._force_kill()
                 raise BrokerError(f"broker ignored SIGTERM for {timeout:.0f}s\n"
                                   f"{self.tail()}") from None
-        code = self.proc.returncode
-        self.exit_codes.append(code)
+        code = self._reap()
         if code != 0:
             raise BrokerError(f"clean shutdown exited with {code}\n{self.tail()}")
         return code
@@ -123,7 +139,17 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        if self.proc is not None:
+            self._reap()
+
+    def _reap(self) -> int:
+        """Record the exit status of this run, once."""
+        assert self.proc is not None and self.proc.returncode is not None
+        if not self._reaped:
+            self._reaped = True
             self.exit_codes.append(self.proc.returncode)
+            _live.discard(self)
+        return self.proc.returncode
 
     def restart(self, *, clean: bool = True, timeout: float = START_TIMEOUT_S) -> str:
         if clean:
@@ -144,13 +170,16 @@ class BrokerProcess:
 
     def close(self) -> None:
         """Teardown: SIGTERM, escalating to SIGKILL; never raises."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._force_kill()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._reap()
 
     # -- diagnostics --------------------------------------------------------------------------
     def stderr_text(self) -> str:
