@@ -126,6 +126,9 @@ class Broker:
             producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.topic_config)
         self.replica_manager.start()
+        self.replica_manager.start_replication(  # replica fetchers and ISR tasks (S-3)
+            self.config, lambda: self.store,
+            lambda b: (i.host, i.port) if (i := self.metadata_cache.brokers.get(b)) else None)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
         for ep in cfg.listeners:
             self.bound_ports.append(await self.socket_server.start(ep.host, ep.port))
@@ -203,9 +206,27 @@ class Broker:
         assert self.store is not None
         endpoints = tuple(self.advertised_endpoints())
         reg = paths.BrokerRegistration(self.broker_id, endpoints, rack=self.config["broker.rack"])
-        await self.store.create(paths.broker_path(self.broker_id),
-                                paths.encode_broker_registration(reg), ephemeral=True,
-                                makepath=True)
+        path = paths.broker_path(self.broker_id)
+        data = paths.encode_broker_registration(reg)
+        # After a crash the previous process's session may still hold the node until it
+        # expires: wait for it to go (Kafka's checked ephemeral create), then register.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * self.config["zookeeper.session.timeout.ms"] / 1000
+        while True:
+            try:
+                await self.store.create(path, data, ephemeral=True, makepath=True)
+                break
+            except NodeExistsError:
+                stat = await self.store.exists(path)
+                if stat is not None and stat.ephemeral_owner == self.store.session_id:
+                    break
+                if loop.time() > deadline:
+                    raise RuntimeError(
+                        f"broker id {self.broker_id} is registered by another live session "
+                        f"at {path}: is another broker with this id running?") from None
+                log.info("Broker %d: %s still held by an old session; waiting",
+                         self.broker_id, path)
+                await asyncio.sleep(0.5)
         ep = endpoints[0]
         self.metadata_cache.brokers[self.broker_id] = BrokerInfo(
             self.broker_id, ep.host, ep.port, self.config["broker.rack"])

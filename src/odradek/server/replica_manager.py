@@ -5,6 +5,12 @@ the leader, and for acks=all wait in the produce purgatory until the HW passes t
 (S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO (followers); if
 fewer than min_bytes are ready, wait in the fetch purgatory until an append or HW move completes
 the DelayedFetch, or max_wait passes.
+
+Replication (S-3.2 - S-3.4, S-3.7): a follower's fetch records its LEO on the leader, which may
+move the HW (completing waiting produces and fetches at once) and expand the ISR; LeaderAndIsr
+starts (`fetcher.ReplicaFetcherManager`) or stops the replica fetchers; `isr.IsrChangeManager`
+shrinks ISRs of lagging followers and writes every ISR change to the partition state node.
+Partitions start with the HW of `replication-offset-checkpoint`.
 """
 
 from __future__ import annotations
@@ -14,14 +20,23 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from ..protocol import records as rb
 from ..storage.log import Log, LogConfig
 from ..storage.log_manager import LogManager
+from .fetcher import (
+    EpochEndOffset,
+    FetcherConfig,
+    InitialFetchState,
+    ReplicaFetcherManager,
+    initial_fetch_offset,
+)
+from .isr import IsrChangeManager
 from .partition import (
+    DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     FencedLeaderEpochError,
     NotEnoughReplicasError,
     NotLeaderError,
@@ -30,6 +45,9 @@ from .partition import (
 )
 from .purgatory import DelayedOperation, DelayedOperationPurgatory
 from .timer import AsyncTimerDriver, Timer
+
+if TYPE_CHECKING:
+    from ..coordination.store import CoordinationStore
 
 log = logging.getLogger("odradek.replica_manager")
 
@@ -65,6 +83,7 @@ class FetchResult:
     log_start_offset: int = -1
     regions: list[Any] = field(default_factory=list)
     size: int = 0
+    leader_end_offset: int = -1  # the leader's LEO when the data was read
 
 
 def _error_for(exc: Exception) -> ErrorCode:
@@ -92,8 +111,11 @@ def _error_for(exc: Exception) -> ErrorCode:
 
 
 class DelayedProduce(DelayedOperation):
-    """acks=all: completes when every partition's HW reached its last appended offset + 1, or
-    the leader lost leadership / the ISR shrank (Kafka's DelayedProduce)."""
+    """acks=all: completes when every partition's HW reached its last appended offset + 1 (with
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR that has it is smaller than
+    min.insync.replicas), or the leader lost leadership (Kafka's DelayedProduce and
+    checkEnoughReplicasReachOffset). A deposed leader never acknowledges: it answers
+    NOT_LEADER_OR_FOLLOWER or the request times out."""
 
     def __init__(self, timeout_ms: int, manager: ReplicaManager,
                  pending: dict[TopicPartition, ProduceResult],
@@ -112,9 +134,8 @@ class DelayedProduce(DelayedOperation):
                 result.error = ErrorCode.not_leader_or_follower
                 self.waiting.discard(tp)
             elif partition.high_watermark > result.last_offset:
-                self.waiting.discard(tp)
-            elif len(partition.isr) < self.manager.min_insync_replicas(tp[0]):
-                result.error = ErrorCode.not_enough_replicas_after_append
+                if len(partition.maximal_isr) < self.manager.min_insync_replicas(tp[0]):
+                    result.error = ErrorCode.not_enough_replicas_after_append
                 self.waiting.discard(tp)
         return not self.waiting and self.force_complete()
 
@@ -167,11 +188,13 @@ class DelayedFetch(DelayedOperation):
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  topic_config: Callable[[str], LogConfig],
-                 clock: Callable[[], int] = _now_ms) -> None:
+                 clock: Callable[[], int] = _now_ms,
+                 replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.clock = clock
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = \
             DelayedOperationPurgatory("Produce", Timer())
@@ -179,12 +202,37 @@ class ReplicaManager:
             DelayedOperationPurgatory("Fetch", Timer())
         self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
                          AsyncTimerDriver(self.fetch_purgatory.timer)]
+        self.fetcher_manager: ReplicaFetcherManager | None = None
+        self.isr_manager: IsrChangeManager | None = None
+        self._checkpointed_hw: dict[TopicPartition, int] = {}
 
     def start(self) -> None:
+        """Start the purgatories' timers and read replication-offset-checkpoint: partitions
+        created from now on start with the HW they had (S-3.3, S-2.5)."""
+        self._checkpointed_hw = self.log_manager.read_high_watermarks()
         for d in self._drivers:
             d.start()
 
+    def start_replication(self, config: Any,
+                          store: Callable[[], CoordinationStore | None],
+                          broker_endpoint: Callable[[int], tuple[str, int] | None]
+                          = lambda _b: None) -> None:
+        """Start the replica fetchers (driven by LeaderAndIsr) and the ISR tasks: the shrink
+        check every replica.lag.time.max.ms / 2 and the ISR change notifications."""
+        self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"]
+        for p in self.partitions.values():
+            p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
+        self.fetcher_manager = ReplicaFetcherManager(
+            self.broker_id, self.partitions.get, FetcherConfig.from_config(config),
+            broker_endpoint)
+        self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock)
+        self.isr_manager.start()
+
     def shutdown(self) -> None:
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.shutdown()
+        if self.isr_manager is not None:
+            self.isr_manager.shutdown()
         for d in self._drivers:
             d.stop()
         self.produce_purgatory.shutdown()
@@ -193,13 +241,16 @@ class ReplicaManager:
     def min_insync_replicas(self, topic: str) -> int:
         return self.topic_config(topic).min_insync_replicas
 
-    # -- partition lifecycle (LeaderAndIsr / StopReplica, or the solo controller) -----------
+    # -- partition lifecycle (LeaderAndIsr / StopReplica) -------------------------------------
     def get_or_create_partition(self, topic: str, index: int) -> Partition:
         tp = (topic, index)
         p = self.partitions.get(tp)
         if p is None:
             log_: Log = self.log_manager.get_or_create_log(topic, index)
-            p = Partition(topic, index, log_, self.broker_id)
+            p = Partition(topic, index, log_, self.broker_id,
+                          replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                          clock=self.clock)
+            p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
             self.partitions[tp] = p
         return p
 
@@ -214,33 +265,60 @@ class ReplicaManager:
                                   leader_endpoint: tuple[str, int] | None = None) -> ErrorCode:
         """Apply one partition state of a LeaderAndIsr request (Kafka's
         becomeLeaderOrFollower): an older leader epoch is refused (STALE_CONTROLLER_EPOCH, as
-        Kafka 2.x answers), the same epoch only refreshes ISR and replicas."""
+        Kafka 2.x answers), the same epoch only refreshes ISR and replicas, and only from a
+        state node version newer than the one this replica holds (a leader's own ISR writes
+        are newer than what a controller that has not yet seen them sends). A new leader stops
+        fetching; a follower of a new leader or epoch (re)starts its fetcher, which truncates
+        by leader epoch before fetching (S-3.7)."""
         if self.broker_id not in replicas:
             return ErrorCode.unknown_topic_or_partition
+        tp = (tp[0], tp[1])
         current = self.partitions.get(tp)
         if current is not None and leader_epoch < current.leader_epoch:
             return ErrorCode.stale_controller_epoch
         if current is not None and leader_epoch == current.leader_epoch \
-                and current.leader_id == leader:
-            current.isr, current.replicas = list(isr), list(replicas)
-            current.zk_version = max(current.zk_version, partition_epoch)
+                and current.leader_id == leader and not current.fenced:
+            current.replicas = list(replicas)
+            if partition_epoch > current.zk_version:
+                current.isr, current.zk_version = list(isr), partition_epoch
+                current.abort_isr_update()  # an ISR write in flight now fails its check
+            if leader != self.broker_id and self.fetcher_manager is not None \
+                    and not self.fetcher_manager.is_fetching(tp):
+                self.start_fetching(current, leader_endpoint)
             return ErrorCode.none
         p = self.get_or_create_partition(*tp)
         if leader == self.broker_id:
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.remove_fetcher_for_partitions([tp])
             p.make_leader(leader_epoch, isr, replicas, self.clock())
+            p.zk_version = partition_epoch
         else:
-            p.make_follower(leader, leader_epoch, isr, replicas)
-        p.zk_version = partition_epoch
+            changed = p.make_follower(leader, leader_epoch, isr, replicas)
+            p.zk_version = partition_epoch
+            if self.fetcher_manager is not None and (
+                    changed or not self.fetcher_manager.is_fetching(tp)):
+                self.fetcher_manager.remove_fetcher_for_partitions([tp])
+                self.start_fetching(p, leader_endpoint)
         # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
         self._after_append(tp)
         return ErrorCode.none
 
+    def start_fetching(self, p: Partition, leader_endpoint: tuple[str, int] | None = None
+                       ) -> None:
+        """(Re)start fetching a follower partition from its leader, Truncating first."""
+        assert self.fetcher_manager is not None
+        self.fetcher_manager.add_fetcher_for_partitions({(p.topic, p.index): InitialFetchState(
+            p.leader_id, leader_endpoint, p.leader_epoch, initial_fetch_offset(p))})
+
     def stop_replica_request(self, tp: TopicPartition, leader_epoch: int,
                              delete: bool) -> ErrorCode:
         """StopReplica from the controller (leader epoch -2: the topic is being deleted)."""
+        tp = (tp[0], tp[1])
         p = self.partitions.get(tp)
         if p is not None and 0 <= leader_epoch < p.leader_epoch:
             return ErrorCode.fenced_leader_epoch
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([tp])
         if p is None:
             if delete and self.log_manager.get_log(*tp) is not None:
                 self.log_manager.delete_log(*tp)
@@ -249,13 +327,51 @@ class ReplicaManager:
         return ErrorCode.none
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([(topic, index)])
         p = self.partitions.pop((topic, index), None)
+        if p is not None:
+            p.abort_isr_update()
         for purgatory in (self.produce_purgatory, self.fetch_purgatory):
             purgatory.check_and_complete((topic, index))
         if delete:
             self.log_manager.delete_log(topic, index)
         elif p is not None:
             p.log.flush()
+
+    # -- ISR changes (called by isr.IsrChangeManager) -----------------------------------------
+    def on_high_watermark_moved(self, tp: TopicPartition) -> None:
+        """The HW or the ISR moved: waiting produces and consumer fetches re-check at once."""
+        self._after_append(tp)
+
+    def on_leadership_lost(self, tp: TopicPartition) -> None:
+        """The state node names another leader: answer waiting produces NOT_LEADER."""
+        self._after_append(tp)
+
+    # -- OffsetForLeaderEpoch (leader side) ---------------------------------------------------
+    def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
+                                     leader_epoch: int) -> EpochEndOffset:
+        """Kafka's lastOffsetForLeaderEpoch: the end offset of `leader_epoch` in the leader's
+        log (the start offset of the next larger epoch, or the LEO for the latest), with the
+        largest epoch <= the one asked. Only the leader answers."""
+        tp = (tp[0], tp[1])
+        p = self.partitions.get(tp)
+        if p is None:
+            code = (ErrorCode.not_leader_or_follower if self.log_manager.get_log(*tp)
+                    is not None else ErrorCode.unknown_topic_or_partition)
+            return EpochEndOffset(code)
+        if not p.is_leader:
+            return EpochEndOffset(ErrorCode.not_leader_or_follower)
+        try:
+            p.check_leader_epoch(current_leader_epoch)
+        except FencedLeaderEpochError:
+            return EpochEndOffset(ErrorCode.fenced_leader_epoch)
+        except UnknownLeaderEpochError:
+            return EpochEndOffset(ErrorCode.unknown_leader_epoch)
+        found = p.log.end_offset_for_epoch(leader_epoch)
+        if found is None:
+            return EpochEndOffset(ErrorCode.none)
+        return EpochEndOffset(ErrorCode.none, found[0], found[1])
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(self, acks: int, timeout_ms: int,
@@ -314,6 +430,8 @@ class ReplicaManager:
                        requests: dict[TopicPartition, FetchRequestPartition]
                        ) -> dict[TopicPartition, FetchResult] | asyncio.Future[Any]:
         results = self.read_from_local_log(replica_id, max_bytes, requests)
+        if replica_id >= 0:
+            self._update_follower_fetch_states(replica_id, requests, results)
         total = sum(r.size for r in results.values())
         errors = any(r.error != ErrorCode.none for r in results.values())
         if max_wait_ms <= 0 or not requests or total >= min_bytes or errors:
@@ -322,6 +440,38 @@ class ReplicaManager:
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future)
         self.fetch_purgatory.try_complete_else_watch(op, list(requests))
         return future
+
+    def _update_follower_fetch_states(self, replica_id: int,
+                                      requests: dict[TopicPartition, FetchRequestPartition],
+                                      results: dict[TopicPartition, FetchResult]) -> None:
+        """S-3.3/S-3.4 on the leader: a follower's fetch offset is its LEO; record it (and its
+        caught-up time), move the HW if it can (completing waiting produces and fetches), and
+        expand the ISR if the follower caught up. The response carries the HW after this
+        fetch, so the follower learns it without waiting for another round."""
+        now = self.clock()
+        for tp, result in results.items():
+            if result.error != ErrorCode.none:
+                continue
+            partition = self.partitions.get(tp)
+            if partition is None:
+                continue
+            req = requests[tp]
+            outcome = partition.update_follower_fetch_state(
+                replica_id, req.fetch_offset, req.log_start_offset, now, result.leader_end_offset)
+            if not outcome.known:
+                log.warning("Leader %d failed to record follower %d's position %d for partition "
+                            "%s-%d since the replica is not recognized to be one of the assigned "
+                            "replicas %s. Empty records will be returned for this partition.",
+                            self.broker_id, replica_id, req.fetch_offset, tp[0], tp[1],
+                            partition.replicas)
+                results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
+                                          partition.log_start_offset)
+                continue
+            if outcome.expand_isr_to is not None and self.isr_manager is not None:
+                self.isr_manager.expand_isr(partition, outcome.expand_isr_to, replica_id)
+            if outcome.high_watermark_moved:
+                self._after_append(tp)
+            result.high_watermark = partition.high_watermark
 
     def read_from_local_log(self, replica_id: int, max_bytes: int,
                             requests: dict[TopicPartition, FetchRequestPartition]
@@ -357,7 +507,8 @@ class ReplicaManager:
                 min_one = False
                 remaining = max(0, remaining - size)
             results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
-                                      partition.log_start_offset, list(data.regions), size)
+                                      partition.log_start_offset, list(data.regions), size,
+                                      data.log_end_offset)
         return results
 
     def bytes_between(self, partition: Partition, start: int, end: int, cap: int) -> int:

@@ -23,6 +23,7 @@ from . import (
     interbroker,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     produce,
     producer_ids,
 )
@@ -45,6 +46,7 @@ APIS: dict[int, tuple[str, int, int, HandlerFn]] = {
     19: ("CreateTopics", 2, 7, admin.handle_create_topics),
     20: ("DeleteTopics", 1, 6, admin.handle_delete_topics),
     22: ("InitProducerId", 0, 4, producer_ids.handle),
+    23: ("OffsetForLeaderEpoch", 2, 4, offset_for_leader_epoch.handle),
     32: ("DescribeConfigs", 1, 4, admin.handle_describe_configs),
     37: ("CreatePartitions", 0, 3, admin.handle_create_partitions),
 }

@@ -1,0 +1,34 @@
+"""OffsetForLeaderEpoch (key 23), v2-v4 (KIP-101, KIP-279, S-3.7): for each partition, the end
+offset of the requested leader epoch in the leader's log — the start offset of the next larger
+epoch, or the LEO for the latest — with the largest epoch <= the requested one. Followers truncate
+there when they start following; only the leader answers (NOT_LEADER_OR_FOLLOWER otherwise), and
+the request's current leader epoch is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...protocol.codec import encode_response, make, response_module
+from ..network import Connection
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+
+def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    rm = broker.replica_manager
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            r = rm.last_offset_for_leader_epoch((t.topic, p.partition),
+                                                getattr(p, "current_leader_epoch", -1),
+                                                p.leader_epoch)
+            parts.append(make(mod.EpochEndOffset, error_code=r.error, partition=p.partition,
+                              leader_epoch=r.leader_epoch, end_offset=r.end_offset))
+        topics.append(make(mod.OffsetForLeaderTopicResult, topic=t.topic,
+                           partitions=tuple(parts)))
+    return encode_response(type(request), header.correlation_id,
+                           make(mod.OffsetForLeaderEpochResponse, throttle_time=0,
+                                topics=tuple(topics)))
