@@ -303,3 +303,24 @@ def test_every_broker_writes_a_parseable_state_change_log(tmp_path: Path) -> Non
         if t0_led_by_victim:
             assert seq[-1] == "from OfflinePartition to OnlinePartition", seq
     run(body, 90)
+
+
+def test_new_controller_takes_dead_replicas_out_of_the_isr(tmp_path: Path) -> None:
+    """Replicas on the broker that died with the old controller leave every ISR at failover,
+    not after the leaders' replica.lag.time.max.ms (here 60 s: the test would time out)."""
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path,
+                               overrides={"replica.lag.time.max.ms": "60000"})
+        await cluster.start()
+        try:
+            await create(cluster, "t", 3)
+            old = cluster.controller_id()
+            await cluster.kill_broker(old)
+            await cluster.wait_for(lambda: cluster.controller_id() not in (-1, old),
+                                   what="new controller")
+            await cluster.wait_for(lambda: all(old not in state(cluster, "t", p)["isr"]
+                                               for p in range(3)), timeout=15,
+                                   what="the dead controller out of every ISR")
+        finally:
+            await cluster.stop()
+    run(body, 90)

@@ -268,6 +268,18 @@ class KafkaController:
                                          tp, leadership, replicas)
         batch.send(self.channel)
         await self._trigger_online_partitions()
+        # Replicas on brokers that died with the old controller: OfflineReplica, which takes
+        # them out of the ISRs (Kafka's replica state machine start-up), so acks=all does not
+        # wait for the leaders' own lag check.
+        batch = self._batch()
+        for tp in sorted(self.ctx.all_partitions()):
+            leadership = self.ctx.leader_and_isr(tp)
+            if leadership is None or self.ctx.is_topic_queued_up_for_deletion(tp.topic):
+                continue
+            for r in leadership.isr:
+                if r not in self.ctx.live_brokers:
+                    await self._remove_replica_from_isr(tp, r, batch)
+        batch.send(self.channel)
         self.events.put(TopicDeletion())
         self.events.put(IsrChangeNotification())
 
