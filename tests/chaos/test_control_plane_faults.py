@@ -60,7 +60,8 @@ def test_kill9_of_a_leader_then_of_the_controller(zk_cluster: ZkCluster) -> None
     new = wait_until(lambda: c.zk.exists("/controller") and c.controller() != controller
                      and c.controller(), timeout=30, what="a new controller")
     assert new not in (controller, victim)
-    assert c.controller_epoch() == epoch + 1
+    # /controller is created first, then /controller_epoch is bumped: wait for the bump.
+    wait_until(lambda: c.controller_epoch() == epoch + 1, timeout=10, what="epoch bumped")
     wait_until(lambda: all(s["leader"] == new for s in c.states("t").values()), timeout=30,
                what="the last broker leads everything")
     # The restarted brokers rejoin: the new controller sends them the partitions' leadership.
@@ -84,7 +85,7 @@ def test_sigstop_controller_past_session_timeout_cannot_act_on_stale_state(
     try:
         new = wait_until(lambda: c.zk.exists("/controller") and c.controller() != old
                          and c.controller(), timeout=30, what="a new controller")
-        assert c.controller_epoch() == epoch + 1
+        wait_until(lambda: c.controller_epoch() == epoch + 1, timeout=10, what="epoch bumped")
         wait_until(lambda: all(s["leader"] != old for s in c.states("before").values()),
                    timeout=30, what="leaders moved off the paused broker")
         create_topic(c, "during", 2, rf=2)

@@ -21,6 +21,7 @@ from ..controller.controller import KafkaController
 from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
+from ..coordinator.group_coordinator import GroupCoordinator
 from ..storage.log import LogConfig
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
@@ -60,6 +61,7 @@ class Broker:
         self.admin = AdminManager(self)
         self.topic_configs = TopicConfigManager(self)
         self.producer_ids: ProducerIdManager | None = None  # type: ignore[assignment]
+        self.group_coordinator: GroupCoordinator | None = None
         self.controller: KafkaController | None = None
         self.controller_epoch_seen = 0  # newest controller epoch seen in requests (S-5.3)
         self.socket_server = SocketServer(self.apis.handle, config["socket.request.max.bytes"],
@@ -130,6 +132,8 @@ class Broker:
             self.config, lambda: self.store,
             lambda b: (i.host, i.port) if (i := self.metadata_cache.brokers.get(b)) else None)
         self.producer_ids = ProducerIdManager(self.broker_id, self.store)
+        self.group_coordinator = GroupCoordinator(self)  # listens to LeaderAndIsr from now on
+        await self.group_coordinator.startup()
         for ep in cfg.listeners:
             self.bound_ports.append(await self.socket_server.start(ep.host, ep.port))
         await self.topic_configs.start()
@@ -310,6 +314,8 @@ class Broker:
         if self.config["controlled.shutdown.enable"] and self.started:
             await self._controlled_shutdown()
         await self._stop_network_and_tasks()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
         if self.replica_manager is not None:
             self.checkpoint_high_watermarks()
             self.replica_manager.shutdown()
@@ -323,6 +329,8 @@ class Broker:
         """Simulate a crash in-process: drop connections and the session; no flush, no
         checkpoints, no clean-shutdown marker (what kill -9 leaves, minus the page cache)."""
         await self._stop_network_and_tasks()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
         if self.replica_manager is not None:
             self.replica_manager.shutdown()
         if self.log_manager is not None:

@@ -205,6 +205,10 @@ class ReplicaManager:
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.isr_manager: IsrChangeManager | None = None
         self._checkpointed_hw: dict[TopicPartition, int] = {}
+        # topic -> f(partition, is_leader, leader_epoch): told when this broker becomes leader or
+        # follower of one of the topic's partitions, and (False, -1) when it stops hosting one.
+        # The group coordinator listens for __consumer_offsets (load / unload its groups).
+        self.role_listeners: dict[str, Callable[[int, bool, int], None]] = {}
 
     def start(self) -> None:
         """Start the purgatories' timers and read replication-offset-checkpoint: partitions
@@ -299,6 +303,8 @@ class ReplicaManager:
                     changed or not self.fetcher_manager.is_fetching(tp)):
                 self.fetcher_manager.remove_fetcher_for_partitions([tp])
                 self.start_fetching(p, leader_endpoint)
+        if (listener := self.role_listeners.get(tp[0])) is not None:
+            listener(tp[1], leader == self.broker_id, leader_epoch)
         # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
         self._after_append(tp)
         return ErrorCode.none
@@ -332,6 +338,8 @@ class ReplicaManager:
         p = self.partitions.pop((topic, index), None)
         if p is not None:
             p.abort_isr_update()
+        if p is not None and (listener := self.role_listeners.get(topic)) is not None:
+            listener(index, False, -1)
         for purgatory in (self.produce_purgatory, self.fetch_purgatory):
             purgatory.check_and_complete((topic, index))
         if delete:

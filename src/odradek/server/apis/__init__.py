@@ -20,10 +20,12 @@ from . import (
     api_versions,
     fetch,
     find_coordinator,
+    groups,
     interbroker,
     list_offsets,
     metadata,
     offset_for_leader_epoch,
+    offsets,
     produce,
     producer_ids,
 )
@@ -41,7 +43,15 @@ APIS: dict[int, tuple[str, int, int, HandlerFn]] = {
     1: ("Fetch", 4, 12, fetch.handle),
     2: ("ListOffsets", 1, 7, list_offsets.handle),
     3: ("Metadata", 0, 12, metadata.handle),
+    8: ("OffsetCommit", 2, 8, offsets.handle_offset_commit),
+    9: ("OffsetFetch", 1, 8, offsets.handle_offset_fetch),
     10: ("FindCoordinator", 0, 4, find_coordinator.handle),
+    11: ("JoinGroup", 0, 7, groups.handle_join_group),
+    12: ("Heartbeat", 0, 4, groups.handle_heartbeat),
+    13: ("LeaveGroup", 0, 5, groups.handle_leave_group),
+    14: ("SyncGroup", 0, 5, groups.handle_sync_group),
+    15: ("DescribeGroups", 0, 5, groups.handle_describe_groups),
+    16: ("ListGroups", 0, 4, groups.handle_list_groups),
     18: ("ApiVersions", 0, 3, api_versions.handle),
     19: ("CreateTopics", 2, 7, admin.handle_create_topics),
     20: ("DeleteTopics", 1, 6, admin.handle_delete_topics),
@@ -49,6 +59,8 @@ APIS: dict[int, tuple[str, int, int, HandlerFn]] = {
     23: ("OffsetForLeaderEpoch", 2, 4, offset_for_leader_epoch.handle),
     32: ("DescribeConfigs", 1, 4, admin.handle_describe_configs),
     37: ("CreatePartitions", 0, 3, admin.handle_create_partitions),
+    42: ("DeleteGroups", 0, 2, groups.handle_delete_groups),
+    47: ("OffsetDelete", 0, 0, offsets.handle_offset_delete),
 }
 
 # Advertised below what is handled (Kafka 4.0's KAFKA-18659): librdkafka before 2.10 compresses

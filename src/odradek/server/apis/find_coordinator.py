@@ -1,9 +1,11 @@
-"""FindCoordinator (key 10), v0-v4: until the group coordinator exists, every key is answered
-COORDINATOR_NOT_AVAILABLE, as Kafka does while `__consumer_offsets` is not yet available.
+"""FindCoordinator (key 10), v0-v4 (v4: batched `coordinator_keys`, KIP-699): the coordinator of
+a group is the leader of partition abs(hashCode(group id)) % partitions of `__consumer_offsets`
+(S-7.3). As in Kafka, the first request creates that topic and is answered
+COORDINATOR_NOT_AVAILABLE until it has leaders; so is a key whose partition has no live leader.
+Only group coordinators exist (key type 0); transactional ids get INVALID_REQUEST.
 
-The API must still be advertised: librdkafka enables LZ4 compression (and its broker-based group
-features) only when ApiVersions lists FindCoordinator, and otherwise silently sends LZ4-configured
-batches uncompressed.
+The API must be advertised even without groups: librdkafka enables LZ4 compression (and its
+broker-based group features) only when ApiVersions lists FindCoordinator.
 """
 
 from __future__ import annotations
@@ -12,24 +14,50 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ...coordinator.offsets import OFFSETS_TOPIC
 from ...protocol.codec import encode_response, make, response_module
 from ..network import Connection
 
 if TYPE_CHECKING:
     from ..broker import Broker
 
-MESSAGE = "The coordinator is not available."
+GROUP_KEY_TYPE = 0
+NOT_AVAILABLE = "The coordinator is not available."
+
+
+def find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
+    """error_code, error_message, node_id, host, port for one key."""
+    def error(code: ErrorCode, message: str) -> dict[str, Any]:
+        return {"error_code": code, "error_message": message, "node_id": -1, "host": "",
+                "port": -1}
+
+    if key_type != GROUP_KEY_TYPE:
+        return error(ErrorCode.invalid_request,
+                     f"Coordinator key type {key_type} is not supported (only groups: 0).")
+    coordinator = getattr(broker, "group_coordinator", None)
+    if coordinator is None or not coordinator.is_active:
+        return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
+    cache = broker.metadata_cache
+    topic = cache.topic(OFFSETS_TOPIC)
+    if topic is None or not topic.partitions:
+        coordinator.ensure_offsets_topic()
+        return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
+    partition = topic.partitions.get(coordinator.partition_for(key))
+    node = None if partition is None else cache.brokers.get(partition.leader)
+    if node is None:
+        return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
+    return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
+            "host": node.host, "port": node.port}
 
 
 def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
     mod = response_module(type(request))
-    error = ErrorCode.coordinator_not_available
-    if hasattr(request, "coordinator_keys"):  # v4+: batched keys (KIP-699)
-        coordinators = tuple(make(mod.Coordinator, key=k, node_id=-1, host="", port=-1,
-                                  error_code=error, error_message=MESSAGE)
+    key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+    if hasattr(request, "coordinator_keys"):
+        coordinators = tuple(make(mod.Coordinator, key=k, **find(broker, key_type, k))
                              for k in request.coordinator_keys)
         resp = make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
     else:
-        resp = make(mod.FindCoordinatorResponse, throttle_time=0, error_code=error,
-                    error_message=MESSAGE, node_id=-1, host="", port=-1)
+        resp = make(mod.FindCoordinatorResponse, throttle_time=0,
+                    **find(broker, key_type, request.key))
     return encode_response(type(request), header.correlation_id, resp)

@@ -1,0 +1,318 @@
+"""The records of `__consumer_offsets` (Kafka's GroupMetadataManager formats, byte-compatible)
+and the group -> partition mapping (S-7.3, S-7.5).
+
+Every record's key and value start with an int16 schema version; strings are int16 length +
+UTF-8 (-1 = null), bytes are int32 length + data, none of these schemas is flexible:
+
+  key v0/v1  offset commit   group string, topic string, partition int32
+  key v2     group metadata  group string
+  offset commit value v0  offset int64, metadata string, commit_timestamp int64
+                      v1  offset, metadata, commit_timestamp, expire_timestamp int64
+                      v2  offset, metadata, commit_timestamp
+                      v3  offset, leader_epoch int32, metadata, commit_timestamp
+  group metadata value v0  protocol_type string, generation int32, protocol string?, leader
+                           string?, members [member_id, client_id, client_host,
+                           session_timeout int32, subscription bytes, assignment bytes]
+                       v1  members gain rebalance_timeout int32 (before session_timeout)
+                       v2  current_state_timestamp int64 (after leader)
+                       v3  members gain group_instance_id string? (after member_id)
+
+Written as Kafka 2.3+ does: offset key v1, offset value v3 (v1 when the commit carries an
+explicit expire timestamp, i.e. OffsetCommit v2-v4 with a retention time), group key v2, group
+value v3. A null value is a tombstone. All versions are read.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_VERSION_WITH_EXPIRE = 1
+GROUP_VALUE_VERSION = 3
+
+NO_TIMESTAMP = -1  # OffsetCommitRequest.DEFAULT_TIMESTAMP
+NO_LEADER_EPOCH = -1  # RecordBatch.NO_PARTITION_LEADER_EPOCH
+
+_H = struct.Struct(">h")
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+
+
+class SchemaError(ValueError):
+    """A `__consumer_offsets` key or value that does not parse."""
+
+
+# -- group id -> partition (Java's String.hashCode and Kafka's Utils.abs) ----------------------
+
+def java_string_hashcode(s: str) -> int:
+    """`String.hashCode()`: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, int32 wrap."""
+    h = 0
+    units = s.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's `Utils.abs`: |n|, except Integer.MIN_VALUE -> 0 (Math.abs would return it)."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """The `__consumer_offsets` partition whose leader coordinates `group_id`."""
+    return kafka_abs(java_string_hashcode(group_id)) % num_partitions
+
+
+# -- primitives -----------------------------------------------------------------------------------
+
+def _string(out: bytearray, s: str | None) -> None:
+    if s is None:
+        out += _H.pack(-1)
+        return
+    b = s.encode("utf-8")
+    if len(b) > 0x7FFF:
+        raise SchemaError(f"string of {len(b)} bytes is too long for an int16 length")
+    out += _H.pack(len(b))
+    out += b
+
+
+def _bytes(out: bytearray, b: bytes | None) -> None:
+    if b is None:
+        out += _I.pack(-1)
+        return
+    out += _I.pack(len(b))
+    out += b
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | memoryview) -> None:
+        self.buf = bytes(buf)
+        self.pos = 0
+
+    def _take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise SchemaError("record field runs past the end of the record")
+        b = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def int16(self) -> int:
+        return _H.unpack(self._take(2))[0]
+
+    def int32(self) -> int:
+        return _I.unpack(self._take(4))[0]
+
+    def int64(self) -> int:
+        return _Q.unpack(self._take(8))[0]
+
+    def nullable_string(self) -> str | None:
+        n = self.int16()
+        if n == -1:
+            return None
+        try:
+            return self._take(n).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SchemaError(f"invalid UTF-8 in a string: {exc}") from None
+
+    def string(self) -> str:
+        s = self.nullable_string()
+        if s is None:
+            raise SchemaError("null in a non-nullable string field")
+        return s
+
+    def nullable_bytes(self) -> bytes | None:
+        n = self.int32()
+        return None if n == -1 else self._take(n)
+
+    def bytes_(self) -> bytes:
+        b = self.nullable_bytes()
+        return b"" if b is None else b
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+    version: int = OFFSET_KEY_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group: str
+    version: int = GROUP_KEY_VERSION
+
+
+def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    out = bytearray(_H.pack(OFFSET_KEY_VERSION))
+    _string(out, group)
+    _string(out, topic)
+    out += _I.pack(partition)
+    return bytes(out)
+
+
+def group_metadata_key(group: str) -> bytes:
+    out = bytearray(_H.pack(GROUP_KEY_VERSION))
+    _string(out, group)
+    return bytes(out)
+
+
+def read_message_key(data: bytes | memoryview) -> OffsetKey | GroupMetadataKey:
+    r = _Reader(data)
+    version = r.int16()
+    if version in (0, 1):
+        return OffsetKey(r.string(), r.string(), r.int32(), version)
+    if version == 2:
+        return GroupMetadataKey(r.string(), version)
+    raise SchemaError(f"Unknown group metadata message version: {version}")
+
+
+# -- offset commit values -------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """Kafka's OffsetAndMetadata: what a commit stores for one partition."""
+
+    offset: int
+    leader_epoch: int = NO_LEADER_EPOCH
+    metadata: str = ""
+    commit_timestamp: int = NO_TIMESTAMP
+    expire_timestamp: int | None = None  # only from OffsetCommit v1-v4 with a retention time
+
+
+def offset_commit_value(om: OffsetAndMetadata) -> bytes:
+    """Value v3, or v1 when the commit carries an explicit expire timestamp (Kafka 2.1+)."""
+    if om.expire_timestamp is not None:
+        out = bytearray(_H.pack(OFFSET_VALUE_VERSION_WITH_EXPIRE))
+        out += _Q.pack(om.offset)
+        _string(out, om.metadata)
+        out += _Q.pack(om.commit_timestamp)
+        out += _Q.pack(om.expire_timestamp)
+        return bytes(out)
+    out = bytearray(_H.pack(OFFSET_VALUE_VERSION))
+    out += _Q.pack(om.offset)
+    out += _I.pack(om.leader_epoch)
+    _string(out, om.metadata)
+    out += _Q.pack(om.commit_timestamp)
+    return bytes(out)
+
+
+def read_offset_value(data: bytes | memoryview | None) -> OffsetAndMetadata | None:
+    """None for a tombstone."""
+    if data is None:
+        return None
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise SchemaError(f"Unknown offset message version: {version}")
+    offset = r.int64()
+    leader_epoch = r.int32() if version >= 3 else NO_LEADER_EPOCH
+    metadata = r.string()
+    commit_timestamp = r.int64()
+    expire = r.int64() if version == 1 else NO_TIMESTAMP
+    return OffsetAndMetadata(offset, leader_epoch, metadata, commit_timestamp,
+                             None if expire == NO_TIMESTAMP else expire)
+
+
+# -- group metadata values ------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    member_id: str
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int = NO_TIMESTAMP
+    members: tuple[MemberRecord, ...] = field(default_factory=tuple)
+
+
+def group_metadata_value(value: GroupMetadataValue, version: int = GROUP_VALUE_VERSION) -> bytes:
+    if not 0 <= version <= 3:
+        raise SchemaError(f"Unknown group metadata value version: {version}")
+    out = bytearray(_H.pack(version))
+    _string(out, value.protocol_type)
+    out += _I.pack(value.generation)
+    _string(out, value.protocol)
+    _string(out, value.leader)
+    if version >= 2:
+        out += _Q.pack(value.current_state_timestamp)
+    out += _I.pack(len(value.members))
+    for m in value.members:
+        _string(out, m.member_id)
+        if version >= 3:
+            _string(out, m.group_instance_id)
+        _string(out, m.client_id)
+        _string(out, m.client_host)
+        if version >= 1:
+            out += _I.pack(m.rebalance_timeout_ms)
+        out += _I.pack(m.session_timeout_ms)
+        _bytes(out, m.subscription)
+        _bytes(out, m.assignment)
+    return bytes(out)
+
+
+def read_group_value(data: bytes | memoryview | None) -> GroupMetadataValue | None:
+    """None for a tombstone. In v0 the rebalance timeout is the session timeout (as Kafka)."""
+    if data is None:
+        return None
+    r = _Reader(data)
+    version = r.int16()
+    if not 0 <= version <= 3:
+        raise SchemaError(f"Unknown group metadata message version: {version}")
+    protocol_type = r.string()
+    generation = r.int32()
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
+    state_ts = r.int64() if version >= 2 else NO_TIMESTAMP
+    count = r.int32()
+    if count < 0:
+        raise SchemaError("null members array")
+    members = []
+    for _ in range(count):
+        member_id = r.string()
+        instance_id = r.nullable_string() if version >= 3 else None
+        client_id = r.string()
+        client_host = r.string()
+        rebalance = r.int32() if version >= 1 else None
+        session = r.int32()
+        subscription = r.bytes_()
+        assignment = r.bytes_()
+        members.append(MemberRecord(member_id, client_id, client_host,
+                                    session if rebalance is None else rebalance, session,
+                                    subscription, assignment, instance_id))
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts,
+                              tuple(members))
+
+
+# -- the consumer protocol (only what the coordinator needs) --------------------------------------
+
+def subscribed_topics(subscription: bytes) -> set[str]:
+    """Topics of a ConsumerProtocolSubscription, read with its v0 prefix (version int16, topics
+    array of strings), which every later version keeps, as Kafka's coordinator does."""
+    r = _Reader(subscription)
+    r.int16()
+    count = r.int32()
+    if count < 0:
+        return set()
+    return {r.string() for _ in range(count)}

@@ -1,0 +1,233 @@
+"""Group membership APIs, answered by the group coordinator (`odradek.coordinator`):
+JoinGroup (11) v0-v7, SyncGroup (14) v0-v5, Heartbeat (12) v0-v4, LeaveGroup (13) v0-v5,
+ListGroups (16) v0-v4, DescribeGroups (15) v0-v5, DeleteGroups (42) v0-v2.
+
+JoinGroup and SyncGroup wait (a future) until the rebalance phase ends; the others answer at
+once. As in Kafka: JoinGroup v4+ from a member without a group.instance.id and without a member
+id is answered MEMBER_ID_REQUIRED with a new id (KIP-394); v0 has no rebalance timeout (the
+session timeout is used); protocol type and name are nullable from JoinGroup v7 and SyncGroup
+v5 on (SyncGroup v5 must name both); LeaveGroup v0-v2 carry one member and report its error at
+the top level, v3+ a batch of members (KIP-345).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator.group import JoinGroupResult, SyncGroupResult
+from ...protocol.codec import encode_response, make, response_module
+from ..network import Connection
+
+if TYPE_CHECKING:
+    from ...coordinator.group_coordinator import GroupCoordinator
+    from ..broker import Broker
+
+log = logging.getLogger("odradek.apis.groups")
+
+UNAUTHORIZED_OPS = -2147483648  # authorized operations not requested / not computed
+T = TypeVar("T")
+
+
+def ms(value: Any) -> int:
+    """kio gives durations as timedelta; plain ints pass through."""
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+def client_host(conn: Connection) -> str:
+    """Kafka's clientHost: the peer address as InetAddress.toString prints it ("/1.2.3.4")."""
+    host = conn.peer.rsplit(":", 1)[0] if ":" in conn.peer else conn.peer
+    return "/" + host
+
+
+def coordinator_of(broker: Broker) -> GroupCoordinator | None:
+    return getattr(broker, "group_coordinator", None)
+
+
+def when_done(future: asyncio.Future[T], build: Callable[[T], bytes]) -> Any:
+    """The response now if the coordinator answered at once, else an awaitable of it."""
+    if future.done():
+        return build(future.result())
+
+    async def wait() -> bytes:
+        return build(await future)
+    return wait()
+
+
+def resolver(future: asyncio.Future[T]) -> Callable[[T], None]:
+    def resolve(result: T) -> None:
+        if not future.done():  # the connection may be gone (the awaiting task cancelled)
+            future.set_result(result)
+    return resolve
+
+
+# -- JoinGroup -------------------------------------------------------------------------------------
+
+def handle_join_group(broker: Broker, header: Any, request: Any, conn: Connection) -> Any:
+    version = header.request_api_version
+    mod = response_module(type(request))
+
+    def build(r: JoinGroupResult) -> bytes:
+        members = tuple(make(mod.JoinGroupResponseMember, member_id=m.member_id,
+                             group_instance_id=m.group_instance_id, metadata=m.metadata)
+                        for m in r.members)
+        resp = make(mod.JoinGroupResponse, throttle_time=0, error_code=ErrorCode(r.error),
+                    generation_id=r.generation_id, protocol_type=r.protocol_type,
+                    protocol_name=(r.protocol_name if version >= 7 else r.protocol_name or ""),
+                    leader=r.leader_id, member_id=r.member_id, members=members)
+        return encode_response(type(request), header.correlation_id, resp)
+
+    future: asyncio.Future[JoinGroupResult] = asyncio.get_running_loop().create_future()
+    coordinator = coordinator_of(broker)
+    if coordinator is None:
+        future.set_result(JoinGroupResult(request.member_id,
+                                          ErrorCode.coordinator_not_available))
+        return when_done(future, build)
+    instance_id = getattr(request, "group_instance_id", None)
+    session = ms(request.session_timeout)
+    rebalance = ms(getattr(request, "rebalance_timeout", request.session_timeout))
+    coordinator.handle_join_group(
+        request.group_id, request.member_id, instance_id,
+        version >= 4 and instance_id is None, header.client_id or "", client_host(conn),
+        rebalance, session, request.protocol_type,
+        [(p.name, p.metadata) for p in request.protocols], resolver(future))
+    return when_done(future, build)
+
+
+# -- SyncGroup -------------------------------------------------------------------------------------
+
+def handle_sync_group(broker: Broker, header: Any, request: Any, conn: Connection) -> Any:
+    version = header.request_api_version
+    mod = response_module(type(request))
+
+    def build(r: SyncGroupResult) -> bytes:
+        resp = make(mod.SyncGroupResponse, throttle_time=0, error_code=ErrorCode(r.error),
+                    protocol_type=r.protocol_type, protocol_name=r.protocol_name,
+                    assignment=r.assignment)
+        return encode_response(type(request), header.correlation_id, resp)
+
+    future: asyncio.Future[SyncGroupResult] = asyncio.get_running_loop().create_future()
+    coordinator = coordinator_of(broker)
+    protocol_type = getattr(request, "protocol_type", None)
+    protocol_name = getattr(request, "protocol_name", None)
+    if coordinator is None:
+        future.set_result(SyncGroupResult(ErrorCode.coordinator_not_available))
+    elif version >= 5 and (protocol_type is None or protocol_name is None):
+        future.set_result(SyncGroupResult(ErrorCode.inconsistent_group_protocol))
+    else:
+        coordinator.handle_sync_group(
+            request.group_id, request.generation_id, request.member_id, protocol_type,
+            protocol_name, getattr(request, "group_instance_id", None),
+            {a.member_id: a.assignment for a in request.assignments}, resolver(future))
+    return when_done(future, build)
+
+
+# -- Heartbeat -------------------------------------------------------------------------------------
+
+def handle_heartbeat(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    coordinator = coordinator_of(broker)
+    error = (ErrorCode.coordinator_not_available if coordinator is None else
+             coordinator.handle_heartbeat(request.group_id, request.member_id,
+                                          getattr(request, "group_instance_id", None),
+                                          request.generation_id))
+    resp = make(mod.HeartbeatResponse, throttle_time=0, error_code=ErrorCode(error))
+    return encode_response(type(request), header.correlation_id, resp)
+
+
+# -- LeaveGroup ------------------------------------------------------------------------------------
+
+def handle_leave_group(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    version = header.request_api_version
+    mod = response_module(type(request))
+    if version <= 2:
+        members = [(request.member_id, None)]
+    else:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+        for m in request.members:
+            reason = getattr(m, "reason", None)
+            if reason:
+                log.info("Member %s of group %s is leaving: %s", m.member_id, request.group_id,
+                         reason)
+    coordinator = coordinator_of(broker)
+    if coordinator is None:
+        error, results = ErrorCode.coordinator_not_available, []
+    else:
+        error, results = coordinator.handle_leave_group(request.group_id, members)
+    if version <= 2:
+        # One member, no member array: its error is the response's (LeaveGroupResponse).
+        if error == ErrorCode.none:
+            error = next((r.error for r in results if r.error != ErrorCode.none),
+                         ErrorCode.none)
+        resp = make(mod.LeaveGroupResponse, throttle_time=0, error_code=ErrorCode(error))
+    else:
+        resp = make(mod.LeaveGroupResponse, throttle_time=0, error_code=ErrorCode(error),
+                    members=tuple(make(mod.MemberResponse, member_id=r.member_id,
+                                       group_instance_id=r.group_instance_id,
+                                       error_code=ErrorCode(r.error)) for r in results))
+    return encode_response(type(request), header.correlation_id, resp)
+
+
+# -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
+
+def handle_list_groups(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    coordinator = coordinator_of(broker)
+    states = set(getattr(request, "states_filter", None) or ())
+    if coordinator is None:
+        error, groups = ErrorCode.coordinator_not_available, []
+    else:
+        error, groups = coordinator.handle_list_groups(states)
+    resp = make(mod.ListGroupsResponse, throttle_time=0, error_code=ErrorCode(error),
+                groups=tuple(make(mod.ListedGroup, group_id=g.group_id,
+                                  protocol_type=g.protocol_type, group_state=g.state)
+                             for g in groups))
+    return encode_response(type(request), header.correlation_id, resp)
+
+
+def handle_describe_groups(broker: Broker, header: Any, request: Any, conn: Connection
+                           ) -> bytes:
+    mod = response_module(type(request))
+    coordinator = coordinator_of(broker)
+    described = []
+    for group_id in request.groups:
+        if coordinator is None:
+            error: int = ErrorCode.coordinator_not_available
+            state = protocol_type = protocol = ""
+            members: list[Any] = []
+        else:
+            error, summary = coordinator.handle_describe_group(group_id)
+            state, protocol_type, protocol = (summary.state, summary.protocol_type,
+                                              summary.protocol)
+            members = summary.members
+        described.append(make(
+            mod.DescribedGroup, error_code=ErrorCode(error), group_id=group_id,
+            group_state=state, protocol_type=protocol_type, protocol_data=protocol,
+            members=tuple(make(mod.DescribedGroupMember, member_id=m.member_id,
+                               group_instance_id=m.group_instance_id, client_id=m.client_id,
+                               client_host=m.client_host, member_metadata=m.metadata,
+                               member_assignment=m.assignment) for m in members),
+            authorized_operations=UNAUTHORIZED_OPS))
+    resp = make(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(described))
+    return encode_response(type(request), header.correlation_id, resp)
+
+
+def handle_delete_groups(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    coordinator = coordinator_of(broker)
+    names = list(dict.fromkeys(request.groups_names))
+    if coordinator is None:
+        errors: dict[str, int] = dict.fromkeys(names, ErrorCode.coordinator_not_available)
+    else:
+        errors = coordinator.handle_delete_groups(names)
+    resp = make(mod.DeleteGroupsResponse, throttle_time=0,
+                results=tuple(make(mod.DeletableGroupResult, group_id=g,
+                                   error_code=ErrorCode(errors[g])) for g in names))
+    return encode_response(type(request), header.correlation_id, resp)

@@ -1,0 +1,170 @@
+"""Committed offsets, answered by the group coordinator: OffsetCommit (8) v2-v8, OffsetFetch (9)
+v1-v8, OffsetDelete (47) v0.
+
+OffsetCommit waits until the commit records are replicated (acks=-1, up to
+`offsets.commit.timeout.ms`). A partition of a topic this broker does not know is answered
+UNKNOWN_TOPIC_OR_PARTITION without reaching the coordinator, as in Kafka. The commit time is the
+broker's clock; OffsetCommit v2-v4's retention time, when given, becomes an explicit expire
+timestamp (written as offset value v1). OffsetFetch with null topics (v2+) returns every offset
+of the group; v8 asks for several groups at once (KIP-709), each with its own error.
+
+OffsetCommit v0/v1 (v0 stored offsets in ZooKeeper) are not served: the codec (kio, Kafka 4.x
+schemas) no longer has them, and no client odradek supports sends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...coordinator.group import TopicPartition
+from ...coordinator.metadata_manager import OffsetFetchResult
+from ...coordinator.offsets import NO_LEADER_EPOCH, OffsetAndMetadata
+from ...protocol.codec import encode_response, make, response_module
+from ..network import Connection
+from .groups import coordinator_of, ms, resolver, when_done
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+DEFAULT_RETENTION_TIME = -1
+
+
+def _known(broker: Broker, tp: TopicPartition) -> bool:
+    return broker.metadata_cache.partition(tp[0], tp[1]) is not None
+
+
+def _by_topic(items: dict[TopicPartition, Any]) -> dict[str, dict[int, Any]]:
+    out: dict[str, dict[int, Any]] = {}
+    for (topic, partition), value in items.items():
+        out.setdefault(topic, {})[partition] = value
+    return out
+
+
+# -- OffsetCommit ----------------------------------------------------------------------------------
+
+def handle_offset_commit(broker: Broker, header: Any, request: Any, conn: Connection) -> Any:
+    mod = response_module(type(request))
+    order: list[TopicPartition] = []
+    errors: dict[TopicPartition, int] = {}
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    coordinator = coordinator_of(broker)
+    now = coordinator.clock() if coordinator is not None else 0
+    retention = ms(getattr(request, "retention_time", DEFAULT_RETENTION_TIME))
+    expire = None if retention == DEFAULT_RETENTION_TIME else now + retention
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            order.append(tp)
+            if not _known(broker, tp):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            offsets[tp] = OffsetAndMetadata(
+                p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+                p.committed_metadata or "", now, expire)
+
+    def build(result: dict[TopicPartition, int]) -> bytes:
+        status = {**result, **errors}
+        topics: dict[str, list[Any]] = {}
+        for tp in dict.fromkeys(order):
+            topics.setdefault(tp[0], []).append(make(
+                mod.OffsetCommitResponsePartition, partition_index=tp[1],
+                error_code=ErrorCode(status[tp])))
+        resp = make(mod.OffsetCommitResponse, throttle_time=0, topics=tuple(
+            make(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+            for name, parts in topics.items()))
+        return encode_response(type(request), header.correlation_id, resp)
+
+    future: asyncio.Future[dict[TopicPartition, int]] = \
+        asyncio.get_running_loop().create_future()
+    if not offsets:
+        future.set_result({})
+    elif coordinator is None:
+        future.set_result(dict.fromkeys(offsets, ErrorCode.coordinator_not_available))
+    else:
+        coordinator.handle_commit_offsets(
+            request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+            request.generation_id_or_member_epoch, offsets, resolver(future))
+    return when_done(future, build)
+
+
+# -- OffsetFetch -----------------------------------------------------------------------------------
+
+def _fetch_group(broker: Broker, group_id: str, topics: Any, require_stable: bool
+                 ) -> tuple[int, dict[TopicPartition, OffsetFetchResult]]:
+    partitions = None if topics is None else [
+        (t.name, i) for t in topics for i in t.partition_indexes]
+    coordinator = coordinator_of(broker)
+    if coordinator is None:
+        return ErrorCode.coordinator_not_available, {}
+    return coordinator.handle_fetch_offsets(group_id, require_stable, partitions)
+
+
+def handle_offset_fetch(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    version = header.request_api_version
+    mod = response_module(type(request))
+    require_stable = bool(getattr(request, "require_stable", False))
+
+    def topics_of(results: dict[TopicPartition, OffsetFetchResult], topic_cls: Any,
+                  partition_cls: Any) -> tuple[Any, ...]:
+        return tuple(make(topic_cls, name=name, partitions=tuple(
+            make(partition_cls, partition_index=index, committed_offset=r.offset,
+                 committed_leader_epoch=r.leader_epoch, metadata=r.metadata,
+                 error_code=ErrorCode(r.error))
+            for index, r in parts.items()))
+            for name, parts in _by_topic(results).items())
+
+    if version >= 8:
+        groups = []
+        for g in request.groups:
+            error, results = _fetch_group(broker, g.group_id, g.topics, require_stable)
+            groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id,
+                               error_code=ErrorCode(error), topics=topics_of(
+                                   results, mod.OffsetFetchResponseTopics,
+                                   mod.OffsetFetchResponsePartitions)))
+        resp = make(mod.OffsetFetchResponse, throttle_time=0, groups=tuple(groups))
+        return encode_response(type(request), header.correlation_id, resp)
+
+    error, results = _fetch_group(broker, request.group_id, request.topics, require_stable)
+    if error != ErrorCode.none:
+        # v1 has no top-level error: every requested partition carries it.
+        results = ({} if version >= 2 or request.topics is None else
+                   {(t.name, i): OffsetFetchResult(error=error)
+                    for t in request.topics for i in t.partition_indexes})
+    resp = make(mod.OffsetFetchResponse, throttle_time=0, error_code=ErrorCode(error),
+                topics=topics_of(results, mod.OffsetFetchResponseTopic,
+                                 mod.OffsetFetchResponsePartition))
+    return encode_response(type(request), header.correlation_id, resp)
+
+
+# -- OffsetDelete ----------------------------------------------------------------------------------
+
+def handle_offset_delete(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    errors: dict[TopicPartition, int] = {}
+    wanted: list[TopicPartition] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if _known(broker, tp):
+                wanted.append(tp)
+            else:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+    coordinator = coordinator_of(broker)
+    if coordinator is None:
+        group_error, partition_errors = ErrorCode.coordinator_not_available, {}
+    else:
+        group_error, partition_errors = coordinator.handle_delete_offsets(request.group_id,
+                                                                          wanted)
+    topics: tuple[Any, ...] = ()
+    if group_error == ErrorCode.none:
+        errors.update(partition_errors)
+        topics = tuple(make(mod.OffsetDeleteResponseTopic, name=name, partitions=tuple(
+            make(mod.OffsetDeleteResponsePartition, partition_index=index,
+                 error_code=ErrorCode(code)) for index, code in parts.items()))
+            for name, parts in _by_topic(errors).items())
+    resp = make(mod.OffsetDeleteResponse, throttle_time=0, error_code=ErrorCode(group_error),
+                topics=topics)
+    return encode_response(type(request), header.correlation_id, resp)
