@@ -51,10 +51,12 @@ class _BrokerQueue:
 async def send_one(host: str, port: int, api_key: int, version: int, message: Any,
                    correlation_id: int, client_id: str, timeout: float) -> Any:
     """Open a connection, send one inter-broker request, return the decoded response."""
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection(host, port)
     try:
         writer.write(encode_request_frame(api_key, version, message, correlation_id, client_id))
-        return await asyncio.wait_for(read_response(reader, api_key, version), timeout)
+        async with asyncio.timeout(timeout):
+            return await read_response(reader, api_key, version)
     finally:
         writer.close()
         with contextlib.suppress(Exception):
@@ -138,18 +140,24 @@ class ControllerChannelManager:
                 pending = await q.queue.get()
                 while not pending.future.done():
                     try:
+                        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel
+                        # that lands as the result arrives (CPython gh-86296), which left a
+                        # removed broker's sender waiting forever and hung resignation.
                         if writer is None:
-                            reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                                q.endpoint.host, q.endpoint.port), self.timeout)
+                            async with asyncio.timeout(self.timeout):
+                                reader, writer = await asyncio.open_connection(
+                                    q.endpoint.host, q.endpoint.port)
                         self._correlation += 1
                         writer.write(encode_request_frame(
                             pending.api_key, pending.version, pending.message, self._correlation,
                             f"controller-{self.controller_id}"))
                         assert reader is not None
-                        response = await asyncio.wait_for(
-                            read_response(reader, pending.api_key, pending.version), self.timeout)
+                        async with asyncio.timeout(self.timeout):
+                            response = await read_response(reader, pending.api_key,
+                                                           pending.version)
                         pending.future.set_result(response)
-                    except (TimeoutError, OSError, asyncio.IncompleteReadError, ib.DecodeError) as exc:
+                    except (TimeoutError, OSError, asyncio.IncompleteReadError,
+                            ib.DecodeError) as exc:
                         log.warning("Controller %d's connection to broker %d (%s:%d) failed: %s;"
                                     " retrying", self.controller_id, broker_id, q.endpoint.host,
                                     q.endpoint.port, exc or type(exc).__name__)
@@ -235,8 +243,9 @@ class RequestBatch:
                 topics[tp.topic].append(s)
                 state_change_log.info(
                     "[Controller id=%d epoch=%d] Sending LeaderAndIsr request to broker %d for "
-                    "partition %s: leader=%d leader_epoch=%d isr=%s replicas=%s", self.controller_id,
-                    self.epoch, broker, tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas))
+                    "partition %s: leader=%d leader_epoch=%d isr=%s replicas=%s",
+                    self.controller_id, self.epoch, broker, tp, s.leader, s.leader_epoch,
+                    list(s.isr), list(s.replicas), extra={"broker_id": self.controller_id})
             msg = ib.LeaderAndIsrRequest(
                 controller_id=self.controller_id, controller_epoch=self.epoch,
                 topic_states=tuple(ib.LeaderAndIsrTopicState(
@@ -272,8 +281,9 @@ class RequestBatch:
                     partition_index=tp.partition, leader_epoch=epoch, delete_partition=delete))
             msg_sr = ib.StopReplicaRequest(
                 controller_id=self.controller_id, controller_epoch=self.epoch,
-                topic_states=tuple(ib.StopReplicaTopicState(topic_name=t, partition_states=tuple(ps))
-                                   for t, ps in by_topic.items()))
+                topic_states=tuple(
+                    ib.StopReplicaTopicState(topic_name=t, partition_states=tuple(ps))
+                    for t, ps in by_topic.items()))
             futures.append(self._send(channel, broker, STOP_REPLICA, STOP_REPLICA_VERSION, msg_sr))
         return futures
 

@@ -1,0 +1,808 @@
+"""`odradek chaos`: replication under faults (S-3, S-4), checked end to end.
+
+Broker processes on a real ZooKeeper, a topic with replication factor 3,
+`min.insync.replicas=2` and unclean leader election off. Idempotent acks=all producers write
+unique values (`p<producer>-<seq>`) while faults are injected one at a time, each after the
+cluster has healed from the previous one (all brokers registered, every ISR full), so that at
+most one broker is ever down and min ISR 2 stays reachable:
+
+* ``kill_leader``: kill -9 of the leader of a random partition, restarted after a short delay;
+* ``kill_controller``: kill -9 of the controller, restarted likewise;
+* ``pause_leader``: SIGSTOP of the leader of a random partition for longer than the
+  coordination session timeout, then SIGCONT;
+* ``restart``: clean restart (SIGTERM: controlled shutdown, then start) of a random broker.
+
+Then the cluster is healed, the producers flush, and three things are verified:
+
+1. every acknowledged value is read back by a consumer at the offset its acknowledgement gave
+   (zero lost); values present more than once are duplicates (zero expected with idempotence);
+   values present but never acknowledged are reported (written, the acknowledgement lost);
+2. after a clean stop of every broker, each replica's log is byte-for-byte identical below the
+   high watermark (the `replication-offset-checkpoint` of the replicas), batch by batch;
+3. the cluster healed after every fault (no stuck ISR).
+
+`run_chaos()` is the function tests call; `odradek chaos` wraps it with its own ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..protocol import records as rb
+from ..storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from .processes import ProcessCluster
+
+FAULT_KINDS = ("kill_leader", "kill_controller", "pause_leader", "restart")
+
+T = TypeVar("T")
+Progress = Callable[[str], None]
+
+
+# -- configuration and results ------------------------------------------------------------------
+
+
+@dataclass
+class ChaosConfig:
+    brokers: int = 3
+    partitions: int = 6
+    duration_s: float = 60.0  # the fault phase; a fault begun before its end completes
+    seed: int = 0
+    producers: int = 2
+    rate: float = 200.0  # messages per second per producer
+    faults: tuple[str, ...] = FAULT_KINDS
+    schedule: tuple[str, ...] | None = None  # exactly these faults in order (duration ignored)
+    topic: str = "chaos"
+    session_timeout_ms: int = 4000
+    replica_lag_time_max_ms: int = 5000
+    segment_bytes: int = 1 << 20  # small segments: the comparison crosses segment files
+    first_fault_after_s: float = 2.0
+    gap_s: tuple[float, float] = (1.0, 3.0)  # quiet time between faults, once healed
+    restart_delay_s: float = 1.0  # between a kill -9 and the restart
+    pause_s: float | None = None  # SIGSTOP length; default 1.5 x the session timeout
+    heal_timeout_s: float = 60.0
+    message_timeout_ms: int = 60000
+    rebalance_check_s: int = 10  # leader.imbalance.check.interval.seconds: preferred elections
+    log_level: str = "INFO"
+    extra_overrides: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pause_length_s(self) -> float:
+        return self.pause_s if self.pause_s is not None else 1.5 * self.session_timeout_ms / 1000
+
+    def broker_overrides(self) -> dict[str, str]:
+        return {
+            "default.replication.factor": str(min(3, self.brokers)),
+            "min.insync.replicas": "2",
+            "unclean.leader.election.enable": "false",
+            "replica.lag.time.max.ms": str(self.replica_lag_time_max_ms),
+            "controlled.shutdown.retry.backoff.ms": "200",
+            "log.segment.bytes": str(self.segment_bytes),
+            "leader.imbalance.check.interval.seconds": str(self.rebalance_check_s),
+            **self.extra_overrides,
+        }
+
+
+@dataclass
+class FaultRecord:
+    at_s: float  # since the workload started
+    kind: str
+    target: int
+    detail: str = ""
+    failover_s: float | None = None  # until a new leader / controller / the broker stopped
+    healed_s: float | None = None  # until every broker is back and every ISR full again
+    error: str | None = None
+
+
+@dataclass
+class ProducerStats:
+    index: int
+    sent: int = 0
+    acked: dict[str, tuple[int, int]] = field(default_factory=dict)  # value -> (p, offset)
+    failed: dict[str, str] = field(default_factory=dict)  # value -> error name
+    undelivered: int = 0  # still queued after the final flush
+    fatal: str | None = None
+
+
+@dataclass
+class ReplicaCheck:
+    topic: str
+    partition: int
+    high_watermarks: dict[int, int]  # broker -> checkpointed HW
+    compared_below: int
+    problem: str | None = None
+
+
+@dataclass
+class ChaosReport:
+    config: ChaosConfig
+    faults: list[FaultRecord] = field(default_factory=list)
+    sent: int = 0
+    acked: int = 0
+    lost: list[str] = field(default_factory=list)  # acked, never read back
+    misplaced: list[str] = field(default_factory=list)  # acked, read back at another offset
+    duplicates: int = 0  # extra copies of values read back more than once
+    unacked_written: int = 0  # read back, never acknowledged nor failed
+    failed_written: int = 0  # read back, though delivery reported an error
+    read_back: int = 0
+    delivery_errors: Counter[str] = field(default_factory=Counter)
+    undelivered: int = 0
+    fatal_errors: list[str] = field(default_factory=list)
+    replicas: list[ReplicaCheck] = field(default_factory=list)
+    healed: bool = True
+    heal_problem: str | None = None
+    stop_problems: list[str] = field(default_factory=list)  # clean shutdowns that failed
+    broker_tracebacks: dict[int, int] = field(default_factory=dict)  # in brokers' stderr
+    errors: list[str] = field(default_factory=list)  # the run itself broke off
+    acked_end: dict[int, int] = field(default_factory=dict)  # partition -> max acked + 1
+    workdir: Path | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def replicas_identical(self) -> bool:
+        return bool(self.replicas) and all(r.problem is None for r in self.replicas)
+
+    @property
+    def failures(self) -> list[str]:
+        out = []
+        if self.lost:
+            out.append(f"{len(self.lost)} acknowledged values lost")
+        if self.misplaced:
+            out.append(f"{len(self.misplaced)} acknowledged values at another offset")
+        if self.duplicates:
+            out.append(f"{self.duplicates} duplicates (idempotent producers: expected 0)")
+        if not self.replicas_identical:
+            out.append("replicas differ below the high watermark" if self.replicas
+                       else "replicas not compared")
+        if not self.healed:
+            out.append(f"cluster did not heal: {self.heal_problem}")
+        out.extend(f"clean shutdown failed: {p}" for p in self.stop_problems)
+        out.extend(f"run aborted: {e}" for e in self.errors)
+        out.extend(f"fault {f.kind} at {f.at_s:.1f}s: {f.error}" for f in self.faults
+                   if f.error)
+        out.extend(f"fatal producer error: {e}" for e in self.fatal_errors)
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+# -- small helpers ---------------------------------------------------------------------------------
+
+
+def poll_for(fn: Callable[[], T | None], timeout: float, what: str,
+             interval: float = 0.05) -> T:
+    """The first non-None result of `fn` (exceptions count as not yet); TimeoutError after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            value = fn()
+            if value is not None:
+                return value
+        except Exception as exc:  # a znode in flux, a broker not answering yet
+            last = exc
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what} after {timeout:.0f}s"
+                               + (f" (last error: {last!r})" if last else ""))
+        time.sleep(interval)
+
+
+def client_logger(workdir: Path) -> logging.Logger:
+    """librdkafka's log lines (disconnects during faults) go to `workdir/clients.log`, not to
+    the terminal."""
+    logger = logging.getLogger(f"odradek.chaos.clients.{workdir}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        handler = logging.FileHandler(workdir / "clients.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+    return logger
+
+
+def stderr_progress(t0: float) -> Progress:
+    def progress(message: str) -> None:
+        print(f"[{time.monotonic() - t0:7.1f}s] {message}", file=sys.stderr, flush=True)
+    return progress
+
+
+# -- the workload ----------------------------------------------------------------------------------
+
+
+class ProducerWorker(threading.Thread):
+    """One idempotent acks=all producer writing `p<index>-<seq>` at `rate` per second until
+    `stop` is set, then flushing. Delivery callbacks run on this thread (in poll/flush)."""
+
+    def __init__(self, index: int, bootstrap: str, topic: str, rate: float,
+                 message_timeout_ms: int, stop: threading.Event,
+                 logger: logging.Logger | None = None) -> None:
+        super().__init__(name=f"chaos-producer-{index}", daemon=True)
+        self.stats = ProducerStats(index)
+        self.logger = logger
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.rate = rate
+        self.message_timeout_ms = message_timeout_ms
+        self.stop = stop
+
+    def _config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+            "message.timeout.ms": self.message_timeout_ms, "linger.ms": 5,
+            "retry.backoff.ms": 100, "client.id": self.name, "error_cb": self._on_error}
+        if self.logger is not None:
+            config["logger"] = self.logger
+        return config
+
+    def _on_error(self, err: Any) -> None:
+        if err.fatal():
+            self.stats.fatal = f"{err.name()}: {err.str()}"
+            self.stop.set()
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        value = msg.value().decode()
+        if err is None:
+            self.stats.acked[value] = (msg.partition(), msg.offset())
+        else:
+            self.stats.failed[value] = err.name()
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer(self._config())
+        interval = 1.0 / self.rate
+        next_at = time.monotonic()
+        seq = 0
+        while not self.stop.is_set():
+            value = f"p{self.stats.index}-{seq}"
+            try:
+                producer.produce(self.topic, value=value.encode(),
+                                 key=f"p{self.stats.index}-k{seq % 64}".encode(),
+                                 on_delivery=self._on_delivery)
+            except BufferError:
+                producer.poll(0.05)
+                continue
+            seq += 1
+            self.stats.sent = seq
+            next_at = max(next_at + interval, time.monotonic() - 1.0)
+            while (delay := next_at - time.monotonic()) > 0:
+                producer.poll(delay)
+        self.stats.undelivered = producer.flush(self.message_timeout_ms / 1000 + 10)
+
+
+# -- faults ----------------------------------------------------------------------------------------
+
+
+class FaultInjector:
+    """Injects one fault at a time on `cluster` and records what the cluster did."""
+
+    def __init__(self, cluster: ProcessCluster, config: ChaosConfig, rng: random.Random,
+                 t0: float, progress: Progress) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.rng = rng
+        self.t0 = t0
+        self.progress = progress
+        self.topic = config.topic
+
+    # -- cluster views ----------------------------------------------------------------------------
+    def healthy(self) -> bool | None:
+        """Every broker running and registered, a controller, every ISR full; else None."""
+        c = self.cluster
+        if not all(b.running() for b in c.brokers.values()):
+            return None
+        if len(c.live_ids()) != len(c.brokers) or c.controller_or_none() is None:
+            return None
+        return True if c.fully_replicated(self.topic) else None
+
+    def describe(self) -> str:
+        try:
+            states = self.cluster.states(self.topic)
+            parts = [f"p{p}: leader {s['leader']} isr {s['isr']}" for p, s in states.items()]
+            return (f"live {self.cluster.live_ids()}, controller "
+                    f"{self.cluster.controller_or_none()}; " + "; ".join(parts))
+        except Exception as exc:
+            return f"(state unreadable: {exc!r})"
+
+    def wait_healthy(self, timeout: float) -> None:
+        try:
+            poll_for(self.healthy, timeout, "healthy cluster", interval=0.1)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}: {self.describe()}") from None
+
+    def _random_leader(self) -> tuple[int, int]:
+        p = self.rng.randrange(self.config.partitions)
+        return p, self.cluster.leader(self.topic, p)
+
+    def _new_leader(self, p: int, old: int, timeout: float) -> int:
+        def check() -> int | None:
+            leader = self.cluster.leader(self.topic, p)
+            return leader if leader not in (old, -1) else None
+        return poll_for(check, timeout, f"new leader of partition {p}")
+
+    def _role(self, broker: int) -> str:
+        return " (controller)" if self.cluster.controller_or_none() == broker else ""
+
+    # -- the faults -------------------------------------------------------------------------------
+    def run(self, kind: str) -> FaultRecord:
+        record = FaultRecord(time.monotonic() - self.t0, kind, -1)
+        start = time.monotonic()
+        try:
+            getattr(self, f"_{kind}")(record, start)
+            self.wait_healthy(self.config.heal_timeout_s)
+            record.healed_s = time.monotonic() - start
+        except Exception as exc:  # timeouts, a broker that would not stop or start, kazoo
+            self.progress(f"fault {kind} failed: {exc}")  # with a broker's stderr tail
+            record.error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        self.progress(f"fault {kind} on broker {record.target}: {record.detail}"
+                      + (f"; healed in {record.healed_s:.1f}s" if record.healed_s else "")
+                      + (f"; ERROR {record.error}" if record.error else ""))
+        return record
+
+    def _failover_timeout(self) -> float:
+        return self.config.session_timeout_ms / 1000 * 3 + 15
+
+    def _kill_leader(self, record: FaultRecord, start: float) -> None:
+        p, leader = self._random_leader()
+        record.target = leader
+        role = self._role(leader)
+        self.cluster.brokers[leader].kill()
+        new = self._new_leader(p, leader, self._failover_timeout())
+        record.failover_s = time.monotonic() - start
+        record.detail = f"p{p} leader {leader}{role} -> {new}"
+        self._restart_after_delay(leader)
+
+    def _kill_controller(self, record: FaultRecord, start: float) -> None:
+        old = self.cluster.controller()
+        epoch = self.cluster.controller_epoch()
+        record.target = old
+        self.cluster.brokers[old].kill()
+
+        def check() -> int | None:
+            now = self.cluster.controller_or_none()
+            return now if now not in (None, old) else None
+        new = poll_for(check, self._failover_timeout(), "new controller")
+        record.failover_s = time.monotonic() - start
+        # /controller is created before /controller_epoch is bumped: wait for the bump (S-5.1)
+        bumped = poll_for(lambda: e if (e := self.cluster.controller_epoch()) > epoch else None,
+                          10, f"controller epoch above {epoch}")
+        record.detail = f"controller {old} -> {new}, epoch {epoch} -> {bumped}"
+        self._restart_after_delay(old)
+
+    def _pause_leader(self, record: FaultRecord, start: float) -> None:
+        p, leader = self._random_leader()
+        record.target = leader
+        role = self._role(leader)
+        broker = self.cluster.brokers[leader]
+        broker.pause()
+        try:
+            new = self._new_leader(p, leader, self._failover_timeout())
+            record.failover_s = time.monotonic() - start
+            remaining = self.config.pause_length_s - (time.monotonic() - start)
+            if remaining > 0:
+                time.sleep(remaining)
+            poll_for(lambda: True if leader not in self.cluster.live_ids() else None,
+                     self._failover_timeout(), f"broker {leader}'s session expiry")
+        finally:
+            broker.resume()
+        record.detail = (f"p{p} leader {leader}{role} -> {new}; SIGCONT after "
+                         f"{time.monotonic() - start:.1f}s")
+
+    def _restart(self, record: FaultRecord, start: float) -> None:
+        states = self.cluster.states(self.topic)
+        leaders = sorted({s["leader"] for s in states.values() if s["leader"] >= 0})
+        # a broker leading partitions, when there is one: its controlled shutdown moves them
+        target = self.rng.choice(leaders or sorted(self.cluster.brokers))
+        record.target = target
+        role = self._role(target)
+        led = [p for p, s in states.items() if s["leader"] == target]
+        self.cluster.brokers[target].stop()
+        record.failover_s = time.monotonic() - start
+        after = self.cluster.states(self.topic)
+        moved = sum(1 for p in led if after[p]["leader"] not in (target, -1))
+        record.detail = (f"broker {target}{role} controlled shutdown "
+                         f"{record.failover_s:.1f}s, {moved}/{len(led)} leaders moved")
+        if moved != len(led):
+            raise AssertionError(f"controlled shutdown left {len(led) - moved} partitions "
+                                 f"led by broker {target} or offline: {self.describe()}")
+        self.cluster.brokers[target].restart(clean=False)
+
+    def _restart_after_delay(self, broker_id: int) -> None:
+        time.sleep(self.config.restart_delay_s)
+        self.cluster.brokers[broker_id].restart(clean=False)
+
+    # -- healing -------------------------------------------------------------------------------
+    def heal(self) -> None:
+        """Bring every broker back (SIGCONT, start) and wait for every ISR to be full."""
+        for b in self.cluster.brokers.values():
+            b.resume()
+            if not b.running():
+                b.restart(clean=False)
+        self.wait_healthy(self.config.heal_timeout_s)
+
+
+def fault_plan(config: ChaosConfig, rng: random.Random) -> Callable[[], str | None]:
+    """The next fault kind: the forced schedule in order, else shuffled rounds of the enabled
+    kinds (each kind once per round) until the duration ends (None: stop)."""
+    if config.schedule is not None:
+        queue = list(config.schedule)
+        return lambda: queue.pop(0) if queue else None
+    round_: list[str] = []
+
+    def next_kind() -> str:
+        if not round_:
+            round_.extend(config.faults)
+            rng.shuffle(round_)
+        return round_.pop(0)
+    return next_kind
+
+
+# -- verification ----------------------------------------------------------------------------------
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 120.0,
+                logger: logging.Logger | None = None) -> dict[int, list[tuple[int, str]]]:
+    """Every record of every partition from the beginning to the high watermark, as
+    (offset, value) pairs, with a confluent-kafka consumer (assign, no group)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "group.id": "odradek-chaos-verify",
+        "enable.auto.commit": False, "enable.partition.eof": True,
+        "auto.offset.reset": "earliest"}
+    if logger is not None:
+        config["logger"] = logger
+    consumer = Consumer(config)
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
+        position = {p: 0 for p in range(partitions)}
+        remaining = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"consumer stuck: positions {position}, ends {ends}")
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"consumer error: {msg.error()}")
+                continue
+            p = msg.partition()
+            out[p].append((msg.offset(), msg.value().decode()))
+            position[p] = msg.offset() + 1
+            if position[p] >= ends[p]:
+                remaining.discard(p)
+        return out
+    finally:
+        consumer.close()
+
+
+def check_values(report: ChaosReport, stats: Sequence[ProducerStats],
+                 read: dict[int, list[tuple[int, str]]]) -> None:
+    """Acknowledged values against what a consumer reads back."""
+    at: dict[tuple[int, int], str] = {}
+    copies: Counter[str] = Counter()
+    for p, records in read.items():
+        for offset, value in records:
+            at[(p, offset)] = value
+            copies[value] += 1
+    report.read_back = sum(copies.values())
+    report.duplicates = sum(n - 1 for n in copies.values() if n > 1)
+    acked: dict[str, tuple[int, int]] = {}
+    failed: dict[str, str] = {}
+    for s in stats:
+        acked.update(s.acked)
+        failed.update(s.failed)
+        report.delivery_errors.update(s.failed.values())
+        report.sent += s.sent
+        report.undelivered += s.undelivered
+        if s.fatal:
+            report.fatal_errors.append(f"producer {s.index}: {s.fatal}")
+    report.acked = len(acked)
+    for p, offset in acked.values():
+        report.acked_end[p] = max(report.acked_end.get(p, 0), offset + 1)
+    for value, where in sorted(acked.items()):
+        if at.get(where) == value:
+            continue
+        (report.misplaced if value in copies else report.lost).append(
+            f"{value}@p{where[0]}:{where[1]}")
+    report.failed_written = sum(1 for v in copies if v in failed)
+    report.unacked_written = sum(1 for v in copies if v not in acked and v not in failed)
+
+
+def valid_batches(partition_dir: Path) -> list[tuple[int, int, bytes]]:
+    """(base offset, last offset, bytes) of each CRC-valid batch of a replica, in offset order
+    across its segment files (a replica's segment boundaries need not match another's)."""
+    out: list[tuple[int, int, bytes]] = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        for h in rb.scan_valid_prefix(data):
+            out.append((h.base_offset, h.last_offset, data[h.position:h.position + h.size]))
+    return out
+
+
+def compare_replicas(cluster: ProcessCluster, topic: str, assignment: dict[int, list[int]],
+                     acked_end: dict[int, int]) -> list[ReplicaCheck]:
+    """After a clean stop: every replica's batches below the highest checkpointed HW of the
+    partition are byte-for-byte those of the partition's first replica, and that HW covers
+    every acknowledged offset (`acked_end`: partition -> last acknowledged offset + 1)."""
+    hws = {b: OffsetCheckpointFile(bp.log_dir / REPLICATION_OFFSET_CHECKPOINT).read()
+           for b, bp in cluster.brokers.items()}
+    checks = []
+    for p, replicas in sorted(assignment.items()):
+        high = {b: hws[b].get((topic, p), -1) for b in replicas}
+        hw = max(high.values())
+        check = ReplicaCheck(topic, p, high, hw)
+        logs = {b: [x for x in valid_batches(cluster.brokers[b].log_dir / f"{topic}-{p}")
+                    if x[0] < hw] for b in replicas}
+        problems = [_first_difference(logs, hw)]
+        if hw < acked_end.get(p, 0):
+            problems.append(f"the HW {hw} is below acknowledged offset {acked_end[p] - 1}")
+        check.problem = "; ".join(x for x in problems if x) or None
+        checks.append(check)
+    return checks
+
+
+def _first_difference(logs: dict[int, list[tuple[int, int, bytes]]], hw: int) -> str | None:
+    problems = []
+    for b, batches in logs.items():
+        end = batches[-1][1] + 1 if batches else 0
+        if end < hw:
+            problems.append(f"broker {b}'s log ends at {end} below the HW {hw}")
+    ref_id, ref = next(iter(logs.items()))
+    for b, batches in logs.items():
+        for mine, theirs in zip(ref, batches, strict=False):
+            if mine != theirs:
+                problems.append(f"brokers {ref_id} and {b} differ at offset "
+                                f"{min(mine[0], theirs[0])}")
+                break
+    return "; ".join(problems) or None
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+def stop_cleanly(cluster: ProcessCluster) -> list[str]:
+    """SIGTERM each running broker in turn; the brokers that did not exit 0 (in time). A
+    broker SIGKILLed after ignoring SIGTERM still has its log (appends are written at once),
+    so the replica comparison goes on."""
+    problems = []
+    for i, broker in cluster.brokers.items():
+        if not broker.running():
+            continue
+        try:
+            broker.stop()
+        except AssertionError as exc:  # BrokerError
+            problems.append(f"broker {i}: {str(exc).splitlines()[0]}")
+    return problems
+
+
+def create_topic(cluster: ProcessCluster, config: ChaosConfig) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = NewTopic(config.topic, config.partitions, min(3, config.brokers), config={
+        "min.insync.replicas": "2", "unclean.leader.election.enable": "false"})
+    admin.create_topics([topic], operation_timeout=20)[config.topic].result(30)
+
+
+def run_chaos(config: ChaosConfig, workdir: Path, zookeeper_connect: str,
+              progress: Progress | None = None) -> ChaosReport:
+    """Start the brokers on `zookeeper_connect` (a chroot of its own), run the workload and
+    the faults, heal, verify. The brokers are always killed at the end; their directories
+    (logs, stderr, state-change.log) stay in `workdir`."""
+    t_start = time.monotonic()
+    progress = progress or stderr_progress(t_start)
+    report = ChaosReport(config, workdir=workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    logger = client_logger(workdir)
+    cluster = ProcessCluster(workdir, zookeeper_connect, config.brokers,
+                             overrides=config.broker_overrides(),
+                             session_timeout_ms=config.session_timeout_ms,
+                             log_level=config.log_level)
+    try:
+        progress(f"starting {config.brokers} brokers on {zookeeper_connect} in {workdir}")
+        cluster.start()
+        create_topic(cluster, config)
+        injector = FaultInjector(cluster, config, random.Random(config.seed), time.monotonic(),
+                                 progress)
+        injector.wait_healthy(config.heal_timeout_s)
+        _run_workload_and_faults(cluster, config, injector, report, progress, logger)
+        progress("stopping every broker cleanly, then comparing replicas")
+        assignment = cluster.assignment(config.topic)
+        report.stop_problems = stop_cleanly(cluster)
+        report.replicas = compare_replicas(cluster, config.topic, assignment,
+                                           report.acked_end)
+    except Exception as exc:  # reported (and failing the run), with the broker logs kept
+        progress(f"run aborted: {traceback.format_exc()}")
+        report.errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        cluster.close()
+        report.broker_tracebacks = {i: b.stderr_text().count("Traceback")
+                                    for i, b in cluster.brokers.items()}
+        for handler in list(logger.handlers):
+            handler.close()
+            logger.removeHandler(handler)
+        report.elapsed_s = time.monotonic() - t_start
+    return report
+
+
+def _run_workload_and_faults(cluster: ProcessCluster, config: ChaosConfig,
+                             injector: FaultInjector, report: ChaosReport,
+                             progress: Progress, logger: logging.Logger) -> None:
+    stop = threading.Event()
+    workers = [ProducerWorker(i, cluster.bootstrap, config.topic, config.rate,
+                              config.message_timeout_ms, stop, logger)
+               for i in range(config.producers)]
+    injector.t0 = time.monotonic()
+    for w in workers:
+        w.start()
+    progress(f"{config.producers} producers writing {config.rate:.0f} values/s each")
+    try:
+        _inject_faults(config, injector, report, stop)
+    finally:
+        stop.set()
+        progress("faults over: healing the cluster")
+        try:
+            injector.heal()
+        except Exception as exc:  # a stuck ISR, a broker that would not start
+            report.healed, report.heal_problem = False, str(exc)
+        for w in workers:
+            w.join()
+    progress(f"producers flushed ({sum(len(w.stats.acked) for w in workers)} acked); "
+             "reading everything back")
+    read = consume_all(cluster.bootstrap, config.topic, config.partitions, logger=logger)
+    check_values(report, [w.stats for w in workers], read)
+
+
+def _inject_faults(config: ChaosConfig, injector: FaultInjector, report: ChaosReport,
+                   stop: threading.Event) -> None:
+    rng = injector.rng
+    next_kind = fault_plan(config, rng)
+    time.sleep(config.first_fault_after_s)
+    deadline = injector.t0 + config.duration_s
+    while not stop.is_set():
+        if config.schedule is None and time.monotonic() >= deadline:
+            return
+        kind = next_kind()
+        if kind is None:
+            return
+        record = injector.run(kind)
+        report.faults.append(record)
+        if record.error:
+            return  # the cluster did not recover: more faults would tell nothing more
+        time.sleep(rng.uniform(*config.gap_s))
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+
+def _secs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}s"
+
+
+def format_report(report: ChaosReport) -> str:
+    rows = [("t", "fault", "target", "failover", "healed", "what happened")]
+    for f in report.faults:
+        rows.append((f"{f.at_s:.1f}s", f.kind, str(f.target), _secs(f.failover_s),
+                     _secs(f.healed_s), f.detail + (f" ERROR: {f.error}" if f.error else "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+             for r in rows]
+    lines.insert(1, "-" * min(120, sum(widths) + 12 + len(rows[0][5])))
+    c = report.config
+    errors = ", ".join(f"{k}={v}" for k, v in sorted(report.delivery_errors.items())) or "none"
+    identical = "yes" if report.replicas_identical else "NO"
+    lines += [
+        "",
+        f"seed {c.seed}, {c.brokers} brokers, {c.partitions} partitions, RF "
+        f"{min(3, c.brokers)}, min.insync.replicas 2, {c.producers} idempotent acks=all "
+        f"producers, {len(report.faults)} faults, {report.elapsed_s:.0f}s in all",
+        f"sent               {report.sent}",
+        f"acknowledged       {report.acked}",
+        f"read back          {report.read_back}",
+        f"lost               {len(report.lost)}" + _examples(report.lost),
+        f"misplaced          {len(report.misplaced)}" + _examples(report.misplaced),
+        f"duplicates         {report.duplicates}" + ("  (FAILURE: idempotence should make "
+                                                     "this 0)" if report.duplicates else ""),
+        f"unacked-written    {report.unacked_written} (+{report.failed_written} written "
+        "though delivery failed)",
+        f"delivery failures  {errors}; still queued after flush: {report.undelivered}",
+        f"replicas identical {identical} below the HW ({len(report.replicas)} partitions)",
+        f"broker tracebacks  {sum(report.broker_tracebacks.values())} in their stderr"
+        + (f" {report.broker_tracebacks}" if any(report.broker_tracebacks.values()) else ""),
+    ]
+    lines += [f"  p{r.partition}: {r.problem} (HWs {r.high_watermarks})"
+              for r in report.replicas if r.problem]
+    lines.append("RESULT: " + ("OK" if report.ok else "FAILED: " + "; ".join(report.failures)))
+    return "\n".join(lines)
+
+
+def _examples(items: list[str]) -> str:
+    return f"  e.g. {', '.join(items[:5])}" if items else ""
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    unknown = [f for f in faults if f not in FAULT_KINDS]
+    if unknown or not faults:
+        print(f"odradek chaos: unknown faults {unknown}; choose from {','.join(FAULT_KINDS)}",
+              file=sys.stderr)
+        return 2
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    config = ChaosConfig(brokers=args.brokers, partitions=args.partitions,
+                         duration_s=args.duration, seed=seed, producers=args.producers,
+                         rate=args.rate, faults=faults)
+    own_dir = args.data_dir is None
+    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    progress = stderr_progress(t0)
+    progress(f"odradek chaos: seed {seed}, data in {workdir}")
+    try:
+        report = _run_with_zookeeper(config, workdir, args.zookeeper, progress)
+    except (OSError, RuntimeError, TimeoutError) as exc:  # ZooKeeper missing or not starting
+        print(f"odradek chaos: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(report), flush=True)
+    if report.ok and own_dir and not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"broker logs and data kept in {workdir}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _run_with_zookeeper(config: ChaosConfig, workdir: Path, zookeeper: str | None,
+                        progress: Progress) -> ChaosReport:
+    chroot = f"/odradek-chaos-{uuid.uuid4().hex[:8]}"
+    if zookeeper:
+        return run_chaos(config, workdir / "brokers", zookeeper.rstrip("/") + chroot, progress)
+    from ..coordination.zk_server import ZooKeeperServer
+
+    with ZooKeeperServer(data_dir=workdir / "zookeeper", tick_time=500) as zk:
+        progress(f"ZooKeeper on {zk.connect_string}")
+        return run_chaos(config, workdir / "brokers", zk.connect_string + chroot, progress)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("chaos", help="replication under faults: acks=all writes, kill -9, "
+                       "SIGSTOP, restarts; verify nothing acknowledged is lost")
+    p.add_argument("--brokers", type=int, default=3)
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--duration", type=float, default=60.0,
+                   help="seconds of fault injection (default 60)")
+    p.add_argument("--seed", type=int, help="random seed (default: random, printed)")
+    p.add_argument("--producers", type=int, default=2)
+    p.add_argument("--rate", type=float, default=200.0,
+                   help="values per second per producer (default 200)")
+    p.add_argument("--data-dir", help="broker data and logs (default: a temporary directory, "
+                   "removed after a successful run)")
+    p.add_argument("--keep", action="store_true", help="keep the data dir after success")
+    p.add_argument("--zookeeper", metavar="HOST:PORT",
+                   help="an existing ZooKeeper (default: start a local one)")
+    p.add_argument("--faults", default=",".join(FAULT_KINDS),
+                   help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
+    p.set_defaults(func=run)
