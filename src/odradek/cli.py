@@ -142,9 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir")
     p.set_defaults(func=cmd_zookeeper)
 
-    from .tools import dump_log
+    from .tools import chaos, console_consumer, console_producer, dump_log
 
     dump_log.add_parser(sub)
+    chaos.add_parser(sub)
+    console_producer.add_parser(sub)
+    console_consumer.add_parser(sub)
     return parser
 
 

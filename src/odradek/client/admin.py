@@ -1,0 +1,475 @@
+"""The admin client: topics (create, delete, partitions, describe), configs (describe, alter),
+the cluster, and consumer groups (list, describe, delete, committed offsets).
+
+Topic changes go to the controller, as Kafka requires (NOT_CONTROLLER: metadata is refreshed
+and the request sent again); broker configs to that broker; group requests to the group's
+coordinator. Methods that act on several names return {name: None or the KafkaError}, and by
+default raise the first error (`raise_errors=False` to inspect them all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ._loop import LoopThread
+from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
+from .cluster_metadata import KafkaClient
+from .config import ADMIN, build_config
+from .errors import KafkaError, KafkaTimeoutError
+from .group import _parse_offset_fetch
+from .types import (
+    BrokerDescription,
+    ClusterDescription,
+    ConfigEntry,
+    ConfigResource,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    NewTopic,
+    OffsetAndMetadata,
+    PartitionDescription,
+    TopicDescription,
+    TopicPartition,
+)
+
+log = logging.getLogger("odradek.client.admin")
+
+# IncrementalAlterConfigs operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _resource(r: ConfigResource | tuple[str, str]) -> ConfigResource:
+    return r if isinstance(r, ConfigResource) else ConfigResource(str(r[0]).lower(), str(r[1]))
+
+
+def _raise_first(results: Mapping[Any, KafkaError | None], raise_errors: bool) -> None:
+    if raise_errors:
+        for err in results.values():
+            if err is not None:
+                raise err
+
+
+class AsyncAdmin:
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        cfg = build_config(ADMIN, config, kwargs)
+        if "allow.auto.create.topics" not in cfg["_explicit"]:
+            cfg["allow.auto.create.topics"] = False
+        self.config = cfg
+        self.api_timeout = int(cfg["default.api.timeout.ms"]) / 1000
+        self.retry_backoff = int(cfg["retry.backoff.ms"]) / 1000
+        self.client = KafkaClient(cfg)
+        self.client.topics = None  # the admin sees every topic
+
+    async def start(self) -> AsyncAdmin:
+        await self.client.start()
+        return self
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- plumbing --------------------------------------------------------------------------------
+    async def _controller_send(self, api_key: int, deadline: float, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        while True:
+            md = self.client.metadata
+            node = md.controller_id if md.controller_id in md.brokers else None
+            try:
+                if node is None:
+                    await self.client.refresh_metadata()
+                    md = self.client.metadata
+                    node = md.controller_id if md.controller_id in md.brokers else None
+                if node is None:
+                    raise KafkaError("no controller in the cluster metadata",
+                                     ErrorCode.not_controller, retriable=True)
+                wait = max(self.client.request_timeout_ms / 1000, deadline - loop.time() + 5)
+                return await self.client.send(node, api_key, **kwargs, request_timeout=wait)
+            except KafkaError as exc:
+                if not exc.retriable or loop.time() + self.retry_backoff > deadline:
+                    raise
+                await asyncio.sleep(self.retry_backoff)
+                await self._refresh_quietly()
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.client.refresh_metadata()
+        except KafkaError as exc:
+            log.debug("Metadata refresh failed: %s", exc)
+
+    async def _retry_not_controller(self, api_key: int, timeout: float, build: Any,
+                                    results_of: Any) -> dict[str, KafkaError | None]:
+        """Send to the controller; resend the names answered NOT_CONTROLLER."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            resp = await self._controller_send(api_key, deadline, **build())
+            results = results_of(resp)
+            if not any(e is not None and e.code == ErrorCode.not_controller
+                       for e in results.values()) or loop.time() > deadline:
+                return results
+            await asyncio.sleep(self.retry_backoff)
+            await self._refresh_quietly()
+
+    # -- topics ----------------------------------------------------------------------------------
+    async def create_topics(self, new_topics: Iterable[NewTopic | str], *,
+                            timeout: float = 30.0, validate_only: bool = False,
+                            raise_errors: bool = True) -> dict[str, KafkaError | None]:
+        topics = [t if isinstance(t, NewTopic) else NewTopic(t) for t in new_topics]
+
+        def build() -> dict[str, Any]:
+            return {"timeout": int(timeout * 1000), "validate_only": validate_only, "topics": [{
+                "name": t.name,
+                "num_partitions": -1 if t.replica_assignment else t.num_partitions,
+                "replication_factor": -1 if t.replica_assignment else t.replication_factor,
+                "assignments": [{"partition_index": p, "broker_ids": b}
+                                for p, b in sorted((t.replica_assignment or {}).items())],
+                "configs": [{"name": k, "value": str(v)} for k, v in t.config.items()],
+            } for t in topics]}
+
+        def results_of(resp: Any) -> dict[str, KafkaError | None]:
+            return {t.name: None if t.error_code == ErrorCode.none else KafkaError.for_code(
+                t.error_code, getattr(t, "error_message", None), context=f"topic {t.name}")
+                for t in resp.topics}
+
+        results = await self._retry_not_controller(19, timeout, build, results_of)
+        _raise_first(results, raise_errors)
+        return results
+
+    async def create_topic(self, name: str, num_partitions: int = -1,
+                           replication_factor: int = -1, config: Mapping[str, str] | None = None,
+                           *, timeout: float = 30.0, wait: bool = True) -> None:
+        """Create one topic and (with `wait`) wait until every partition has a leader."""
+        await self.create_topics([NewTopic(name, num_partitions, replication_factor,
+                                           dict(config or {}))], timeout=timeout)
+        if wait:
+            await self.wait_for_topics([name], timeout)
+
+    async def wait_for_topics(self, names: Iterable[str], timeout: float = 30.0) -> None:
+        """Until every partition of these topics has a live leader in the metadata."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        names = list(names)
+        while True:
+            await self._refresh_quietly()
+            md = self.client.metadata
+            if all((t := md.topics.get(n)) is not None and t.error == 0 and t.partitions
+                   and len(md.available_partitions(n)) == len(t.partitions) for n in names):
+                return
+            if loop.time() > deadline:
+                raise KafkaTimeoutError(f"topics {names} have no leaders after {timeout}s")
+            await asyncio.sleep(0.05)
+
+    async def delete_topics(self, names: Iterable[str], *, timeout: float = 30.0,
+                            raise_errors: bool = True) -> dict[str, KafkaError | None]:
+        names = list(names)
+
+        def build() -> dict[str, Any]:
+            return {"timeout": int(timeout * 1000), "topic_names": names,
+                    "topics": [{"name": n, "topic_id": None} for n in names]}
+
+        def results_of(resp: Any) -> dict[str, KafkaError | None]:
+            return {r.name: None if r.error_code == ErrorCode.none else KafkaError.for_code(
+                r.error_code, getattr(r, "error_message", None), context=f"topic {r.name}")
+                for r in resp.responses}
+
+        results = await self._retry_not_controller(20, timeout, build, results_of)
+        _raise_first(results, raise_errors)
+        return results
+
+    async def create_partitions(self, new_counts: Mapping[str, int], *, timeout: float = 30.0,
+                                validate_only: bool = False, raise_errors: bool = True
+                                ) -> dict[str, KafkaError | None]:
+        """Raise the partition count of topics to the given totals."""
+        def build() -> dict[str, Any]:
+            return {"timeout": int(timeout * 1000), "validate_only": validate_only,
+                    "topics": [{"name": t, "count": n, "assignments": None}
+                               for t, n in new_counts.items()]}
+
+        def results_of(resp: Any) -> dict[str, KafkaError | None]:
+            return {r.name: None if r.error_code == ErrorCode.none else KafkaError.for_code(
+                r.error_code, r.error_message, context=f"topic {r.name}") for r in resp.results}
+
+        results = await self._retry_not_controller(37, timeout, build, results_of)
+        _raise_first(results, raise_errors)
+        return results
+
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
+        md = await self.client.refresh_metadata()
+        return sorted(n for n, t in md.topics.items()
+                      if t.error == ErrorCode.none and (include_internal or not t.internal))
+
+    async def describe_topics(self, names: Iterable[str] | None = None
+                              ) -> dict[str, TopicDescription]:
+        md = await self.client.refresh_metadata()
+        wanted = list(names) if names is not None else sorted(md.topics)
+        out = {}
+        for n in wanted:
+            t = md.topics.get(n)
+            if t is None or t.error != ErrorCode.none:
+                code = t.error if t is not None else ErrorCode.unknown_topic_or_partition
+                raise KafkaError.for_code(code, context=f"topic {n}")
+            out[n] = TopicDescription(n, t.topic_id, t.internal, [
+                PartitionDescription(p.partition, p.leader, p.leader_epoch, list(p.replicas),
+                                     list(p.isr), list(p.offline_replicas), p.error)
+                for p in sorted(t.partitions.values(), key=lambda p: p.partition)])
+        return out
+
+    async def describe_cluster(self) -> ClusterDescription:
+        md = await self.client.refresh_metadata()
+        return ClusterDescription(md.cluster_id, md.controller_id, [
+            BrokerDescription(b.node_id, b.host, b.port, b.rack)
+            for b in sorted(md.brokers.values(), key=lambda b: b.node_id)])
+
+    # -- configs ---------------------------------------------------------------------------------
+    async def describe_configs(self, resources: Iterable[ConfigResource | tuple[str, str]],
+                               include_synonyms: bool = False
+                               ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        res = [_resource(r) for r in resources]
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        for node, group in self._by_target(res).items():
+            resp = await self._send_to(node, 32, include_synonyms=include_synonyms,
+                                       include_documentation=False,
+                                       resources=[{"resource_type": r.code,
+                                                   "resource_name": r.name,
+                                                   "configuration_keys": None} for r in group])
+            for r in resp.results:
+                key = next(x for x in group if x.name == r.resource_name
+                           and x.code == r.resource_type)
+                if r.error_code != ErrorCode.none:
+                    raise KafkaError.for_code(r.error_code, r.error_message,
+                                              context=f"{key.type} {key.name}")
+                out[key] = {c.name: ConfigEntry(
+                    c.name, c.value, getattr(c, "config_source", -1), c.read_only,
+                    getattr(c, "is_default", getattr(c, "config_source", -1) == 5),
+                    c.is_sensitive,
+                    [(s.name, s.value, s.source) for s in getattr(c, "synonyms", ()) or ()])
+                    for c in r.configs}
+        return out
+
+    def _by_target(self, resources: list[ConfigResource]) -> dict[int | None, list[ConfigResource]]:
+        """Broker resources go to that broker; the others to any broker (None)."""
+        out: dict[int | None, list[ConfigResource]] = {}
+        for r in resources:
+            node = int(r.name) if r.type in ("broker", "broker_logger") and r.name else None
+            out.setdefault(node, []).append(r)
+        return out
+
+    async def _send_to(self, node: int | None, api_key: int, **kwargs: Any) -> Any:
+        if node is None:
+            return await self.client.send_any(api_key, **kwargs)
+        return await self.client.send(node, api_key, **kwargs)
+
+    async def alter_configs(self, configs: Mapping[ConfigResource | tuple[str, str],
+                                                   Mapping[str, str]], *,
+                            validate_only: bool = False, raise_errors: bool = True
+                            ) -> dict[ConfigResource, KafkaError | None]:
+        """Replace the dynamic configs of resources (AlterConfigs: unset names revert to their
+        defaults), e.g. {("topic", "t"): {"retention.ms": "1000"}}."""
+        items = {_resource(r): dict(c) for r, c in configs.items()}
+        return await self._alter(33, {r: [{"name": k, "value": str(v)} for k, v in c.items()]
+                                      for r, c in items.items()}, validate_only, raise_errors)
+
+    async def incremental_alter_configs(
+            self, changes: Mapping[ConfigResource | tuple[str, str],
+                                   Mapping[str, tuple[int, str | None] | str | None]], *,
+            validate_only: bool = False, raise_errors: bool = True
+    ) -> dict[ConfigResource, KafkaError | None]:
+        """Change single configs: {resource: {name: value}} sets (None deletes), or
+        {resource: {name: (operation, value)}} with SET, DELETE, APPEND, SUBTRACT."""
+        items: dict[ConfigResource, list[dict[str, Any]]] = {}
+        for r, c in changes.items():
+            entries = []
+            for name, change in c.items():
+                op, value = change if isinstance(change, tuple) else (
+                    (DELETE, None) if change is None else (SET, change))
+                entries.append({"name": name, "config_operation": op,
+                                "value": None if value is None else str(value)})
+            items[_resource(r)] = entries
+        return await self._alter(44, items, validate_only, raise_errors)
+
+    async def _alter(self, api_key: int, items: dict[ConfigResource, list[dict[str, Any]]],
+                     validate_only: bool, raise_errors: bool
+                     ) -> dict[ConfigResource, KafkaError | None]:
+        results: dict[ConfigResource, KafkaError | None] = {}
+        for node, group in self._by_target(list(items)).items():
+            resp = await self._send_to(node, api_key, validate_only=validate_only, resources=[
+                {"resource_type": r.code, "resource_name": r.name, "configs": items[r]}
+                for r in group])
+            for r in resp.responses:
+                key = next(x for x in group if x.name == r.resource_name
+                           and x.code == r.resource_type)
+                results[key] = None if r.error_code == ErrorCode.none else KafkaError.for_code(
+                    r.error_code, r.error_message, context=f"{key.type} {key.name}")
+        _raise_first(results, raise_errors)
+        return results
+
+    # -- groups ----------------------------------------------------------------------------------
+    async def _coordinator(self, group_id: str) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.api_timeout
+        while True:
+            resp = await self.client.send_any(10, key=group_id, key_type=0,
+                                              coordinator_keys=[group_id])
+            if hasattr(resp, "coordinators"):
+                c = resp.coordinators[0]
+                code, node, msg = c.error_code, c.node_id, c.error_message
+            else:
+                code, node, msg = resp.error_code, resp.node_id, getattr(
+                    resp, "error_message", None)
+            if code == ErrorCode.none:
+                if node not in self.client.metadata.brokers:
+                    await self._refresh_quietly()
+                return node
+            err = KafkaError.for_code(code, msg, context=f"FindCoordinator({group_id})")
+            if not err.retriable or loop.time() > deadline:
+                raise err
+            await asyncio.sleep(self.retry_backoff)
+
+    async def _group_send(self, gid: str, api_key: int, /, **kwargs: Any) -> Any:
+        node = await self._coordinator(gid)
+        return await self.client.send(node, api_key, **kwargs)
+
+    async def list_groups(self) -> list[GroupListing]:
+        md = await self.client.refresh_metadata()
+        seen: dict[str, GroupListing] = {}
+        for node in sorted(md.brokers):
+            resp = await self.client.send(node, 16, states_filter=[], types_filter=[])
+            if resp.error_code != ErrorCode.none:
+                raise KafkaError.for_code(resp.error_code, context=f"ListGroups on {node}")
+            for g in resp.groups:
+                seen[g.group_id] = GroupListing(g.group_id, g.protocol_type,
+                                                getattr(g, "group_state", None))
+        return [seen[k] for k in sorted(seen)]
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        out = {}
+        for gid in group_ids:
+            resp = await self._group_send(gid, 15, groups=[gid],
+                                          include_authorized_operations=False)
+            for g in resp.groups:
+                if g.error_code != ErrorCode.none:
+                    raise KafkaError.for_code(g.error_code, context=f"group {g.group_id}")
+                members = []
+                for m in g.members:
+                    topics: list[str] = []
+                    parts: list[TopicPartition] = []
+                    if g.protocol_type == PROTOCOL_TYPE:
+                        try:
+                            if m.member_metadata:
+                                topics = decode_subscription(m.member_metadata).topics
+                            if m.member_assignment:
+                                parts = decode_assignment(m.member_assignment).partitions
+                        except ValueError:
+                            pass
+                    members.append(MemberDescription(m.member_id, getattr(
+                        m, "group_instance_id", None), m.client_id, m.client_host, parts, topics))
+                out[g.group_id] = GroupDescription(g.group_id, g.group_state, g.protocol_type,
+                                                   g.protocol_data, members)
+        return out
+
+    async def delete_groups(self, group_ids: Iterable[str], *, raise_errors: bool = True
+                            ) -> dict[str, KafkaError | None]:
+        results: dict[str, KafkaError | None] = {}
+        for gid in group_ids:
+            resp = await self._group_send(gid, 42, groups_names=[gid])
+            for r in resp.results:
+                results[r.group_id] = None if r.error_code == ErrorCode.none else \
+                    KafkaError.for_code(r.error_code, context=f"group {r.group_id}")
+        _raise_first(results, raise_errors)
+        return results
+
+    async def list_consumer_group_offsets(
+            self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of a group (all of its partitions by default)."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        resp = await self._group_send(group_id, 9, group_id=group_id, topics=topics,
+                                      require_stable=True,
+                                      groups=[{"group_id": group_id, "topics": topics}])
+        found, code = _parse_offset_fetch(resp, group_id)
+        if code != ErrorCode.none:
+            raise KafkaError.for_code(code, context=f"OffsetFetch({group_id})")
+        return {tp: om for tp, om in found.items() if om is not None}
+
+    async def alter_consumer_group_offsets(
+            self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+    ) -> None:
+        """Set committed offsets of a group with no active members (OffsetCommit, generation
+        -1: what Kafka's admin does)."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, o in offsets.items():
+            om = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o))
+            by_topic.setdefault(tp[0], []).append({
+                "partition_index": tp[1], "committed_offset": om.offset,
+                "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata})
+        resp = await self._group_send(
+            group_id, 8, group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+            group_instance_id=None, retention_time=-1,
+            topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code != ErrorCode.none:
+                    raise KafkaError.for_code(p.error_code, context=f"OffsetCommit({group_id}) "
+                                              f"{t.name}-{p.partition_index}")
+
+
+# ---------------------------------------------------------------------------------------------
+class Admin:
+    """The synchronous admin client (an AsyncAdmin on a background loop thread); the same
+    methods, blocking."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self._runner = LoopThread("odradek-admin")
+        try:
+            self._a: AsyncAdmin = self._runner.run(self._create(config, kwargs))
+        except BaseException:
+            self._runner.stop()
+            raise
+
+    @staticmethod
+    async def _create(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> AsyncAdmin:
+        a = AsyncAdmin(config, **kwargs)
+        try:
+            return await a.start()
+        except BaseException:
+            await a.client.close()
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        attr = getattr(self._a, name)
+        if asyncio.iscoroutinefunction(attr):
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return self._runner.run(attr(*args, **kwargs))
+            call.__name__ = name
+            call.__doc__ = attr.__doc__
+            return call
+        return attr
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._a.close())
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,880 @@
+"""The producer (S-7.1): an accumulator of record batches per partition and a sender task.
+
+Records are appended to the open batch of their partition (`batch.size` bytes of encoded
+records; a larger record gets a batch of its own). A batch is sent when it is full, when
+`linger.ms` has passed since it was opened, or on flush/close. Each Produce request carries at
+most one batch per partition and at most `max.request.size` bytes, to the partition's leader;
+at most `max.in.flight.requests.per.connection` requests are outstanding per broker.
+
+Idempotence (on by default, as in Kafka 3+): the producer gets a producer id and epoch
+(InitProducerId) and numbers each partition's batches with a sequence, so a batch the broker
+already wrote but whose answer was lost is recognised as a duplicate when retried. Ordering under
+retries: when a batch of a partition fails retriably, nothing more of that partition is sent
+until its in-flight batches have all come back; the failed ones then go back to the head of the
+partition's queue in sequence order and are resent with their original sequences (Kafka
+likewise retries in sequence order, up to 5 in flight). UNKNOWN_PRODUCER_ID, or an
+OUT_OF_ORDER_SEQUENCE_NUMBER not explained by an earlier failure, resets the producer id
+once nothing is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
+
+from ..protocol.compression import Codec, compress
+from ..protocol.records import encode_record
+from ._loop import LoopThread
+from .cluster_metadata import REFRESH_ERRORS, KafkaClient
+from .config import PRODUCER, acks_value, build_config, to_bytes
+from .errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    RecordTooLargeError,
+    UnsupportedVersionError,
+)
+from .partitioner import Partitioner
+from .types import RecordMetadata, TopicPartition
+
+log = logging.getLogger("odradek.client.producer")
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC = struct.Struct(">I")
+BATCH_OVERHEAD = 61
+RECORD_OVERHEAD = 21  # varint length + attributes + deltas + key/value/header counts, at most
+Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
+DeliveryCallback = Callable[[KafkaError | None, RecordMetadata | None], Any]
+
+_order = itertools.count()
+# Where a record's RecordMetadata goes: an asyncio.Future, or the synchronous face's
+# concurrent.futures.Future (both have done / set_result / set_exception).
+_Sink = Any
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _Record:
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+    size: int
+    enqueued: float = 0.0
+    appended: bool = False
+
+
+class _Batch:
+    __slots__ = ("attempts", "base_sequence", "base_ts", "body", "closed", "count", "created",
+                 "deadline", "done", "encoded", "futures", "max_ts", "memory", "order",
+                 "producer_epoch", "producer_id", "sizes", "stamps", "tp")
+
+    def __init__(self, tp: TopicPartition, created: float, deadline: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.tp = tp
+        self.order = next(_order)
+        self.body = bytearray()
+        self.count = 0
+        self.base_ts = 0
+        self.max_ts = -1
+        self.futures: list[_Sink] = []
+        self.stamps: list[int] = []
+        self.sizes: list[tuple[int, int]] = []
+        self.created = created
+        self.deadline = deadline
+        self.attempts = 0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        self.encoded: bytes | None = None
+        self.closed = False
+        self.memory = 0
+        self.done: asyncio.Future[None] = loop.create_future()
+
+    def append(self, rec: _Record, fut: _Sink, batch_size: int) -> bool:
+        if self.closed:
+            return False
+        if self.count == 0:
+            self.base_ts = rec.timestamp
+        data = encode_record(self.count, rec.timestamp - self.base_ts, rec.key, rec.value,
+                             rec.headers)
+        if self.count and len(self.body) + len(data) > batch_size:
+            self.closed = True
+            return False
+        self.body += data
+        self.memory += rec.size
+        self.count += 1
+        self.max_ts = max(self.max_ts, rec.timestamp)
+        self.futures.append(fut)
+        self.stamps.append(rec.timestamp)
+        self.sizes.append((-1 if rec.key is None else len(rec.key),
+                           -1 if rec.value is None else len(rec.value)))
+        if len(self.body) >= batch_size:
+            self.closed = True
+        return True
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + BATCH_OVERHEAD
+
+    def encode(self, codec: int) -> bytes:
+        """The v2 batch (CRC32C over attributes..end), cached until its producer id/sequence
+        change."""
+        if self.encoded is None:
+            payload = compress(codec, bytes(self.body)) if codec else bytes(self.body)
+            buf = bytearray(_HEADER.pack(
+                0, BATCH_OVERHEAD - 12 + len(payload), -1, 2, 0, int(codec) & 0x07,
+                self.count - 1, self.base_ts, self.max_ts, self.producer_id,
+                self.producer_epoch, self.base_sequence, self.count))
+            buf += payload
+            _CRC.pack_into(buf, 17, crc32c(memoryview(buf)[21:]))
+            self.encoded = bytes(buf)
+        return self.encoded
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    inflight: list[_Batch] = field(default_factory=list)
+    failed: list[_Batch] = field(default_factory=list)
+    next_sequence: int = 0
+    backoff_until: float = 0.0
+    gap: bool = False  # a sequenced batch failed for good: later sequences will be refused
+
+
+class AsyncProducer:
+    """The asyncio producer.
+
+        async with AsyncProducer({"bootstrap.servers": "localhost:9092"}) as p:
+            fut = await p.send("topic", b"value", key=b"key")
+            metadata = await fut
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        cfg = build_config(PRODUCER, config, kwargs)
+        self.config = cfg
+        self.acks = acks_value(cfg["acks"])
+        self.batch_size = int(cfg["batch.size"])
+        self.linger = int(cfg["linger.ms"]) / 1000
+        self.max_request_size = int(cfg["max.request.size"])
+        self.codec = Codec.from_name(str(cfg["compression.type"]))
+        self.retries = int(cfg["retries"])
+        self.max_in_flight = int(cfg["max.in.flight.requests.per.connection"])
+        self.delivery_timeout = int(cfg["delivery.timeout.ms"]) / 1000
+        self.max_block = int(cfg["max.block.ms"]) / 1000
+        self.buffer_memory = int(cfg["buffer.memory"])
+        self.request_timeout_ms = int(cfg["request.timeout.ms"])
+        self.retry_backoff = int(cfg["retry.backoff.ms"]) / 1000
+        self.key_serializer = cfg.get("key.serializer") or to_bytes
+        self.value_serializer = cfg.get("value.serializer") or to_bytes
+        self.idempotent = self._idempotence(cfg)
+        self.partitioner = Partitioner(cfg["partitioner"], self.batch_size)
+        self.client = KafkaClient(cfg)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._batches: dict[TopicPartition, deque[_Batch]] = {}
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        self._waiting: deque[tuple[_Record, _Sink]] = deque()
+        self._waiting_task: asyncio.Task[None] | None = None
+        self._node_inflight: dict[int, int] = {}
+        self._connecting: set[int] = set()
+        self._buffered = 0
+        self._memory_freed: asyncio.Event | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._need_pid = self.idempotent
+        self._fatal: KafkaError | None = None
+        self._rotate = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _idempotence(self, cfg: dict[str, Any]) -> bool:
+        if not cfg["enable.idempotence"]:
+            return False
+        problems = []
+        if self.acks != -1:
+            problems.append("acks must be all")
+        if self.max_in_flight > 5:
+            problems.append("max.in.flight.requests.per.connection must be at most 5")
+        if self.retries <= 0:
+            problems.append("retries must be positive")
+        if problems:
+            if "enable.idempotence" in cfg["_explicit"]:
+                raise ValueError("enable.idempotence=true: " + "; ".join(problems))
+            return False  # Kafka 3.2+: the default gives way to explicit conflicting settings
+        return True
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> AsyncProducer:
+        self.loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._memory_freed = asyncio.Event()
+        await self.client.start()
+        self._sender = self.loop.create_task(self._run())
+        return self
+
+    async def __aenter__(self) -> AsyncProducer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Send everything buffered (waiting at most `timeout` seconds), then stop."""
+        if self._closed:
+            return
+        try:
+            await self.flush(timeout)
+        finally:
+            self._closing = True
+            self._closed = True
+            self._wake()
+            if self._sender is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._sender), 0 if timeout == 0
+                                           else max(timeout or 5.0, 0.1))
+                except (TimeoutError, Exception):
+                    self._sender.cancel()
+            for t in list(self._tasks):
+                t.cancel()
+            self._fail_all(KafkaError("producer closed before the record was sent"))
+            await self.client.close()
+
+    # -- sending ---------------------------------------------------------------------------------
+    def _make_record(self, topic: str, value: Any, key: Any, partition: int | None,
+                     timestamp_ms: int | None, headers: Headers | None) -> _Record:
+        if self._closing:
+            raise KafkaError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        k = self.key_serializer(key)
+        v = self.value_serializer(value)
+        hdrs: list[tuple[str, bytes | None]] = []
+        if headers:
+            items = headers.items() if isinstance(headers, Mapping) else headers
+            hdrs = [(str(hk), to_bytes(hv)) for hk, hv in items]
+        size = (RECORD_OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
+                + sum(len(hk.encode()) + (len(hv) if hv else 0) + 10 for hk, hv in hdrs))
+        if size + BATCH_OVERHEAD > self.max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {size + BATCH_OVERHEAD} bytes when serialized, larger than "
+                f"max.request.size ({self.max_request_size})")
+        if size > self.buffer_memory:
+            raise RecordTooLargeError(f"the record is {size} bytes, larger than buffer.memory")
+        ts = _now_ms() if timestamp_ms is None else int(timestamp_ms)
+        return _Record(topic, partition, k, v, hdrs, ts, size)
+
+    async def send(self, topic: str, value: Any = None, key: Any = None, *,
+                   partition: int | None = None, timestamp_ms: int | None = None,
+                   headers: Headers | None = None,
+                   on_delivery: DeliveryCallback | None = None) -> asyncio.Future[RecordMetadata]:
+        """Buffer one record; returns the future of its delivery. Waits (up to max.block.ms)
+        while the topic's metadata is unknown or buffer.memory is full; raises then."""
+        rec = self._make_record(topic, value, key, partition, timestamp_ms, headers)
+        fut = self.enqueue(rec, on_delivery)
+        if not rec.appended:
+            await self._wait_appended(fut)
+            if not rec.appended and fut.done() and fut.exception() is not None:
+                raise fut.exception()  # type: ignore[misc]
+        return fut
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,
+                            **kwargs: Any) -> RecordMetadata:
+        fut = await self.send(topic, value, key, **kwargs)
+        return await fut
+
+    def enqueue(self, rec: _Record, on_delivery: DeliveryCallback | None = None,
+                sink: Any = None) -> Any:
+        """Buffer a record now if its topic is known and memory allows, else queue it behind
+        the records already waiting (order is kept). Runs on the loop. The returned future
+        (an asyncio one, or `sink`: any object with Future's done/set_result/set_exception,
+        such as the synchronous face's concurrent.futures.Future) gets the RecordMetadata."""
+        assert self.loop is not None, "call start() first"
+        fut = self.loop.create_future() if sink is None else sink
+        if on_delivery is not None:
+            fut.add_done_callback(_callback(on_delivery))
+        rec.enqueued = self.loop.time()
+        if self._waiting or not self._try_append(rec, fut):
+            self._waiting.append((rec, fut))
+            if self._waiting_task is None or self._waiting_task.done():
+                self._waiting_task = self.loop.create_task(self._drain_waiting())
+        return fut
+
+    async def _wait_appended(self, fut: _Sink) -> None:
+        while not fut.done() and any(f is fut for _, f in self._waiting):
+            task = self._waiting_task
+            if task is None or task.done():
+                return
+            await asyncio.wait([task], timeout=0.05)
+
+    async def _drain_waiting(self) -> None:
+        assert self.loop is not None and self._memory_freed is not None
+        while self._waiting:
+            rec, fut = self._waiting[0]
+            deadline = rec.enqueued + self.max_block
+            try:
+                if fut.done():
+                    self._waiting.popleft()
+                    continue
+                if self.client.metadata.partitions_for(rec.topic) is None:
+                    await self.client.ensure_topic(rec.topic, max(0.0, deadline - self.loop.time()))
+                while self._buffered + rec.size > self.buffer_memory and self._buffered:
+                    left = deadline - self.loop.time()
+                    if left <= 0:
+                        raise KafkaTimeoutError(
+                            f"buffer.memory ({self.buffer_memory} bytes) stayed full for "
+                            f"max.block.ms")
+                    self._memory_freed.clear()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._memory_freed.wait(), left)
+                if self._try_append(rec, fut):
+                    self._waiting.popleft()
+                else:
+                    await asyncio.sleep(self.retry_backoff)
+            except KafkaError as exc:
+                self._waiting.popleft()
+                if not fut.done():
+                    fut.set_exception(exc)
+
+    def _try_append(self, rec: _Record, fut: _Sink) -> bool:
+        assert self.loop is not None
+        md = self.client.metadata
+        partitions = md.partitions_for(rec.topic)
+        if partitions is None:
+            return False
+        if self._buffered and self._buffered + rec.size > self.buffer_memory:
+            return False
+        n = len(partitions)
+        if rec.partition is not None:
+            if not 0 <= rec.partition < n:
+                fut.set_exception(KafkaError(
+                    f"partition {rec.partition} of topic {rec.topic} is not in [0, {n})"))
+                return True
+            p = rec.partition
+        else:
+            available = md.available_partitions(rec.topic)
+            p = self.partitioner.partition(rec.topic, rec.key, n, available)
+        tp = TopicPartition(rec.topic, p)
+        dq = self._batches.get(tp)
+        if dq is None:
+            dq = self._batches[tp] = deque()
+        new_batch = False
+        if not dq or not dq[-1].append(rec, fut, self.batch_size):
+            now = self.loop.time()
+            batch = _Batch(tp, now, now + self.delivery_timeout, self.loop)
+            batch.append(rec, fut, self.batch_size)
+            dq.append(batch)
+            new_batch = True
+        self._buffered += rec.size
+        rec.appended = True
+        if rec.partition is None:
+            self.partitioner.record_appended(rec.topic, p, rec.key, rec.size, n,
+                                             md.available_partitions(rec.topic))
+        if new_batch or dq[0].closed:
+            self._wake()  # a batch to send, or a linger timer to arm
+        return True
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Send all buffered records now and wait for their delivery (or `timeout` seconds).
+        Returns how many records are still undelivered."""
+        assert self.loop is not None
+        self._flushing += 1
+        self._wake()
+        loop = self.loop
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            # Records still waiting for metadata or memory first join their batches.
+            while self._waiting and self._waiting_task is not None \
+                    and not self._waiting_task.done():
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    return self._undelivered()
+                await asyncio.wait([self._waiting_task], timeout=left)
+            waits: list[asyncio.Future[Any]] = []
+            for dq in self._batches.values():
+                waits.extend(b.done for b in dq)
+            for st in self._states.values():
+                waits.extend(b.done for b in st.inflight)
+                waits.extend(b.done for b in st.failed)
+            pending = [w for w in waits if not w.done()]
+            if pending:
+                await asyncio.wait(pending, timeout=None if deadline is None
+                                   else max(0.0, deadline - loop.time()))
+            return self._undelivered()
+        finally:
+            self._flushing -= 1
+
+    def _undelivered(self) -> int:
+        n = len(self._waiting)
+        n += sum(b.count for dq in self._batches.values() for b in dq)
+        n += sum(b.count for st in self._states.values() for b in st.inflight + st.failed)
+        return n
+
+    def __len__(self) -> int:
+        return self._undelivered()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        return await self.client.ensure_topic(topic, self.max_block)
+
+    # -- the sender ------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        st = self._states.get(tp)
+        if st is None:
+            st = self._states[tp] = _PartitionState()
+        return st
+
+    def _inflight_total(self) -> int:
+        return sum(self._node_inflight.values())
+
+    def _has_work(self) -> bool:
+        return (any(self._batches.values()) or self._inflight_total() > 0
+                or any(st.failed for st in self._states.values()) or bool(self._waiting))
+
+    async def _run(self) -> None:
+        assert self.loop is not None and self._wakeup is not None
+        loop = self.loop
+        while True:
+            if self._closing and (not self._has_work() or self._fatal is not None):
+                return
+            self._wakeup.clear()
+            now = loop.time()
+            self._expire(now)
+            if self._need_pid and self._inflight_total() == 0 and any(self._batches.values()):
+                await self._init_producer_id()
+                continue
+            next_at = self._drain(now)
+            timeout = None if next_at is None else max(0.0, next_at - loop.time())
+            if timeout is None or timeout > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _init_producer_id(self) -> None:
+        assert self.loop is not None
+        while not self._closed or self._has_work():
+            self._expire(self.loop.time())  # batches keep their delivery.timeout.ms meanwhile
+            if not any(self._batches.values()):
+                return  # nothing to send: ask when there is
+            try:
+                resp = await self.client.send_any(22, transactional_id=None,
+                                                  transaction_timeout=self.request_timeout_ms,
+                                                  producer_id=-1, producer_epoch=-1)
+            except UnsupportedVersionError as exc:
+                if "enable.idempotence" in self.config["_explicit"]:
+                    self._fatal = KafkaError(f"enable.idempotence=true: {exc}")
+                    self._fail_all(self._fatal)
+                else:
+                    log.warning("The broker does not support idempotence (%s): disabled", exc)
+                    self.idempotent = False
+                self._need_pid = False
+                return
+            except KafkaError as exc:
+                log.debug("InitProducerId failed: %s", exc)
+                await asyncio.sleep(self.retry_backoff)
+                continue
+            if resp.error_code != ErrorCode.none:
+                if ErrorCode(resp.error_code).retriable:
+                    await asyncio.sleep(self.retry_backoff)
+                    continue
+                self._fatal = KafkaError.for_code(resp.error_code, context="InitProducerId")
+                self._fail_all(self._fatal)
+                self._need_pid = False
+                return
+            self.producer_id = resp.producer_id
+            self.producer_epoch = resp.producer_epoch
+            for st in self._states.values():
+                st.next_sequence = 0
+                st.gap = False
+            self._need_pid = False
+            log.debug("Producer id %d epoch %d", self.producer_id, self.producer_epoch)
+            return
+
+    def _expire(self, now: float) -> None:
+        for tp, dq in self._batches.items():
+            while dq and dq[0].deadline <= now:
+                b = dq.popleft()
+                if self.idempotent and b.base_sequence >= 0:
+                    self._need_pid = True  # its sequence leaves a gap: start a new producer id
+                    self._state(tp).gap = True
+                self._fail_batch(b, KafkaTimeoutError(
+                    f"expiring {b.count} record(s) for {tp}: {self.delivery_timeout * 1000:.0f} "
+                    "ms has passed since batch creation (delivery.timeout.ms)"))
+
+    def _drain(self, now: float) -> float | None:
+        """Send what is ready; return when to look again (None: on the next wakeup)."""
+        md = self.client.metadata
+        next_at: float | None = None
+        by_node: dict[int, list[TopicPartition]] = {}
+        unknown_leader = False
+        if self._need_pid:
+            return None
+        for tp, dq in self._batches.items():
+            if not dq:
+                continue
+            st = self._state(tp)
+            if st.failed:
+                continue  # waiting for the rest of its in-flight batches
+            if now < st.backoff_until:
+                next_at = st.backoff_until if next_at is None else min(next_at, st.backoff_until)
+                continue
+            leader = md.leader(tp)
+            if leader is None:
+                unknown_leader = True
+                continue
+            first = dq[0]
+            if self.idempotent and len(st.inflight) >= 5:
+                continue
+            ready = (first.closed or len(dq) > 1 or first.attempts > 0 or self._flushing
+                     or self._closing or now >= first.created + self.linger)
+            if not ready:
+                at = first.created + self.linger
+                next_at = at if next_at is None else min(next_at, at)
+                continue
+            by_node.setdefault(leader, []).append(tp)
+        if unknown_leader:
+            self.client.request_update()
+            at = now + self.retry_backoff
+            next_at = at if next_at is None else min(next_at, at)
+        for node, tps in by_node.items():
+            if self._node_inflight.get(node, 0) >= self.max_in_flight:
+                continue
+            conn = self.client._conns.get((node, "default"))
+            if conn is None or conn.closed:
+                if node not in self._connecting:
+                    self._connecting.add(node)
+                    self._spawn(self._connect(node))
+                continue
+            self._send_to(node, conn, tps, now)
+        return next_at
+
+    async def _connect(self, node: int) -> None:
+        try:
+            await self.client.connection(node)
+        except KafkaError as exc:
+            log.debug("Cannot connect to node %d: %s", node, exc)
+            await asyncio.sleep(self.retry_backoff)
+        finally:
+            self._connecting.discard(node)
+            self._wake()
+
+    def _spawn(self, coro: Any) -> None:
+        assert self.loop is not None
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _send_to(self, node: int, conn: Any, tps: list[TopicPartition], now: float) -> None:
+        # Rotate the starting partition so that no partition starves under max.request.size.
+        self._rotate = (self._rotate + 1) % max(1, len(tps))
+        tps = tps[self._rotate:] + tps[:self._rotate]
+        batches: list[_Batch] = []
+        size = 0
+        for tp in tps:
+            dq = self._batches[tp]
+            b = dq[0]
+            if batches and size + b.size > self.max_request_size:
+                continue
+            dq.popleft()
+            b.closed = True
+            if self.idempotent and (b.producer_id != self.producer_id or b.base_sequence < 0):
+                st = self._state(tp)
+                b.producer_id, b.producer_epoch = self.producer_id, self.producer_epoch
+                b.base_sequence = st.next_sequence
+                st.next_sequence = (st.next_sequence + b.count) & 0x7FFFFFFF
+                b.encoded = None
+            b.attempts += 1
+            self._state(tp).inflight.append(b)
+            batches.append(b)
+            size += b.size
+        if not batches:
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for b in batches:
+            topics.setdefault(b.tp.topic, []).append(
+                {"index": b.tp.partition, "records": b.encode(self.codec)})
+        try:
+            req = conn.build(0, acks=self.acks, timeout=self.request_timeout_ms,
+                             transactional_id=None,
+                             topic_data=[{"name": t, "partition_data": parts}
+                                         for t, parts in topics.items()])
+        except UnsupportedVersionError as exc:
+            for b in batches:
+                self._state(b.tp).inflight.remove(b)
+                self._fail_batch(b, exc)
+            return
+        if self.acks == 0:
+            conn.send_nowait(req, expect_response=False)
+            for b in batches:
+                self._state(b.tp).inflight.remove(b)
+                self._complete_batch(b, -1, -1)
+            return
+        self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
+        fut = conn.send_nowait(req)
+        self._spawn(self._await_response(node, conn, batches, fut))
+
+    async def _await_response(self, node: int, conn: Any, batches: list[_Batch],
+                              fut: asyncio.Future[Any]) -> None:
+        try:
+            try:
+                resp = await asyncio.wait_for(asyncio.shield(fut),
+                                              self.request_timeout_ms / 1000 + 1)
+            except TimeoutError:
+                err = KafkaTimeoutError(f"Produce to node {node} timed out")
+                conn.close(err)
+                raise err from None
+        except KafkaError as exc:
+            self.client.node_failed(node)
+            for b in batches:
+                self._batch_result(b, int(ErrorCode.network_exception), -1, -1, str(exc))
+        else:
+            by_tp = {b.tp: b for b in batches}
+            for t in resp.responses:
+                for p in t.partition_responses:
+                    b = by_tp.pop(TopicPartition(t.name, p.index), None)
+                    if b is None:
+                        continue
+                    lat = p.log_append_time
+                    lat_ms = -1
+                    if lat is not None and not isinstance(lat, int):
+                        lat_ms = int(lat.timestamp() * 1000)
+                    elif isinstance(lat, int):
+                        lat_ms = lat
+                    self._batch_result(b, int(p.error_code), p.base_offset, lat_ms,
+                                       getattr(p, "error_message", None))
+            for b in by_tp.values():  # not answered: treat as a network error
+                self._batch_result(b, int(ErrorCode.network_exception), -1, -1,
+                                   "partition missing from the Produce response")
+        finally:
+            self._node_inflight[node] = max(0, self._node_inflight.get(node, 0) - 1)
+            self._wake()
+
+    def _batch_result(self, b: _Batch, code: int, base_offset: int, log_append_time: int,
+                      message: str | None) -> None:
+        assert self.loop is not None
+        st = self._state(b.tp)
+        if b in st.inflight:
+            st.inflight.remove(b)
+        now = self.loop.time()
+        if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
+            self._complete_batch(b, base_offset if code == ErrorCode.none else -1,
+                                 log_append_time)
+        else:
+            retriable = _retriable(code)
+            if code == ErrorCode.out_of_order_sequence_number:
+                # Explained by an earlier batch of this partition failing (now, or for good):
+                # resend in order. Otherwise the broker lost acknowledged data: report it.
+                retriable = bool(st.failed) or st.gap
+                self._need_pid = self._need_pid or st.gap
+            elif code == ErrorCode.unknown_producer_id:
+                retriable = True
+                self._need_pid = True
+            if code in REFRESH_ERRORS:
+                self.client.request_update()
+            if retriable and b.attempts <= self.retries and now < b.deadline and not self._closed:
+                log.debug("Retrying %s (attempt %d) after %s", b.tp, b.attempts + 1,
+                          _code_name(code))
+                st.failed.append(b)
+            else:
+                if retriable and now >= b.deadline:
+                    err: KafkaError = KafkaTimeoutError(
+                        f"delivery.timeout.ms passed for {b.count} record(s) of {b.tp} "
+                        f"(last error {_code_name(code)})")
+                else:
+                    err = KafkaError.for_code(code, message, context=f"{b.tp}")
+                if self.idempotent and b.base_sequence >= 0:
+                    st.gap = True  # later sequences of this producer id would be refused
+                    self._need_pid = True
+                self._fail_batch(b, err)
+        if st.failed and not st.inflight:
+            st.failed.sort(key=lambda x: x.order)
+            dq = self._batches.setdefault(b.tp, deque())
+            dq.extendleft(reversed(st.failed))
+            st.failed = []
+            st.backoff_until = now + self.retry_backoff
+
+    def _complete_batch(self, b: _Batch, base_offset: int, log_append_time: int) -> None:
+        for i, fut in enumerate(b.futures):
+            if fut.done():
+                continue
+            ks, vs = b.sizes[i]
+            fut.set_result(RecordMetadata(
+                b.tp.topic, b.tp.partition, base_offset + i if base_offset >= 0 else -1,
+                log_append_time if log_append_time >= 0 else b.stamps[i], ks, vs))
+        self._release(b)
+
+    def _fail_batch(self, b: _Batch, exc: KafkaError) -> None:
+        for fut in b.futures:
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # a caller may never look: no "never retrieved" noise
+        self._release(b)
+
+    def _release(self, b: _Batch) -> None:
+        self._buffered = max(0, self._buffered - b.memory)
+        b.memory = 0
+        if not b.done.done():
+            b.done.set_result(None)
+        if self._memory_freed is not None:
+            self._memory_freed.set()
+
+    def _fail_all(self, exc: KafkaError) -> None:
+        while self._waiting:
+            _, fut = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()
+        for dq in self._batches.values():
+            while dq:
+                self._fail_batch(dq.popleft(), exc)
+        for st in self._states.values():
+            for b in st.inflight + st.failed:
+                self._fail_batch(b, exc)
+            st.inflight.clear()
+            st.failed.clear()
+
+
+def _retriable(code: int) -> bool:
+    try:
+        return bool(ErrorCode(code).retriable)
+    except ValueError:
+        return False
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"error {code}"
+
+
+def _callback(cb: DeliveryCallback) -> Callable[[asyncio.Future[RecordMetadata]], None]:
+    def done(fut: asyncio.Future[RecordMetadata]) -> None:
+        if fut.cancelled():
+            cb(KafkaError("delivery cancelled"), None)
+        elif fut.exception() is not None:
+            exc = fut.exception()
+            cb(exc if isinstance(exc, KafkaError) else KafkaError(repr(exc)), None)
+        else:
+            cb(None, fut.result())
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+class Producer:
+    """The synchronous producer: an AsyncProducer on a background loop thread.
+
+        p = Producer({"bootstrap.servers": "localhost:9092", "acks": "all"})
+        p.send("topic", b"value", key=b"key", on_delivery=lambda err, md: ...)
+        p.flush()
+        p.close()
+
+    `send` returns a concurrent.futures.Future of the RecordMetadata. Delivery callbacks run
+    on the producer's loop thread: keep them short, and do not call this producer from them.
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self._lock = threading.Lock()
+        self._pending: deque[tuple[_Record, DeliveryCallback | None,
+                                   concurrent.futures.Future[RecordMetadata]]] = deque()
+        self._scheduled = False
+        self._runner = LoopThread("odradek-producer")
+        try:
+            self._p: AsyncProducer = self._runner.run(self._create(config, kwargs))
+        except BaseException:
+            self._runner.stop()
+            raise
+
+    @staticmethod
+    async def _create(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> AsyncProducer:
+        p = AsyncProducer(config, **kwargs)
+        try:
+            return await p.start()
+        except BaseException:
+            await p.client.close()
+            raise
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self._p.config
+
+    def send(self, topic: str, value: Any = None, key: Any = None, *,
+             partition: int | None = None, timestamp_ms: int | None = None,
+             headers: Headers | None = None, on_delivery: DeliveryCallback | None = None
+             ) -> concurrent.futures.Future[RecordMetadata]:
+        """Buffer one record; returns a Future of its RecordMetadata. Serialization and size
+        errors raise here; delivery errors (including metadata not found within max.block.ms)
+        come through the future and `on_delivery(err, metadata)`."""
+        rec = self._p._make_record(topic, value, key, partition, timestamp_ms, headers)
+        result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        result.set_running_or_notify_cancel()
+        # Records cross to the loop in bulk: one wakeup of the loop per batch of sends.
+        with self._lock:
+            self._pending.append((rec, on_delivery, result))
+            schedule = not self._scheduled
+            self._scheduled = True
+        if schedule:
+            self._runner.call(self._hand_over)
+        return result
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            items = list(self._pending)
+            self._pending.clear()
+            self._scheduled = False
+        for rec, on_delivery, result in items:
+            try:
+                self._p.enqueue(rec, on_delivery, sink=result)
+            except BaseException as exc:
+                result.set_exception(exc)
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: DeliveryCallback | None = None, timestamp: int = 0,
+                headers: Headers | None = None) -> None:
+        """confluent-kafka's signature (partition -1 and timestamp 0 mean unset)."""
+        self.send(topic, value, key, partition=None if partition < 0 else partition,
+                  timestamp_ms=timestamp or None, headers=headers, on_delivery=on_delivery)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Deliver everything buffered; returns the number of records still undelivered."""
+        return self._runner.run(self._p.flush(timeout))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._runner.run(self._p.partitions_for(topic))
+
+    def __len__(self) -> int:
+        return len(self._p) + len(self._pending)
+
+    def close(self, timeout: float | None = None) -> None:
+        try:
+            self._runner.run(self._p.close(timeout))
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
