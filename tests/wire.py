@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from typing import Any
 
@@ -22,10 +23,8 @@ class WireClient:
 
     async def close(self) -> None:
         self.writer.close()
-        try:
+        with contextlib.suppress(ConnectionError, OSError):
             await self.writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass
 
     def send(self, request: Any, client_id: str | None = "wire-test") -> int:
         self.correlation_id += 1

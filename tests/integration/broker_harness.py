@@ -73,7 +73,8 @@ def produce(topic: str, partition: int, records: bytes | None, acks: int = -1,
             version: int = 9) -> Any:
     m = req_module(0, version)
     return make(
-        m.ProduceRequest,        transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=10),
+        m.ProduceRequest, transactional_id=None, acks=acks,
+        timeout=datetime.timedelta(seconds=10),
         topic_data=(m.TopicProduceData(name=topic, partition_data=(
             m.PartitionProduceData(index=partition, records=records),)),))
 
@@ -86,7 +87,8 @@ def fetch(topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_byt
                          fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
                          partition_max_bytes=partition_max_bytes)
     return make(
-        m.FetchRequest,        cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        m.FetchRequest, cluster_id=None, replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
         min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0,
         session_epoch=-1, topics=(make(m.FetchTopic, topic=topic, partitions=(p,)),),
         forgotten_topics_data=(), rack_id="")

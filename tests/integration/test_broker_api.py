@@ -129,7 +129,7 @@ def test_api_versions_fallback_to_v0_with_unsupported_version(tmp_path: Path) ->
             m4 = req_module(18, 4)
             c.send(m4.ApiVersionsRequest(client_software_name="t", client_software_version="1"))
             payload = await c.read_frame()
-            cid, err, n = struct.unpack_from(">ihi", payload)
+            _cid, err, n = struct.unpack_from(">ihi", payload)
             assert err == ErrorCode.unsupported_version and n == len(keys)
     run(body)
 
@@ -155,19 +155,19 @@ def test_pipelined_requests_answer_in_order_and_acks0_has_no_response(tmp_path: 
 
 def test_long_poll_fetch_completes_when_data_arrives(tmp_path: Path) -> None:
     async def body() -> None:
-        async with running_broker(tmp_path) as broker:
-            async with client_for(broker) as consumer, client_for(broker) as producer:
-                await producer.request(create_topics("t"))
-                start = time.monotonic()
-                waiting = asyncio.ensure_future(
-                    consumer.request(fetch("t", 0, 0, max_wait_ms=20_000, min_bytes=1)))
-                await asyncio.sleep(0.2)
-                assert not waiting.done()
-                await producer.request(produce("t", 0, batch([b"late"])))
-                resp = await waiting
-                # Completed by the append (DelayedFetch), far before max_wait.
-                assert time.monotonic() - start < 10
-                assert [r.value for r in decode_records(fetched_records(resp))] == [b"late"]
+        async with running_broker(tmp_path) as broker, client_for(broker) as consumer, \
+                client_for(broker) as producer:
+            await producer.request(create_topics("t"))
+            start = time.monotonic()
+            waiting = asyncio.ensure_future(
+                consumer.request(fetch("t", 0, 0, max_wait_ms=20_000, min_bytes=1)))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            await producer.request(produce("t", 0, batch([b"late"])))
+            resp = await waiting
+            # Completed by the append (DelayedFetch), far before max_wait.
+            assert time.monotonic() - start < 10
+            assert [r.value for r in decode_records(fetched_records(resp))] == [b"late"]
     run(body)
 
 
@@ -210,7 +210,8 @@ def test_idempotent_duplicates_and_sequence_gaps(tmp_path: Path) -> None:
             await c.request(create_topics("t"))
             m = req_module(22, 4)
             r = await c.request(m.InitProducerIdRequest(
-                transactional_id=None, transaction_timeout=datetime.timedelta(0), producer_id=-1, producer_epoch=-1))
+                transactional_id=None, transaction_timeout=datetime.timedelta(0), producer_id=-1,
+                producer_epoch=-1))
             pid, epoch = r.producer_id, r.producer_epoch
             assert pid >= 0 and epoch == 0
 
@@ -232,7 +233,8 @@ def test_idempotent_duplicates_and_sequence_gaps(tmp_path: Path) -> None:
             assert _all_offsets(fetched_records(f)) == [0, 1, 2, 3]
             # A second InitProducerId gets a different id.
             r2 = await c.request(m.InitProducerIdRequest(
-                transactional_id=None, transaction_timeout=datetime.timedelta(0), producer_id=-1, producer_epoch=-1))
+                transactional_id=None, transaction_timeout=datetime.timedelta(0), producer_id=-1,
+                producer_epoch=-1))
             assert r2.producer_id != pid
     run(body)
 
@@ -303,7 +305,8 @@ def test_auto_create_and_delete_topics(tmp_path: Path) -> None:
             assert r.topics[0].error_code == ErrorCode.unknown_topic_or_partition
             m = req_module(20, 6)
             d = await c.request(m.DeleteTopicsRequest(
-                topics=(m.DeleteTopicState(name="auto", topic_id=None),), timeout=datetime.timedelta(seconds=10)))
+                topics=(m.DeleteTopicState(name="auto", topic_id=None),),
+                timeout=datetime.timedelta(seconds=10)))
             assert d.responses[0].error_code == ErrorCode.none
             r = await c.request(metadata(None))
             assert "auto" not in {t.name for t in r.topics}

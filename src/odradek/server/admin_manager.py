@@ -7,6 +7,7 @@ Requests wait (up to their timeout) until the metadata cache shows the outcome.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -188,10 +189,8 @@ class AdminManager:
                 results[name] = (ErrorCode.topic_deletion_disabled,
                                  "Topic deletion is disabled.")
                 continue
-            try:
+            with contextlib.suppress(NodeExistsError):
                 await self.store.create(paths.delete_topic_path(name), b"", makepath=True)
-            except NodeExistsError:
-                pass
             pending.append(name)
             results[name] = (ErrorCode.none, None)
         if pending:

@@ -10,6 +10,7 @@ No global state: several brokers may share one process and one event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -391,10 +392,8 @@ class Broker:
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-            except (asyncio.CancelledError, Exception):
-                pass
         self._tasks.clear()
         if self.controller is not None:
             await self.controller.shutdown()

@@ -42,11 +42,13 @@ def dump_segment(path: Path, print_data: bool, out: list[str]) -> None:
         if print_data and valid:
             for r in rb.decode_records(memoryview(data)[pos:pos + h.size]):
                 keys = ",".join(k for k, _ in r.headers)
+                seq = (h.base_sequence + (r.offset - h.base_offset)
+                       if h.base_sequence >= 0 else -1)
                 out.append(
                     f"| offset: {r.offset} CreateTime: {r.timestamp} "
                     f"keySize: {-1 if r.key is None else len(r.key)} "
                     f"valueSize: {-1 if r.value is None else len(r.value)} "
-                    f"sequence: {h.base_sequence + (r.offset - h.base_offset) if h.base_sequence >= 0 else -1} "
+                    f"sequence: {seq} "
                     f"headerKeys: [{keys}] "
                     f"key: {_show(r.key)} payload: {_show(r.value)}")
         pos += h.size
