@@ -324,3 +324,36 @@ def test_new_controller_takes_dead_replicas_out_of_the_isr(tmp_path: Path) -> No
         finally:
             await cluster.stop()
     run(body, 90)
+
+
+def test_unclean_leader_election_on_elects_a_live_replica_outside_the_isr(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            ctrl = cluster.controller_id()
+            a, b = [x for x in range(3) if x != ctrl]
+            c = await client(cluster, ctrl)
+            m = req_module(19, 7)
+            req = m.CreateTopicsRequest(topics=(m.CreatableTopic(
+                name="u", num_partitions=-1, replication_factor=-1,
+                assignments=(m.CreatableReplicaAssignment(partition_index=0, broker_ids=(a, b)),),
+                configs=(m.CreatableTopicConfig(name="unclean.leader.election.enable",
+                                                value="true"),)),),
+                timeout=__import__("datetime").timedelta(seconds=10), validate_only=False)
+            assert (await c.request(req)).topics[0].error_code == ErrorCode.none
+            await c.close()
+            await cluster.kill_broker(b)
+            await cluster.wait_for(lambda: state(cluster, "u", 0)["isr"] == [a], what="isr")
+            await cluster.kill_broker(a)
+            await cluster.wait_for(lambda: state(cluster, "u", 0)["leader"] == -1,
+                                   what="offline")
+            await cluster.start_broker(b)  # outside the ISR, but unclean election is on
+            await cluster.wait_for(lambda: state(cluster, "u", 0)["leader"] == b,
+                                   what="unclean leader")
+            assert state(cluster, "u", 0)["isr"] == [b]
+            lines = (tmp_path / f"broker-{ctrl}" / "state-change.log").read_text()
+            assert "Unclean leader election for partition u-0" in lines  # the loss is logged
+        finally:
+            await cluster.stop()
+    run(body, 120)
