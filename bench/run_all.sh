@@ -5,15 +5,21 @@
 #   bench/run_all.sh --quick              # arguments go to bench_broker.py (smoke test)
 #   TIMER_OPS=100000 bench/run_all.sh     # fewer operations for bench_timer.py (default 1M)
 #   BENCH_REV=HEAD bench/run_all.sh       # benchmark a commit's src/, not the working tree
+#   FAILOVER_ARGS="--partitions 1000 --no-profile" bench/run_all.sh   # bench_failover.py's
+#                                         # arguments (default: --zookeeper; the full run adds
+#                                         # about 20 minutes)
 #
 # docs/performance.md is regenerated from the benchmarks' markdown, except the hand-written part
 # between the "notes:begin" and "notes:end" markers, which is carried over from the current file.
+# bench_failover.py's section goes last, between "failover:begin" and "failover:end" (its own
+# hand-written "failover-notes" block is carried over too).
 # Progress goes to stderr; a failing benchmark stops the script and leaves the file untouched.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 OUT=docs/performance.md
 TIMER_OPS=${TIMER_OPS:-1000000}
+FAILOVER_ARGS=${FAILOVER_ARGS:---zookeeper}
 PY=${PYTHON:-python}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/odradek-run-all-XXXXXX")
@@ -31,11 +37,15 @@ if [ -n "${BENCH_REV:-}" ]; then
     echo "[run_all] benchmarking src/ of commit $rev" >&2
 fi
 
-echo "[run_all] 1/2 bench/bench_broker.py $*" >&2
+echo "[run_all] 1/3 bench/bench_broker.py $*" >&2
 timeout 3600 "$PY" bench/bench_broker.py --output "$tmp/broker.md" "$@"
 
-echo "[run_all] 2/2 bench/bench_timer.py --ops $TIMER_OPS" >&2
+echo "[run_all] 2/3 bench/bench_timer.py --ops $TIMER_OPS" >&2
 timeout 1800 "$PY" bench/bench_timer.py --ops "$TIMER_OPS" >"$tmp/timer.md"
+
+echo "[run_all] 3/3 bench/bench_failover.py $FAILOVER_ARGS" >&2
+# shellcheck disable=SC2086  # FAILOVER_ARGS is a list of arguments
+timeout 5400 "$PY" bench/bench_failover.py --output "$tmp/failover.md" $FAILOVER_ARGS
 
 elapsed=$(( $(date +%s) - start ))
 mkdir -p "$(dirname "$OUT")"
@@ -86,6 +96,10 @@ complete early (see the script's docstring).
 
 {timer}
 """
+failover = re.search(r"<!-- failover:begin -->.*?<!-- failover:end -->", old, re.S)
+if failover:  # carried over so that the splice below keeps its hand-written notes
+    doc += "\n" + failover.group(0) + "\n"
 Path(out).write_text(doc)
 PYEOF
+"$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
 echo "[run_all] wrote $OUT in ${elapsed} s" >&2
