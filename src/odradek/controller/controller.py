@@ -618,15 +618,17 @@ class KafkaController:
         ctx.shutting_down_broker_ids.add(b)
         log.info("[Controller id=%d] Shutting down broker %d", self.broker_id, b)
         batch = self._batch()
-        for tp in sorted(ctx.partitions_on_broker(b)):
-            replicas = ctx.partition_replica_assignment(tp)
-            leadership = ctx.leader_and_isr(tp)
-            if len(replicas) <= 1 or leadership is None or \
-                    ctx.is_topic_queued_up_for_deletion(tp.topic):
-                continue
-            if leadership.leader == b:
+        movable = [tp for tp in sorted(ctx.partitions_on_broker(b))
+                   if len(ctx.partition_replica_assignment(tp)) > 1
+                   and ctx.leader_and_isr(tp) is not None
+                   and not ctx.is_topic_queued_up_for_deletion(tp.topic)]
+        # Leaders first (Kafka's doControlledShutdown): leadership leaves the broker before the
+        # ISR shrinks of the partitions it only follows.
+        for tp in movable:
+            if ctx.leader_and_isr(tp).leader == b:  # type: ignore[union-attr]
                 await self._elect_leader(tp, batch, "controlled_shutdown", {b})
-            else:
+        for tp in movable:
+            if ctx.leader_and_isr(tp).leader != b:  # type: ignore[union-attr]
                 batch.add_stop_replica([b], tp, delete=False)
                 self._move_replicas(tp, [b], R.OfflineReplica)
                 await self._remove_replica_from_isr(tp, b, batch)
