@@ -108,7 +108,8 @@ class KafkaController:
 
         async def resign() -> None:
             await self._resign()
-            done.set_result(None)
+            if not done.done():  # the wait below may have given up
+                done.set_result(None)
         self.events.put(_Call(resign))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(done, 10)
