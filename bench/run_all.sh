@@ -99,7 +99,12 @@ complete early (see the script's docstring).
 failover = re.search(r"<!-- failover:begin -->.*?<!-- failover:end -->", old, re.S)
 if failover:  # carried over so that the splice below keeps its hand-written notes
     doc += "\n" + failover.group(0) + "\n"
+replication = re.search(r"<!-- replication:begin -->.*?<!-- replication:end -->", old, re.S)
+if replication:  # carried over for bench_replication.py --update-doc (keeps its notes)
+    doc += "\n" + replication.group(0) + "\n"
 Path(out).write_text(doc)
 PYEOF
 "$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
-echo "[run_all] wrote $OUT in ${elapsed} s" >&2
+echo "[run_all] 4/4 bench/bench_replication.py --update-doc $OUT" >&2
+timeout 3600 "$PY" bench/bench_replication.py --no-timer --update-doc "$OUT"
+echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication section)" >&2
