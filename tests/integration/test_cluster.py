@@ -45,6 +45,25 @@ async def create(cluster: AsyncCluster, topic: str, partitions: int, rf: int = 3
         await c.close()
 
 
+async def create_pinned(cluster: AsyncCluster, topic: str, replicas: tuple[int, ...],
+                        configs: dict[str, str] | None = None) -> None:
+    """A one-partition topic on exactly `replicas` (a manual assignment)."""
+    import datetime
+
+    m = req_module(19, 7)
+    req = m.CreateTopicsRequest(topics=(m.CreatableTopic(
+        name=topic, num_partitions=-1, replication_factor=-1,
+        assignments=(m.CreatableReplicaAssignment(partition_index=0, broker_ids=replicas),),
+        configs=tuple(m.CreatableTopicConfig(name=k, value=v)
+                      for k, v in (configs or {}).items())),),
+        timeout=datetime.timedelta(seconds=10), validate_only=False)
+    c = await client(cluster, cluster.controller_id())
+    try:
+        assert (await c.request(req)).topics[0].error_code == ErrorCode.none
+    finally:
+        await c.close()
+
+
 def test_election_and_the_seeds_znode_layout(tmp_path: Path) -> None:
     async def body() -> None:
         cluster = AsyncCluster(3, data_dir=tmp_path)
@@ -198,15 +217,7 @@ def test_unclean_leader_election_off_keeps_partition_offline(tmp_path: Path) -> 
         try:
             ctrl = cluster.controller_id()
             a, b = [x for x in range(3) if x != ctrl]
-            c = await client(cluster, ctrl)
-            m = req_module(19, 7)
-            req = m.CreateTopicsRequest(topics=(m.CreatableTopic(
-                name="u", num_partitions=-1, replication_factor=-1,
-                assignments=(m.CreatableReplicaAssignment(partition_index=0, broker_ids=(a, b)),),
-                configs=()),), timeout=__import__("datetime").timedelta(seconds=10),
-                validate_only=False)
-            assert (await c.request(req)).topics[0].error_code == ErrorCode.none
-            await c.close()
+            await create_pinned(cluster, "u", (a, b))
             await cluster.kill_broker(b)  # the follower leaves the ISR
             await cluster.wait_for(lambda: state(cluster, "u", 0)["isr"] == [a], what="isr")
             await cluster.kill_broker(a)  # the last ISR member dies: no leader
@@ -333,16 +344,7 @@ def test_unclean_leader_election_on_elects_a_live_replica_outside_the_isr(tmp_pa
         try:
             ctrl = cluster.controller_id()
             a, b = [x for x in range(3) if x != ctrl]
-            c = await client(cluster, ctrl)
-            m = req_module(19, 7)
-            req = m.CreateTopicsRequest(topics=(m.CreatableTopic(
-                name="u", num_partitions=-1, replication_factor=-1,
-                assignments=(m.CreatableReplicaAssignment(partition_index=0, broker_ids=(a, b)),),
-                configs=(m.CreatableTopicConfig(name="unclean.leader.election.enable",
-                                                value="true"),)),),
-                timeout=__import__("datetime").timedelta(seconds=10), validate_only=False)
-            assert (await c.request(req)).topics[0].error_code == ErrorCode.none
-            await c.close()
+            await create_pinned(cluster, "u", (a, b), {"unclean.leader.election.enable": "true"})
             await cluster.kill_broker(b)
             await cluster.wait_for(lambda: state(cluster, "u", 0)["isr"] == [a], what="isr")
             await cluster.kill_broker(a)
