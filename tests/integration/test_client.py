@@ -37,16 +37,11 @@ from odradek.client.connection import BrokerConnection
 from odradek.client.errors import KafkaConnectionError, TopicAlreadyExistsError
 from odradek.client.partitioner import murmur2_partition
 from odradek.cluster import Cluster
-from odradek.server.apis import APIS
 from tests.interop.clients import batch_headers
 
 pytestmark = pytest.mark.timeout(180)
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-HAS_GROUPS = 11 in APIS
-needs_groups = pytest.mark.skipif(
-    not HAS_GROUPS, reason="the broker does not implement JoinGroup (api key 11) yet: the group "
-    "coordinator has not landed")
 
 OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
 
@@ -568,7 +563,6 @@ def poll_until(consumers: list[Consumer], predicate: Any, timeout: float = 30,
     return got
 
 
-@needs_groups
 @pytest.mark.parametrize("strategy", ["range", "roundrobin"])
 def test_group_splits_partitions_and_commits(cluster: Cluster, admin: Admin,
                                              strategy: str) -> None:
@@ -610,7 +604,6 @@ def test_group_splits_partitions_and_commits(cluster: Cluster, admin: Admin,
     assert {tp.partition: om.offset for tp, om in offsets.items()} == {i: 50 for i in range(4)}
 
 
-@needs_groups
 def test_group_resumes_from_committed_and_rebalances_on_leave(cluster: Cluster,
                                                                admin: Admin) -> None:
     topic = new_topic(admin, partitions=2)
@@ -649,7 +642,6 @@ def test_group_resumes_from_committed_and_rebalances_on_leave(cluster: Cluster,
     assert sum(om.offset for om in admin.list_consumer_group_offsets(group).values()) == 50
 
 
-@needs_groups
 def test_group_reset_none_and_auto_commit(cluster: Cluster, admin: Admin) -> None:
     topic = new_topic(admin, partitions=1)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -689,7 +681,6 @@ def test_group_reset_none_and_auto_commit(cluster: Cluster, admin: Admin) -> Non
         strict.close()
 
 
-@needs_groups
 def test_commit_after_the_group_moved_on_fails(cluster: Cluster, admin: Admin) -> None:
     """Java's CommitFailedException case: a member that stops polling for longer than
     max.poll.interval.ms is dropped, the group rebalances without it, and its commit fails
@@ -728,7 +719,6 @@ def test_commit_after_the_group_moved_on_fails(cluster: Cluster, admin: Admin) -
     asyncio.run(body())
 
 
-@needs_groups
 def test_admin_groups(cluster: Cluster, admin: Admin) -> None:
     topic = new_topic(admin, partitions=2)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -769,13 +759,9 @@ def test_oldest_protocol_versions(cluster: Cluster, admin: Admin,
                       headers=[("h", b"1")]).result(10) for i in range(20)]
     assert all(md.offset >= 0 for md in mds)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    settings = {"group_id": group} if HAS_GROUPS else {}
-    c = Consumer(conf(cluster, auto_offset_reset="earliest", **settings))
+    c = Consumer(conf(cluster, auto_offset_reset="earliest", group_id=group))
     try:
-        if HAS_GROUPS:
-            c.subscribe([topic])
-        else:
-            c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        c.subscribe([topic])
         got: list[Any] = []
         deadline = time.monotonic() + 30
         while len(got) < 20 and time.monotonic() < deadline:
@@ -784,9 +770,8 @@ def test_oldest_protocol_versions(cluster: Cluster, admin: Admin,
         assert all(r.headers == [("h", b"1")] for r in got)
         tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
         assert sum(c.end_offsets(tps).values()) == 20
-        if HAS_GROUPS:
-            c.commit()
-            assert sum(om.offset for om in c.committed(tps).values() if om) == 20
+        c.commit()
+        assert sum(om.offset for om in c.committed(tps).values() if om) == 20
     finally:
         c.close()
 

@@ -19,7 +19,6 @@ import pytest
 
 from odradek.client import Admin, Consumer, Producer, TopicPartition
 from odradek.client.partitioner import murmur2_partition
-from odradek.server.apis import APIS
 
 from .clients import (
     CODECS,
@@ -33,9 +32,6 @@ from .conftest import BrokerProcess, _broker_ctx, unique_topic
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(180)]
 
-needs_groups = pytest.mark.skipif(
-    11 not in APIS, reason="the broker does not implement JoinGroup (api key 11) yet: the group "
-    "coordinator has not landed")
 
 OVERRIDES = {"offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "5",
              "group.initial.rebalance.delay.ms": "0"}
@@ -197,7 +193,6 @@ def test_console_consumer_starts_at_the_end_without_from_beginning(
     assert sorted(out.decode().splitlines()) == ["new0", "new1"]
 
 
-@needs_groups
 def test_console_consumer_with_group_commits_its_progress(broker: BrokerProcess) -> None:
     topic = create(broker, partitions=2)
     group = f"console-{uuid.uuid4().hex[:8]}"
@@ -323,7 +318,6 @@ def _mixed_group(broker: BrokerProcess, strategy: str, odradek_first: bool) -> N
         ours.close()
 
 
-@needs_groups
 @pytest.mark.parametrize("strategy", ["range", "roundrobin"])
 @pytest.mark.parametrize("odradek_first", [True, False], ids=["odradek-leads",
                                                                "librdkafka-leads"])
@@ -332,7 +326,6 @@ def test_mixed_group_with_confluent(broker: BrokerProcess, strategy: str,
     _mixed_group(broker, strategy, odradek_first)
 
 
-@needs_groups
 def test_mixed_group_with_kafka_python(broker: BrokerProcess) -> None:
     from kafka import KafkaConsumer
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
