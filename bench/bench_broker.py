@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     BrokerProcess,
     RssSampler,
+    collapsed_stacks,
     cpu_seconds,
     ensure_topic,
     fmt_int,
@@ -506,7 +507,6 @@ def bench_physical(res: Results) -> None:
 
 
 # -- profiles ----------------------------------------------------------------------------------
-_FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
 IDLE_LEAVES = ("EpollSelector.select", "select")
 
 
@@ -516,15 +516,7 @@ def summarise_profile(raw: Path, seconds: float, rate: int, top: int = 12) -> st
     selfc: Counter[str] = Counter()
     incl: Counter[str] = Counter()
     total = idle = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        frames = []
-        for f in stack.split(";"):
-            m = _FRAME.match(f)
-            frames.append(f"{m.group(1)} ({m.group(2)})" if m else f)
+    for frames, n in collapsed_stacks(raw):
         total += n
         if frames[-1].split(" (")[0] in IDLE_LEAVES:
             idle += n

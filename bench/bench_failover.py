@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fmt_int, machine_facts, progress, table
+from common import collapsed_stacks, fmt_int, machine_facts, progress, table
 
 from odradek.cluster import AsyncCluster
 from odradek.coordination import paths
@@ -502,7 +502,6 @@ def stop_pyspy(spy: subprocess.Popen[bytes], out: Path, seconds: float, rate: in
         out.unlink(missing_ok=True)
 
 
-_FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
 IDLE_LEAVES = ("EpollSelector.select", "select", "poll", "epoll")
 
 # Where a sample's time is charged: the innermost frame that matches one of these, from the
@@ -545,15 +544,7 @@ def summarise_profile(raw: Path, seconds: float, rate: int, top: int = 10) -> st
     incl: Counter[str] = Counter()
     cats: Counter[str] = Counter()
     total = idle = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        frames = []
-        for f in stack.split(";"):
-            m = _FRAME.match(f)
-            frames.append(f"{m.group(1)} ({m.group(2)})" if m else f)
+    for frames, n in collapsed_stacks(raw):
         if any(f.startswith("start_pyspy ") for f in frames):
             continue  # waiting for py-spy to attach, before the window
         if not any("run_until_complete (" in f for f in frames):

@@ -62,6 +62,7 @@ from common import (
     BrokerProcess,
     RssSampler,
     _kill_group,
+    collapsed_stacks,
     cpu_seconds,
     fmt_int,
     fmt_mib,
@@ -599,23 +600,14 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ISR manager, controller, coordination (ZooKeeper via kazoo)",
      ("(odradek/server/isr.py)", "(odradek/controller/", "(odradek/coordination/", "kazoo/")),
 )
-_FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
 
 
 def categorise_profile(raw: Path) -> str:
     counts: Counter[str] = Counter()
     busy = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = []
-        for f in stack.split(";"):
-            m = _FRAME.match(f)
-            frames.append(f"{m.group(1)} ({m.group(2)})" if m else f)
+    for frames, n in collapsed_stacks(raw):
         if frames[-1].split(" (")[0] in ("EpollSelector.select", "select"):
             continue
-        n = int(count)
         busy += n
         joined = "\n".join(frames) + "\n"
         cat = next((name for name, pats in CATEGORIES if any(p in joined for p in pats)),

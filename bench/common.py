@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -363,3 +363,20 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], align: str = 
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(sep) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+_FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
+
+
+def collapsed_stacks(raw: Path) -> Iterator[tuple[list[str], int]]:
+    """(frames, sample count) per line of py-spy's raw (collapsed) output, each frame as
+    `function (file)` with the line number dropped."""
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = []
+        for f in stack.split(";"):
+            m = _FRAME.match(f)
+            frames.append(f"{m.group(1)} ({m.group(2)})" if m else f)
+        yield frames, int(count)
