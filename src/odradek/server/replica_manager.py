@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("odradek.replica_manager")
 
 TopicPartition = tuple[str, int]
+# Kafka's FetchRequest.DEBUGGING_CONSUMER_ID: a consumer fetch (below the HW) that followers
+# answer too (replica-verification, S-6.4).
+DEBUGGING_CONSUMER_ID = -2
 
 
 def _now_ms() -> int:
@@ -496,7 +499,7 @@ class ReplicaManager:
                 results[tp] = FetchResult(code)
                 continue
             try:
-                if not partition.is_leader:
+                if not partition.is_leader and replica_id != DEBUGGING_CONSUMER_ID:
                     raise NotLeaderError(f"not the leader of {tp[0]}-{tp[1]}")
                 partition.check_leader_epoch(req.current_leader_epoch)
                 limit = (partition.log_end_offset if replica_id >= 0
