@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -19,6 +20,12 @@ from ..controller import assignment as asg
 from ..coordination import paths
 from ..coordination.store import NodeExistsError
 from ..storage.log import LogConfig
+from .broker_config_manager import (
+    DEFAULT_ENTITY,
+    DYNAMIC_BROKER_CONFIGS,
+    broker_config_path,
+    validate_dynamic_broker_configs,
+)
 from .config import DEFS, TOPIC_CONFIG_SYNONYMS
 from .topic_names import INTERNAL_TOPICS, validate_topic_name
 
@@ -27,8 +34,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.admin")
 
+# List-type configs (APPEND / SUBTRACT) with the default their APPEND starts from.
+TOPIC_LIST_DEFAULTS = {"cleanup.policy": "delete", "leader.replication.throttled.replicas": "",
+                       "follower.replication.throttled.replicas": ""}
+BROKER_LIST_DEFAULTS = {"log.cleanup.policy": "delete"}
+
 # DescribeConfigs config sources (Kafka's ConfigSource).
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
 
 
 @dataclass
@@ -252,43 +265,162 @@ class AdminManager:
                     results[n] = (ErrorCode.request_timed_out, "Timed out adding partitions")
         return results
 
+    # -- alter configs (AlterConfigs / IncrementalAlterConfigs) ------------------------------
+    async def alter_topic_config(self, topic: str, ops: list[Any], incremental: bool,
+                                 validate_only: bool) -> dict[str, str]:
+        """Kafka's AdminZkClient.changeTopicConfig: validate the topic's new overrides, then
+        write `/config/topics/<t>` and a change notification. Returns the new overrides."""
+        from .apis.alter_configs import UnknownTopicError, apply_incremental
+
+        if await self.store.exists(paths.topic_path(topic)) is None:
+            raise UnknownTopicError(f"Topic {topic} does not exist.")
+        path = paths.topic_config_path(topic)
+        found = await self.store.get_or_none(path)
+        current = paths.decode_entity_config(found[0]) if found else {}
+        base = {} if not incremental else current
+        new = apply_incremental(base, ops, TOPIC_LIST_DEFAULTS)
+        LogConfig.from_props(new, base=self.broker.default_log_config)  # raises naming the key
+        if not validate_only:
+            await self._write_entity_config(path, new, f"topics/{topic}")
+            log.info("Updated topic %s configs: %s", topic, new)
+            # read-your-writes on this broker; the others follow the notification
+            await self.broker.topic_configs.reload(topic)
+        return new
+
+    async def alter_broker_config(self, name: str, ops: list[Any], incremental: bool,
+                                  validate_only: bool) -> dict[str, str]:
+        """Dynamic broker configs (KIP-226): "" is the cluster-wide default `<default>`,
+        otherwise a broker id. Written to `/config/brokers/<entity>` + a notification."""
+        from .apis.alter_configs import InvalidRequestError, apply_incremental
+
+        if name == "":
+            entity = DEFAULT_ENTITY
+        else:
+            try:
+                entity = str(int(name))
+            except ValueError:
+                raise InvalidRequestError(
+                    f"Broker id must be an integer, but it is: {name}") from None
+        path = broker_config_path(entity)
+        found = await self.store.get_or_none(path)
+        current = paths.decode_entity_config(found[0]) if found else {}
+        new = apply_incremental(current if incremental else {}, ops, BROKER_LIST_DEFAULTS)
+        validate_dynamic_broker_configs(new)
+        if not validate_only:
+            await self._write_entity_config(path, new, f"brokers/{entity}")
+            log.info("Updated broker %s configs: %s", entity, new)
+            if self.broker.broker_configs.on_change(entity):
+                await self.broker.broker_configs.reload()
+        return new
+
+    async def _write_entity_config(self, path: str, config: dict[str, str],
+                                   entity_path: str) -> None:
+        data = paths.encode_entity_config(config)
+        try:
+            await self.store.create(path, data, makepath=True)
+        except NodeExistsError:
+            await self.store.set(path, data)
+        await self.store.create(paths.config_change_path(),
+                                paths.encode_config_change(entity_path),
+                                sequence=True, makepath=True)
+
     # -- configs ----------------------------------------------------------------------------
     def _effective_configs(self, overrides: dict[str, str]) -> dict[str, tuple[str, int]]:
-        defaults = self.broker.config.topic_defaults()
+        defaults = self.broker.broker_configs.effective.topic_defaults()
         out = {k: (v, DEFAULT_CONFIG) for k, v in defaults.items()}
         for k, v in overrides.items():
             out[k] = (v, DYNAMIC_TOPIC_CONFIG)
         return out
 
-    def describe_topic_config(self, topic: str) -> list[ConfigEntry]:
-        overrides = self.broker.topic_overrides.get(topic, {})
-        cfg = self.broker.config
+    async def describe_topic_config(self, topic: str) -> list[ConfigEntry]:
+        """Every topic config with its value, source and synonyms (topic override, then the
+        broker synonym's dynamic per-broker, dynamic default, static and default values). The
+        overrides are read from the store, so any broker answers for any topic."""
+        found = await self.store.get_or_none(paths.topic_config_path(topic))
+        overrides = paths.decode_entity_config(found[0]) if found else {}
+        return topic_config_entries(overrides, self.broker.broker_configs, self.broker.config)
+
+    def describe_broker_config(self, name: str) -> list[ConfigEntry]:
+        """"" (the cluster-wide default): the dynamic default configs only; this broker's id:
+        every broker config with its source (Kafka's ConfigHelper)."""
+        bcm = self.broker.broker_configs
+        if name == "":
+            return [ConfigEntry(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG, read_only=False,
+                                synonyms=[(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG)])
+                    for k, v in sorted(bcm.default_configs.items())]
+        static = self.broker.config
         entries = []
-        for name, (value, source) in sorted(self._effective_configs(overrides).items()):
-            synonyms: list[tuple[str, str | None, int]] = []
-            if source == DYNAMIC_TOPIC_CONFIG:
-                synonyms.append((name, value, DYNAMIC_TOPIC_CONFIG))
-            broker_key = TOPIC_CONFIG_SYNONYMS[name]
-            if broker_key in cfg.originals:
-                synonyms.append((broker_key, cfg.originals[broker_key], STATIC_BROKER_CONFIG))
-                if source == DEFAULT_CONFIG:
-                    source = STATIC_BROKER_CONFIG
-            synonyms.append((broker_key, cfg.topic_defaults()[name], DEFAULT_CONFIG))
-            entries.append(ConfigEntry(name, value, source, synonyms=synonyms))
+        for key in sorted(DEFS):
+            synonyms = broker_synonyms(key, bcm.broker_configs, bcm.default_configs,
+                                       static.originals)
+            text = _text(bcm.effective.values[key])
+            source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
+            entries.append(ConfigEntry(key, text, source,
+                                       read_only=key not in DYNAMIC_BROKER_CONFIGS,
+                                       synonyms=synonyms))
         return entries
 
-    def describe_broker_config(self) -> list[ConfigEntry]:
-        cfg = self.broker.config
-        entries = []
-        for name in sorted(DEFS):
-            value = cfg.values[name]
-            text = None if value is None else (
-                ",".join(value) if isinstance(value, list) else
-                str(value).lower() if isinstance(value, bool) else str(value))
-            source = STATIC_BROKER_CONFIG if name in cfg.originals else DEFAULT_CONFIG
-            entries.append(ConfigEntry(name, text, source, read_only=True,
-                                       synonyms=[(name, text, source)]))
-        return entries
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return ",".join(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+# Broker configs with fallbacks, most specific first (Kafka's DynamicBrokerConfig.brokerSynonyms).
+_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+)
+
+
+def synonym_names(key: str) -> tuple[str, ...]:
+    """`key` and the less specific configs it falls back to."""
+    for group in _SYNONYM_GROUPS:
+        if key in group:
+            return group[group.index(key):]
+    return (key,)
+
+
+def broker_synonyms(key: str, per_broker: Mapping[str, str], default: Mapping[str, str],
+                    static: Mapping[str, str]) -> list[tuple[str, str | None, int]]:
+    """Kafka's ConfigHelper.configSynonyms: the values of `key` and its fallbacks, by source
+    (dynamic per-broker, dynamic default, static, Kafka's default), highest precedence first;
+    Kafka's defaults only where they are not null."""
+    names = synonym_names(key)
+    out: list[tuple[str, str | None, int]] = []
+    for values, source in ((per_broker, DYNAMIC_BROKER_CONFIG),
+                           (default, DYNAMIC_DEFAULT_BROKER_CONFIG),
+                           (static, STATIC_BROKER_CONFIG)):
+        out += [(n, values[n], source) for n in names if n in values]
+    out += [(n, _text(DEFS[n].default), DEFAULT_CONFIG) for n in names
+            if n in DEFS and DEFS[n].default is not None]
+    return out
+
+
+def topic_config_entries(overrides: Mapping[str, str], bcm: Any, static: Any
+                         ) -> list[ConfigEntry]:
+    """DescribeConfigs entries of a topic: its overrides over the broker's effective
+    defaults (dynamic, then static, then Kafka's)."""
+    effective = {**LogConfig().to_props(), **bcm.effective.topic_defaults()}
+    entries = []
+    for name in sorted(set(LogConfig.config_names()) | set(overrides)):
+        synonyms: list[tuple[str, str | None, int]] = []
+        if name in overrides:
+            synonyms.append((name, overrides[name], DYNAMIC_TOPIC_CONFIG))
+        broker_key = TOPIC_CONFIG_SYNONYMS.get(name)
+        if broker_key is not None:
+            synonyms += broker_synonyms(broker_key, bcm.broker_configs, bcm.default_configs,
+                                        static.originals)
+        value = overrides[name] if name in overrides else effective.get(name)
+        source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
+        entries.append(ConfigEntry(name, value, source, synonyms=synonyms))
+    return entries
 
 
 class _UnknownTopic(ValueError):

@@ -27,6 +27,7 @@ from ..storage.log import LogConfig
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
 from .apis import KafkaApis
+from .broker_config_manager import BrokerConfigManager
 from .config import ConfigError, KafkaConfig
 from .metadata_cache import BrokerInfo, MetadataCache
 from .network import SocketServer
@@ -61,6 +62,8 @@ class Broker:
         self.apis = KafkaApis(self)
         self.admin = AdminManager(self)
         self.topic_configs = TopicConfigManager(self)
+        self.dynamic_config: dict[str, str] = {}  # KIP-226: <default> then <id> overrides
+        self.broker_configs = BrokerConfigManager(self)
         self.producer_ids: ProducerIdManager | None = None  # type: ignore[assignment]
         self.group_coordinator: GroupCoordinator | None = None
         self.controller: KafkaController | None = None
@@ -93,6 +96,18 @@ class Broker:
         if self.log_manager is not None:
             self.log_manager.update_topic_config(topic, self.topic_config(topic)
                                                  if overrides else None)
+
+    def set_default_log_config(self, config: LogConfig) -> None:
+        """New broker-level topic defaults (dynamic log.* configs): every log without its own
+        override, and every override's base, follows at once."""
+        self.default_log_config = config
+        self._topic_configs.clear()
+        if self.log_manager is not None:
+            self.log_manager.default_config = config
+            for topic in self.topic_overrides:
+                self.log_manager.update_topic_config(topic, self.topic_config(topic))
+            for log_ in self.log_manager.all_logs():
+                log_.config = self.log_manager.config_for(log_.topic)
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -137,6 +152,7 @@ class Broker:
         await self.group_coordinator.startup()
         for ep in cfg.listeners:
             self.bound_ports.append(await self.socket_server.start(ep.host, ep.port))
+        await self.broker_configs.start()
         await self.topic_configs.start()
         await self._register()
         self.store.add_session_listener(self._on_session_state)

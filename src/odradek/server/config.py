@@ -128,6 +128,11 @@ DEFS: dict[str, Def] = {
     "replica.high.watermark.checkpoint.interval.ms": Def(_int, 5000, _at_least(1), ">= 1"),
     "replica.socket.timeout.ms": Def(_int, 30000),
     "num.replica.fetchers": Def(_int, 1, _at_least(1), ">= 1"),
+    # KIP-73 replication quotas (dynamic broker configs; LONG_MAX = unthrottled)
+    "leader.replication.throttled.rate": Def(_int, LONG_MAX, _at_least(0), ">= 0"),
+    "follower.replication.throttled.rate": Def(_int, LONG_MAX, _at_least(0), ">= 0"),
+    "replication.quota.window.num": Def(_int, 11, _at_least(1), ">= 1"),
+    "replication.quota.window.size.seconds": Def(_int, 1, _at_least(1), ">= 1"),
     "controller.socket.timeout.ms": Def(_int, 30000, _at_least(1), ">= 1"),
     "controlled.shutdown.enable": Def(_bool, True),
     "controlled.shutdown.max.retries": Def(_int, 3, _at_least(0), ">= 0"),

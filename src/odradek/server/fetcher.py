@@ -43,6 +43,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.codec import decode_response, encode_request, make, request_class, response_class
 from ..protocol.records import CorruptRecordError, InvalidRecordError
+from .replication_quota import ReplicationQuotaManager, should_follower_throttle
 
 if TYPE_CHECKING:
     from .partition import Partition
@@ -396,8 +397,9 @@ class ReplicaFetcher:
 
     def __init__(self, name: str, broker_id: int, leader_id: int, endpoint: LeaderEndpoint,
                  partition_of: Callable[[TopicPartition], Partition | None],
-                 config: FetcherConfig) -> None:
+                 config: FetcherConfig, quota: ReplicationQuotaManager | None = None) -> None:
         self.name = name
+        self.quota = quota  # KIP-73 follower quota (None: never throttled)
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.endpoint = endpoint
@@ -609,6 +611,9 @@ class ReplicaFetcher:
         for tp, st in list(self.states.items()):
             if st.is_truncating or not self._ready(st):
                 continue
+            if self.quota is not None and should_follower_throttle(
+                    self.quota, tp[0], tp[1], st.lag is not None and st.lag <= 0):
+                continue  # KIP-73: over the follower quota, fetched in a later round
             partition = self.partition_of(tp)
             if partition is None:
                 self._mark_failed(tp, "no local partition")
@@ -704,6 +709,8 @@ class ReplicaFetcher:
             return True
         next_offset = info.last_offset + 1 if info is not None and info.valid_bytes > 0 \
             else st.fetch_offset
+        if data.records and self.quota is not None and self.quota.is_throttled(*tp):
+            self.quota.record(len(data.records))
         self.states[tp] = replace(st, fetch_offset=next_offset,
                                   lag=max(0, data.high_watermark - next_offset),
                                   last_fetched_epoch=partition.log.latest_epoch)
@@ -768,8 +775,10 @@ class ReplicaFetcherManager:
                  config: FetcherConfig,
                  broker_endpoint: Callable[[int], tuple[str, int] | None] = lambda _b: None,
                  endpoint_factory: Callable[[int, Callable[[], tuple[str, int] | None]],
-                                            LeaderEndpoint] | None = None) -> None:
+                                            LeaderEndpoint] | None = None,
+                 quota: ReplicationQuotaManager | None = None) -> None:
         self.broker_id = broker_id
+        self.quota = quota
         self.partition_of = partition_of
         self.config = config
         self.broker_endpoint = broker_endpoint
@@ -803,7 +812,7 @@ class ReplicaFetcherManager:
                     f"ReplicaFetcherThread-{fid}-{leader_id} broker={self.broker_id}",
                     self.broker_id, leader_id,
                     self.endpoint_factory(leader_id, lambda b=leader_id: self._address_of(b)),
-                    self.partition_of, self.config)
+                    self.partition_of, self.config, self.quota)
                 self.fetchers[key] = fetcher
                 fetcher.start()
             fetcher.add_partitions(states)

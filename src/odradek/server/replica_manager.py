@@ -44,6 +44,7 @@ from .partition import (
     UnknownLeaderEpochError,
 )
 from .purgatory import DelayedOperation, DelayedOperationPurgatory
+from .replication_quota import ReplicationQuotaManager, should_leader_throttle
 from .timer import AsyncTimerDriver, Timer
 
 if TYPE_CHECKING:
@@ -175,7 +176,8 @@ class DelayedFetch(DelayedOperation):
                    else partition.high_watermark)
             if req.fetch_offset > end or req.fetch_offset < partition.log_start_offset:
                 return self.force_complete()
-            if req.fetch_offset < end:
+            if req.fetch_offset < end and not self.manager.should_leader_throttle(
+                    partition, self.replica_id):  # KIP-73: throttled bytes do not count
                 available += self.manager.bytes_between(partition, req.fetch_offset, end,
                                                         req.max_bytes)
                 if available >= self.min_bytes:
@@ -212,6 +214,10 @@ class ReplicaManager:
         # follower of one of the topic's partitions, and (False, -1) when it stops hosting one.
         # The group coordinator listens for __consumer_offsets (load / unload its groups).
         self.role_listeners: dict[str, Callable[[int, bool, int], None]] = {}
+        # KIP-73 replication quotas: bytes this leader sends to followers, and bytes this
+        # follower fetches, for throttled partitions (rates set by dynamic broker configs).
+        self.leader_quota = ReplicationQuotaManager("LeaderReplication")
+        self.follower_quota = ReplicationQuotaManager("FollowerReplication")
 
     def start(self) -> None:
         """Start the purgatories' timers and read replication-offset-checkpoint: partitions
@@ -229,9 +235,12 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"]
         for p in self.partitions.values():
             p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
+        for quota in (self.leader_quota, self.follower_quota):
+            quota.configure_window(config["replication.quota.window.num"],
+                                   config["replication.quota.window.size.seconds"])
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.partitions.get, FetcherConfig.from_config(config),
-            broker_endpoint)
+            broker_endpoint, quota=self.follower_quota)
         self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock)
         self.isr_manager.start()
 
@@ -244,6 +253,19 @@ class ReplicaManager:
             d.stop()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
+
+    def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle: a follower's fetch of a throttled partition gets no
+        data while the leader quota is exceeded, unless the follower is in the ISR."""
+        return replica_id >= 0 and should_leader_throttle(
+            self.leader_quota, partition.topic, partition.index, replica_id in partition.isr)
+
+    def update_throttled_replicas(self, topic: str, leader: str | frozenset[int],
+                                  follower: str | frozenset[int]) -> None:
+        """The topic's throttled partitions on this broker (from its
+        leader/follower.replication.throttled.replicas configs)."""
+        self.leader_quota.mark_throttled(topic, leader)
+        self.follower_quota.mark_throttled(topic, follower)
 
     def min_insync_replicas(self, topic: str) -> int:
         return self.topic_config(topic).min_insync_replicas
@@ -504,6 +526,12 @@ class ReplicaManager:
                 partition.check_leader_epoch(req.current_leader_epoch)
                 limit = (partition.log_end_offset if replica_id >= 0
                          else partition.high_watermark)
+                if self.should_leader_throttle(partition, replica_id):
+                    # KIP-73: left out of this response (no data, no error)
+                    results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
+                                              partition.log_start_offset, [], 0,
+                                              partition.log_end_offset)
+                    continue
                 data = partition.log.read(req.fetch_offset, min(req.max_bytes, remaining),
                                           max_offset=limit, min_one_message=min_one)
             except Exception as exc:
@@ -514,6 +542,8 @@ class ReplicaManager:
                                           partition.log_start_offset)
                 continue
             size = sum(r.size for r in data.regions)
+            if size and replica_id >= 0 and self.leader_quota.is_throttled(*tp):
+                self.leader_quota.record(size)
             if size:
                 min_one = False
                 remaining = max(0, remaining - size)

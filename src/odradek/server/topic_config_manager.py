@@ -3,7 +3,11 @@
 Overrides live in `/config/topics/<t>` (`{"version":1,"config":{...}}`). A broker loads a topic's
 overrides before it first hosts one of its partitions, and reloads them when a change
 notification `/config/changes/config_change_<seq>` (`{"version":2,"entity_path":"topics/<t>"}`)
-names the topic.
+names the topic. Notifications naming `brokers/<default>` or `brokers/<id>` go to the broker's
+BrokerConfigManager (dynamic broker configs, KIP-226).
+
+The KIP-73 lists `leader.replication.throttled.replicas` / `follower.replication.throttled.replicas`
+of each loaded topic mark its throttled partitions in the replica manager's quotas.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..coordination import paths
+from .replication_quota import throttled_partitions
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -54,10 +59,45 @@ class TopicConfigManager:
         overrides = paths.decode_entity_config(found[0]) if found else {}
         self.broker.set_topic_overrides(topic, overrides)
         self.loaded.add(topic)
+        self._update_throttles(topic)
+        if overrides.get("unclean.leader.election.enable", "").strip().lower() == "true":
+            self._enable_unclean_leader_election(topic)
+
+    def _enable_unclean_leader_election(self, topic: str) -> None:
+        """Kafka's TopicConfigHandler: when a topic's unclean.leader.election.enable becomes
+        true, the active controller elects leaders for its offline partitions at once
+        (TopicUncleanLeaderElectionEnable), instead of waiting for the next broker change."""
+        ctrl = self.broker.controller
+        if ctrl is None or not ctrl.is_active:
+            return
+        from ..controller.controller import _Call
+
+        async def elect() -> None:
+            if ctrl.is_active:
+                await ctrl._trigger_online_partitions(ctrl.ctx.partitions_for_topic(topic))
+        ctrl.events.put(_Call(elect))
 
     def forget(self, topic: str) -> None:
         self.loaded.discard(topic)
         self.broker.set_topic_overrides(topic, None)
+        rm = self.broker.replica_manager
+        if rm is not None:
+            rm.update_throttled_replicas(topic, frozenset(), frozenset())
+
+    def _update_throttles(self, topic: str) -> None:
+        rm = self.broker.replica_manager
+        if rm is None:
+            return
+        cfg = self.broker.topic_config(topic)
+        broker_id = self.broker.broker_id
+        try:
+            leader = throttled_partitions(cfg.leader_replication_throttled_replicas, broker_id)
+            follower = throttled_partitions(cfg.follower_replication_throttled_replicas,
+                                            broker_id)
+        except ValueError as exc:
+            log.warning("Ignoring the throttled replicas of topic %s: %s", topic, exc)
+            return
+        rm.update_throttled_replicas(topic, leader, follower)
 
     def _on_changes(self, _event: Any) -> None:
         task = asyncio.ensure_future(self._process_changes())
@@ -78,4 +118,7 @@ class TopicConfigManager:
             if kind == "topics" and name:
                 log.info("Processing override for entity path %s", entity)
                 await self.reload(name)
+            elif kind == "brokers" and self.broker.broker_configs.on_change(name):
+                log.info("Processing override for entity path %s", entity)
+                await self.broker.broker_configs.reload()
         self._seen_changes = children

@@ -249,7 +249,7 @@ class LogConfig:
 
 def _parse(spec: _Spec, raw: Any) -> Any:
     def bad(reason: str) -> InvalidConfigError:
-        return InvalidConfigError(f"Invalid value {raw!r} for configuration {spec.name}: {reason}")
+        return InvalidConfigError(f"Invalid value {raw} for configuration {spec.name}: {reason}")
 
     text = raw.strip() if isinstance(raw, str) else raw
     value: Any
@@ -278,6 +278,13 @@ def _parse(spec: _Spec, raw: Any) -> Any:
     elif spec.kind == "list":
         items = text if isinstance(text, list | tuple) else str(text).split(",")
         value = tuple(s.strip() for s in items if str(s).strip())
+        if spec.name.endswith(".replication.throttled.replicas") and value != ("*",):
+            # Kafka's ThrottledReplicaListValidator (KIP-73)
+            for item in value:
+                p, sep, b = item.partition(":")
+                if not (sep and p.strip().isdigit() and b.strip().isdigit()):
+                    raise bad("must be the literal '*' or a list of replicas in the following "
+                              "format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
         if spec.choices is not None:
             for item in value:
                 if item not in spec.choices:

@@ -17,6 +17,7 @@ from ...protocol.codec import MalformedRequest, UnsupportedVersion, decode_reque
 from ..network import CloseConnection, Connection, Response
 from . import (
     admin,
+    alter_configs,
     api_versions,
     fetch,
     find_coordinator,
@@ -58,8 +59,10 @@ APIS: dict[int, tuple[str, int, int, HandlerFn]] = {
     22: ("InitProducerId", 0, 4, producer_ids.handle),
     23: ("OffsetForLeaderEpoch", 2, 4, offset_for_leader_epoch.handle),
     32: ("DescribeConfigs", 1, 4, admin.handle_describe_configs),
+    33: ("AlterConfigs", 0, 2, alter_configs.handle_alter_configs),
     37: ("CreatePartitions", 0, 3, admin.handle_create_partitions),
     42: ("DeleteGroups", 0, 2, groups.handle_delete_groups),
+    44: ("IncrementalAlterConfigs", 0, 1, alter_configs.handle_incremental_alter_configs),
     47: ("OffsetDelete", 0, 0, offsets.handle_offset_delete),
 }
 

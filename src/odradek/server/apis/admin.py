@@ -91,7 +91,8 @@ async def handle_create_partitions(broker: Broker, header: Any, request: Any,
 TOPIC, BROKER = 2, 4
 
 
-def handle_describe_configs(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+async def handle_describe_configs(broker: Broker, header: Any, request: Any,
+                                  conn: Connection) -> bytes:
     mod = response_module(type(request))
     results = []
     for res in request.resources:
@@ -101,13 +102,14 @@ def handle_describe_configs(broker: Broker, header: Any, request: Any, conn: Con
             if broker.metadata_cache.topic(res.resource_name) is None:
                 error, message = ErrorCode.unknown_topic_or_partition, None
             else:
-                entries = broker.admin.describe_topic_config(res.resource_name)
+                entries = await broker.admin.describe_topic_config(res.resource_name)
         elif res.resource_type == BROKER:
             if res.resource_name not in ("", str(broker.broker_id)):
-                error, message = ErrorCode.invalid_request, \
-                    f"unexpected broker id, expected {broker.broker_id}"
+                error, message = ErrorCode.invalid_request, (
+                    f"Unexpected broker id, expected {broker.broker_id} or empty string, but "
+                    f"received {res.resource_name}")
             else:
-                entries = broker.admin.describe_broker_config()
+                entries = broker.admin.describe_broker_config(res.resource_name)
         else:
             error, message = ErrorCode.invalid_request, \
                 f"unsupported resource type {res.resource_type}"

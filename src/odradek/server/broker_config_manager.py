@@ -1,0 +1,156 @@
+"""Dynamic broker configs (KIP-226, ZooKeeper layout) on every broker.
+
+Cluster-wide defaults live in `/config/brokers/<default>`, one broker's own in
+`/config/brokers/<id>` (`{"version":1,"config":{...}}`); a change is announced by a
+`/config/changes/config_change_<seq>` notification with entity_path `brokers/<default>` or
+`brokers/<id>`. Precedence (Kafka's DynamicBrokerConfig): per-broker dynamic, then dynamic
+default, then the static server.properties, then Kafka's default.
+
+Applied at run time: the KIP-73 replication rates (`leader.replication.throttled.rate`,
+`follower.replication.throttled.rate`) and the `log.*` defaults that feed topics without their
+own override (Kafka's DynamicLogConfig), e.g. `log.retention.ms`, `message.max.bytes`,
+`min.insync.replicas`, `unclean.leader.election.enable`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ..coordination import paths
+from ..storage.log import LogConfig
+from .config import DEFS, TOPIC_CONFIG_SYNONYMS, ConfigError, KafkaConfig
+from .replication_quota import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("odradek.config")
+
+DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
+
+# Broker configs updatable without a restart (a subset of Kafka's DynamicBrokerConfig.
+# AllDynamicConfigs: DynamicLogConfig.ReconfigurableConfigs and DynamicConfig.Broker).
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    {*TOPIC_CONFIG_SYNONYMS.values(), "log.roll.hours", "log.retention.minutes",
+     "log.retention.hours", LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE}
+) & frozenset(DEFS)
+
+
+class UnknownConfigError(ValueError):
+    """Maps to INVALID_CONFIG."""
+
+
+class NonDynamicConfigError(ValueError):
+    """Maps to INVALID_REQUEST (Kafka: 'Cannot update these configs dynamically')."""
+
+
+def validate_dynamic_broker_configs(props: Mapping[str, str]) -> None:
+    """Kafka's DynamicBrokerConfig.validate for a dynamic update: unknown names, names not
+    updatable at run time, and bad values are refused with a message naming the key."""
+    unknown = sorted(k for k in props if k not in DEFS)
+    if unknown:
+        raise UnknownConfigError(f"Unknown broker config name: {', '.join(unknown)}")
+    non_dynamic = sorted(k for k in props if k not in DYNAMIC_BROKER_CONFIGS)
+    if non_dynamic:
+        raise NonDynamicConfigError(
+            f"Cannot update these configs dynamically: Set({', '.join(non_dynamic)})")
+    for key, text in props.items():
+        d = DEFS[key]
+        try:
+            value = d.parse(str(text))
+        except ValueError as exc:
+            raise ConfigError(f"Invalid value {text} for configuration {key}: {exc}") from None
+        if not d.check(value):
+            raise ConfigError(
+                f"Invalid value {text} for configuration {key}: Value must be {d.why}")
+
+
+def merge_dynamic(default: Mapping[str, str], per_broker: Mapping[str, str]) -> dict[str, str]:
+    """The dynamic layer as one dict: per-broker values over the cluster-wide defaults."""
+    return {**default, **per_broker}
+
+
+def effective_config(static: KafkaConfig, dynamic: Mapping[str, str]) -> KafkaConfig:
+    """The broker's config with the dynamic layer over server.properties. Values that no longer
+    parse (written by another version) are skipped with a warning rather than breaking the
+    broker, as Kafka does."""
+    usable: dict[str, str] = {}
+    for key, value in dynamic.items():
+        if key not in DYNAMIC_BROKER_CONFIGS:
+            continue
+        try:
+            validate_dynamic_broker_configs({key: value})
+        except ValueError as exc:
+            log.warning("Ignoring dynamic broker config %s=%s: %s", key, value, exc)
+            continue
+        usable[key] = value
+    if not usable:
+        return static
+    return KafkaConfig.from_properties({**static.originals, **usable})
+
+
+def broker_config_path(entity: str) -> str:
+    return paths.config_entity_path("brokers", entity)
+
+
+class BrokerConfigManager:
+    """Loads the dynamic broker configs and applies them to this broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.default_configs: dict[str, str] = {}
+        self.broker_configs: dict[str, str] = {}
+        self.effective: KafkaConfig = broker.config
+
+    async def start(self) -> None:
+        await self.reload()
+
+    async def _read(self, entity: str) -> dict[str, str]:
+        store = self.broker.store
+        assert store is not None
+        found = await store.get_or_none(broker_config_path(entity))
+        return paths.decode_entity_config(found[0]) if found else {}
+
+    async def reload(self) -> None:
+        self.default_configs = await self._read(DEFAULT_ENTITY)
+        self.broker_configs = await self._read(str(self.broker.broker_id))
+        self.apply()
+
+    def on_change(self, entity: str) -> bool:
+        """Whether a notification for `brokers/<entity>` concerns this broker."""
+        return entity in (DEFAULT_ENTITY, str(self.broker.broker_id))
+
+    def apply(self) -> None:
+        broker = self.broker
+        dynamic = merge_dynamic(self.default_configs, self.broker_configs)
+        broker.dynamic_config = dynamic
+        self.effective = effective_config(broker.config, dynamic)
+        eff = self.effective
+        rm = broker.replica_manager
+        if rm is not None:
+            rm.leader_quota.update_quota(eff[LEADER_THROTTLED_RATE])
+            rm.follower_quota.update_quota(eff[FOLLOWER_THROTTLED_RATE])
+        new_default = LogConfig.from_props(eff.topic_defaults(), allow_unknown=True)
+        if new_default != broker.default_log_config:
+            unclean_enabled = (new_default.unclean_leader_election_enable
+                               and not broker.default_log_config.unclean_leader_election_enable)
+            broker.set_default_log_config(new_default)
+            if unclean_enabled:
+                self._enable_default_unclean_leader_election()
+        log.info("[DynamicConfigManager broker=%d] Dynamic broker configs: %s",
+                 broker.broker_id, dynamic or "{}")
+
+    def _enable_default_unclean_leader_election(self) -> None:
+        """Kafka's DynamicLogConfig: a dynamic unclean.leader.election.enable=true makes the
+        active controller try its offline partitions again at once."""
+        ctrl = self.broker.controller
+        if ctrl is None or not ctrl.is_active:
+            return
+        from ..controller.controller import _Call
+
+        async def elect() -> None:
+            if ctrl.is_active:
+                await ctrl._trigger_online_partitions()
+        ctrl.events.put(_Call(elect))

@@ -1,0 +1,265 @@
+"""`odradek configs` (S-6.3, issue 7): Kafka's kafka-configs on odradek's admin client.
+
+  --bootstrap-server HOST:PORT [--command-config FILE]
+  --entity-type topics|brokers  (--entity-name NAME | --entity-default)
+  --describe [--all]                       DescribeConfigs (dynamic configs; --all: every config)
+  --alter [--add-config 'k1=v1,k2=[a,b]'] [--add-config-file FILE] [--delete-config k1,k2]
+                                           IncrementalAlterConfigs (SET / DELETE)
+
+Output as Kafka's ConfigCommand:
+
+  Dynamic configs for topic t are:
+    retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000}
+  Default configs for brokers in the cluster are:
+  Completed updating config for topic t.
+  Completed updating default config for brokers in the cluster.
+
+A bad command line prints the reason on stderr and exits 1; a failed request prints
+"Error while executing config command with args '...'" and the error, and exits 1. Broker-wide
+defaults are `--entity-type brokers --entity-default`; the KIP-73 replication throttles are
+`leader.replication.throttled.rate` / `follower.replication.throttled.rate` (brokers) and
+`leader.replication.throttled.replicas` / `follower.replication.throttled.replicas` (topics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..client import AsyncAdmin
+
+ENTITY_TYPES = {"topics": "topic", "brokers": "broker"}
+SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+           3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+           6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+DYNAMIC_SOURCE = {"topics": 1, "brokers": 2}
+DEFAULT_BROKER_SOURCE = 3
+
+# Java names of the errors this tool meets (as Kafka prints them).
+_JAVA = {
+    "invalid_config": "org.apache.kafka.common.errors.InvalidConfigurationException",
+    "invalid_request": "org.apache.kafka.common.errors.InvalidRequestException",
+    "unknown_topic_or_partition": "org.apache.kafka.common.errors.UnknownTopicOrPartitionException",
+    "invalid_topic_exception": "org.apache.kafka.common.errors.InvalidTopicException",
+}
+
+
+# Kafka's default messages (Errors) for answers without their own.
+_DEFAULT_MESSAGES = {
+    "unknown_topic_or_partition": "This server does not host this topic-partition.",
+}
+
+
+class ToolError(Exception):
+    """A bad command line (printed on stderr, exit 1)."""
+
+
+class ConfigCommandError(Exception):
+    """A failed request or a refused alteration (Kafka's InvalidConfigurationException...)."""
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """Kafka's parseConfigsToBeAdded: 'k1=v1,k2=[v2,v3]' (commas inside [] belong to the
+    value, the brackets are dropped)."""
+    out: dict[str, str] = {}
+    for item in re.split(r",(?=[^\]]*(?:\[|$))", text):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ToolError('Invalid entity config: all configs to be added must be in the '
+                            'format "key=val".')
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def parse_delete_config(items: list[str]) -> list[str]:
+    return [k.strip() for item in items for k in item.split(",") if k.strip()]
+
+
+def format_entry(entry: Any) -> str:
+    synonyms = ", ".join(f"{SOURCES.get(src, 'UNKNOWN')}:{name}={value}"
+                         for name, value, src in entry.synonyms)
+    value = None if entry.is_sensitive else entry.value
+    return (f"  {entry.name}={'null' if value is None else value} "
+            f"sensitive={str(entry.is_sensitive).lower()} synonyms={{{synonyms}}}")
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    actions = [a for a in ("describe", "alter") if getattr(args, a)]
+    if len(actions) != 1:
+        raise ToolError("Command must include exactly one action: --describe, --alter")
+    if not args.bootstrap_server:
+        raise ToolError("Missing required argument \"[bootstrap-server]\"")
+    if args.entity_type is None:
+        raise ToolError("--entity-type must be specified")
+    if args.entity_type not in ENTITY_TYPES:
+        raise ToolError(f"Invalid entity type {args.entity_type}, the entity type must be one "
+                        f"of {', '.join(ENTITY_TYPES)}")
+    if args.entity_name is not None and args.entity_default:
+        raise ToolError("--entity-name and --entity-default cannot be specified together")
+    if args.entity_default and args.entity_type != "brokers":
+        raise ToolError("--entity-default is only supported with --entity-type brokers")
+    if args.entity_type == "brokers" and args.entity_name is not None:
+        try:
+            int(args.entity_name)
+        except ValueError:
+            raise ToolError("The entity name for brokers must be a valid integer broker id, "
+                            f"but it is: {args.entity_name}") from None
+    if args.alter:
+        if args.entity_name is None and not args.entity_default:
+            raise ToolError("an entity name must be specified with --alter of "
+                            f"{args.entity_type}")
+        if not args.add_config and not args.add_config_file and not args.delete_config:
+            raise ToolError("At least one of --add-config, --add-config-file or "
+                            "--delete-config must be specified with --alter")
+    if args.all and not args.describe:
+        raise ToolError("--all is only valid with --describe")
+
+
+async def _entries(admin: AsyncAdmin, entity_type: str, name: str, describe_all: bool
+                   ) -> list[Any]:
+    from ..client.types import ConfigResource
+
+    resource = ConfigResource(ENTITY_TYPES[entity_type], name)
+    found = await admin.describe_configs([resource], include_synonyms=True)
+    entries = sorted(found[resource].values(), key=lambda e: e.name)
+    if describe_all:
+        return entries
+    wanted = DEFAULT_BROKER_SOURCE if entity_type == "brokers" and name == "" \
+        else DYNAMIC_SOURCE[entity_type]
+    return [e for e in entries if e.source == wanted]
+
+
+async def describe(admin: AsyncAdmin, args: argparse.Namespace) -> list[str]:
+    lines: list[str] = []
+    if args.entity_default:
+        names = [""]
+    elif args.entity_name is not None:
+        names = [args.entity_name]
+    elif args.entity_type == "topics":
+        names = sorted(await admin.list_topics(include_internal=True))
+    else:
+        cluster = await admin.describe_cluster()
+        names = [str(b.node_id) for b in sorted(cluster.brokers, key=lambda b: b.node_id)]
+    for name in names:
+        if name == "":
+            lines.append(f"Default configs for {args.entity_type} in the cluster are:")
+        else:
+            kind = "All" if args.all else "Dynamic"
+            lines.append(f"{kind} configs for {ENTITY_TYPES[args.entity_type]} {name} are:")
+        lines += [format_entry(e) for e in
+                  await _entries(admin, args.entity_type, name, args.all)]
+    return lines
+
+
+async def alter(admin: AsyncAdmin, args: argparse.Namespace) -> list[str]:
+    from ..client.types import ConfigResource
+
+    to_add: dict[str, str] = {}
+    if args.add_config_file:
+        from ..server.config import parse_properties
+
+        try:
+            to_add.update(parse_properties(Path(args.add_config_file).read_text()))
+        except OSError as exc:
+            raise ToolError(f"Cannot read {args.add_config_file}: {exc.strerror}") from None
+    for text in args.add_config:
+        to_add.update(parse_add_config(text))
+    to_delete = parse_delete_config(args.delete_config)
+    name = "" if args.entity_default else args.entity_name
+    if to_delete:
+        # Kafka: deleting a config that is not set (dynamically) fails the command
+        current = {e.name for e in await _entries(admin, args.entity_type, name, False)}
+        invalid = [k for k in to_delete if k not in current]
+        if invalid:
+            raise ConfigCommandError(
+                f"{_JAVA['invalid_config']}: Invalid config(s): {','.join(invalid)}")
+    changes: dict[str, str | None] = {**{k: None for k in to_delete}, **to_add}
+    resource = ConfigResource(ENTITY_TYPES[args.entity_type], name)
+    results = await admin.incremental_alter_configs({resource: changes}, raise_errors=False)
+    error = results.get(resource)
+    if error is not None:
+        raise ConfigCommandError(_java_text(error))
+    if name:
+        return [f"Completed updating config for {ENTITY_TYPES[args.entity_type]} {name}."]
+    return [f"Completed updating default config for {args.entity_type} in the cluster."]
+
+
+def _java_text(error: Any) -> str:
+    code_name = str(getattr(error, "name", "") or "")
+    java = _JAVA.get(code_name.lower(), "org.apache.kafka.common.errors.ApiException")
+    text = str(error)
+    marker = f"{code_name.upper()}: "
+    message = text.split(marker, 1)[1] if code_name and marker in text else \
+        _DEFAULT_MESSAGES.get(code_name.lower(), text)
+    return f"{java}: {message}"
+
+
+async def run(args: argparse.Namespace) -> list[str]:
+    from ..client import AsyncAdmin
+
+    cfg: dict[str, Any] = {}
+    if args.command_config:
+        from ..server.config import parse_properties
+
+        try:
+            cfg.update(parse_properties(Path(args.command_config).read_text()))
+        except OSError as exc:
+            raise ToolError(f"Cannot read {args.command_config}: {exc.strerror}") from None
+    cfg["bootstrap.servers"] = args.bootstrap_server
+    async with AsyncAdmin(cfg) as admin:
+        if args.describe:
+            return await describe(admin, args)
+        return await alter(admin, args)
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..client.errors import KafkaError
+
+    try:
+        _check_args(args)
+        lines = asyncio.run(run(args))
+    except ToolError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except (ConfigCommandError, KafkaError, OSError, TimeoutError) as exc:
+        argv = " ".join(sys.argv[1:])
+        print(f"Error while executing config command with args '{argv}'", file=sys.stderr)
+        text = str(exc) if isinstance(exc, ConfigCommandError) else (
+            _java_text(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}")
+        print(text, file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("configs", help="describe or change topic and broker configs "
+                              "(Kafka's kafka-configs)", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bootstrap-server", help="REQUIRED: the server(s) to connect to")
+    p.add_argument("--command-config", help="properties file of admin client configs")
+    p.add_argument("--entity-type", help="type of entity (topics/brokers)")
+    p.add_argument("--entity-name", help="name of entity (topic name/broker id)")
+    p.add_argument("--entity-default", action="store_true",
+                   help="default entity name for brokers (applies to every broker)")
+    p.add_argument("--describe", action="store_true", help="List configs for the given entity.")
+    p.add_argument("--alter", action="store_true", help="Alter the configuration for the entity.")
+    p.add_argument("--all", action="store_true",
+                   help="List all configs for the given entity, not only the dynamic ones")
+    p.add_argument("--add-config", action="append", default=[], metavar="K1=V1,K2=[V2,V3]",
+                   help="configs to add, comma separated; list values in square brackets")
+    p.add_argument("--add-config-file", help="properties file of configs to add")
+    p.add_argument("--delete-config", action="append", default=[], metavar="K1,K2",
+                   help="config keys to remove, comma separated")
+    p.set_defaults(func=main)

@@ -1,0 +1,290 @@
+"""Configs at run time through real clients against a broker process (issue 7 part 1, S-6.3):
+confluent-kafka's AdminClient incremental_alter_configs / alter_configs / describe_configs,
+kafka-python's alter_configs, and the `odradek configs` tool (kafka-configs) as users run it.
+Each change is checked by its effect, not only by the answer: a lowered max.message.bytes makes
+the next produce fail with MESSAGE_TOO_LARGE."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .clients import create_topic, wait_for_leaders
+from .conftest import BrokerProcess, unique_topic
+
+pytestmark = [pytest.mark.interop, pytest.mark.timeout(120)]
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 15,
+               what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def produce_error(bs: str, topic: str, size: int) -> int | None:
+    """The error code of one produce of `size` bytes (None: delivered)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bs, "message.max.bytes": 10_000_000,
+                  "message.send.max.retries": 0, "linger.ms": 0})
+    out: list[object] = []
+    p.produce(topic, b"x" * size, partition=0, on_delivery=lambda err, _m: out.append(err))
+    p.flush(15)
+    assert out, "no delivery report"
+    err = out[0]
+    return None if err is None else err.code()  # type: ignore[attr-defined]
+
+
+def test_confluent_incremental_alter_describe(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+    )
+
+    bs = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    topic = unique_topic("cfg-ck")
+    create_topic(bs, topic, 1)
+    wait_for_leaders(bs, topic, 1)
+    assert produce_error(bs, topic, 5000) is None
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "compact",
+                    incremental_operation=AlterConfigOpType.APPEND)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    entries = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    got = next(iter(entries.values())).result(15)
+    assert got["max.message.bytes"].value == "2000"
+    assert got["max.message.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert got["cleanup.policy"].value == "delete,compact"
+    assert got["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    wait_until(lambda: produce_error(bs, topic, 5000) == KafkaError.MSG_SIZE_TOO_LARGE,
+               what="max.message.bytes applied")
+
+    # DELETE restores the default
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    wait_until(lambda: produce_error(bs, topic, 5000) is None, what="max.message.bytes removed")
+
+    # errors with Kafka's codes
+    bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as exc:
+        admin.incremental_alter_configs([bad])[bad].result(15)
+    assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG
+    missing = ConfigResource(ConfigResource.Type.TOPIC, unique_topic("none"),
+                             incremental_configs=[ConfigEntry(
+                                 "retention.ms", "1",
+                                 incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as exc:
+        admin.incremental_alter_configs([missing])[missing].result(15)
+    assert exc.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    # broker configs: the KIP-73 rate on broker 0 (per-broker) and cluster-wide defaults
+    b0 = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("leader.replication.throttled.rate", "1048576",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([b0])[b0].result(15)
+    got = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "0")])
+    entry = next(iter(got.values())).result(15)["leader.replication.throttled.rate"]
+    assert entry.value == "1048576"
+    assert entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    ro = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("log.dirs", "/tmp/x", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as exc:
+        admin.incremental_alter_configs([ro])[ro].result(15)
+    assert exc.value.args[0].code() == KafkaError.INVALID_REQUEST
+    b0 = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("leader.replication.throttled.rate", None,
+                    incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([b0])[b0].result(15)
+
+
+def test_confluent_alter_configs_replaces(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    bs = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    topic = unique_topic("cfg-ck-alter")
+    create_topic(bs, topic, 1)
+    wait_for_leaders(bs, topic, 1)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic,
+                         set_config={"retention.ms": "3600000", "segment.bytes": "1000000"})
+    admin.alter_configs([res])[res].result(15)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"retention.ms": "60000"})
+    admin.alter_configs([res])[res].result(15)  # replaces the whole set: segment.bytes reverts
+    got = next(iter(admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, topic)]).values())).result(15)
+    assert got["retention.ms"].value == "60000"
+    assert got["segment.bytes"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert got["segment.bytes"].value == "1073741824"
+
+
+def test_kafka_python_alter_configs(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaError
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    bs = broker.bootstrap
+    topic = unique_topic("cfg-kp")
+    admin = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        create_topic(bs, topic, 1)
+        wait_for_leaders(bs, topic, 1)
+        # AlterConfigs (incremental=False) and IncrementalAlterConfigs (the default)
+        out = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                  configs={"max.message.bytes": "1500"})],
+                                  incremental=False)
+        assert out == {"topic": {topic: "OK"}}
+        out = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                  configs={"retention.ms": "60000"})])
+        assert out == {"topic": {topic: "OK"}}
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        got = {k: (v["value"], v["config_source"])
+               for k, v in described["topic"][topic].items()}
+        assert got == {"max.message.bytes": ("1500", "DYNAMIC_TOPIC_CONFIG"),
+                       "retention.ms": ("60000", "DYNAMIC_TOPIC_CONFIG")}
+        wait_until(lambda: produce_error(bs, topic, 3000) == KafkaError.MSG_SIZE_TOO_LARGE,
+                   what="max.message.bytes applied")
+        out = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                  configs={"max.message.bytes": "soon"})])
+        text = str(out["topic"][topic])
+        assert "Error 42" in text and "Invalid value soon for configuration " \
+            "max.message.bytes: Not a number of type INT" in text
+    finally:
+        admin.close()
+
+
+def configs_tool(*args: str) -> subprocess.CompletedProcess[str]:
+    from odradek.tools.processes import _odradek_command
+
+    return subprocess.run([*_odradek_command(), "configs", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
+    bs = broker.bootstrap
+    topic = unique_topic("cfg-tool")
+    create_topic(bs, topic, 1)
+    wait_for_leaders(bs, topic, 1)
+    base = ["--bootstrap-server", bs]
+
+    r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--alter",
+                     "--add-config", "retention.ms=1000,cleanup.policy=[delete,compact]")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"Completed updating config for topic {topic}."
+    r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--describe")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"Dynamic configs for topic {topic} are:"
+    assert "  cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:" \
+           "cleanup.policy=delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}" in lines
+    assert any(line.startswith("  retention.ms=1000 sensitive=false synonyms="
+                               "{DYNAMIC_TOPIC_CONFIG:retention.ms=1000, ") for line in lines)
+    assert len(lines) == 3
+
+    r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--alter",
+                     "--delete-config", "retention.ms")
+    assert r.returncode == 0, r.stderr
+    r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--describe",
+                     "--all")
+    assert r.stdout.splitlines()[0] == f"All configs for topic {topic} are:"
+    assert "  retention.ms=604800000 sensitive=false synonyms={" \
+           "DEFAULT_CONFIG:log.retention.hours=168}" in r.stdout.splitlines()
+    assert "  segment.ms=604800000 sensitive=false synonyms={" \
+           "DEFAULT_CONFIG:log.roll.hours=168}" in r.stdout.splitlines()
+
+    # brokers: cluster-wide default and per broker
+    r = configs_tool(*base, "--entity-type", "brokers", "--entity-default", "--alter",
+                     "--add-config", "follower.replication.throttled.rate=5000000")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Completed updating default config for brokers in the cluster."
+    r = configs_tool(*base, "--entity-type", "brokers", "--entity-default", "--describe")
+    assert r.stdout.splitlines() == [
+        "Default configs for brokers in the cluster are:",
+        "  follower.replication.throttled.rate=5000000 sensitive=false synonyms="
+        "{DYNAMIC_DEFAULT_BROKER_CONFIG:follower.replication.throttled.rate=5000000}"]
+    r = configs_tool(*base, "--entity-type", "brokers", "--entity-name", "0", "--alter",
+                     "--add-config", "follower.replication.throttled.rate=7000000")
+    assert r.stdout.strip() == "Completed updating config for broker 0.", r.stderr
+    r = configs_tool(*base, "--entity-type", "brokers", "--entity-name", "0", "--describe")
+    assert r.stdout.splitlines() == [
+        "Dynamic configs for broker 0 are:",
+        "  follower.replication.throttled.rate=7000000 sensitive=false synonyms="
+        "{DYNAMIC_BROKER_CONFIG:follower.replication.throttled.rate=7000000, "
+        "DYNAMIC_DEFAULT_BROKER_CONFIG:follower.replication.throttled.rate=5000000, "
+        "DEFAULT_CONFIG:follower.replication.throttled.rate=9223372036854775807}"]
+    for target in (["--entity-default"], ["--entity-name", "0"]):
+        r = configs_tool(*base, "--entity-type", "brokers", *target, "--alter",
+                         "--delete-config", "follower.replication.throttled.rate")
+        assert r.returncode == 0, r.stderr
+
+    # failures: a clear message and exit status 1, never a traceback
+    r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--alter",
+                     "--add-config", "no.such.config=1")
+    assert r.returncode == 1
+    assert "Error while executing config command with args" in r.stderr
+    assert "InvalidConfigurationException: Unknown topic config name: no.such.config" in \
+        r.stderr
+    assert "Traceback" not in r.stderr
+    r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--alter",
+                     "--delete-config", "segment.ms")
+    assert r.returncode == 1 and "Invalid config(s): segment.ms" in r.stderr
+    r = configs_tool(*base, "--entity-type", "brokers", "--entity-name", "0", "--alter",
+                     "--add-config", "broker.id=5")
+    assert r.returncode == 1
+    assert "InvalidRequestException" in r.stderr and "broker.id" in r.stderr
+    r = configs_tool(*base, "--entity-type", "topics", "--describe", "--alter")
+    assert r.returncode == 1 and "exactly one action" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--describe")
+    assert r.stdout.splitlines() == [
+        f"Dynamic configs for topic {topic} are:",
+        "  cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+        "cleanup.policy=delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}"]
+
+
+def test_dynamic_configs_survive_a_restart(broker_factory: Callable[..., BrokerProcess]
+                                           ) -> None:
+    """Dynamic broker and topic configs live in the coordination store: a restarted broker
+    process applies them again (KIP-226)."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+    )
+
+    b = broker_factory()
+    topic = unique_topic("cfg-restart")
+    create_topic(b.bootstrap, topic, 1)
+    wait_for_leaders(b.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("message.max.bytes", "2000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    wait_until(lambda: produce_error(b.bootstrap, topic, 4000) == KafkaError.MSG_SIZE_TOO_LARGE,
+               what="dynamic message.max.bytes applied")
+    b.restart()
+    wait_for_leaders(b.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    got = next(iter(admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, topic)]).values())).result(15)
+    assert got["max.message.bytes"].value == "2000"
+    assert got["max.message.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert produce_error(b.bootstrap, topic, 4000) == KafkaError.MSG_SIZE_TOO_LARGE

@@ -1,0 +1,221 @@
+"""Runtime config changes as pure decisions (issue 7 part 1, S-6.3): IncrementalAlterConfigs
+operations, Kafka's error mapping, dynamic broker config validation and precedence, the
+DescribeConfigs sources/synonyms, the throttled-replica list validation of topic configs, and
+the `odradek configs` argument parsing and output format."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.server.admin_manager import (
+    DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STATIC_BROKER_CONFIG,
+    broker_synonyms,
+    topic_config_entries,
+)
+from odradek.server.apis.alter_configs import (
+    APPEND,
+    DELETE,
+    SET,
+    SUBTRACT,
+    ConfigOp,
+    InvalidRequestError,
+    UnknownTopicError,
+    apply_incremental,
+    error_for,
+)
+from odradek.server.broker_config_manager import (
+    DYNAMIC_BROKER_CONFIGS,
+    NonDynamicConfigError,
+    UnknownConfigError,
+    effective_config,
+    merge_dynamic,
+    validate_dynamic_broker_configs,
+)
+from odradek.server.config import ConfigError, KafkaConfig
+from odradek.storage.log import InvalidConfigError, LogConfig
+from odradek.tools import configs as tool
+
+LISTS = {"cleanup.policy": "delete", "leader.replication.throttled.replicas": ""}
+
+
+def test_set_and_delete() -> None:
+    out = apply_incremental({"retention.ms": "1", "segment.ms": "5"},
+                            [ConfigOp("retention.ms", SET, "2"), ConfigOp("segment.ms", DELETE,
+                                                                           None),
+                             ConfigOp("flush.ms", DELETE, None)], LISTS)
+    assert out == {"retention.ms": "2"}
+
+
+def test_append_and_subtract_start_from_the_default() -> None:
+    out = apply_incremental({}, [ConfigOp("cleanup.policy", APPEND, "compact")], LISTS)
+    assert out == {"cleanup.policy": "delete,compact"}
+    out = apply_incremental(out, [ConfigOp("cleanup.policy", APPEND, "compact,delete")], LISTS)
+    assert out == {"cleanup.policy": "delete,compact"}  # distinct
+    out = apply_incremental(out, [ConfigOp("cleanup.policy", SUBTRACT, "delete")], LISTS)
+    assert out == {"cleanup.policy": "compact"}
+    out = apply_incremental({"leader.replication.throttled.replicas": "0:1"},
+                            [ConfigOp("leader.replication.throttled.replicas", APPEND, "1:2")],
+                            LISTS)
+    assert out == {"leader.replication.throttled.replicas": "0:1,1:2"}
+
+
+def test_append_to_a_non_list_config_is_an_invalid_request() -> None:
+    with pytest.raises(InvalidRequestError, match=r"append is not allowed for config key: "
+                                                  r"retention\.ms"):
+        apply_incremental({}, [ConfigOp("retention.ms", APPEND, "1")], LISTS)
+    with pytest.raises(InvalidRequestError, match=r"subtract"):
+        apply_incremental({}, [ConfigOp("retention.ms", SUBTRACT, "1")], LISTS)
+
+
+def test_duplicates_unknown_operations_and_null_set() -> None:
+    with pytest.raises(InvalidRequestError, match=r"duplicate config keys"):
+        apply_incremental({}, [ConfigOp("a", SET, "1"), ConfigOp("a", DELETE, None)], LISTS)
+    with pytest.raises(InvalidRequestError, match=r"Unknown config operation 9"):
+        apply_incremental({}, [ConfigOp("a", 9, "1")], LISTS)
+    with pytest.raises(InvalidRequestError, match=r"Null value"):
+        apply_incremental({}, [ConfigOp("a", SET, None)], LISTS)
+
+
+def test_error_mapping_follows_kafka() -> None:
+    code, _ = error_for(UnknownTopicError("Topic t does not exist."), 2, "t")
+    assert code == ErrorCode.unknown_topic_or_partition
+    code, msg = error_for(InvalidConfigError("Unknown topic config name: foo"), 2, "t")
+    assert (code, msg) == (ErrorCode.invalid_config, "Unknown topic config name: foo")
+    code, msg = error_for(InvalidConfigError(
+        "Invalid value x for configuration retention.ms: Not a number of type LONG"), 2, "t")
+    assert code == ErrorCode.invalid_request
+    assert msg.startswith("Invalid config value for resource ConfigResource(type=TOPIC, "
+                          "name='t'): Invalid value x for configuration retention.ms")
+    code, msg = error_for(NonDynamicConfigError("Cannot update these configs dynamically: "
+                                                "Set(broker.id)"), 4, "0")
+    assert code == ErrorCode.invalid_request and "type=BROKER, name='0'" in msg
+    code, _ = error_for(UnknownConfigError("Unknown broker config name: x"), 4, "")
+    assert code == ErrorCode.invalid_config
+
+
+def test_topic_config_validation_names_the_key() -> None:
+    with pytest.raises(InvalidConfigError, match=r"Unknown topic config name: nope"):
+        LogConfig.from_props({"nope": "1"})
+    with pytest.raises(InvalidConfigError, match=r"min\.insync\.replicas"):
+        LogConfig.from_props({"min.insync.replicas": "0"})
+    with pytest.raises(InvalidConfigError, match=r"follower\.replication\.throttled\.replicas"):
+        LogConfig.from_props({"follower.replication.throttled.replicas": "0:x"})
+    cfg = LogConfig.from_props({"leader.replication.throttled.replicas": "0:1,1:2",
+                                "follower.replication.throttled.replicas": "*"})
+    assert cfg.leader_replication_throttled_replicas == ("0:1", "1:2")
+    assert cfg.follower_replication_throttled_replicas == ("*",)
+
+
+def test_dynamic_broker_config_validation() -> None:
+    validate_dynamic_broker_configs({"leader.replication.throttled.rate": "1000",
+                                     "log.retention.ms": "5000", "min.insync.replicas": "2"})
+    with pytest.raises(NonDynamicConfigError, match=r"Set\(broker.id, zookeeper.connect\)"):
+        validate_dynamic_broker_configs({"broker.id": "3", "zookeeper.connect": "x"})
+    with pytest.raises(UnknownConfigError, match=r"no\.such\.config"):
+        validate_dynamic_broker_configs({"no.such.config": "1"})
+    with pytest.raises(ConfigError, match=r"follower\.replication\.throttled\.rate"):
+        validate_dynamic_broker_configs({"follower.replication.throttled.rate": "-1"})
+    with pytest.raises(ConfigError, match=r"log\.retention\.ms"):
+        validate_dynamic_broker_configs({"log.retention.ms": "soon"})
+    assert "leader.replication.throttled.rate" in DYNAMIC_BROKER_CONFIGS
+    assert "listeners" not in DYNAMIC_BROKER_CONFIGS
+
+
+def test_precedence_per_broker_over_default_over_static() -> None:
+    static = KafkaConfig.from_properties({"log.retention.ms": "100", "broker.id": "1"})
+    dynamic = merge_dynamic({"log.retention.ms": "200", "min.insync.replicas": "2"},
+                            {"log.retention.ms": "300"})
+    assert dynamic == {"log.retention.ms": "300", "min.insync.replicas": "2"}
+    eff = effective_config(static, dynamic)
+    assert eff.retention_ms == 300 and eff["min.insync.replicas"] == 2
+    assert eff.broker_id == 1
+    assert effective_config(static, {}) is static
+    # a stored value that does not parse is skipped, not fatal
+    assert effective_config(static, {"log.retention.ms": "x"}).retention_ms == 100
+
+
+def test_broker_synonyms_by_source_then_fallback() -> None:
+    """Kafka's ConfigHelper.configSynonyms: per source, the config then its fallbacks; Kafka's
+    defaults only where not null (log.retention.ms has none: log.retention.hours=168)."""
+    syn = broker_synonyms("log.retention.ms", {"log.retention.ms": "3"},
+                          {"log.retention.minutes": "2"}, {"log.retention.ms": "1",
+                                                           "log.retention.hours": "9"})
+    assert syn == [("log.retention.ms", "3", DYNAMIC_BROKER_CONFIG),
+                   ("log.retention.minutes", "2", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                   ("log.retention.ms", "1", STATIC_BROKER_CONFIG),
+                   ("log.retention.hours", "9", STATIC_BROKER_CONFIG),
+                   ("log.retention.hours", "168", DEFAULT_CONFIG)]
+    assert broker_synonyms("log.roll.hours", {}, {}, {}) == [
+        ("log.roll.hours", "168", DEFAULT_CONFIG)]
+    assert broker_synonyms("zookeeper.connect", {}, {}, {}) == []
+
+
+def test_topic_entries_sources_and_synonyms() -> None:
+    static = KafkaConfig.from_properties({"log.segment.bytes": "2000000"})
+    bcm = SimpleNamespace(broker_configs={}, default_configs={"log.retention.ms": "5000"},
+                          effective=effective_config(static, {"log.retention.ms": "5000"}))
+    entries = {e.name: e for e in topic_config_entries({"max.message.bytes": "100"}, bcm,
+                                                       static)}
+    e = entries["max.message.bytes"]
+    assert (e.value, e.source) == ("100", DYNAMIC_TOPIC_CONFIG)
+    assert e.synonyms[0] == ("max.message.bytes", "100", DYNAMIC_TOPIC_CONFIG)
+    assert e.synonyms[-1][2] == DEFAULT_CONFIG
+    e = entries["retention.ms"]
+    assert (e.value, e.source) == ("5000", DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert e.synonyms == [("log.retention.ms", "5000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+                          ("log.retention.hours", "168", DEFAULT_CONFIG)]
+    e = entries["segment.bytes"]
+    assert (e.value, e.source) == ("2000000", STATIC_BROKER_CONFIG)
+    e = entries["min.insync.replicas"]
+    assert (e.value, e.source) == ("1", DEFAULT_CONFIG)
+    assert entries["leader.replication.throttled.replicas"].value == ""
+
+
+def test_tool_parses_add_config_with_lists() -> None:
+    assert tool.parse_add_config("a=1,b=[x,y],c=z") == {"a": "1", "b": "x,y", "c": "z"}
+    assert tool.parse_add_config("leader.replication.throttled.replicas=[0:1,1:2]") == {
+        "leader.replication.throttled.replicas": "0:1,1:2"}
+    with pytest.raises(tool.ToolError, match=r"key=val"):
+        tool.parse_add_config("a")
+    assert tool.parse_delete_config(["a,b", "c"]) == ["a", "b", "c"]
+
+
+def test_tool_formats_entries_like_kafka() -> None:
+    entry = SimpleNamespace(name="retention.ms", value="1000", is_sensitive=False,
+                            synonyms=[("retention.ms", "1000", 1),
+                                      ("log.retention.ms", "604800000", 5)])
+    assert tool.format_entry(entry) == (
+        "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000, "
+        "DEFAULT_CONFIG:log.retention.ms=604800000}")
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = dict(describe=False, alter=False, bootstrap_server="h:1", entity_type="topics",
+                entity_name=None, entity_default=False, add_config=[], add_config_file=None,
+                delete_config=[], all=False, command_config=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({}, "exactly one action"),
+    ({"describe": True, "alter": True}, "exactly one action"),
+    ({"describe": True, "entity_type": "users"}, "Invalid entity type users"),
+    ({"describe": True, "entity_default": True}, "only supported with --entity-type brokers"),
+    ({"alter": True, "entity_name": "t"}, "At least one of --add-config"),
+    ({"alter": True, "add_config": ["a=1"]}, "an entity name must be specified"),
+    ({"describe": True, "entity_type": "brokers", "entity_name": "x"}, "valid integer"),
+    ({"describe": True, "bootstrap_server": None}, "bootstrap-server"),
+])
+def test_tool_rejects_bad_command_lines(kw: dict[str, object], message: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert tool.main(_args(**kw)) == 1
+    assert message in capsys.readouterr().err
