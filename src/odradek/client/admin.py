@@ -33,6 +33,7 @@ from .types import (
     NewTopic,
     OffsetAndMetadata,
     PartitionDescription,
+    PartitionReassignment,
     TopicDescription,
     TopicPartition,
 )
@@ -187,12 +188,16 @@ class AsyncAdmin:
         return results
 
     async def create_partitions(self, new_counts: Mapping[str, int], *, timeout: float = 30.0,
-                                validate_only: bool = False, raise_errors: bool = True
+                                validate_only: bool = False, raise_errors: bool = True,
+                                assignments: Mapping[str, list[list[int]]] | None = None
                                 ) -> dict[str, KafkaError | None]:
-        """Raise the partition count of topics to the given totals."""
+        """Raise the partition count of topics to the given totals; `assignments` optionally
+        gives, per topic, the replica list of each new partition."""
         def build() -> dict[str, Any]:
             return {"timeout": int(timeout * 1000), "validate_only": validate_only,
-                    "topics": [{"name": t, "count": n, "assignments": None}
+                    "topics": [{"name": t, "count": n, "assignments": None
+                                if not assignments or t not in assignments else
+                                [{"broker_ids": list(b)} for b in assignments[t]]}
                                for t, n in new_counts.items()]}
 
         def results_of(resp: Any) -> dict[str, KafkaError | None]:
@@ -202,6 +207,92 @@ class AsyncAdmin:
         results = await self._retry_not_controller(37, timeout, build, results_of)
         _raise_first(results, raise_errors)
         return results
+
+    async def elect_leaders(self, election_type: str | int = "PREFERRED",
+                            partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+                            *, timeout: float = 30.0, raise_errors: bool = True
+                            ) -> dict[TopicPartition, KafkaError | None]:
+        """ElectLeaders (S-6.1): `election_type` PREFERRED (0) or UNCLEAN (1); `partitions`
+        None = every partition. Returns {partition: None or the KafkaError}; ELECTION_NOT_NEEDED
+        (the right leader is already there) is reported but never raised."""
+        kind = {"PREFERRED": 0, "UNCLEAN": 1}.get(str(election_type).upper(), election_type)
+        if kind not in (0, 1):
+            raise ValueError(f"election_type must be PREFERRED or UNCLEAN, not {election_type!r}")
+        wanted = None if partitions is None else sorted({TopicPartition(t, p)
+                                                         for t, p in partitions})
+
+        def build() -> dict[str, Any]:
+            by_topic: dict[str, list[int]] = {}
+            for tp in wanted or ():
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            return {"election_type": kind, "timeout": int(timeout * 1000),
+                    "topic_partitions": None if wanted is None else [
+                        {"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+        def results_of(resp: Any) -> dict[Any, KafkaError | None]:
+            top = getattr(resp, "error_code", ErrorCode.none)
+            return {TopicPartition(r.topic, p.partition_id):
+                    None if (code := p.error_code if top == ErrorCode.none else top)
+                    == ErrorCode.none else KafkaError.for_code(
+                        code, p.error_message, context=f"partition {r.topic}-{p.partition_id}")
+                    for r in resp.replica_election_results for p in r.partition_result}
+
+        results = await self._retry_not_controller(43, timeout, build, results_of)
+        _raise_first({tp: e for tp, e in results.items()
+                      if e is None or e.code != ErrorCode.election_not_needed}, raise_errors)
+        return results
+
+    async def alter_partition_reassignments(
+            self, reassignments: Mapping[TopicPartition | tuple[str, int], Iterable[int] | None],
+            *, timeout: float = 30.0, raise_errors: bool = True
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """AlterPartitionReassignments (S-6.2, KIP-455): {partition: target replicas} starts
+        (or replaces) a reassignment, {partition: None} cancels one (back to the original
+        replicas). Returns {partition: None or the KafkaError}."""
+        wanted = {TopicPartition(*tp): None if r is None else [int(x) for x in r]
+                  for tp, r in reassignments.items()}
+
+        def build() -> dict[str, Any]:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for tp, r in sorted(wanted.items()):
+                by_topic.setdefault(tp.topic, []).append(
+                    {"partition_index": tp.partition, "replicas": r})
+            return {"timeout": int(timeout * 1000), "topics": [
+                {"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+        def results_of(resp: Any) -> dict[Any, KafkaError | None]:
+            top = resp.error_code
+            return {TopicPartition(t.name, p.partition_index):
+                    None if (code := p.error_code if top == ErrorCode.none else top)
+                    == ErrorCode.none else KafkaError.for_code(
+                        code, p.error_message or resp.error_message,
+                        context=f"partition {t.name}-{p.partition_index}")
+                    for t in resp.responses for p in t.partitions}
+
+        results = await self._retry_not_controller(45, timeout, build, results_of)
+        _raise_first(results, raise_errors)
+        return results
+
+    async def list_partition_reassignments(
+            self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None, *,
+            timeout: float = 30.0) -> dict[TopicPartition, PartitionReassignment]:
+        """ListPartitionReassignments (S-6.2): the ongoing reassignments (of `partitions`, or
+        all of them)."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in sorted({TopicPartition(*tp) for tp in partitions}):
+                by_topic.setdefault(t, []).append(p)
+            topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        deadline = asyncio.get_running_loop().time() + timeout
+        resp = await self._controller_send(46, deadline, timeout=int(timeout * 1000),
+                                           topics=topics)
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError.for_code(resp.error_code, resp.error_message,
+                                      context="ListPartitionReassignments")
+        return {TopicPartition(t.name, p.partition_index): PartitionReassignment(
+            list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for t in resp.topics for p in t.partitions}
 
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         md = await self.client.refresh_metadata()
@@ -426,6 +517,88 @@ class AsyncAdmin:
                 if p.error_code != ErrorCode.none:
                     raise KafkaError.for_code(p.error_code, context=f"OffsetCommit({group_id}) "
                                               f"{t.name}-{p.partition_index}")
+
+    async def find_coordinator(self, group_id: str) -> BrokerDescription:
+        """The broker coordinating a group (FindCoordinator)."""
+        node = await self._coordinator(group_id)
+        b = self.client.metadata.brokers.get(node)
+        return BrokerDescription(node, b.host if b else "", b.port if b else -1,
+                                 b.rack if b else None)
+
+    async def list_offsets(self, specs: Mapping[TopicPartition, int], *,
+                           isolation_level: int = 0) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets to each partition's leader: {tp: timestamp} with EARLIEST (-2), LATEST
+        (-1, the high watermark under read_uncommitted) or a timestamp in ms; returns
+        {tp: (offset, timestamp)}, offset -1 when no record has that timestamp or a later one.
+        Retries (with metadata refreshes) while a leader is unknown or moving."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.api_timeout
+        todo = {TopicPartition(*tp): int(ts) for tp, ts in specs.items()}
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        await self.client.refresh_metadata()
+        while True:
+            md = self.client.metadata
+            by_node: dict[int, dict[str, list[dict[str, int]]]] = {}
+            for tp, ts in todo.items():
+                t = md.topics.get(tp.topic)
+                if t is None or (t.error == ErrorCode.none and tp.partition not in t.partitions):
+                    raise KafkaError.for_code(ErrorCode.unknown_topic_or_partition,
+                                              context=f"ListOffsets {tp}")
+                leader = md.leader(tp)
+                if leader is not None and leader >= 0:
+                    by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(
+                        {"partition_index": tp.partition, "current_leader_epoch": -1,
+                         "timestamp": ts})
+            last: KafkaError | None = None
+            for node, topics in by_node.items():
+                try:
+                    resp = await self.client.send(
+                        node, 2, replica_id=-1, isolation_level=isolation_level,
+                        topics=[{"name": t, "partitions": ps} for t, ps in topics.items()])
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    last = exc
+                    continue
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if p.error_code == ErrorCode.none:
+                            out[tp] = (p.offset, getattr(p, "timestamp", -1))
+                            todo.pop(tp, None)
+                            continue
+                        err = KafkaError.for_code(p.error_code, context=f"ListOffsets {tp}")
+                        if not err.retriable:
+                            raise err
+                        last = err
+            if not todo:
+                return out
+            if loop.time() > deadline:
+                raise last or KafkaTimeoutError(f"ListOffsets for {sorted(todo)}: no leader")
+            await asyncio.sleep(self.retry_backoff)
+            await self._refresh_quietly()
+
+    async def delete_consumer_group_offsets(
+            self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> tuple[KafkaError | None, dict[TopicPartition, KafkaError | None]]:
+        """OffsetDelete: forget a group's committed offsets for these partitions. Returns the
+        group-level error (e.g. NON_EMPTY_GROUP) and the error of each partition (e.g.
+        GROUP_SUBSCRIBED_TO_TOPIC)."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition})
+        resp = await self._group_send(group_id, 47, group_id=group_id, topics=[
+            {"name": t, "partitions": ps} for t, ps in by_topic.items()])
+        top = None if resp.error_code == ErrorCode.none else KafkaError.for_code(
+            resp.error_code, context=f"OffsetDelete({group_id})")
+        results: dict[TopicPartition, KafkaError | None] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_index)
+                results[tp] = None if p.error_code == ErrorCode.none else KafkaError.for_code(
+                    p.error_code, context=f"OffsetDelete({group_id}) {tp}")
+        return top, results
 
 
 # ---------------------------------------------------------------------------------------------

@@ -62,7 +62,11 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     33: (0, 2),    # AlterConfigs
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups
+    43: (0, 2),    # ElectLeaders
     44: (0, 1),    # IncrementalAlterConfigs
+    45: (0, 0),    # AlterPartitionReassignments
+    46: (0, 0),    # ListPartitionReassignments
+    47: (0, 0),    # OffsetDelete
 }
 
 API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
@@ -70,7 +74,9 @@ API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "Offs
              13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
              18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
              32: "DescribeConfigs", 33: "AlterConfigs", 37: "CreatePartitions",
-             42: "DeleteGroups", 44: "IncrementalAlterConfigs"}
+             42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
+             45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",
+             47: "OffsetDelete"}
 
 
 # ---------------------------------------------------------------------------------------------

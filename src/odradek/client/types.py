@@ -72,6 +72,16 @@ class NewTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """An ongoing partition reassignment (ListPartitionReassignments, S-6.2): the replica set
+    during the move (target + original), and the replicas being added and removed."""
+
+    replicas: list[int]
+    adding_replicas: list[int]
+    removing_replicas: list[int]
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionDescription:
     partition: int
     leader: int

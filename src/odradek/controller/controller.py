@@ -26,6 +26,7 @@ from ..coordination.store import (
     CheckVersionOp,
     CoordinationError,
     CreateOp,
+    EventType,
     NodeExistsError,
     NoNodeError,
     SessionState,
@@ -33,6 +34,7 @@ from ..coordination.store import (
 )
 from ..state_change import StateChangeLogger, leadership_text
 from . import leader_selectors as sel
+from . import preferred_election as pe
 from .channel import ControllerChannelManager, RequestBatch
 from .context import (
     BrokerEndpoint,
@@ -42,6 +44,7 @@ from .context import (
     TopicPartition,
 )
 from .events import (
+    AutoPreferredReplicaLeaderElection,
     BrokerChange,
     ControlledShutdown,
     ControllerChange,
@@ -51,6 +54,8 @@ from .events import (
     Expire,
     IsrChangeNotification,
     PartitionModifications,
+    PartitionReassignment,
+    PreferredReplicaLeaderElection,
     Reelect,
     RegisterBrokerAndReelect,
     Startup,
@@ -58,6 +63,7 @@ from .events import (
     TopicDeletion,
 )
 from .partition_states import IllegalStateTransition, PartitionState
+from .reassignment import ReassignmentManager
 from .replica_states import ReplicaState
 
 if TYPE_CHECKING:
@@ -86,6 +92,7 @@ class KafkaController:
         self._watches: list[Any] = []
         self._topic_watches: dict[str, Any] = {}
         self._deletion_tasks: set[asyncio.Task[Any]] = set()
+        self.reassignment = ReassignmentManager(self)  # S-6.2
 
     @property
     def store(self):
@@ -124,6 +131,19 @@ class KafkaController:
     def session_reestablished(self) -> None:
         self.events.put(RegisterBrokerAndReelect())
 
+    def enable_unclean_leader_election(self, topic: str | None = None) -> None:
+        """Kafka's TopicUncleanLeaderElectionEnable (and the broker-wide dynamic variant): an
+        unclean.leader.election.enable that became true makes the active controller retry the
+        offline partitions (of `topic`, or all) at once instead of at the next broker change."""
+        if not self.is_active:
+            return
+
+        async def elect() -> None:
+            if self.is_active:
+                await self._trigger_online_partitions(
+                    None if topic is None else self.ctx.partitions_for_topic(topic))
+        self.events.put(_Call(elect))
+
     async def wait_idle(self) -> None:
         """Wait until every event queued so far has been processed (tests, tools)."""
         done = asyncio.get_running_loop().create_future()
@@ -153,8 +173,8 @@ class KafkaController:
         elif isinstance(event, Expire):
             await self._resign()
         elif not self.is_active:
-            if isinstance(event, ControlledShutdown) and event.reply is not None \
-                    and not event.reply.done():
+            if isinstance(event, ControlledShutdown | PreferredReplicaLeaderElection) \
+                    and event.reply is not None and not event.reply.done():
                 event.reply.set_exception(ControllerMovedError("not the controller"))
             return
         elif isinstance(event, BrokerChange):
@@ -171,6 +191,12 @@ class KafkaController:
             await self._on_controlled_shutdown(event)
         elif isinstance(event, _DeletionStopped):
             await self._complete_topic_deletion(event.topic, event.ok)
+        elif isinstance(event, PartitionReassignment):
+            await self.reassignment.on_admin_node_change()
+        elif isinstance(event, PreferredReplicaLeaderElection):
+            await pe.process_election(self, event)
+        elif isinstance(event, AutoPreferredReplicaLeaderElection):
+            await pe.process_auto_rebalance(self, event)
 
     # -- election (S-5.1) -----------------------------------------------------------------------
     async def _elect(self) -> None:
@@ -250,6 +276,12 @@ class KafkaController:
             await self.store.watch_children(paths.DELETE_TOPICS, lambda _e: put(TopicDeletion())),
             await self.store.watch_children(paths.ISR_CHANGE_NOTIFICATION,
                                             lambda _e: put(IsrChangeNotification())),
+            await self.store.watch_data(  # S-6.1; DELETED is the controller's own delete
+                paths.PREFERRED_REPLICA_ELECTION, lambda e: None if e.type is EventType.DELETED
+                else put(PreferredReplicaLeaderElection())),
+            await self.store.watch_data(  # S-6.2; DELETED is the controller's own delete
+                paths.REASSIGN_PARTITIONS, lambda e: None if e.type is EventType.DELETED
+                else put(PartitionReassignment())),
         ]
         self.channel = ControllerChannelManager(
             self.broker_id, self.config["controller.socket.timeout.ms"])
@@ -283,6 +315,10 @@ class KafkaController:
         batch.send(self.channel)
         self.events.put(TopicDeletion())
         self.events.put(IsrChangeNotification())
+        self.events.put(PreferredReplicaLeaderElection())  # resume a pending one (S-5.6)
+        self.events.put(PartitionReassignment())  # resume pending reassignments (S-5.6, S-6.2)
+        pe.schedule_auto_rebalance(self, float(
+            self.config["leader.imbalance.check.interval.seconds"]))
 
     async def _resign(self) -> None:
         if self.channel is None:
@@ -293,6 +329,7 @@ class KafkaController:
             w.cancel()
         self._watches.clear()
         self._topic_watches.clear()
+        pe.cancel_auto_rebalance(self)
         channel, self.channel = self.channel, None
         await channel.shutdown()
         for t in list(self._deletion_tasks):
@@ -494,8 +531,8 @@ class KafkaController:
                 return False
             replicas = ctx.partition_replica_assignment(tp)
             live = ctx.live_broker_ids
-            if strategy == "offline":
-                unclean = self._unclean_enabled(tp.topic)
+            if strategy in ("offline", "unclean"):  # unclean: ElectLeaders UNCLEAN (S-6.1)
+                unclean = strategy == "unclean" or self._unclean_enabled(tp.topic)
                 result = sel.offline_partition_leader(replicas, current.isr, live, unclean)
             elif strategy == "preferred":
                 result = sel.preferred_replica_leader(replicas, current.isr, live)
@@ -583,6 +620,7 @@ class KafkaController:
                     self._move_replicas(tp, [b], R.OnlineReplica)
         batch.send(self.channel)
         await self._trigger_online_partitions()
+        await self.reassignment.on_broker_startup(new)  # seed 002 onBrokerStartup step 4
         self.events.put(TopicDeletion())  # deletions waiting for these brokers may resume
 
     async def _on_broker_failure(self, dead: set[int]) -> None:
@@ -771,6 +809,7 @@ class KafkaController:
         changed = {tp for tp in changed if tp.topic in self.ctx.all_topics}
         for tp in changed:
             await self._refresh_leadership(tp)
+        await self.reassignment.on_isr_change(changed)  # RAR in the ISR? (S-6.2)
         if changed:
             batch = self._batch()
             batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, changed)

@@ -36,7 +36,6 @@ __all__ = [
     "LeaderAndIsrResponseReceived",
     "PartitionModifications",
     "PartitionReassignment",
-    "PartitionReassignmentIsrChange",
     "PreferredReplicaLeaderElection",
     "Reelect",
     "RegisterBrokerAndReelect",
@@ -182,24 +181,19 @@ class PartitionReassignment(ControllerEvent):
 
 
 @dataclass(frozen=True)
-class PartitionReassignmentIsrChange(ControllerEvent):
-    """The ISR of a partition being reassigned changed: maybe RAR has caught up (S-6.2)."""
-
-    state: ClassVar[ControllerState] = ControllerState.AlterPartitionReassignment
-    partition: TopicPartition = _NO_PARTITION
-
-
-@dataclass(frozen=True)
 class PreferredReplicaLeaderElection(ControllerEvent):
     """``/admin/preferred_replica_election`` was created, or an admin asked (S-6.1).
 
-    ``partitions`` ``None`` means every partition.  ``reply`` (optional) receives
-    partition -> error code (0 = preferred replica leads).
+    ``partitions`` ``None``: read the partitions from the znode (ZK-triggered); otherwise an
+    ElectLeaders request, whose ``reply`` receives partition -> (error code, message, leader)
+    (see controller/preferred_election.py).
     """
 
     state: ClassVar[ControllerState] = ControllerState.ManualLeaderBalance
     partitions: frozenset[TopicPartition] | None = None
-    reply: asyncio.Future[dict[TopicPartition, int]] | None = None
+    reply: asyncio.Future[dict[TopicPartition, Any]] | None = None
+    election_type: int = 0
+    """ElectLeaders' election type: 0 = PREFERRED, 1 = UNCLEAN (admin requests only)."""
 
     def preempt(self) -> None:
         _fail(self.reply, ControllerMovedError("Controller moved to another broker"))

@@ -145,12 +145,5 @@ class BrokerConfigManager:
     def _enable_default_unclean_leader_election(self) -> None:
         """Kafka's DynamicLogConfig: a dynamic unclean.leader.election.enable=true makes the
         active controller try its offline partitions again at once."""
-        ctrl = self.broker.controller
-        if ctrl is None or not ctrl.is_active:
-            return
-        from ..controller.controller import _Call
-
-        async def elect() -> None:
-            if ctrl.is_active:
-                await ctrl._trigger_online_partitions()
-        ctrl.events.put(_Call(elect))
+        if self.broker.controller is not None:
+            self.broker.controller.enable_unclean_leader_election()

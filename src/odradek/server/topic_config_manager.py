@@ -67,15 +67,8 @@ class TopicConfigManager:
         """Kafka's TopicConfigHandler: when a topic's unclean.leader.election.enable becomes
         true, the active controller elects leaders for its offline partitions at once
         (TopicUncleanLeaderElectionEnable), instead of waiting for the next broker change."""
-        ctrl = self.broker.controller
-        if ctrl is None or not ctrl.is_active:
-            return
-        from ..controller.controller import _Call
-
-        async def elect() -> None:
-            if ctrl.is_active:
-                await ctrl._trigger_online_partitions(ctrl.ctx.partitions_for_topic(topic))
-        ctrl.events.put(_Call(elect))
+        if self.broker.controller is not None:
+            self.broker.controller.enable_unclean_leader_election(topic)
 
     def forget(self, topic: str) -> None:
         self.loaded.discard(topic)

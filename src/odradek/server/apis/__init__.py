@@ -19,6 +19,7 @@ from . import (
     admin,
     alter_configs,
     api_versions,
+    elect_leaders,
     fetch,
     find_coordinator,
     groups,
@@ -29,6 +30,7 @@ from . import (
     offsets,
     produce,
     producer_ids,
+    reassignments,
 )
 
 if TYPE_CHECKING:
@@ -62,7 +64,10 @@ APIS: dict[int, tuple[str, int, int, HandlerFn]] = {
     33: ("AlterConfigs", 0, 2, alter_configs.handle_alter_configs),
     37: ("CreatePartitions", 0, 3, admin.handle_create_partitions),
     42: ("DeleteGroups", 0, 2, groups.handle_delete_groups),
+    43: ("ElectLeaders", 0, 2, elect_leaders.handle),
     44: ("IncrementalAlterConfigs", 0, 1, alter_configs.handle_incremental_alter_configs),
+    45: ("AlterPartitionReassignments", 0, 0, reassignments.handle_alter),
+    46: ("ListPartitionReassignments", 0, 0, reassignments.handle_list),
     47: ("OffsetDelete", 0, 0, offsets.handle_offset_delete),
 }
 

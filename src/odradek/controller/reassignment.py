@@ -1,0 +1,559 @@
+"""Partition reassignment, OAR -> RAR (seed 000 "Partition重新分配", seed 002
+"onPartitionReassignment", S-6.2).
+
+An admin writes the targets to ``/admin/reassign_partitions`` (Kafka's JSON
+``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[4,5,6]}]}``), either directly,
+with ``odradek reassign-partitions --execute`` or with AlterPartitionReassignments. The controller
+then runs the seeds' steps for each partition:
+
+====  ======================================================================================
+A1    AR = OAR + RAR in the topic znode (with KIP-455's ``adding_replicas`` /
+      ``removing_replicas``), leader epoch + 1, LeaderAndIsr to every replica of OAR + RAR
+A2    RAR - OAR -> NewReplica (they start fetching from the leader)
+      ... wait until RAR is in the ISR (an ISR change notification or a broker start-up
+      re-checks) ...
+B1    RAR - OAR -> OnlineReplica
+B2    AR = RAR in memory
+B3    a leader from RAR if the leader is not in RAR (ReassignedPartitionLeaderSelector), else
+      leader epoch + 1; LeaderAndIsr to RAR
+B4    OAR - RAR -> OfflineReplica: out of the ISR, StopReplica
+B5    OAR - RAR -> ReplicaDeletionStarted (StopReplica with deletion) -> ... -> NonExistent
+B6    AR = RAR in the topic znode
+B7    the partition leaves ``/admin/reassign_partitions`` (the node goes with the last one)
+B8    UpdateMetadata to every broker
+====  ======================================================================================
+
+Every write leaves the coordination store in a state from which a new controller resumes: the
+admin node keeps listing the target until B7, and the topic znode holds OAR + RAR (and which
+replicas are being added/removed) until B6. A new controller re-reads the admin node at
+failover and runs the steps again: A1 is idempotent, and the original replicas come from the
+topic znode (``replicas - adding_replicas``), so ``OAR - RAR`` is still deleted.
+
+A new target for a partition already being moved replaces the old one (KIP-455): the original
+replicas stay OAR, and replicas added for the old target that the new one does not need are
+stopped and deleted at once. Cancelling (AlterPartitionReassignments with null replicas) is a
+reassignment back to OAR.
+
+The decisions are pure functions (unit-tested in tests/unit/test_reassignment.py); the
+:class:`ReassignmentManager` applies them through the controller's fenced writes and batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..coordination import paths
+from ..coordination.store import (
+    BadVersionError,
+    CheckVersionOp,
+    DeleteOp,
+    NodeExistsError,
+    NoNodeError,
+    SetDataOp,
+)
+from ..state_change import leadership_text
+from . import leader_selectors as sel
+from .context import LeaderAndIsr, PartitionAndReplica, Reassignment, TopicPartition
+from .partition_states import PartitionState
+from .replica_states import ReplicaState
+
+if TYPE_CHECKING:
+    from ..coordination.store import CoordinationStore
+    from .channel import RequestBatch
+    from .context import ControllerContext
+    from .controller import KafkaController
+
+__all__ = [
+    "LeaderMove",
+    "ReassignmentManager",
+    "is_reassignment_complete",
+    "isr_without_removed",
+    "leader_move",
+    "merge_requests",
+    "original_replicas",
+    "reassign_to",
+    "unneeded_replicas",
+    "validate_target",
+]
+
+log = logging.getLogger("odradek.controller.reassignment")
+R = ReplicaState
+
+
+# ---- pure decisions ----------------------------------------------------------------------------
+
+
+def original_replicas(replicas: Sequence[int], adding: Sequence[int] = ()) -> tuple[int, ...]:
+    """OAR from a topic znode: its replica list minus the replicas being added (KIP-455's
+    ``originReplicas``). Without ``adding_replicas`` (none recorded) the replica list is OAR."""
+    return tuple(r for r in replicas if r not in adding)
+
+
+def reassign_to(current: Reassignment | None, assigned: Sequence[int],
+                target: Sequence[int]) -> Reassignment:
+    """The reassignment to run when ``target`` is requested (Kafka's ``reassignTo``).
+
+    ``current`` is the ongoing reassignment of the partition, if any: its OAR stays OAR (a
+    new target replaces the old one, a cancel is a target equal to OAR). Otherwise ``assigned``
+    (the partition's AR) is OAR.
+    """
+    original = current.original if current is not None else tuple(assigned)
+    return Reassignment(original=tuple(original), target=tuple(target))
+
+
+def unneeded_replicas(previous_full: Sequence[int], new: Reassignment) -> tuple[int, ...]:
+    """Replicas in the AR so far that the new reassignment's AR (OAR + RAR) drops: replicas
+    added for a replaced or cancelled target. They are stopped and deleted at once."""
+    full = set(new.full)
+    return tuple(r for r in previous_full if r not in full)
+
+
+def is_reassignment_complete(target: Iterable[int], isr: Iterable[int]) -> bool:
+    """Step 4 of the seeds is over once every replica of RAR is in the ISR."""
+    return set(target) <= set(isr)
+
+
+def validate_target(tp: TopicPartition, target: Sequence[int], assigned: Sequence[int],
+                    known_brokers: Collection[int], adding: Sequence[int] = (),
+                    topic_being_deleted: bool = False) -> str | None:
+    """Kafka's checks of a requested reassignment; the error message, or None if it may run.
+
+    ``assigned`` is the partition's AR ([] for an unknown partition), ``adding`` the replicas
+    the reassignment would add (RAR - OAR): they must be on live brokers.
+    """
+    if not assigned:
+        return f"Partition {tp} does not exist"
+    if topic_being_deleted:
+        return f"Topic {tp.topic} is queued for deletion"
+    if not target:
+        return "Empty replica list specified in partition reassignment."
+    if len(set(target)) != len(target):
+        return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
+    if any(r < 0 for r in target):
+        return f"Invalid broker id in replica list: {list(target)}"
+    missing = [r for r in adding if r not in known_brokers]
+    if missing:
+        return (f"Replica assignment has brokers that are not alive. Replica list: "
+                f"{list(adding)}, live broker list: {sorted(known_brokers)}")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderMove:
+    """Step B3's decision: ``elect`` a leader from RAR, or keep the leader and bump the epoch."""
+
+    elect: bool
+    leadership: LeaderAndIsr | None
+    """The leadership to write (None: no replica of RAR can lead, nothing is written)."""
+
+
+def leader_move(target: Sequence[int], current: LeaderAndIsr, live: Collection[int]
+                ) -> LeaderMove:
+    """Kafka's ``moveReassignedPartitionLeaderIfRequired``: if the leader is not in RAR or not
+    alive, the ReassignedPartitionLeaderSelector picks the first live ISR member of RAR (ISR
+    unchanged); otherwise the leader stays and only its epoch moves (so that every replica
+    learns the new AR). Both bump the leader epoch."""
+    if current.leader in target and current.leader in live:
+        return LeaderMove(False, current.new_epoch())
+    result = sel.reassign_partition_leader(target, current.isr, live)
+    return LeaderMove(True, sel.apply_election(current, result))
+
+
+def isr_without_removed(current: LeaderAndIsr, removing: Collection[int]) -> LeaderAndIsr | None:
+    """Step B4: OAR - RAR leave the ISR (leader epoch + 1); None if none of them is in it.
+    The ISR never empties: a last member is kept (as the replica state machine does)."""
+    isr = tuple(r for r in current.isr if r not in removing)
+    if isr == current.isr:
+        return None
+    if not isr:
+        isr = current.isr[:1]
+    leader = current.leader if current.leader not in removing else -1
+    return current.new_leader_and_isr(leader, isr)
+
+
+def merge_requests(current: Mapping[tuple[str, int], Sequence[int]],
+                   changes: Mapping[tuple[str, int], Sequence[int] | None]
+                   ) -> dict[tuple[str, int], tuple[int, ...]]:
+    """The admin node after an AlterPartitionReassignments: new targets replace old ones,
+    ``None`` drops the partition (the caller turns a cancel into a target of OAR first)."""
+    merged = {k: tuple(v) for k, v in current.items()}
+    for k, v in changes.items():
+        if v is None:
+            merged.pop(k, None)
+        else:
+            merged[k] = tuple(v)
+    return merged
+
+
+# ---- the controller side -----------------------------------------------------------------------
+
+
+class ReassignmentManager:
+    """Runs the steps on the controller's event loop (every method is called from an event)."""
+
+    def __init__(self, controller: KafkaController) -> None:
+        self.c = controller
+
+    @property
+    def ctx(self) -> ControllerContext:
+        return self.c.ctx
+
+    # -- triggers ---------------------------------------------------------------------------------
+    async def on_admin_node_change(self) -> None:
+        """``/admin/reassign_partitions`` changed, or this controller just took over and resumes
+        what it lists (S-5.6)."""
+        found = await self.c.store.get_or_none(paths.REASSIGN_PARTITIONS)
+        if found is None:
+            return
+        try:
+            requested = paths.decode_reassignment(found[0])
+        except ValueError as exc:
+            log.error("[Controller id=%d] Ignoring %s: %s", self.c.broker_id,
+                      paths.REASSIGN_PARTITIONS, exc)
+            return
+        invalid: list[tuple[str, int]] = []
+        for (topic, p), target in sorted(requested.items()):
+            tp = TopicPartition(topic, p)
+            current = self.ctx.partitions_being_reassigned.get(tp)
+            if current is not None and current.target == tuple(target):
+                continue  # already running; ISR changes and broker start-ups drive it on
+            if not await self._trigger(tp, tuple(target)):
+                invalid.append((topic, p))
+        if invalid:
+            await self._remove_from_admin_node(invalid)
+
+    async def on_isr_change(self, partitions: Iterable[TopicPartition]) -> None:
+        """The ISR of some partitions changed: those being moved may have their RAR in sync."""
+        for tp in sorted(partitions):
+            r = self.ctx.partitions_being_reassigned.get(tp)
+            leadership = self.ctx.leader_and_isr(tp)
+            if r is not None and leadership is not None and \
+                    is_reassignment_complete(r.target, leadership.isr):
+                await self._complete(tp, r)
+
+    async def on_broker_startup(self, brokers: Iterable[int]) -> None:
+        """Seed 002's onBrokerStartup step 4: reassignments with replicas on the new brokers
+        go on (their new replicas get LeaderAndIsr again and start fetching)."""
+        new = set(brokers)
+        for tp, r in sorted(self.ctx.partitions_being_reassigned.items()):
+            if new & set(r.full):
+                await self._trigger(tp, r.target)
+
+    # -- the steps --------------------------------------------------------------------------------
+    async def _trigger(self, tp: TopicPartition, target: tuple[int, ...]) -> bool:
+        """onPartitionReassignment for one partition; False if the request is refused."""
+        c, ctx = self.c, self.ctx
+        assigned = ctx.partition_replica_assignment(tp)
+        current = ctx.partitions_being_reassigned.get(tp)
+        if current is None and assigned:
+            # A reassignment a previous controller started: OAR is in the topic znode.
+            current = await self._recorded_reassignment(tp, assigned)
+        new = reassign_to(current, assigned, target)
+        previous_full = current.full if current is not None else tuple(assigned)
+        # Only replicas new to the partition must be alive: a move whose new replica's broker
+        # died meanwhile is resumed (and waits for it), not refused.
+        fresh = [r for r in new.adding if r not in previous_full]
+        error = validate_target(tp, target, assigned, ctx.live_broker_ids, fresh,
+                                ctx.is_topic_queued_up_for_deletion(tp.topic))
+        if error is not None:
+            c.sc.controller(ctx.epoch, f"Failed completing reassignment of partition {tp} to "
+                                       f"{list(target)}: {error}", logging.ERROR)
+            return False
+        log.info("[Controller id=%d] Handling reassignment of partition %s: OAR %s -> RAR %s "
+                 "(AR during the move %s, adding %s, removing %s)", c.broker_id, tp,
+                 list(new.original), list(new.target), list(new.full), list(new.adding),
+                 list(new.removing))
+        # A1: AR = OAR + RAR, in the store first, then in memory.
+        await self._write_assignment(tp, new.full, new.adding, new.removing)
+        ctx.update_partition_replica_assignment(tp, new.full)
+        ctx.partitions_being_reassigned[tp] = new
+        unneeded = unneeded_replicas(previous_full, new)
+        if unneeded:
+            await self._stop_removed_replicas(tp, unneeded)
+        leadership = ctx.leader_and_isr(tp)
+        if leadership is not None and is_reassignment_complete(new.target, leadership.isr):
+            await self._complete(tp, new)
+            return True
+        # A1: leader epoch + 1 so that the leader takes the new replicas as followers.
+        await self._bump_leader_epoch(tp, list(new.full))
+        # A2: RAR - OAR -> NewReplica.
+        fresh = [r for r in new.adding if ctx.replica_states.state(PartitionAndReplica(tp, r))
+                 is R.NonExistentReplica]
+        c._move_replicas(tp, fresh, R.NewReplica)
+        return True
+
+    async def _complete(self, tp: TopicPartition, r: Reassignment) -> None:
+        """Steps B1-B8, once RAR is in the ISR."""
+        c, ctx = self.c, self.ctx
+        leadership = ctx.leader_and_isr(tp)
+        if leadership is None:
+            return
+        # B1
+        c._move_replicas(tp, [x for x in r.adding if x in ctx.live_brokers], R.OnlineReplica)
+        # B2
+        ctx.update_partition_replica_assignment(tp, r.target)
+        # B3
+        if not await self._move_leader_if_required(tp, r):
+            ctx.update_partition_replica_assignment(tp, r.full)
+            return
+        # B4, B5
+        if r.removing:
+            await self._stop_removed_replicas(tp, r.removing)
+        # B6
+        await self._write_assignment(tp, r.target, (), ())
+        ctx.partitions_being_reassigned.pop(tp, None)
+        # B7
+        await self._remove_from_admin_node([(tp.topic, tp.partition)])
+        # B8
+        batch = c._batch()
+        batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [tp])
+        self._send(batch)
+        current = ctx.leader_and_isr(tp)
+        c.sc.controller(ctx.epoch, (
+            f"Completed reassignment of partition {tp}: AR {list(r.target)}"
+            + ("" if current is None else
+               f", {leadership_text(current.leader, current.leader_epoch, current.isr)}")))
+        log.info("[Controller id=%d] Reassignment of partition %s to %s completed",
+                 c.broker_id, tp, list(r.target))
+
+    async def _move_leader_if_required(self, tp: TopicPartition, r: Reassignment) -> bool:
+        c, ctx = self.c, self.ctx
+        for _ in range(10):
+            current = ctx.leader_and_isr(tp)
+            if current is None:
+                return False
+            move = leader_move(r.target, current, ctx.live_broker_ids)
+            if move.leadership is None:
+                c.sc.controller(ctx.epoch, (
+                    f"No replica of {list(r.target)} in the ISR {list(current.isr)} of "
+                    f"partition {tp} is alive to lead; the reassignment waits"), logging.ERROR)
+                return False
+            stored = await c._write_state(tp, move.leadership)
+            if stored is None:
+                await c._refresh_leadership(tp)
+                continue
+            if move.elect:
+                c._move(tp, PartitionState.OnlinePartition, stored)
+            batch = c._batch()
+            batch.add_leader_and_isr([x for x in r.target if x in ctx.live_brokers], tp, stored,
+                                     list(r.target))
+            self._send(batch)
+            return True
+        return False
+
+    async def _bump_leader_epoch(self, tp: TopicPartition, replicas: list[int]) -> None:
+        """Kafka's updateLeaderEpochAndSendRequest: same leader and ISR, epoch + 1, sent to
+        every live replica of ``replicas`` (with ``replicas`` as AR)."""
+        c, ctx = self.c, self.ctx
+        for _ in range(10):
+            current = ctx.leader_and_isr(tp)
+            if current is None or current.leader < 0:
+                c.sc.controller(ctx.epoch, (
+                    f"Partition {tp} has no leader; the replicas of its reassignment start "
+                    f"once it has one"), logging.WARNING)
+                return
+            stored = await c._write_state(tp, current.new_epoch())
+            if stored is None:
+                await c._refresh_leadership(tp)
+                continue
+            c.sc.controller(ctx.epoch, (
+                f"Updated leader epoch for partition {tp} being reassigned to {replicas}: "
+                f"{leadership_text(stored.leader, stored.leader_epoch, stored.isr)}"))
+            batch = c._batch()
+            batch.add_leader_and_isr([x for x in replicas if x in ctx.live_brokers], tp, stored,
+                                     replicas)
+            self._send(batch)
+            return
+
+    async def _stop_removed_replicas(self, tp: TopicPartition, removing: Sequence[int]) -> None:
+        """B4: OfflineReplica (out of the ISR, StopReplica); B5: ReplicaDeletionStarted
+        (StopReplica with deletion), ReplicaDeletionSuccessful, NonExistentReplica."""
+        c, ctx = self.c, self.ctx
+        live_removing = [x for x in removing if x in ctx.live_or_shutting_down_broker_ids]
+        stop = c._batch()
+        stop.add_stop_replica(live_removing, tp, delete=False)
+        c._move_replicas(tp, removing, R.OfflineReplica)
+        for _ in range(10):
+            current = ctx.leader_and_isr(tp)
+            new = None if current is None else isr_without_removed(current, removing)
+            if new is None:
+                break
+            stored = await c._write_state(tp, new)
+            if stored is None:
+                await c._refresh_leadership(tp)
+                continue
+            c.sc.controller(ctx.epoch, (
+                f"Removed replicas {list(removing)} from the ISR of partition {tp}: "
+                f"{leadership_text(stored.leader, stored.leader_epoch, stored.isr)}"))
+            remaining = [x for x in ctx.partition_replica_assignment(tp) if x not in removing]
+            stop.add_leader_and_isr([x for x in remaining if x in ctx.live_brokers], tp, stored,
+                                    remaining)
+            break
+        self._send(stop)
+        delete = c._batch()
+        delete.add_stop_replica(live_removing, tp, delete=True,
+                                leader_epoch=ctx.leader_epoch(tp))
+        c._move_replicas(tp, removing, R.ReplicaDeletionStarted)
+        self._send(delete)
+        c._move_replicas(tp, removing, R.ReplicaDeletionSuccessful)
+        c._move_replicas(tp, removing, R.NonExistentReplica)
+
+    def _send(self, batch: RequestBatch) -> None:
+        if self.c.channel is not None:
+            batch.send(self.c.channel)
+
+    # -- store ------------------------------------------------------------------------------------
+    async def _recorded_reassignment(self, tp: TopicPartition, assigned: Sequence[int]
+                                     ) -> Reassignment | None:
+        """The reassignment a topic znode records (KIP-455 fields), if any."""
+        found = await self.c.store.get_or_none(paths.topic_path(tp.topic))
+        if found is None:
+            return None
+        assignment = paths.decode_topic_assignment(found[0])
+        adding = assignment.adding_replicas.get(tp.partition, ())
+        removing = assignment.removing_replicas.get(tp.partition, ())
+        if not adding and not removing:
+            return None
+        original = original_replicas(assigned, adding)
+        target = tuple(x for x in assigned if x not in removing)
+        return Reassignment(original=original, target=target)
+
+    async def _write_assignment(self, tp: TopicPartition, replicas: Sequence[int],
+                                adding: Sequence[int], removing: Sequence[int]) -> None:
+        """One partition's AR (and adding/removing replicas) in ``/brokers/topics/<topic>``,
+        fenced by the controller epoch."""
+        from .controller import _ControllerMoved
+
+        path = paths.topic_path(tp.topic)
+        for _ in range(10):
+            found = await self.c.store.get_or_none(path)
+            if found is None:
+                return
+            old = paths.decode_topic_assignment(found[0])
+            partitions = dict(old.partitions)
+            partitions[tp.partition] = tuple(replicas)
+            adds = {p: v for p, v in old.adding_replicas.items() if p != tp.partition}
+            rems = {p: v for p, v in old.removing_replicas.items() if p != tp.partition}
+            if adding:
+                adds[tp.partition] = tuple(adding)
+            if removing:
+                rems[tp.partition] = tuple(removing)
+            data = paths.encode_topic_assignment(paths.TopicAssignment(
+                partitions, adds, rems, old.topic_id))
+            if data == found[0]:
+                return
+            try:
+                await self.c.store.multi([
+                    CheckVersionOp(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version),
+                    SetDataOp(path, data, found[1].version)])
+                return
+            except (BadVersionError, NoNodeError) as exc:
+                if getattr(exc, "op_index", None) == 0:
+                    raise _ControllerMoved() from None
+        log.error("Giving up writing the assignment of %s after repeated version conflicts", tp)
+
+    async def _remove_from_admin_node(self, done: Iterable[tuple[str, int]]) -> None:
+        """B7: drop partitions from ``/admin/reassign_partitions``; the last one deletes it."""
+        from .controller import _ControllerMoved
+
+        drop = set(done)
+        for _ in range(10):
+            found = await self.c.store.get_or_none(paths.REASSIGN_PARTITIONS)
+            if found is None:
+                return
+            try:
+                current = paths.decode_reassignment(found[0])
+            except ValueError:
+                current = {}
+            left = {k: v for k, v in current.items() if k not in drop}
+            check = CheckVersionOp(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
+            if left == current and current:
+                return
+            op = (DeleteOp(paths.REASSIGN_PARTITIONS, found[1].version) if not left else
+                  SetDataOp(paths.REASSIGN_PARTITIONS, paths.encode_reassignment(left),
+                            found[1].version))
+            try:
+                await self.c.store.multi([check, op])
+                return
+            except (BadVersionError, NoNodeError) as exc:
+                if getattr(exc, "op_index", None) == 0:
+                    raise _ControllerMoved() from None
+
+
+# ---- the admin side (AlterPartitionReassignments, ListPartitionReassignments) ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """One partition's reassignment as ListPartitionReassignments reports it."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+def ongoing_from(assigned: Sequence[int], adding: Sequence[int], removing: Sequence[int],
+                 target: Sequence[int]) -> OngoingReassignment:
+    """What List reports: the recorded adding/removing replicas once the controller started
+    the move, else what it will do (AR = RAR + OAR - RAR)."""
+    if adding or removing:
+        return OngoingReassignment(tuple(assigned), tuple(adding), tuple(removing))
+    r = Reassignment(original=tuple(assigned), target=tuple(target))
+    return OngoingReassignment(r.full, r.adding, r.removing)
+
+
+async def read_ongoing(store: CoordinationStore,
+                       topics: Mapping[str, Collection[int] | None] | None
+                       ) -> dict[TopicPartition, OngoingReassignment]:
+    """The ongoing reassignments (filtered to ``topics``: name -> partitions or None = all)."""
+    found = await store.get_or_none(paths.REASSIGN_PARTITIONS)
+    requested = paths.decode_reassignment(found[0]) if found is not None else {}
+    out: dict[TopicPartition, OngoingReassignment] = {}
+    assignments: dict[str, paths.TopicAssignment | None] = {}
+    for (topic, p), target in sorted(requested.items()):
+        if topics is not None:
+            if topic not in topics:
+                continue
+            wanted = topics[topic]
+            if wanted is not None and p not in wanted:
+                continue
+        if topic not in assignments:
+            node = await store.get_or_none(paths.topic_path(topic))
+            assignments[topic] = None if node is None else paths.decode_topic_assignment(node[0])
+        a = assignments[topic]
+        if a is None or p not in a.partitions:
+            continue
+        out[TopicPartition(topic, p)] = ongoing_from(
+            a.partitions[p], a.adding_replicas.get(p, ()), a.removing_replicas.get(p, ()), target)
+    return out
+
+
+async def alter_admin_node(store: CoordinationStore,
+                           changes: Mapping[tuple[str, int], tuple[int, ...] | None]
+                           ) -> None:
+    """Merge targets into ``/admin/reassign_partitions`` (version-checked, created if absent,
+    deleted when it would be empty)."""
+    for _ in range(20):
+        found = await store.get_or_none(paths.REASSIGN_PARTITIONS)
+        current = {} if found is None else paths.decode_reassignment(found[0])
+        merged = merge_requests(current, changes)
+        try:
+            if found is None:
+                if merged:
+                    await store.create(paths.REASSIGN_PARTITIONS,
+                                       paths.encode_reassignment(merged), makepath=True)
+                return
+            if not merged:
+                with contextlib.suppress(NoNodeError):
+                    await store.delete(paths.REASSIGN_PARTITIONS, version=found[1].version)
+                return
+            await store.set(paths.REASSIGN_PARTITIONS, paths.encode_reassignment(merged),
+                            version=found[1].version)
+            return
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            continue
+    raise RuntimeError("could not update /admin/reassign_partitions: too many concurrent changes")

@@ -1,0 +1,116 @@
+"""AlterPartitionReassignments (45) and ListPartitionReassignments (46), KIP-455, S-6.2.
+
+Alter validates each partition (Kafka's checks and error codes) and merges the valid targets
+into ``/admin/reassign_partitions``, which the controller watches and acts on
+(controller/reassignment.py); null replicas cancel an ongoing reassignment: the target becomes
+the original replicas (OAR), as Kafka reverts a cancelled move. List reports, for each
+ongoing reassignment, the replica set during the move and the replicas being added/removed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...controller.context import TopicPartition
+from ...controller.reassignment import (
+    alter_admin_node,
+    original_replicas,
+    read_ongoing,
+    validate_target,
+)
+from ...coordination import paths
+from ...coordination.store import CoordinationError
+from ...protocol.codec import encode_response, make, response_module
+from ..network import Connection
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+log = logging.getLogger("odradek.apis.reassignments")
+
+
+async def handle_alter(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    store = broker.store
+    assert store is not None
+    known = {int(b) for b in await store.get_children(paths.BROKER_IDS)}
+    found = await store.get_or_none(paths.REASSIGN_PARTITIONS)
+    pending = paths.decode_reassignment(found[0]) if found is not None else {}
+    results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+    changes: dict[tuple[str, int], tuple[int, ...] | None] = {}
+    assignments: dict[str, paths.TopicAssignment | None] = {}
+    for t in request.topics:
+        if t.name not in assignments:
+            node = await store.get_or_none(paths.topic_path(t.name))
+            assignments[t.name] = None if node is None else paths.decode_topic_assignment(node[0])
+        a = assignments[t.name]
+        for p in t.partitions:
+            key = (t.name, p.partition_index)
+            tp = TopicPartition(*key)
+            assigned = () if a is None else a.partitions.get(p.partition_index, ())
+            if not assigned:
+                results[key] = (ErrorCode.unknown_topic_or_partition,
+                                f"Unable to find partition {tp}")
+                continue
+            adding = a.adding_replicas.get(tp.partition, ()) if a is not None else ()
+            removing = a.removing_replicas.get(tp.partition, ()) if a is not None else ()
+            if p.replicas is None:  # cancel
+                if key not in pending and not adding and not removing:
+                    results[key] = (ErrorCode.no_reassignment_in_progress,
+                                    f"Unable to cancel reassignment of {tp}: "
+                                    "no reassignment is in progress")
+                    continue
+                changes[key] = original_replicas(assigned, adding)
+                results[key] = (ErrorCode.none, None)
+                continue
+            target = tuple(int(r) for r in p.replicas)
+            original = original_replicas(assigned, adding)
+            new_replicas = [r for r in target if r not in original]
+            error = validate_target(tp, target, assigned, known, new_replicas)
+            if error is not None:
+                results[key] = (ErrorCode.invalid_replica_assignment, error)
+                continue
+            changes[key] = target
+            results[key] = (ErrorCode.none, None)
+    top_error, top_message = ErrorCode.none, None
+    if changes:
+        try:
+            await alter_admin_node(store, changes)
+            log.info("Partition reassignments requested: %s",
+                     {f"{t}-{p}": list(r or ()) for (t, p), r in sorted(changes.items())})
+        except (CoordinationError, RuntimeError) as exc:
+            top_error, top_message = ErrorCode.unknown_server_error, str(exc)
+    responses = []
+    for t in request.topics:
+        responses.append(make(mod.ReassignableTopicResponse, name=t.name, partitions=tuple(
+            make(mod.ReassignablePartitionResponse, partition_index=p.partition_index,
+                 error_code=results[(t.name, p.partition_index)][0] if top_error == 0
+                 else top_error,
+                 error_message=results[(t.name, p.partition_index)][1] if top_error == 0
+                 else top_message)
+            for p in t.partitions)))
+    return encode_response(type(request), header.correlation_id, make(
+        mod.AlterPartitionReassignmentsResponse, throttle_time=0, error_code=top_error,
+        error_message=top_message, responses=tuple(responses)))
+
+
+async def handle_list(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+    mod = response_module(type(request))
+    store = broker.store
+    assert store is not None
+    wanted = None if request.topics is None else {
+        t.name: set(t.partition_indexes) for t in request.topics}
+    ongoing = await read_ongoing(store, wanted)
+    by_topic: dict[str, list[Any]] = {}
+    for tp, o in sorted(ongoing.items()):
+        by_topic.setdefault(tp.topic, []).append(make(
+            mod.OngoingPartitionReassignment, partition_index=tp.partition, replicas=o.replicas,
+            adding_replicas=o.adding, removing_replicas=o.removing))
+    topics = tuple(make(mod.OngoingTopicReassignment, name=t, partitions=tuple(ps))
+                   for t, ps in by_topic.items())
+    return encode_response(type(request), header.correlation_id, make(
+        mod.ListPartitionReassignmentsResponse, throttle_time=0, error_code=ErrorCode.none,
+        error_message=None, topics=topics))

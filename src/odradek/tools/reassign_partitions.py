@@ -1,0 +1,599 @@
+"""`odradek reassign-partitions`: Kafka's kafka-reassign-partitions (seed 000 "Kafka Reassign
+Partitions Tool", S-6.2).
+
+  --generate --topics-to-move-json-file F --broker-list "4,5,6"
+        prints the current assignment and a proposal (the controller's own assignment function
+        for new topics, controller/assignment.py), executes nothing
+  --execute --reassignment-json-file F [--throttle BYTES_PER_SEC] [--additional]
+        prints the current assignment (save it for a rollback) and starts the moves
+        (AlterPartitionReassignments); with --throttle the moving replicas are throttled
+        (KIP-73: leader/follower.replication.throttled.rate on the brokers involved,
+        leader/follower.replication.throttled.replicas on the topics)
+  --verify --reassignment-json-file F [--wait] [--preserve-throttles]
+        per partition "is completed" / "is still in progress"; once everything is done, the
+        throttles are cleared; --wait polls until then, with progress on stderr
+  --cancel --reassignment-json-file F     cancels the moves (back to the original replicas)
+  --list                                   the ongoing reassignments
+
+--bootstrap-server goes through the admin API (AlterPartitionReassignments,
+ListPartitionReassignments, IncrementalAlterConfigs); --zookeeper HOST:PORT[/chroot] reads the
+topic znodes and writes /admin/reassign_partitions itself, as the seeds' tool does.
+
+The JSON files are Kafka's: {"version":1,"topics":[{"topic":"t"}]} and
+{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[4,5,6]}]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..controller.assignment import AssignmentError, assign_replicas_to_brokers
+
+if TYPE_CHECKING:
+    from ..client import AsyncAdmin
+    from ..coordination.store import CoordinationStore
+
+TP = tuple[str, int]
+
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+BROKER_LEVEL_THROTTLES = (LEADER_RATE, FOLLOWER_RATE)
+TOPIC_LEVEL_THROTTLES = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
+
+CANNOT_EXECUTE_BECAUSE_OF_EXISTING = (
+    "Cannot execute because there is an existing partition assignment.  Use --additional to "
+    "override this and create a new partition assignment in addition to the existing one. The "
+    "--additional flag can also be used to change the throttle by resubmitting the current "
+    "reassignment.")
+YOU_MUST_RUN_VERIFY = ("Warning: You must run --verify periodically, until the reassignment "
+                       "completes, to ensure the throttle is removed.")
+
+
+class ToolError(Exception):
+    """Bad input or a refused operation: printed as is, exit code 1."""
+
+
+# ---- pure helpers ------------------------------------------------------------------------------
+
+
+def _json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ToolError(f"The input string is not a valid JSON ({what})") from None
+
+
+def tp_name(tp: TP) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+def parse_topics_json(text: str) -> list[str]:
+    """Kafka's topics-to-move JSON: {"version":1,"topics":[{"topic":"t"},...]}."""
+    obj = _json(text, "topics to move")
+    if not isinstance(obj, dict) or not isinstance(obj.get("topics", []), list):
+        raise ToolError('Expected {"version":1,"topics":[{"topic":"name"},...]}')
+    topics: list[str] = []
+    for entry in obj.get("topics", []):
+        if not isinstance(entry, dict) or not isinstance(entry.get("topic"), str):
+            raise ToolError(f"Malformed topic entry {entry!r}: expected {{\"topic\":\"name\"}}")
+        topics.append(entry["topic"])
+    dups = sorted({t for t in topics if topics.count(t) > 1})
+    if dups:
+        raise ToolError(f"List of topics to reassign contains duplicate entries: {', '.join(dups)}")
+    if not topics:
+        raise ToolError("No topics to move in the topics-to-move JSON file")
+    return topics
+
+
+def parse_broker_list(text: str) -> list[int]:
+    try:
+        brokers = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise ToolError(f"--broker-list must be comma-separated broker ids, not {text!r}") from None
+    dups = sorted({b for b in brokers if brokers.count(b) > 1})
+    if dups:
+        raise ToolError(f"Broker list contains duplicate entries: {','.join(map(str, dups))}")
+    if not brokers:
+        raise ToolError("--broker-list is empty")
+    return brokers
+
+
+def parse_reassignment_json(text: str) -> dict[TP, list[int]]:
+    """Kafka's reassignment JSON, with Kafka's checks (``parseExecuteAssignmentArgs``)."""
+    obj = _json(text, "partition reassignment")
+    if not isinstance(obj, dict) or not isinstance(obj.get("partitions"), list):
+        raise ToolError('Expected {"version":1,"partitions":[{"topic":..,"partition":..,'
+                        '"replicas":[..]},...]}')
+    parts: list[tuple[TP, list[int]]] = []
+    for e in obj["partitions"]:
+        try:
+            tp = (str(e["topic"]), int(e["partition"]))
+            replicas = [int(r) for r in e["replicas"]]
+        except (KeyError, TypeError, ValueError):
+            raise ToolError(f"Malformed partition entry {e!r}: expected topic, partition and "
+                            "replicas") from None
+        parts.append((tp, replicas))
+    if not parts:
+        raise ToolError("Partition reassignment list cannot be empty")
+    if any(not r for _, r in parts):
+        raise ToolError("Partition replica list cannot be empty")
+    keys = [tp for tp, _ in parts]
+    dup_parts = sorted({tp for tp in keys if keys.count(tp) > 1})
+    if dup_parts:
+        raise ToolError("Partition reassignment contains duplicate topic partitions: "
+                        + ",".join(tp_name(tp) for tp in dup_parts))
+    dup_replicas = [(tp, sorted({b for b in r if r.count(b) > 1})) for tp, r in parts
+                    if len(set(r)) != len(r)]
+    if dup_replicas:
+        raise ToolError("Partition replica lists may not contain duplicate entries: " + ". ".join(
+            f"{tp_name(tp)} contains multiple entries for {','.join(map(str, d))}"
+            for tp, d in dup_replicas))
+    return dict(parts)
+
+
+def format_reassignment_json(assignment: Mapping[TP, Sequence[int]]) -> str:
+    """Kafka's ``formatAsReassignmentJson`` (compact, sorted, ``log_dirs`` "any")."""
+    partitions = [{"topic": t, "partition": p, "replicas": list(r),
+                   "log_dirs": ["any"] * len(r)} for (t, p), r in sorted(assignment.items())]
+    return json.dumps({"version": 1, "partitions": partitions}, separators=(",", ":"))
+
+
+def propose_assignment(current: Mapping[TP, Sequence[int]], brokers: Iterable[int]
+                       ) -> dict[TP, list[int]]:
+    """--generate: per topic, the partition count and replication factor it has now, placed
+    over ``brokers`` by the assignment the controller uses for new topics (S-3.1)."""
+    by_topic: dict[str, list[TP]] = {}
+    for tp in current:
+        by_topic.setdefault(tp[0], []).append(tp)
+    out: dict[TP, list[int]] = {}
+    for topic, tps in sorted(by_topic.items()):
+        rf = len(current[min(tps)])
+        try:
+            placed = assign_replicas_to_brokers(brokers, len(tps), rf)
+        except AssignmentError as exc:
+            raise ToolError(str(exc)) from None
+        out.update({(topic, p): r for p, r in placed.items()})
+    return out
+
+
+@dataclass(frozen=True)
+class PartitionMove:
+    sources: frozenset[int]
+    destinations: frozenset[int]
+
+
+def move_map(ongoing: Mapping[TP, tuple[Sequence[int], Sequence[int]]],
+             proposed: Mapping[TP, Sequence[int]], current: Mapping[TP, Sequence[int]]
+             ) -> dict[TP, PartitionMove]:
+    """Kafka's ``calculateProposedMoveMap``: ``ongoing`` maps partitions being moved to
+    (replicas, adding replicas); sources are the replicas a partition has (without those being
+    added), destinations the new ones."""
+    moves: dict[TP, PartitionMove] = {}
+    for tp, (replicas, adding) in ongoing.items():
+        moves[tp] = PartitionMove(frozenset(replicas) - frozenset(adding), frozenset(adding))
+    for tp, target in proposed.items():
+        if tp in moves:
+            sources = moves[tp].sources
+        elif tp in current:
+            sources = frozenset(current[tp])
+        else:
+            raise ToolError(f"Trying to reassign a topic partition {tp_name(tp)} with 0 replicas")
+        moves[tp] = PartitionMove(sources, frozenset(target) - sources)
+    return moves
+
+
+def throttled_replicas(moves: Mapping[TP, PartitionMove]) -> tuple[dict[str, str], dict[str, str]]:
+    """(leader.replication.throttled.replicas, follower.replication.throttled.replicas) per
+    topic: the existing replicas ("p:b,...") throttle what they send, the moving ones what
+    they fetch (KIP-73)."""
+    leader: dict[str, set[tuple[int, int]]] = {}
+    follower: dict[str, set[tuple[int, int]]] = {}
+    for (t, p), m in moves.items():
+        leader.setdefault(t, set()).update((p, b) for b in m.sources)
+        follower.setdefault(t, set()).update((p, b) for b in m.destinations if b not in m.sources)
+
+    def text(d: dict[str, set[tuple[int, int]]]) -> dict[str, str]:
+        return {t: ",".join(f"{p}:{b}" for p, b in sorted(v)) for t, v in d.items()}
+    return text(leader), text(follower)
+
+
+def reassigning_brokers(moves: Mapping[TP, PartitionMove]) -> list[int]:
+    return sorted({b for m in moves.values() for b in (*m.sources, *m.destinations)})
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    current: tuple[int, ...]
+    target: tuple[int, ...]
+    done: bool
+
+
+def status_lines(states: Mapping[TP, PartitionState]) -> list[str]:
+    """Kafka's ``partitionReassignmentStatesToString``."""
+    lines = ["Status of partition reassignment:"]
+    for tp, s in sorted(states.items()):
+        if not s.done:
+            lines.append(f"Reassignment of partition {tp_name(tp)} is still in progress.")
+        elif s.current == s.target:
+            lines.append(f"Reassignment of partition {tp_name(tp)} is completed.")
+        else:
+            lines.append(f"There is no active reassignment of partition {tp_name(tp)}, but "
+                         f"replica set is {','.join(map(str, s.current))} rather than "
+                         f"{','.join(map(str, s.target))}.")
+    return lines
+
+
+def list_lines(ongoing: Mapping[TP, tuple[Sequence[int], Sequence[int], Sequence[int]]]
+               ) -> list[str]:
+    """Kafka's ``curReassignmentsToString``: replicas, adding, removing per partition."""
+    if not ongoing:
+        return ["No partition reassignments found."]
+    lines = ["Current partition reassignments:"]
+    for tp, (replicas, adding, removing) in sorted(ongoing.items()):
+        line = f"{tp_name(tp)}: replicas: {','.join(map(str, replicas))}."
+        if adding:
+            line += f" adding: {','.join(map(str, adding))}."
+        if removing:
+            line += f" removing: {','.join(map(str, removing))}."
+        lines.append(line)
+    return lines
+
+
+# ---- where the tool reads and writes: the admin API, or ZooKeeper directly (the seeds' way) --
+
+
+def _read(path: str | None, flag: str) -> str:
+    if not path:
+        raise ToolError(f"Missing required argument \"{flag}\"")
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ToolError(f"Cannot read {path}: {exc.strerror}") from None
+
+
+Ongoing = dict[TP, tuple[list[int], list[int], list[int]]]
+"""partition -> (replicas, adding replicas, removing replicas)"""
+
+
+class AdminBackend:
+    """--bootstrap-server: the admin API (AlterPartitionReassignments & co, KIP-455)."""
+
+    throttles = True
+
+    def __init__(self, admin: AsyncAdmin) -> None:
+        self.admin = admin
+
+    async def replicas(self, topics: Iterable[str]) -> dict[TP, list[int]]:
+        from ..client.errors import KafkaError
+
+        out: dict[TP, list[int]] = {}
+        for topic in sorted(set(topics)):
+            try:
+                desc = (await self.admin.describe_topics([topic]))[topic]
+            except KafkaError:
+                raise ToolError(f"Topic {topic} not found.") from None
+            out.update({(topic, p.partition): list(p.replicas) for p in desc.partitions})
+        return out
+
+    async def brokers(self) -> set[int]:
+        return {b.node_id for b in (await self.admin.describe_cluster()).brokers}
+
+    async def ongoing(self, partitions: Iterable[TP] | None = None) -> Ongoing:
+        found = await self.admin.list_partition_reassignments(partitions)
+        return {(tp.topic, tp.partition): (r.replicas, r.adding_replicas, r.removing_replicas)
+                for tp, r in found.items()}
+
+    async def alter(self, changes: Mapping[TP, list[int] | None]) -> dict[TP, str]:
+        errors = await self.admin.alter_partition_reassignments(dict(changes),
+                                                                raise_errors=False)
+        return {(tp.topic, tp.partition): str(e) for tp, e in errors.items() if e is not None}
+
+    async def alter_configs(self, changes: Mapping[tuple[str, str], Mapping[str, str | None]]
+                            ) -> None:
+        await self.admin.incremental_alter_configs(
+            {r: dict(c) for r, c in changes.items()})
+
+
+class ZooKeeperBackend:
+    """--zookeeper: reads the topic znodes and writes ``/admin/reassign_partitions`` itself, as
+    the seeds' kafka-reassign-partitions.sh --zookeeper does; the controller watches the node."""
+
+    throttles = False
+
+    def __init__(self, store: CoordinationStore) -> None:
+        self.store = store
+
+    async def replicas(self, topics: Iterable[str]) -> dict[TP, list[int]]:
+        from ..coordination import paths
+
+        out: dict[TP, list[int]] = {}
+        for topic in sorted(set(topics)):
+            found = await self.store.get_or_none(paths.topic_path(topic))
+            if found is None:
+                raise ToolError(f"Topic {topic} not found.")
+            a = paths.decode_topic_assignment(found[0])
+            out.update({(topic, p): list(r) for p, r in a.partitions.items()})
+        return out
+
+    async def brokers(self) -> set[int]:
+        from ..coordination import paths
+
+        return {int(b) for b in await self.store.get_children(paths.BROKER_IDS)}
+
+    async def ongoing(self, partitions: Iterable[TP] | None = None) -> Ongoing:
+        from ..controller.reassignment import read_ongoing
+
+        wanted: dict[str, set[int] | None] | None = None
+        if partitions is not None:
+            wanted = {}
+            for t, p in partitions:
+                wanted.setdefault(t, set()).add(p)  # type: ignore[union-attr]
+        found = await read_ongoing(self.store, wanted)
+        return {(tp.topic, tp.partition): (list(o.replicas), list(o.adding), list(o.removing))
+                for tp, o in found.items()}
+
+    async def alter(self, changes: Mapping[TP, list[int] | None]) -> dict[TP, str]:
+        from ..controller.reassignment import alter_admin_node
+        from ..coordination import paths
+
+        if any(v is None for v in changes.values()):
+            raise ToolError("--cancel requires --bootstrap-server")
+        if await self.store.get_or_none(paths.REASSIGN_PARTITIONS) is not None:
+            raise ToolError("There is an existing assignment running.")
+        await alter_admin_node(self.store, {tp: tuple(r or ()) for tp, r in changes.items()})
+        return {}
+
+    async def alter_configs(self, changes: Mapping[tuple[str, str], Mapping[str, str | None]]
+                            ) -> None:
+        raise ToolError("--throttle requires --bootstrap-server")
+
+
+Backend = AdminBackend | ZooKeeperBackend
+
+
+# ---- the actions ------------------------------------------------------------------------------
+
+
+async def generate(b: Backend, args: argparse.Namespace) -> list[str]:
+    topics = parse_topics_json(_read(args.topics_to_move_json_file,
+                                     "--topics-to-move-json-file"))
+    if not args.broker_list:
+        raise ToolError('Missing required argument "--broker-list"')
+    wanted = parse_broker_list(args.broker_list)
+    current = await b.replicas(topics)
+    live = await b.brokers()
+    proposed = propose_assignment(current, [x for x in wanted if x in live])
+    return ["Current partition replica assignment", format_reassignment_json(current), "",
+            "Proposed partition reassignment configuration", format_reassignment_json(proposed)]
+
+
+async def execute(b: Backend, args: argparse.Namespace) -> list[str]:
+    proposed = parse_reassignment_json(_read(args.reassignment_json_file,
+                                             "--reassignment-json-file"))
+    if args.throttle >= 0 and not b.throttles:
+        raise ToolError("--throttle requires --bootstrap-server")
+    ongoing = await b.ongoing()
+    if not args.additional and ongoing:
+        raise ToolError(CANNOT_EXECUTE_BECAUSE_OF_EXISTING)
+    unknown = sorted({x for r in proposed.values() for x in r} - await b.brokers())
+    if unknown:
+        raise ToolError(f"Unknown broker id {unknown[0]}")
+    current_all = await b.replicas({t for t, _ in proposed})
+    missing = sorted(set(proposed) - set(current_all))
+    if missing:
+        raise ToolError("Unable to find partition: " + ", ".join(tp_name(tp) for tp in missing))
+    current = {tp: current_all[tp] for tp in proposed}
+    out = ["Current partition replica assignment", "", format_reassignment_json(current), "",
+           "Save this to use as the --reassignment-json-file option during rollback"]
+    if args.throttle >= 0:
+        out.append(YOU_MUST_RUN_VERIFY)
+        moves = move_map({tp: (r, a) for tp, (r, a, _) in ongoing.items()}, proposed, current)
+        leader, follower = throttled_replicas(moves)
+        topic_ops: dict[tuple[str, str], dict[str, str | None]] = {}
+        for t in sorted(set(leader) | set(follower)):
+            ops: dict[str, str | None] = {}
+            if t in leader:
+                ops[LEADER_REPLICAS] = leader[t]
+            if t in follower:
+                ops[FOLLOWER_REPLICAS] = follower[t]
+            topic_ops[("topic", t)] = ops
+        await b.alter_configs(topic_ops)
+        rate = str(args.throttle)
+        await b.alter_configs({("broker", str(x)): {LEADER_RATE: rate, FOLLOWER_RATE: rate}
+                               for x in reassigning_brokers(moves)})
+        out.append(f"The inter-broker throttle limit was set to {args.throttle} B/s")
+    failed = await b.alter(dict(proposed))
+    if failed:
+        raise ToolError("\n".join(out + ["Error reassigning partition(s):"] + [
+            f"{tp_name(tp)}: {e}" for tp, e in sorted(failed.items())]))
+    s = "" if len(proposed) == 1 else "s"
+    out.append(f"Successfully started partition reassignment{s} for "
+               + ",".join(tp_name(tp) for tp in sorted(proposed)))
+    return out
+
+
+async def _states(b: Backend, targets: Mapping[TP, Sequence[int]]
+                  ) -> tuple[dict[TP, PartitionState], bool]:
+    """Kafka's ``findPartitionReassignmentStates``: (states, any reassignment ongoing)."""
+    ongoing = await b.ongoing()
+    not_found = [tp for tp in targets if tp not in ongoing]
+    current = await b.replicas({t for t, _ in not_found}) if not_found else {}
+    states: dict[TP, PartitionState] = {}
+    for tp, target in targets.items():
+        if tp in ongoing:
+            states[tp] = PartitionState(tuple(ongoing[tp][0]), tuple(target), False)
+        else:
+            states[tp] = PartitionState(tuple(current.get(tp, ())), tuple(target), True)
+    return states, bool(ongoing)
+
+
+async def clear_throttles(b: Backend, targets: Mapping[TP, Sequence[int]]) -> list[str]:
+    """Kafka's ``clearAllThrottles``: every broker's rates, every named topic's replica lists."""
+    if not b.throttles:
+        return []
+    brokers = await b.brokers() | {x for r in targets.values() for x in r}
+    topics = sorted({t for t, _ in targets})
+    await b.alter_configs({("broker", str(x)): dict.fromkeys(BROKER_LEVEL_THROTTLES)
+                           for x in sorted(brokers)})
+    await b.alter_configs({("topic", t): dict.fromkeys(TOPIC_LEVEL_THROTTLES) for t in topics})
+    return ["", f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+            + ",".join(map(str, sorted(brokers))),
+            f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} "
+            + ",".join(topics)]
+
+
+async def verify(b: Backend, args: argparse.Namespace) -> list[str]:
+    targets = parse_reassignment_json(_read(args.reassignment_json_file,
+                                            "--reassignment-json-file"))
+    states, ongoing = await _states(b, targets)
+    if args.wait:
+        deadline = time.monotonic() + args.wait_timeout_ms / 1000 if args.wait_timeout_ms else None
+        while ongoing or any(s.current != s.target for s in states.values()):
+            pending = sorted(tp for tp, s in states.items() if not s.done or s.current != s.target)
+            print(f"Waiting for {len(pending)} of {len(states)} partition reassignments: "
+                  + ",".join(tp_name(tp) for tp in pending) + (
+                      "" if pending else " (other reassignments are ongoing)"),
+                  file=sys.stderr, flush=True)
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            await asyncio.sleep(args.wait_interval_ms / 1000)
+            states, ongoing = await _states(b, targets)
+    out = status_lines(states)
+    if not ongoing and not args.preserve_throttles:
+        out += await clear_throttles(b, targets)
+    return out
+
+
+async def cancel(b: Backend, args: argparse.Namespace) -> list[str]:
+    targets = parse_reassignment_json(_read(args.reassignment_json_file,
+                                            "--reassignment-json-file"))
+    if not isinstance(b, AdminBackend):
+        raise ToolError("--cancel requires --bootstrap-server")
+    active = sorted(await b.ongoing(list(targets)))
+    out: list[str] = []
+    if active:
+        failed = await b.alter(dict.fromkeys(active))
+        if failed:
+            s = "" if len(failed) == 1 else "s"
+            raise ToolError(f"Error cancelling partition reassignment{s} for:\n" + "\n".join(
+                f"{tp_name(tp)}: {e}" for tp, e in sorted(failed.items())))
+        s = "" if len(active) == 1 else "s"
+        out.append(f"Successfully cancelled partition reassignment{s} for: "
+                   + ",".join(tp_name(tp) for tp in active))
+    else:
+        out.append("None of the specified partition reassignments are active.")
+    if not args.preserve_throttles:
+        out += (await clear_throttles(b, targets))[1:]
+    return out
+
+
+async def list_reassignments(b: Backend, args: argparse.Namespace) -> list[str]:
+    return list_lines(await b.ongoing())
+
+
+ACTIONS = {"generate": generate, "execute": execute, "verify": verify, "cancel": cancel,
+           "list": list_reassignments}
+
+
+async def run(args: argparse.Namespace) -> list[str]:
+    chosen = [a for a in ACTIONS if getattr(args, a)]
+    if len(chosen) != 1:
+        raise ToolError("Command must include exactly one action: --execute, --generate, "
+                        "--verify, --cancel, or --list")
+    if bool(args.bootstrap_server) == bool(args.zookeeper):
+        raise ToolError("Exactly one of --bootstrap-server and --zookeeper is required")
+    action = ACTIONS[chosen[0]]
+    if args.zookeeper:
+        from ..coordination.zookeeper import ZooKeeperStore
+
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one-line error says it
+        store = ZooKeeperStore(args.zookeeper, 30000, connection_timeout_ms=15000)
+        try:
+            await store.start()
+        except Exception as exc:
+            raise ToolError(f"Cannot connect to ZooKeeper at {args.zookeeper}: {exc}") from None
+        try:
+            return await action(ZooKeeperBackend(store), args)
+        finally:
+            await store.close()
+    from ..client import AsyncAdmin
+
+    cfg: dict[str, Any] = {}
+    if args.command_config:
+        from ..server.config import parse_properties
+
+        cfg.update(parse_properties(_read(args.command_config, "--command-config")))
+    cfg["bootstrap.servers"] = args.bootstrap_server
+    cfg.setdefault("client.id", "reassign-partitions-tool")
+    async with AsyncAdmin(cfg) as admin:
+        return await action(AdminBackend(admin), args)
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..client.errors import KafkaError
+    from ..coordination.store import CoordinationError
+
+    try:
+        lines = asyncio.run(run(args))
+    except ToolError as exc:
+        print(exc)
+        return 1
+    except (KafkaError, CoordinationError, OSError, TimeoutError) as exc:
+        print(f"Error: {exc}")
+        return 1
+    for line in lines:
+        print(line)
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "reassign-partitions", help="move partitions between brokers "
+        "(Kafka's kafka-reassign-partitions)", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bootstrap-server", help="the server(s) to use for bootstrapping")
+    p.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]",
+                   help="work on ZooKeeper directly, as the seeds' tool does (no --throttle, "
+                        "no --cancel)")
+    p.add_argument("--command-config", help="properties file of admin client configs")
+    p.add_argument("--generate", action="store_true",
+                   help="Generate a candidate partition reassignment configuration.")
+    p.add_argument("--execute", action="store_true",
+                   help="Kick off the reassignment as specified by --reassignment-json-file.")
+    p.add_argument("--verify", action="store_true",
+                   help="Verify if the reassignment completed as specified by "
+                        "--reassignment-json-file; then clear the throttles.")
+    p.add_argument("--cancel", action="store_true",
+                   help="Cancel an active reassignment (back to the original replicas).")
+    p.add_argument("--list", action="store_true", help="List all active partition reassignments.")
+    p.add_argument("--reassignment-json-file", help="the partition reassignment JSON file")
+    p.add_argument("--topics-to-move-json-file",
+                   help='JSON file of the topics to move: {"topics":[{"topic":"t"}],"version":1}')
+    p.add_argument("--broker-list", help='the brokers to move to, e.g. "4,5,6" (--generate)')
+    p.add_argument("--throttle", type=int, default=-1, metavar="BYTES_PER_SEC",
+                   help="inter-broker replication throttle of the moving replicas (KIP-73)")
+    p.add_argument("--additional", action="store_true",
+                   help="execute even though other reassignments are ongoing")
+    p.add_argument("--preserve-throttles", action="store_true",
+                   help="do not clear the throttles in --verify / --cancel")
+    p.add_argument("--disable-rack-aware", action="store_true",
+                   help="accepted for compatibility (the proposal ignores racks)")
+    p.add_argument("--wait", action="store_true",
+                   help="(odradek) --verify polls until every reassignment is completed, "
+                        "showing progress on stderr")
+    p.add_argument("--wait-timeout-ms", type=int, default=0,
+                   help="(odradek) give up waiting after this long (0: never)")
+    p.add_argument("--wait-interval-ms", type=int, default=500,
+                   help="(odradek) polling interval of --wait")
+    p.set_defaults(func=main)
