@@ -107,4 +107,5 @@ PYEOF
 "$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
 echo "[run_all] 4/4 bench/bench_replication.py --update-doc $OUT" >&2
 timeout 3600 "$PY" bench/bench_replication.py --no-timer --update-doc "$OUT"
+echo "[run_all] 5/5 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
 echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication section)" >&2
