@@ -5,6 +5,12 @@
   odradek standalone [--port 9092] [--data-dir DIR]   a one-broker cluster, printing its bootstrap
   odradek zookeeper [--port P] [--data-dir D]         a local Debian ZooKeeper in the foreground
   odradek dump-log --files ...                        Kafka's DumpLogSegments
+  odradek topics / configs / consumer-groups          kafka-topics, -configs, -consumer-groups
+  odradek leader-election / preferred-replica-election  kafka-leader-election (S-6.1)
+  odradek reassign-partitions                         kafka-reassign-partitions (S-6.2)
+  odradek replica-verification                        kafka-replica-verification (S-6.4)
+  odradek state-change-log                            the state-change log merger (S-6.5)
+  odradek console-producer / console-consumer / chaos
 """
 
 from __future__ import annotations
@@ -161,13 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_zookeeper)
 
     for name in TOOL_MODULES:
-        try:
-            module = importlib.import_module(f".tools.{name}", __package__)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.tools.{name}":
-                raise
-            continue  # TEMPORARY while the tools of issue 7 land; removed before the stop
-        module.add_parser(sub)
+        importlib.import_module(f".tools.{name}", __package__).add_parser(sub)
     return parser
 
 
