@@ -63,6 +63,7 @@ from common import (
     table,
     topic_record_count,
 )
+from plots import consume_chart, figure, latency_chart, percentiles, produce_chart
 
 SCRIPT = Path(__file__).resolve()
 RECORD_SIZE = 100
@@ -724,6 +725,9 @@ def render(res: Results, a: argparse.Namespace) -> str:
                  "broker CPU", "driver CPU", "broker CPU µs/rec",
                  "do-nothing broker / Kafka 2014", "note"], rows, "llrrrrrrrrrl"))
         w("")
+        w(figure("broker-produce", produce_chart(
+            [(r.driver, r.acks, r.partitions, r.rate) for r in prod])))
+        w("")
         w(f"Anchors: the do-nothing Python broker (kio parsing, records kept in memory) took "
           f"{fmt_int(NOTHING_BROKER['kcat'])} rec/s from the batch.size=1000000 kcat command "
           f"and {fmt_int(NOTHING_BROKER['confluent'])} rec/s from a confluent-kafka produce() "
@@ -766,6 +770,9 @@ def render(res: Results, a: argparse.Namespace) -> str:
                  "driver CPU", "broker CPU µs/rec", "Kafka 2014", "note"], rows,
                 "lrrrrrrrrrl"))
         w("")
+        w(figure("broker-consume", consume_chart([(r.driver, r.partitions, r.rate)
+                                                  for r in cons])))
+        w("")
         w(f"Anchor: {KAFKA_2014}, one consumer: {fmt_int(ANCHOR_CONSUME)} rec/s (89.7 MB/s).\n")
 
     if res.rss:
@@ -802,6 +809,10 @@ def render(res: Results, a: argparse.Namespace) -> str:
                   f"{lat['max']:.2f}", pct(float(lat['broker_cpu']), float(lat['duration'])),
                   f"{ANCHOR_LATENCY[0]:g} ms / {ANCHOR_LATENCY[1]:g} ms")],
                 "rrrrrrrrr"))
+        w("")
+        w(figure("broker-latency", latency_chart(
+            {"1 broker, acks=1": percentiles(lat)},
+            title=f"End-to-end latency, one broker, {lat['rate']:g} msg/s")))
         w("")
 
     if res.profiles:

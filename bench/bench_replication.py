@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import re
 import shutil
 import signal
@@ -73,6 +74,7 @@ from common import (
     run_timed,
     table,
 )
+from plots import figure, latency_chart, percentiles, replication_chart
 
 RECORD_SIZE = 100
 MB = 2**20  # as Kreps 2014: 421,823 rec/s x 100 B = 40.2 "MB/s"
@@ -738,6 +740,7 @@ def render(res: Results, a: argparse.Namespace, notes: str) -> str:
 
     # -- summary
     rows = []
+    chart_rows: list[tuple[int, str, float, float, float]] = []
     for partitions in (1, 6):
         for drv in (driver_label("kcat", a.batch_size), driver_label("confluent", 0)):
             rall = find(res, "processes", drv, "RF=3, acks=all", partitions)
@@ -745,6 +748,8 @@ def render(res: Results, a: argparse.Namespace, notes: str) -> str:
             rno = find(res, "processes", drv, "RF=1, acks=1", partitions)
             if not (rall and rno):
                 continue
+            chart_rows.append((partitions, drv, rall.rate, r1.rate if r1 else math.nan,
+                               rno.rate))
             rows.append((f"{partitions}", drv, f"**{fmt_int(rall.rate)}**",
                          fmt_int(r1.rate) if r1 else "-", fmt_int(rno.rate),
                          f"**{rall.rate / rno.rate:.2f}**",
@@ -754,6 +759,8 @@ def render(res: Results, a: argparse.Namespace, notes: str) -> str:
         w(table(["parts", "driver", "acks=all, RF=3 rec/s", "acks=1, RF=3 rec/s",
                  "acks=1, RF=1 rec/s", "ratio all/RF=1", "Kafka 2014 ratio"], rows,
                 "llrrrrr"))
+        w("")
+        w(figure("replication-throughput", replication_chart(chart_rows)))
         w("")
         lat = next((x for x in res.latency if x["config"] == "RF=3, acks=all"), None)
         if lat:
@@ -863,6 +870,10 @@ def render(res: Results, a: argparse.Namespace, notes: str) -> str:
         w(table(["config", "sent", "measured", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms",
                  "max ms", "CPU broker 0 / 1 / 2", "Kafka 2014 p50 / p99"], rows,
                 "lrrrrrrrrr"))
+        w("")
+        w(figure("replication-latency", latency_chart(
+            {str(lat["config"]): percentiles(lat) for lat in res.latency},
+            title=f"End-to-end latency, 3 broker processes, {lat0['rate']:g} msg/s")))
         w("")
 
     # -- memory

@@ -58,6 +58,7 @@ from common import (
     table,
     topic_record_count,
 )
+from plots import figure, spark_chart
 
 SCRIPT = Path(__file__).resolve()
 BENCH_BROKER = SCRIPT.parent / "bench_broker.py"
@@ -317,6 +318,9 @@ def render(res: Results, a: argparse.Namespace) -> str:
                      f"{spark.rate / best.rate:.2f}x" if name != SPARK else "1", runs])
     w(table(["reader", "rows/s", "MB/s", "s (best)", "broker CPU", "Spark rows/s ÷ this",
              "runs (s)"], rows, "lrrrrrr"))
+    w("")
+    w(figure("spark", spark_chart([(name, res.best(name).rate)
+                                   for name in (SPARK, CONFLUENT, CONFLUENT_BIG, ODRADEK)])))
     w("")
     big, default, own = res.best(CONFLUENT_BIG), res.best(CONFLUENT), res.best(ODRADEK)
     first = res.runs[SPARK][0]

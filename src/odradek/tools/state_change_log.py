@@ -3,7 +3,7 @@
 
     odradek state-change-log --logs DIR|FILE[,...] [--logs-regex REGEX]
         [--start-time "yyyy-MM-dd HH:mm:ss,SSS"] [--end-time ...] [--topic T [--partitions 0,1]]
-        [--engine local|spark] [--output DIR] [--master local[*]]
+        [--engine local|spark] [--output DIR] [--master local[*]] [--plot FILE.svg]
 
 `--logs` takes files and directories (searched recursively for `state-change.log*`, rotated
 files included). Each output line is the original line prefixed with its source (the broker
@@ -21,6 +21,12 @@ Ties (the same millisecond in two files) go to the file that comes first in the 
 inputs, then by line order, in both engines, so both print the same lines in the same order.
 Lines without a timestamp (stack traces) are skipped, and lines naming no partition are kept
 only when no --topic is given, as Kafka's merger does.
+
+`--plot FILE.svg` (local engine) also draws the merged lines as a timeline (`odradek.plot`):
+one lane per partition (the first 40 by name; the title says when there were more), spans
+coloured by the leader while the partition is online and by the controller's partition state
+(NewPartition, OfflinePartition, NonExistentPartition) otherwise, replica state changes as
+ticks.
 """
 
 from __future__ import annotations
@@ -243,6 +249,141 @@ def run_spark(files: Sequence[Path], criteria: Criteria, output: str | None, mas
     return 0
 
 
+# -- --plot: partition state over time ----------------------------------------------------------
+
+MAX_LANES = 40
+_EPOCH = datetime.datetime(1970, 1, 1)
+# Fixed colours for the states; leaders ("leader 2") take the plot palette's other colours.
+STATE_COLOURS = {"NewPartition": "#B0B0B0", "OfflinePartition": "#D55E00",
+                 "NonExistentPartition": "#606060", "OfflineReplica": "#000000"}
+_SOURCE_RE = re.compile(r"^(?:(?P<source>.*?): )?(?=\[\d{4}-\d\d-\d\d )")
+_PARTITION_CHANGE_RE = re.compile(r"^Changed partition \S+ state from (?P<before>\w+) to "
+                                  r"(?P<after>\w+)")
+_REPLICA_CHANGE_RE = re.compile(r"^Changed state of replica (?P<replica>-?\d+) for partition "
+                                r"\S+ from (?P<before>\w+) to (?P<after>\w+)")
+_LEADER_RE = re.compile(r"\bleader=(?P<leader>-?\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one state-change.log line says about one partition: the controller's new partition
+    state (`state`), a replica's new state (`replica_state`), and/or the leader it names."""
+
+    time: str
+    partition: tuple[str, int]
+    state: str | None = None
+    leader: int | None = None
+    replica_state: str | None = None
+
+
+def parse_change(line: str) -> Change | None:
+    """The state change in a (merged, "<source>: "-prefixed, or raw) line; None for lines about
+    no partition or saying nothing about its state or leader."""
+    m = _SOURCE_RE.match(line)
+    if m is None:
+        return None
+    parsed = LINE_RE.match(line[m.end():])
+    if parsed is None:
+        return None
+    message = parsed.group("message")
+    part = PARTITION_RE.search(message)
+    if part is None:
+        return None
+    tp = (part.group("topic"), int(part.group("partition")))
+    time = parsed.group("time")
+    replica = _REPLICA_CHANGE_RE.match(message)
+    if replica is not None:
+        return Change(time, tp, replica_state=replica.group("after"))
+    leader_m = _LEADER_RE.search(message)
+    leader = int(leader_m.group("leader")) if leader_m else None
+    change = _PARTITION_CHANGE_RE.match(message)
+    if change is not None and parsed.group("actor") == "Controller":
+        return Change(time, tp, state=change.group("after"), leader=leader)
+    if change is not None and leader is not None:  # a broker's LeaderAndIsr: leader only
+        return Change(time, tp, leader=leader)
+    return None
+
+
+def _span_label(state: str | None, leader: int | None) -> str | None:
+    """What a span shows: the leader while the partition is online (or its state unknown),
+    the partition state otherwise."""
+    if leader is not None and leader >= 0 and state in (None, "OnlinePartition"):
+        return f"leader {leader}"
+    return state
+
+
+def _seconds(time: str) -> float:
+    # naive local times, as the logs write them: differences only, no time zone involved
+    return (datetime.datetime.strptime(time, TIME_FORMAT) - _EPOCH).total_seconds()
+
+
+def timeline_rows(changes: Iterable[Change], max_lanes: int = MAX_LANES
+                  ) -> tuple[dict[str, list[tuple[float, float, str]]], int, str | None]:
+    """Lanes for `plot.timeline` from changes in time order: per partition, spans (seconds
+    since the first change) labelled by `_span_label`, each closed by the next change of label
+    or by the last change overall; replica state changes become zero-length spans (ticks).
+    Returns (the first `max_lanes` partitions by name, how many partitions there were, the
+    time of the first change)."""
+    current: dict[tuple[str, int], tuple[str | None, int | None]] = {}
+    opened: dict[tuple[str, int], tuple[float, str]] = {}
+    spans: dict[tuple[str, int], list[tuple[float, float, str]]] = {}
+    first: str | None = None
+    t0 = now = 0.0
+    for c in changes:
+        if first is None:
+            first, t0 = c.time, _seconds(c.time)
+        now = _seconds(c.time) - t0
+        lane = spans.setdefault(c.partition, [])
+        if c.replica_state is not None:
+            lane.append((now, now, c.replica_state))
+            continue
+        state, leader = current.get(c.partition, (None, None))
+        if c.state is not None:
+            state = c.state
+            if state in ("NonExistentPartition", "NewPartition", "OfflinePartition"):
+                leader = None
+        if c.leader is not None:
+            leader = c.leader
+        current[c.partition] = (state, leader)
+        label = _span_label(state, leader)
+        previous = opened.get(c.partition)
+        if previous is not None and previous[1] == label:
+            continue
+        if previous is not None and now > previous[0]:  # same-millisecond states are dropped
+            lane.append((previous[0], now, previous[1]))
+        if label is None:
+            opened.pop(c.partition, None)
+        else:
+            opened[c.partition] = (now, label)
+    for tp, (start, label) in opened.items():
+        spans[tp].append((start, max(now, start), label))
+    names = sorted(spans)
+    rows = {f"{t}-{p}": sorted(spans[(t, p)], key=lambda s: (s[0], s[1] == s[0]))
+            for t, p in names[:max_lanes]}
+    return rows, len(names), first
+
+
+def state_change_plot(changes: Iterable[Change], max_lanes: int = MAX_LANES) -> str:
+    """The SVG timeline of the partitions' states and leaders (`--plot`)."""
+    from ..plot import timeline
+
+    rows, total, first = timeline_rows(changes, max_lanes)
+    title = "Partition state and leader over time"
+    if total > len(rows):
+        title += f" (first {len(rows)} of {total} partitions)"
+    x_label = f"seconds since {first}" if first else "seconds"
+    return timeline(rows, title=title, x_label=x_label, colours=STATE_COLOURS)
+
+
+def _collect(lines: Iterable[str], into: list[Change]) -> Iterator[str]:
+    """Pass `lines` through, keeping the state changes they carry."""
+    for line in lines:
+        change = parse_change(line)
+        if change is not None:
+            into.append(change)
+        yield line
+
+
 # -- CLI --------------------------------------------------------------------------------------
 
 
@@ -258,6 +399,8 @@ def run(args: argparse.Namespace) -> int:
             regex = args.logs_regex
         if not inputs:
             raise MergeInputError("give --logs (files or directories) or --logs-regex")
+        if args.plot and args.engine == "spark":
+            raise MergeInputError("--plot works with --engine local only")
         files = find_logs(inputs, regex)
     except MergeInputError as exc:
         print(f"odradek state-change-log: {exc}", file=sys.stderr)
@@ -276,18 +419,28 @@ def _merge_to_output(args: argparse.Namespace, files: Sequence[Path], criteria: 
                      ) -> int:
     if args.engine == "spark":
         return run_spark(files, criteria, args.output, args.master)
+    changes: list[Change] = []
+    merged = merge_local(files, criteria)
+    if args.plot:
+        merged = _collect(merged, changes)
     out = sys.stdout
     if args.output:
         Path(args.output).mkdir(parents=True, exist_ok=True)
         target = Path(args.output) / "merged-state-change.log"
         with target.open("w") as f:
-            for line in merge_local(files, criteria):
+            for line in merged:
                 f.write(line + "\n")
         print(f"Merged lines written to {target}", file=sys.stderr)
-        return 0
-    for line in merge_local(files, criteria):
-        out.write(line + "\n")
-    out.flush()
+    else:
+        for line in merged:
+            out.write(line + "\n")
+        out.flush()
+    if args.plot:
+        from ..plot import write_svg
+
+        path = write_svg(args.plot, state_change_plot(changes))
+        print(f"Plot of {len({c.partition for c in changes})} partition(s) written to {path}",
+              file=sys.stderr)
     return 0
 
 
@@ -307,4 +460,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--engine", choices=("local", "spark"), default="local")
     p.add_argument("--output", help="write the merged lines under this directory")
     p.add_argument("--master", default="local[*]", help="Spark master for --engine spark")
+    p.add_argument("--plot", metavar="FILE.svg",
+                   help="also draw the merged lines as an SVG timeline: one lane per partition "
+                        f"(at most {MAX_LANES}), spans coloured by leader or partition state, "
+                        "replica state changes as ticks")
     p.set_defaults(func=run)
