@@ -338,3 +338,13 @@ def test_reset_positions_a_group_that_does_not_exist_yet(run: Run, admin: Admin,
     assert table(out)[1:] == [[group, topic, "0", "3"], [group, topic, "1", "3"]]
     assert committed(admin, group) == {0: 3, 1: 3}
     assert first_read(cluster, group, topic, 2) == {0: 3, 1: 3}
+
+
+def test_reset_from_a_file_that_cannot_be_read_is_a_message(run: Run, tmp_path: Path) -> None:
+    """Was "failed due to [Errno 2] No such file or directory: '...'" (operator review)."""
+    missing = tmp_path / "plan.csv"
+    code, out, err = run("--reset-offsets", "--group", uniq("nofile"), "--from-file",
+                         str(missing), "--dry-run")
+    assert code == 1
+    assert f"Cannot read --from-file {missing}: No such file or directory" in out + err
+    assert "Errno" not in out + err

@@ -297,6 +297,20 @@ def test_cancel_reverts_to_the_original_replicas(tmp_path: Path) -> None:
                 assert ongoing[("c", 0)].replicas == [2, 1]
                 assert ongoing[("c", 0)].adding_replicas == [2]
                 assert ongoing[("c", 0)].removing_replicas == [1]
+                # kafka-topics --describe shows the move (operator review: it did not) and
+                # counts the replication factor without the replicas being added
+                code, out = await cli_tool("topics", "--bootstrap-server",
+                                           cluster.bootstrap_servers, "--describe",
+                                           "--topic", "c")
+                assert code == 0, out
+                lines = out.splitlines()
+                assert "\tReplicationFactor: 1\t" in lines[0], out
+                assert lines[1] == ("\tTopic: c\tPartition: 0\tLeader: 1\tReplicas: 2,1\tIsr: 1"
+                                    "\tAdding Replicas: 2\tRemoving Replicas: 1"), out
+                code, out = await cli_tool("topics", "--bootstrap-server",
+                                           cluster.bootstrap_servers, "--describe",
+                                           "--topic", "c", "--under-replicated-partitions")
+                assert (code, out) == (0, ""), out
                 await admin.alter_partition_reassignments({("c", 0): None})
                 await wait_done(cluster, "c", [1])
                 assert assignment(cluster, "c").get("adding_replicas") in (None, {})
@@ -344,6 +358,11 @@ def test_invalid_reassignments_are_refused(tmp_path: Path) -> None:
 
 async def tool(*argv: str) -> tuple[int, str]:
     """`odradek reassign-partitions ...` through cli.main (in a thread: it runs its own loop)."""
+    return await cli_tool("reassign-partitions", *argv)
+
+
+async def cli_tool(*argv: str) -> tuple[int, str]:
+    """`odradek ARGV` through cli.main in a thread -> (exit code, stdout)."""
     import contextlib
     import io
 
@@ -353,7 +372,7 @@ async def tool(*argv: str) -> tuple[int, str]:
 
     def call() -> int:
         with contextlib.redirect_stdout(out):
-            return cli.main(["reassign-partitions", *argv])
+            return cli.main(list(argv))
     code = await asyncio.to_thread(call)
     return code, out.getvalue()
 

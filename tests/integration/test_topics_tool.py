@@ -273,3 +273,41 @@ def test_reports_after_a_broker_dies(run: Run, cluster: Cluster, admin: Admin) -
         cluster.start_broker(2)
     wait_describe(run, lambda o: partitions_of(o) == {}, "--topic", f"{spread}|{solo}",
                   "--under-replicated-partitions", cluster=cluster)
+
+
+def run_into_closed_pipe(*argv: str) -> tuple[int, str]:
+    """`odradek ARGV` in a process whose stdout reader has already gone (as `| head` leaves it)
+    -> (exit code, stderr)."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "odradek.cli", *argv], stdout=w,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["topics", "--describe"], ["topics", "--list"],
+                                  ["configs", "--broker", "0", "--describe", "--all"],
+                                  ["consumer-groups", "--list"],
+                                  ["reassign-partitions", "--list"],
+                                  ["leader-election", "--election-type", "preferred",
+                                   "--all-topic-partitions"],
+                                  ["replica-verification", "--once"]], ids=" ".join)
+def test_output_into_a_closed_pipe_is_not_a_traceback(cluster: Cluster, run: Run,
+                                                      argv: list[str]) -> None:
+    """`odradek topics --describe | head -1` printed two BrokenPipeError tracebacks (operator
+    review); now it stops quietly, as Kafka's tools do."""
+    code, _, err = run("--create", "--topic", name("pipe"), "--partitions", "2",
+                       "--replication-factor", "2")  # something to print in every tool
+    assert code == 0, err
+    code, err = run_into_closed_pipe(argv[0], "--bootstrap-server", cluster.bootstrap_servers,
+                                     *argv[1:])
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    # (replica-verification's status also says whether the brand-new replicas could be read)
+    assert code == 0 or (argv[0] == "replica-verification" and code == 2), err

@@ -256,6 +256,28 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
         "  cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
         "cleanup.policy=delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}"]
 
+    # Kafka's shortcuts --topic / --broker / --broker-defaults (were "unrecognized arguments")
+    r = configs_tool(*base, "--topic", topic, "--describe")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"Dynamic configs for topic {topic} are:",
+        "  cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+        "cleanup.policy=delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}"]
+    r = configs_tool(*base, "--broker-defaults", "--alter", "--add-config",
+                     "leader.replication.throttled.rate=6000000")
+    assert r.stdout.strip() == "Completed updating default config for brokers in the cluster.", \
+        r.stderr
+    r = configs_tool(*base, "--broker", "0", "--describe", "--all")
+    assert "  leader.replication.throttled.rate=6000000 sensitive=false synonyms={" \
+           "DYNAMIC_DEFAULT_BROKER_CONFIG:leader.replication.throttled.rate=6000000, " \
+           "DEFAULT_CONFIG:leader.replication.throttled.rate=9223372036854775807}" in \
+        r.stdout.splitlines(), r.stdout
+    r = configs_tool(*base, "--broker-defaults", "--alter", "--delete-config",
+                     "leader.replication.throttled.rate")
+    assert r.returncode == 0, r.stderr
+    r = configs_tool(*base, "--topic", topic, "--broker", "0", "--describe")
+    assert r.returncode == 1 and "Only one entity type may be specified" in r.stderr
+
 
 def test_dynamic_configs_survive_a_restart(broker_factory: Callable[..., BrokerProcess]
                                            ) -> None:

@@ -101,3 +101,63 @@ def test_describe_and_reset_a_confluent_kafka_group(
     finally:
         reader.close()
     assert [(tp.partition, tp.offset) for tp in offsets] == [(0, 5), (1, 3)]
+
+
+def test_group_admin_apis_through_real_admin_clients(broker: BrokerProcess) -> None:
+    """ListGroups, DescribeGroups, OffsetFetch, OffsetCommit, OffsetDelete, DeleteGroups and
+    ListOffsets through confluent-kafka's AdminClient and kafka-python's KafkaAdminClient, each
+    checked against what `odradek consumer-groups` then shows (the admin API coverage table of
+    docs/tools.md)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    bs = broker.bootstrap
+    assert bs is not None
+    topic = f"grp-admin-{uuid.uuid4().hex[:6]}"
+    ck_group, kp_group = f"ck-{uuid.uuid4().hex[:6]}", f"kp-{uuid.uuid4().hex[:6]}"
+    code, _, err = odradek("topics", "--bootstrap-server", bs, "--create", "--topic", topic,
+                           "--partitions", "2", "--replication-factor", "1")
+    assert code == 0, err
+    p = Producer({"bootstrap.servers": bs})
+    for i in range(7):
+        p.produce(topic, f"v{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+
+    ck = AdminClient({"bootstrap.servers": bs})
+    latest = ck.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()})
+    assert next(iter(latest.values())).result(15).offset == 7  # ListOffsets
+    ck.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(  # OffsetCommit
+        ck_group, [TopicPartition(topic, 0, 3)])])[ck_group].result(15)
+    listed = ck.list_consumer_group_offsets(  # OffsetFetch
+        [ConsumerGroupTopicPartitions(ck_group)])[ck_group].result(15)
+    assert [(tp.partition, tp.offset) for tp in listed.topic_partitions] == [(0, 3)]
+    groups = {g.group_id for g in ck.list_consumer_groups().result(15).valid}  # ListGroups
+    assert ck_group in groups
+    described = ck.describe_consumer_groups([ck_group])[ck_group].result(15)  # DescribeGroups
+    assert described.group_id == ck_group and not described.members
+    code, out, _ = odradek("consumer-groups", "--bootstrap-server", bs, "--describe",
+                           "--group", ck_group)
+    assert [r[:6] for r in table(out)[1:]] == [[ck_group, topic, "0", "3", "7", "4"]], out
+    ck.delete_consumer_groups([ck_group])[ck_group].result(15)  # DeleteGroups
+    code, out, _ = odradek("consumer-groups", "--bootstrap-server", bs, "--list")
+    assert ck_group not in out.split()
+
+    kp = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        kp.alter_group_offsets(kp_group, {KTP(topic, 0): OffsetAndMetadata(5, "", -1),
+                                          KTP(topic, 1): OffsetAndMetadata(0, "", -1)})
+        assert kp_group in {g["group_id"] for g in kp.list_groups()}
+        assert kp.describe_groups([kp_group])[kp_group]["group_state"] == "Empty"
+        offsets = kp.list_group_offsets(kp_group)[kp_group]
+        assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 5, 1: 0}
+        kp.delete_group_offsets(kp_group, [KTP(topic, 1)])  # OffsetDelete
+        code, out, _ = odradek("consumer-groups", "--bootstrap-server", bs, "--describe",
+                               "--group", kp_group)
+        assert [r[:6] for r in table(out)[1:]] == [[kp_group, topic, "0", "5", "7", "2"]], out
+        kp.delete_groups([kp_group])
+        assert kp_group not in {g["group_id"] for g in kp.list_groups()}
+    finally:
+        kp.close()

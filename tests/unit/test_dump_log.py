@@ -206,7 +206,9 @@ def test_cli_exit_status_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["dump-log", "--files", str(bad)]) == 1
     assert "invalid bytes at the end" in capsys.readouterr().out
     assert main(["dump-log", "--files", str(tmp_path / "missing.log")]) == 2
-    assert "Cannot read" in capsys.readouterr().out
+    assert f"Cannot read {tmp_path / 'missing.log'}: no such file" in capsys.readouterr().out
+    assert main(["dump-log", "--files", str(d)]) == 2  # a partition directory, not its files
+    assert f"Cannot read {d}: is a directory" in capsys.readouterr().out
     garbage = tmp_path / "garbage.log"
     garbage.write_bytes(b"\x00" * 100)
     assert main(["dump-log", "--files", str(garbage)]) == 2

@@ -164,6 +164,27 @@ def test_describe_lines_have_kafkas_shape() -> None:
     assert topics.describe_lines(desc, defaults_only, {0, 1}, set(), True) == []
 
 
+def test_describe_shows_a_reassignment_as_kafka_does() -> None:
+    """Kafka's PartitionDescription: "Adding Replicas"/"Removing Replicas" on a partition being
+    moved, whose replication factor leaves out the replicas being added (operator review)."""
+    from odradek.client.types import PartitionReassignment
+
+    desc = TopicDescription("t", None, False, [PartitionDescription(0, 1, 0, [4, 5, 1, 2], [1, 2]),
+                                               PartitionDescription(1, 2, 0, [2, 3], [2, 3])])
+    moving = {("t", 0): PartitionReassignment([4, 5, 1, 2], [4, 5], [1, 2])}
+    lines = topics.describe_lines(desc, {}, {1, 2, 3, 4, 5}, set(), False, moving)
+    assert lines == [
+        "Topic: t\tPartitionCount: 2\tReplicationFactor: 2\tConfigs: ",
+        "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 4,5,1,2\tIsr: 1,2"
+        "\tAdding Replicas: 4,5\tRemoving Replicas: 1,2",
+        "\tTopic: t\tPartition: 1\tLeader: 2\tReplicas: 2,3\tIsr: 2,3"]
+    # ISR 1,2 covers the replication factor 2: not under-replicated while 4,5 catch up
+    assert topics.describe_lines(desc, {}, {1, 2, 3, 4, 5}, {"under_replicated_partitions"},
+                                 False, moving) == []
+    assert topics.describe_lines(desc, {}, {1, 2, 3, 4, 5}, {"under_replicated_partitions"},
+                                 False) == [lines[1].split("\tAdding")[0]]
+
+
 def test_kafka_error_messages_are_taken_from_the_broker_or_kafkas_defaults() -> None:
     from_broker = KafkaError.for_code(36, "Topic 't' already exists.", context="topic t")
     assert topics.error_message(from_broker) == "Topic 't' already exists."
@@ -341,3 +362,119 @@ def test_consumer_group_command_line_checks(argv: list[str], message: str) -> No
     with pytest.raises(ToolError) as err:
         cg.check_args(_ns("consumer-groups", "--bootstrap-server", "x", *argv))
     assert message in str(err.value)
+
+
+# -- every admin tool: bootstrap servers that cannot be used (operator review) --------------------
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+ADMIN_TOOL_COMMANDS = [
+    ["topics", "--list", "--bootstrap-server"],
+    ["configs", "--describe", "--entity-type", "topics", "--bootstrap-server"],
+    ["consumer-groups", "--list", "--bootstrap-server"],
+    ["leader-election", "--election-type", "preferred", "--all-topic-partitions",
+     "--bootstrap-server"],
+    ["preferred-replica-election", "--bootstrap-server"],
+    ["reassign-partitions", "--list", "--bootstrap-server"],
+    ["replica-verification", "--once", "--bootstrap-server"],
+]
+
+
+@pytest.mark.parametrize("argv", ADMIN_TOOL_COMMANDS, ids=lambda a: a[0])
+def test_a_bootstrap_server_that_is_down_is_named_as_kafkas_clients_do(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Was "no broker answered Metadata (None)" for every tool."""
+    from odradek.cli import main
+
+    port = _closed_port()
+    assert main([*argv, f"127.0.0.1:{port}"]) in (1, 2)
+    captured = capsys.readouterr()
+    err = captured.out + captured.err  # kafka-topics prints its error on stdout
+    assert (f"Connection to node -1 (127.0.0.1:{port}) could not be established. "
+            "Broker may not be available. (connection refused)") in err
+    assert "no broker answered" not in err and "None" not in err
+
+
+@pytest.mark.parametrize("argv", ADMIN_TOOL_COMMANDS[:-1], ids=lambda a: a[0])
+def test_an_invalid_bootstrap_url_is_a_message_not_a_traceback(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """configs, leader-election and reassign-partitions raised a ValueError traceback."""
+    from odradek.cli import main
+
+    assert main([*argv, "localhost:abc"]) == 1
+    captured = capsys.readouterr()
+    assert "Invalid url in bootstrap.servers: localhost:abc" in captured.out + captured.err
+
+
+def test_bootstrap_failure_message_lists_each_server_or_falls_back() -> None:
+    from odradek.client.admin import bootstrap_failure_message
+
+    assert bootstrap_failure_message([None, None], "no broker answered") == "no broker answered"
+    assert bootstrap_failure_message(["a down", None, "b down"], "x") == "a down; b down"
+
+
+def test_a_server_that_is_not_kafka_is_named_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """A listener that accepts and closes (not a Kafka broker): the servers are named."""
+    import socket
+    import threading
+
+    from odradek.cli import main
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+
+        def serve() -> None:
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                conn.close()
+        threading.Thread(target=serve, daemon=True).start()
+        assert main(["topics", "--bootstrap-server", f"127.0.0.1:{port}", "--list"]) == 1
+    out = capsys.readouterr().out
+    assert f"No broker at 127.0.0.1:{port} answered a Metadata request" in out
+    assert "(None)" not in out
+
+
+def test_the_admin_client_names_a_server_it_cannot_reach() -> None:
+    from odradek.client import Admin
+    from odradek.client.errors import ConfigException, KafkaConnectionError
+
+    port = _closed_port()
+    with pytest.raises(KafkaConnectionError, match=rf"node -1 \(127.0.0.1:{port}\)"):
+        Admin({"bootstrap.servers": f"127.0.0.1:{port}"})
+    with pytest.raises(ConfigException, match=r"Invalid url in bootstrap\.servers"):
+        Admin({"bootstrap.servers": "localhost:port"})
+
+
+# -- configs: Kafka's entity shortcuts ------------------------------------------------------------
+def test_configs_entity_shortcuts_stand_for_entity_type_and_name() -> None:
+    from odradek.tools import configs
+
+    for argv, expected in ((["--topic", "t"], ("topics", "t", False)),
+                           (["--broker", "2"], ("brokers", "2", False)),
+                           (["--broker-defaults"], ("brokers", None, True))):
+        ns = _ns("configs", "--bootstrap-server", "x", "--describe", *argv)
+        configs._check_args(ns)
+        assert (ns.entity_type, ns.entity_name, ns.entity_default) == expected
+    for argv in (["--topic", "t", "--broker", "1"], ["--topic", "t", "--entity-type", "topics"],
+                 ["--broker", "1", "--entity-name", "1"], ["--broker-defaults", "--broker", "1"]):
+        with pytest.raises(configs.ToolError, match="Only one entity type may be specified"):
+            configs._check_args(_ns("configs", "--bootstrap-server", "x", "--describe", *argv))
+    with pytest.raises(configs.ToolError, match="valid integer broker id"):
+        configs._check_args(_ns("configs", "--bootstrap-server", "x", "--describe",
+                                "--broker", "b1"))
+
+
+def test_consumer_groups_partition_error_quotes_the_topic_arg_once() -> None:
+    with pytest.raises(ToolError) as err:
+        cg.parse_topic_arg("t:0,x")
+    assert str(err.value) == "Invalid partition 'x' specified in topic arg 't:0,x'"

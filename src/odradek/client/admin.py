@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -19,8 +20,8 @@ from kio.schema.errors import ErrorCode
 from ._loop import LoopThread
 from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
 from .cluster_metadata import KafkaClient
-from .config import ADMIN, build_config
-from .errors import KafkaError, KafkaTimeoutError
+from .config import ADMIN, build_config, parse_servers
+from .errors import ConfigException, KafkaConnectionError, KafkaError, KafkaTimeoutError
 from .group import _parse_offset_fetch
 from .types import (
     BrokerDescription,
@@ -55,6 +56,51 @@ def _raise_first(results: Mapping[Any, KafkaError | None], raise_errors: bool) -
                 raise err
 
 
+def bootstrap_failure_message(reasons: list[str | None], fallback: str) -> str:
+    """What a tool prints when no bootstrap server answered: the reason for each server, in the
+    words of Kafka's clients ("Connection to node -1 (host:port) could not be established...");
+    `fallback` (the client's own error) when every server accepted the connection."""
+    found = [r for r in reasons if r]
+    return "; ".join(found) if found else fallback
+
+
+async def explain_bootstrap_failure(client: KafkaClient,
+                                    exc: KafkaError) -> KafkaConnectionError:
+    """The error to show when `client` could not bootstrap: why each bootstrap server failed
+    (unresolvable name, refused or timed-out connection) instead of the bare "no broker
+    answered Metadata"."""
+    reasons = [await _probe_bootstrap(i, host, port, client.connect_timeout_ms / 1000)
+               for i, (host, port) in enumerate(client.bootstrap)]
+    servers = ",".join(f"{host}:{port}" for host, port in client.bootstrap)
+    detail = str(exc)
+    prefix = "no broker answered Metadata ("
+    if detail.startswith(prefix) and detail.endswith(")"):
+        detail = detail[len(prefix):-1]
+    fallback = f"No broker at {servers} answered a Metadata request" + (
+        f" ({detail})" if detail and detail != "None" else "")
+    return KafkaConnectionError(bootstrap_failure_message(reasons, fallback))
+
+
+async def _probe_bootstrap(index: int, host: str, port: int, timeout: float) -> str | None:
+    """Why bootstrap server `index` cannot be reached (None when a TCP connection succeeds)."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return (f"Couldn't resolve server {host}:{port} from bootstrap.servers as DNS "
+                f"resolution failed for {host}")
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError) as exc:
+        why = ("connection refused" if isinstance(exc, ConnectionRefusedError)
+               else "timed out" if isinstance(exc, TimeoutError)
+               else getattr(exc, "strerror", None) or type(exc).__name__)
+        return (f"Connection to node {-1 - index} ({host}:{port}) could not be established. "
+                f"Broker may not be available. ({why})")
+    writer.close()
+    return None
+
+
 class AsyncAdmin:
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         cfg = build_config(ADMIN, config, kwargs)
@@ -63,11 +109,19 @@ class AsyncAdmin:
         self.config = cfg
         self.api_timeout = int(cfg["default.api.timeout.ms"]) / 1000
         self.retry_backoff = int(cfg["retry.backoff.ms"]) / 1000
+        try:
+            parse_servers(cfg["bootstrap.servers"])
+        except ValueError as exc:  # Kafka's ClientUtils.parseAndValidateAddresses
+            raise ConfigException(f"Invalid url in bootstrap.servers: "
+                                  f"{cfg['bootstrap.servers']} ({exc})") from None
         self.client = KafkaClient(cfg)
         self.client.topics = None  # the admin sees every topic
 
     async def start(self) -> AsyncAdmin:
-        await self.client.start()
+        try:
+            await self.client.start()
+        except KafkaConnectionError as exc:
+            raise await explain_bootstrap_failure(self.client, exc) from None
         return self
 
     async def close(self) -> None:

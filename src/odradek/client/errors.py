@@ -103,6 +103,15 @@ class IllegalStateError(KafkaError):
         super().__init__(message, code, retriable=False)
 
 
+class ConfigException(KafkaError, ValueError):
+    """A client configuration that cannot be used (Kafka's ConfigException), e.g. an invalid
+    url in bootstrap.servers; both a KafkaError and a ValueError, so callers catching either
+    report it."""
+
+    def __init__(self, message: str = "invalid configuration", code: int = -1) -> None:
+        super().__init__(message, code, retriable=False)
+
+
 class TopicAlreadyExistsError(KafkaError):
     pass
 

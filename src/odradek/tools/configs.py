@@ -2,6 +2,7 @@
 
   --bootstrap-server HOST:PORT [--command-config FILE]
   --entity-type topics|brokers  (--entity-name NAME | --entity-default)
+      or Kafka's shortcuts --topic NAME | --broker ID | --broker-defaults
   --describe [--all]                       DescribeConfigs (dynamic configs; --all: every config)
   --alter [--add-config 'k1=v1,k2=[a,b]'] [--add-config-file FILE] [--delete-config k1,k2]
                                            IncrementalAlterConfigs (SET / DELETE)
@@ -93,7 +94,24 @@ def format_entry(entry: Any) -> str:
             f"sensitive={str(entry.is_sensitive).lower()} synonyms={{{synonyms}}}")
 
 
+def _apply_entity_shortcuts(args: argparse.Namespace) -> None:
+    """Kafka's shortcuts `--topic T`, `--broker ID` and `--broker-defaults` stand for
+    `--entity-type topics|brokers --entity-name ...|--entity-default`."""
+    chosen = [(t, n, d) for t, n, d in (
+        ("topics", getattr(args, "topic", None), False),
+        ("brokers", getattr(args, "broker", None), False),
+        ("brokers", None, bool(getattr(args, "broker_defaults", False)))) if n is not None or d]
+    if not chosen:
+        return
+    if len(chosen) > 1 or args.entity_type is not None or args.entity_name is not None \
+            or args.entity_default:
+        raise ToolError("Only one entity type may be specified: use --topic, --broker, "
+                        "--broker-defaults or --entity-type with --entity-name/--entity-default")
+    args.entity_type, args.entity_name, args.entity_default = chosen[0]
+
+
 def _check_args(args: argparse.Namespace) -> None:
+    _apply_entity_shortcuts(args)
     actions = [a for a in ("describe", "alter") if getattr(args, a)]
     if len(actions) != 1:
         raise ToolError("Command must include exactly one action: --describe, --alter")
@@ -224,6 +242,7 @@ async def run(args: argparse.Namespace) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
+    from .dump_log import reader_gone
 
     try:
         _check_args(args)
@@ -238,8 +257,11 @@ def main(args: argparse.Namespace) -> int:
             _java_text(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}")
         print(text, file=sys.stderr)
         return 1
-    for line in lines:
-        print(line)
+    try:
+        for line in lines:
+            print(line)
+    except BrokenPipeError:  # `odradek configs --describe --all | head`
+        return reader_gone()
     return 0
 
 
@@ -253,6 +275,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--entity-name", help="name of entity (topic name/broker id)")
     p.add_argument("--entity-default", action="store_true",
                    help="default entity name for brokers (applies to every broker)")
+    p.add_argument("--topic", help="the topic's name (same as --entity-type topics "
+                   "--entity-name TOPIC)")
+    p.add_argument("--broker", help="the broker's id (same as --entity-type brokers "
+                   "--entity-name ID)")
+    p.add_argument("--broker-defaults", action="store_true",
+                   help="the config defaults for all brokers (same as --entity-type brokers "
+                        "--entity-default)")
     p.add_argument("--describe", action="store_true", help="List configs for the given entity.")
     p.add_argument("--alter", action="store_true", help="Alter the configuration for the entity.")
     p.add_argument("--all", action="store_true",

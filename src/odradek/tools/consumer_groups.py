@@ -119,7 +119,7 @@ def parse_topic_arg(arg: str) -> tuple[str, list[int] | None]:
         try:
             out.append(int(p))
         except ValueError:
-            raise ToolError(f"Invalid partition '{p}' specified in topic arg '{arg}''") from None
+            raise ToolError(f"Invalid partition '{p}' specified in topic arg '{arg}'") from None
     return topic, out
 
 
@@ -482,6 +482,7 @@ def add_parser(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
+    from .dump_log import reader_gone
 
     try:
         check_args(args)
@@ -489,6 +490,8 @@ def main(args: argparse.Namespace) -> int:
     except ToolError as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `odradek consumer-groups --list | head`
+        return reader_gone()
     except (KafkaError, OSError) as exc:
         print_error(f"Executing consumer group command failed due to {error_message(exc)}")
         return 1
@@ -710,8 +713,13 @@ async def reset_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> int:
     spec = _scenario(args, lambda: int(time.time() * 1000))
     file_plan: dict[str, dict[tuple[str, int], int]] = {}
     if spec.kind == "from_file":
-        with open(args.from_file, encoding="utf-8") as f:
-            file_plan = parse_reset_plan(f.read(), args.group)
+        try:
+            with open(args.from_file, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise ToolError(f"Cannot read --from-file {args.from_file}: "
+                            f"{exc.strerror or exc}") from None
+        file_plan = parse_reset_plan(text, args.group)
     groups = await _group_ids(admin, args)
     plan: dict[str, dict[TopicPartition, int]] = {}
     status = 0

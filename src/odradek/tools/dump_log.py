@@ -341,7 +341,8 @@ def dump_file(path: Path, opts: DumpOptions, report: DumpReport) -> Iterator[str
     name = path.name
     if not path.is_file():
         report.unreadable_files.append(str(path))
-        yield f"Cannot read {path}: no such file"
+        why = "is a directory (give the segment files)" if path.is_dir() else "no such file"
+        yield f"Cannot read {path}: {why}"
         return
     try:
         if name.endswith(".log"):

@@ -191,8 +191,13 @@ async def _elect(args: argparse.Namespace, election_type: str,
 
 
 def _emit(out: list[str], err: list[str]) -> int:
-    for line in out:
-        print(line, flush=True)
+    try:
+        for line in out:
+            print(line, flush=True)
+    except BrokenPipeError:  # `odradek leader-election ... | head`: the rest goes nowhere
+        from .dump_log import reader_gone
+
+        reader_gone()
     for line in err:
         print(line, file=sys.stderr, flush=True)
     return 1 if err else 0

@@ -552,8 +552,13 @@ def main(args: argparse.Namespace) -> int:
     except (KafkaError, CoordinationError, OSError, TimeoutError) as exc:
         print(f"Error: {exc}")
         return 1
-    for line in lines:
-        print(line)
+    try:
+        for line in lines:
+            print(line)
+    except BrokenPipeError:  # `odradek reassign-partitions --generate ... | head`
+        from .dump_log import reader_gone
+
+        return reader_gone()
     return 0
 
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..client.errors import KafkaError
+from ..client.errors import KafkaConnectionError, KafkaError
 from ..protocol import records as rb
 
 DEBUGGING_CONSUMER_ID = -2  # Kafka's FetchRequest.DEBUGGING_CONSUMER_ID
@@ -213,6 +213,7 @@ class ReplicaVerifier:
         self.out.flush()
 
     async def setup(self) -> None:
+        from ..client.admin import explain_bootstrap_failure
         from ..client.cluster_metadata import KafkaClient
         from ..client.config import ADMIN, build_config
 
@@ -229,6 +230,8 @@ class ReplicaVerifier:
         try:
             await self.client.start()
         except KafkaError as exc:
+            if isinstance(exc, KafkaConnectionError):
+                exc = await explain_bootstrap_failure(self.client, exc)
             raise VerificationError(
                 f"cannot get the cluster metadata from {self.opts.bootstrap}: {exc}") from None
         md = self.client.metadata
@@ -447,6 +450,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         code = asyncio.run(verify(opts))
+    except BrokenPipeError:  # `odradek replica-verification ... | head`
+        from .dump_log import reader_gone
+
+        return reader_gone()
     except ValueError as exc:  # bad bootstrap address
         print(f"odradek replica-verification: bad broker list {bootstrap!r} (HOST:PORT,...): "
               f"{exc}", file=sys.stderr)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from ..client import AsyncAdmin
     from ..client.errors import KafkaError
     from ..client.types import ConfigEntry, PartitionDescription, TopicDescription
+
+log = logging.getLogger("odradek.tools.topics")
 
 MAX_REPLICATION_FACTOR = 32767
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -115,13 +118,24 @@ class PartitionState:
     replicas: list[int]
     isr: list[int]
     min_isr: int = 1
+    # An ongoing reassignment (ListPartitionReassignments): the replicas being added and removed.
+    adding: list[int] | None = None
+    removing: list[int] | None = None
 
     @property
     def has_leader(self) -> bool:
         return self.leader >= 0
 
+    @property
+    def reassigning(self) -> bool:
+        return self.adding is not None
+
+    def replication_factor(self) -> int:
+        """Kafka's getReplicationFactor: the replicas not counting those being added."""
+        return len(self.replicas) - len(self.adding or ())
+
     def under_replicated(self) -> bool:
-        return len(self.replicas) - len(self.isr) > 0
+        return self.replication_factor() - len(self.isr) > 0
 
     def unavailable(self, live_brokers: set[int]) -> bool:
         return not self.has_leader or self.leader not in live_brokers
@@ -177,6 +191,9 @@ def format_partition_line(p: PartitionState, live_brokers: set[int] | None = Non
     line = (f"\tTopic: {p.topic}\tPartition: {p.partition}"
             f"\tLeader: {p.leader if p.has_leader else 'none'}"
             f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
+    if p.reassigning:
+        line += (f"\tAdding Replicas: {','.join(map(str, p.adding or ()))}"
+                 f"\tRemoving Replicas: {','.join(map(str, p.removing or ()))}")
     if live_brokers is not None:
         offline = p.offline(live_brokers)
         if offline:
@@ -191,16 +208,25 @@ def non_default_configs(entries: Mapping[str, ConfigEntry]) -> dict[str, str | N
 
 def describe_lines(desc: TopicDescription, configs: Mapping[str, ConfigEntry],
                    live_brokers: set[int], reports: set[str],
-                   with_overrides_only: bool) -> list[str]:
-    """The lines --describe prints for one topic (Kafka's DescribeOptions)."""
+                   with_overrides_only: bool,
+                   reassignments: Mapping[tuple[str, int], Any] | None = None) -> list[str]:
+    """The lines --describe prints for one topic (Kafka's DescribeOptions); `reassignments`
+    ({(topic, partition): PartitionReassignment}) adds Kafka's "Adding Replicas" and "Removing
+    Replicas" to the partitions being moved."""
     overrides = non_default_configs(configs)
     min_isr_entry = configs.get("min.insync.replicas")
     min_isr = int(min_isr_entry.value) if min_isr_entry and min_isr_entry.value else 1
-    parts = [PartitionState(desc.name, p.partition, p.leader, list(p.replicas), list(p.isr),
-                            min_isr) for p in sorted(desc.partitions, key=_pnum)]
+    moving = reassignments or {}
+    parts = []
+    for p in sorted(desc.partitions, key=_pnum):
+        r = moving.get((desc.name, p.partition))
+        parts.append(PartitionState(
+            desc.name, p.partition, p.leader, list(p.replicas), list(p.isr), min_isr,
+            None if r is None else list(r.adding_replicas),
+            None if r is None else list(r.removing_replicas)))
     lines: list[str] = []
     if not reports and (not with_overrides_only or overrides):
-        rf = len(parts[0].replicas) if parts else 0
+        rf = parts[0].replication_factor() if parts else 0
         lines.append(format_topic_line(desc.name, desc.topic_id, len(parts), rf, overrides))
     if not with_overrides_only:
         lines.extend(format_partition_line(p, live_brokers) for p in parts
@@ -414,6 +440,7 @@ def add_parser(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
+    from .dump_log import reader_gone
 
     try:
         check_args(args)
@@ -421,6 +448,8 @@ def main(args: argparse.Namespace) -> int:
     except ToolError as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `odradek topics --describe | head`
+        return reader_gone()
     except (KafkaError, OSError) as exc:
         print(f"Error while executing topic command : {error_message(exc)}")
         return 1
@@ -485,6 +514,7 @@ async def create(admin: AsyncAdmin, args: argparse.Namespace) -> int:
 
 
 async def describe(admin: AsyncAdmin, args: argparse.Namespace) -> int:
+    from ..client.errors import KafkaError
     from ..client.types import ConfigResource
 
     names = await topics_matching(admin, args.topic, args.exclude_internal)
@@ -495,10 +525,16 @@ async def describe(admin: AsyncAdmin, args: argparse.Namespace) -> int:
     configs = await admin.describe_configs([ConfigResource("topic", n) for n in names])
     live = {b.node_id for b in (await admin.describe_cluster()).brokers}
     reports = {r for r in REPORTS if getattr(args, r)}
+    try:  # as Kafka's tool: without the API (or the right to call it), no reassignment columns
+        moving = {(tp.topic, tp.partition): r
+                  for tp, r in (await admin.list_partition_reassignments()).items()}
+    except KafkaError as exc:
+        log.debug("Couldn't query reassignments through the AdminClient API: %s", exc)
+        moving = {}
     for name in names:
         entries = configs.get(ConfigResource("topic", name), {})
         for line in describe_lines(descriptions[name], entries, live, reports,
-                                   args.topics_with_overrides):
+                                   args.topics_with_overrides, moving):
             print(line)
     return 0
 
