@@ -428,3 +428,36 @@ def test_deposed_leader_never_acknowledges(tmp_path: Path) -> None:
             await store.close()
             zk.close()
     run(body, 30)
+
+
+def test_follower_catches_up_when_one_fetch_holds_more_than_a_segment(tmp_path: Path) -> None:
+    """A follower that fetches several batches at once, more bytes than segment.bytes, rolls
+    between them instead of refusing the append (found by an operator run with
+    log.segment.bytes=20000: the follower stopped replicating and acks=all timed out)."""
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
+        await cluster.start()
+        try:
+            await create(cluster, configs={"segment.bytes": "20000"})
+            leader = state(cluster)["leader"]
+            victim = next(b for b in range(3) if b not in (leader, cluster.controller_id()))
+            c = await client(cluster, leader)
+            await cluster.kill_broker(victim)
+            await cluster.wait_for(lambda: victim not in state(cluster)["isr"],
+                                   what="victim out of the ISR")
+            for i in range(12):  # 12 batches of ~15 KB: each fits a segment, two do not
+                assert (await send(c, batch([b"%d" % i + b"v" * 15000]))).error_code == \
+                    ErrorCode.none
+            await cluster.start_broker(victim)
+            await cluster.wait_for(lambda: victim in state(cluster)["isr"], timeout=20,
+                                   what="victim back in the ISR")
+            hw = partition(cluster, leader).high_watermark
+            assert hw == 12
+            assert log_bytes(cluster, victim, hw) == log_bytes(cluster, leader, hw)
+            assert partition(cluster, victim).log.num_segments >= 6
+            r = await send(c, batch([b"after"]))  # acks=all completes with the ISR whole
+            assert r.error_code == ErrorCode.none
+            await c.close()
+        finally:
+            await cluster.stop()
+    run(body, 60)

@@ -3,10 +3,13 @@ truncation, flush, retention, LogConfig."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from odradek.protocol.records import (
     Record,
@@ -24,9 +27,26 @@ from odradek.storage.log import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
+    follower_append_runs,
 )
 
 NOW = 1_700_000_000_000
+
+
+@given(st.lists(st.integers(min_value=1, max_value=500), max_size=40),
+       st.integers(min_value=1, max_value=1000))
+def test_follower_append_runs_cover_every_batch_once_within_the_segment_size(
+        sizes: list[int], segment_bytes: int) -> None:
+    ends = list(itertools.accumulate(sizes))
+    runs = follower_append_runs(ends, segment_bytes)
+    assert [i for lo, hi in runs for i in range(lo, hi)] == list(range(len(sizes)))
+    for lo, hi in runs:
+        assert hi > lo
+        size = sum(sizes[lo:hi])
+        assert size <= segment_bytes or hi - lo == 1
+    # greedy: a run is closed only when the next batch would not fit
+    for (lo, hi), (nlo, _) in itertools.pairwise(runs):
+        assert sum(sizes[lo:hi + 1]) > segment_bytes and nlo == hi
 
 
 class Clock:
@@ -253,6 +273,32 @@ class TestFollower:
         log.append_as_follower(build_batch([(b"a", b"1")] * 3, base_offset=0))
         with pytest.raises(UnexpectedAppendOffsetError):
             log.append_as_follower(build_batch([(b"a", b"1")], base_offset=2))
+
+    def test_a_fetch_larger_than_a_segment_is_split_across_segments(self, tmp_path: Path
+                                                                   ) -> None:
+        # The leader took each batch alone (each fits segment.bytes), a follower fetches several
+        # at once: it must roll between them, not refuse what the leader acknowledged.
+        log = open_log(tmp_path, segment_bytes=300)
+        batches = [build_batch([(b"k", b"v" * 100)], base_offset=i) for i in range(5)]
+        assert all(len(b) < 300 < 2 * len(b) + 10 for b in batches)
+        data = b"".join(batches)
+        info = log.append_as_follower(data)
+        assert info is not None and (info.first_offset, info.last_offset) == (0, 4)
+        assert log.num_segments >= 3
+        assert all(seg.size <= 300 for seg in log.segments)
+        assert log.read(0, 10**6).read_bytes() == data
+        for i in range(5):  # every offset is found through the indexes
+            assert log.read(i, 10**6).read_bytes() == b"".join(batches[i:])
+
+    def test_a_batch_larger_than_a_segment_gets_a_segment_of_its_own(self, tmp_path: Path
+                                                                     ) -> None:
+        log = open_log(tmp_path, segment_bytes=120)
+        small = build_batch([(b"k", b"v")], base_offset=0)
+        big = build_batch([(b"k", b"v" * 300)], base_offset=1)
+        log.append_as_follower(small + big)
+        assert log.log_end_offset == 2
+        assert [s.base_offset for s in log.segments] == [0, 1]
+        assert log.read(0, 10**6).read_bytes() == small + big
 
     def test_rejects_corrupt_batches(self, tmp_path: Path) -> None:
         from odradek.protocol.records import CorruptRecordError

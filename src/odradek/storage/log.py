@@ -377,6 +377,21 @@ class _State:
     bases: list[int] = field(default_factory=list)
 
 
+def follower_append_runs(ends: list[int], segment_bytes: int) -> list[tuple[int, int]]:
+    """Split batches (given by their end positions in one buffer) into consecutive runs
+    [lo, hi) whose total size is at most `segment_bytes`; a batch larger than that forms a run
+    of its own. Every batch is in exactly one run, in order."""
+    runs: list[tuple[int, int]] = []
+    lo, start = 0, 0
+    for i, end in enumerate(ends):
+        if i > lo and end - start > segment_bytes:
+            runs.append((lo, i))
+            lo, start = i, ends[i - 1]
+    if ends:
+        runs.append((lo, len(ends)))
+    return runs
+
+
 class Log:
     """One partition's log. Create with ``Log.open``. Not thread-safe: the broker's loop owns
     it."""
@@ -721,6 +736,7 @@ class Log:
         view = memoryview(data)
         limit = len(view)
         headers: list[BatchHeader] = []
+        ends: list[int] = []  # the end position of each batch in `view`
         pos = 0
         while limit - pos >= LOG_OVERHEAD:
             batch_length = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
@@ -728,6 +744,7 @@ class Log:
                 break  # partial batch at the end of a fetch response
             headers.append(check_batch(view, pos, limit))
             pos += batch_length + LOG_OVERHEAD
+            ends.append(pos)
         if not headers:
             return None
         first = headers[0].base_offset
@@ -744,14 +761,21 @@ class Log:
             prev = h.last_offset
             if h.max_timestamp > max_ts:
                 max_ts, shallow = h.max_timestamp, h.last_offset
-        if pos > self.config.segment_bytes:
-            raise RecordBatchTooLargeError(
-                f"append of {pos} bytes to {self.name} exceeds segment.bytes "
-                f"{self.config.segment_bytes}"
-            )
         now = self.clock() if now_ms is None else now_ms
-        segment = self._maybe_roll(pos, max_ts, prev, first, now)
-        segment.append(prev, max_ts, shallow, view[:pos])
+        # One fetch may carry more bytes than a segment holds (every batch was accepted by the
+        # leader, one by one): append it in runs of whole batches that each fit a segment, so
+        # the follower rolls where it must instead of refusing what the leader acknowledged.
+        # A single batch larger than segment.bytes goes alone into a segment of its own.
+        for lo, hi in follower_append_runs(ends, self.config.segment_bytes):
+            start = 0 if lo == 0 else ends[lo - 1]
+            run = headers[lo:hi]
+            run_ts, run_shallow = NO_TIMESTAMP, run[0].base_offset
+            for h in run:
+                if h.max_timestamp > run_ts:
+                    run_ts, run_shallow = h.max_timestamp, h.last_offset
+            segment = self._maybe_roll(ends[hi - 1] - start, run_ts, run[-1].last_offset,
+                                       run[0].base_offset, now)
+            segment.append(run[-1].last_offset, run_ts, run_shallow, view[start:ends[hi - 1]])
         self._leo = prev + 1
         cache, psm = self.leader_epoch_cache, self.producer_state
         for h in headers:
