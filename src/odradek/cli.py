@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -174,11 +175,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .client.errors import KafkaError
+
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"odradek: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    except KafkaError as exc:  # e.g. no broker reachable: a message, not a traceback
+        print(f"odradek {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `odradek ... | head`: the reader is gone, stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         return 130
 

@@ -127,6 +127,21 @@ def odradek(*args: str, stdin: bytes | None = None, timeout: float = 60
                           check=False)
 
 
+def test_console_tools_without_a_reachable_broker_say_so_without_a_traceback() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    for tool in ("console-producer", "console-consumer"):
+        r = odradek(tool, "--bootstrap-server", dead, "--topic", "t", stdin=b"x\n")
+        err = r.stderr.decode()
+        assert r.returncode == 1, (tool, err)
+        assert "Traceback" not in err
+        assert "no broker answered Metadata" in err and dead.split(":")[1] in err \
+            and "(None)" not in err, err
+
+
 def test_console_producer_and_consumer_from_beginning(broker: BrokerProcess) -> None:
     topic = create(broker, partitions=1)
     lines = b"k1\tv1\nk2\tv2 with spaces\n\tempty-key\nk4\t\n"

@@ -129,6 +129,7 @@ class KafkaClient:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.bootstrap = parse_servers(config["bootstrap.servers"])
+        self._connect_errors: list[KafkaError] = []  # why bootstrap servers were unreachable
         self.client_id = str(config.get("client.id") or "odradek")
         self.request_timeout_ms = int(config["request.timeout.ms"])
         self.metadata = ClusterMetadata()
@@ -234,6 +235,7 @@ class KafkaClient:
         self._need_refresh = False
         wanted = None if self.topics is None or everything else sorted(self.topics)
         last_exc: Exception | None = None
+        self._connect_errors.clear()
         async for conn in self._candidates():
             try:
                 all_topics = wanted is None
@@ -262,7 +264,8 @@ class KafkaClient:
                     self._conns.pop(key).close()
             return self.metadata
         self._last_refresh = loop.time()
-        raise KafkaConnectionError(f"no broker answered Metadata ({last_exc})")
+        why = last_exc or (self._connect_errors[-1] if self._connect_errors else None)
+        raise KafkaConnectionError(f"no broker answered Metadata ({why})")
 
     async def _candidates(self) -> AsyncIterator[BrokerConnection]:
         """Connections to try, in order, for a request any broker can answer: the least loaded
@@ -286,7 +289,8 @@ class KafkaClient:
         for i, (host, port) in enumerate(self.bootstrap):
             try:
                 conn = await self._connect_address(-1 - i, host, port, "bootstrap")
-            except KafkaError:
+            except KafkaError as exc:
+                self._connect_errors.append(exc)
                 continue
             yield conn
 
