@@ -3,10 +3,15 @@ the session's local SparkSession (tests/spark_fixture.py): batch reads equal wha
 (per partition and offset, keys, headers, timestamps), offset ranges, minPartitions, option
 errors, Structured Streaming over a checkpoint across two runs (every record exactly once, new
 partitions picked up), maxOffsetsPerTrigger splitting an availableNow run into several
-micro-batches, failOnDataLoss both ways after retention, and a leader failover mid-read."""
+micro-batches, failOnDataLoss both ways after retention, a leader failover mid-read, a topic
+deleted after planning (data loss, never re-created), and the executors' reader closing its
+connections and event loop after every task (no leak across micro-batches)."""
 
 from __future__ import annotations
 
+import gc
+import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +22,8 @@ import pytest
 
 from odradek.client import Admin, Consumer, TopicPartition
 from odradek.cluster import Cluster
-from odradek.spark.offsets import OffsetRange, split_ranges
+from odradek.spark.offsets import DataLossError, OffsetRange, split_ranges
+from odradek.spark.reader import read_ranges
 from tests.interop.spark_helpers import (
     create_topic,
     expected_rows,
@@ -85,6 +91,19 @@ def test_offset_ranges_and_min_partitions(spark: Any, cluster: Cluster) -> None:
     since = reader(spark, cluster, subscribe=topic, startingTimestamp=str(at))
     assert rows_of(since) == expected_rows([r for r in produced if r.timestamp_ms >= at])
 
+    # startingOffsetsByTimestamp / endingOffsetsByTimestamp: a timestamp per partition
+    # (Spark's option names; before this was supported the options were silently ignored).
+    ts = {p: [r.timestamp_ms for r in produced if r.partition == p] for p in range(3)}
+    starts, ends = {0: ts[0][10], 1: ts[1][0], 2: ts[2][40]}, {0: ts[0][30], 1: ts[1][5],
+                                                               2: ts[2][99] + 10_000}
+    by_ts = reader(spark, cluster, subscribe=topic,
+                   startingOffsetsByTimestamp=f'{{"{topic}":{{"0":{starts[0]},"1":'
+                                              f'{starts[1]},"2":{starts[2]}}}}}',
+                   endingOffsetsByTimestamp=f'{{"{topic}":{{"0":{ends[0]},"1":{ends[1]},'
+                                            f'"2":{ends[2]}}}}}')
+    assert rows_of(by_ts) == expected_rows(
+        [r for r in produced if starts[r.partition] <= r.timestamp_ms < ends[r.partition]])
+
     # assign + minPartitions: the planner's split, and every record once.
     assign = reader(spark, cluster, assign=f'{{"{topic}":[0,2]}}', minPartitions="7")
     plan = split_ranges([OffsetRange(topic, 0, 0, 100), OffsetRange(topic, 2, 0, 100)], 7)
@@ -98,6 +117,75 @@ def test_bad_options_fail_with_sparks_message(spark: Any, cluster: Cluster) -> N
         reader(spark, cluster, subscribe="a", assign='{"a":[0]}').collect()
     with pytest.raises(Exception, match="starting offset can't be latest for batch queries"):
         reader(spark, cluster, subscribe="a", startingOffsets="latest").collect()
+    # A partition that does not exist is named (it used to be a ListOffsets timeout).
+    bs = bootstrap(cluster)
+    topic = topic_name("spark-assign")
+    create_topic(bs, topic, 1)
+    with pytest.raises(Exception, match=rf"Topic partitions \[{topic}-3\] of option 'assign' "
+                                        "do not exist"):
+        reader(spark, cluster, assign=f'{{"{topic}":[0,3]}}').collect()
+    # No broker at kafka.bootstrap.servers: one clear error naming it.
+    no_broker = (spark.read.format("odradek").option("kafka.bootstrap.servers", "127.0.0.1:1")
+                 .option("subscribe", topic).load())
+    with pytest.raises(Exception, match=re.escape(
+            "Cannot get partitions and offsets from the cluster at "
+            "kafka.bootstrap.servers=127.0.0.1:1")):
+        no_broker.collect()
+
+
+def test_reading_a_deleted_topic_is_data_loss_and_does_not_create_it(cluster: Cluster) -> None:
+    """A task whose topic was deleted after planning: its metadata requests must not
+    auto-create the topic again (the brokers here have auto.create.topics.enable=true, Kafka's
+    default), and the missing records are data loss (an error naming the partition with
+    failOnDataLoss, else the range is skipped), not a retry loop until pollTimeoutMs."""
+    bs = bootstrap(cluster)
+    gone = topic_name("spark-gone")
+    ranges = [OffsetRange(gone, 0, 0, 10)]
+    kafka = {"bootstrap.servers": bs}
+    with pytest.raises(DataLossError, match=rf"Cannot fetch offsets \[0, 10\) of {gone}-0: "
+                                            "the cluster does not have this partition"):
+        list(read_ranges(ranges, kafka, fail_on_data_loss=True, include_headers=False,
+                         poll_timeout_ms=1000))
+    assert list(read_ranges(ranges, kafka, fail_on_data_loss=False, include_headers=False,
+                            poll_timeout_ms=1000)) == []
+    with Consumer({"bootstrap.servers": bs}) as c:
+        assert gone not in c.list_topics()
+
+
+def test_reader_closes_its_connections_and_event_loop(cluster: Cluster) -> None:
+    """What a Python worker runs per Spark task (S-9.1): 40 tasks, half of them abandoned
+    after the first batch (a `limit`), leave no socket, loop or thread behind (the worker
+    is reused across micro-batches, so a leak would grow with every batch)."""
+    bs = bootstrap(cluster)
+    topic = topic_name("spark-fds")
+    create_topic(bs, topic, 1)
+    produce(bs, topic, 1, 200, with_headers=False)
+    kafka = {"bootstrap.servers": bs, "max.partition.fetch.bytes": "1024"}
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def task(i: int) -> int:
+        batches = read_ranges([OffsetRange(topic, 0, 0, 200)], kafka,
+                              fail_on_data_loss=True, include_headers=False)
+        if i % 2:
+            n = next(batches).num_rows
+            batches.close()  # what Spark does to an iterator it stops reading
+            return n
+        return sum(b.num_rows for b in batches)
+
+    task(0)  # imports and lazily created module state are not leaks
+    gc.collect()
+    gc.disable()  # only explicit closing counts: the garbage collector would hide a leak
+    try:
+        fds, threads = open_fds(), threading.active_count()
+        counts = [task(i) for i in range(40)]
+        assert counts[0::2] == [200] * 20 and all(0 < n <= 200 for n in counts[1::2])
+        # The brokers run in this process too: give them time to close their ends.
+        wait_until(lambda: open_fds() == fds, 30, f"{open_fds()} open fds to be back to {fds}")
+        assert threading.active_count() == threads
+    finally:
+        gc.enable()
 
 
 def _stream(spark: Any, c: Cluster, topic_pattern: str, out: Path, checkpoint: Path,
@@ -122,7 +210,8 @@ def test_streaming_with_checkpoint_reads_every_record_once(spark: Any, cluster: 
     create_topic(bs, topic, 2)
     first = produce(bs, topic, 2, 120, with_headers=False)
     out, ck = tmp_path / "out", tmp_path / "checkpoint"
-    _stream(spark, cluster, topic, out, ck)
+    pattern = f"{topic}(-later)?"
+    _stream(spark, cluster, pattern, out, ck)
     assert spark.read.parquet(str(out)).count() == 120
     # More records, and a third partition, between the runs.
     with Admin({"bootstrap.servers": bs}) as admin:
@@ -131,10 +220,13 @@ def test_streaming_with_checkpoint_reads_every_record_once(spark: Any, cluster: 
     with Consumer({"bootstrap.servers": bs}) as c:
         wait_until(lambda: len(c.list_topics().get(topic, [])) == 3, 30, "the third partition")
     second = produce(bs, topic, 3, 90, start=1000, with_headers=False)
-    _stream(spark, cluster, topic, out, ck)
+    # A topic matching subscribePattern, created between the runs, is read from its start.
+    create_topic(bs, f"{topic}-later", 1)
+    later = produce(bs, f"{topic}-later", 1, 15, with_headers=False)
+    _stream(spark, cluster, pattern, out, ck)
     got = sorted((r.topic, r.partition, r.offset, bytes(r.value))
                  for r in spark.read.parquet(str(out)).collect())
-    want = sorted((r.topic, r.partition, r.offset, r.value) for r in first + second)
+    want = sorted((r.topic, r.partition, r.offset, r.value) for r in first + second + later)
     assert got == want  # nothing lost, nothing read twice
     assert any(p == 2 for _, p, _, _ in got)
 

@@ -22,11 +22,13 @@ from odradek.spark.offsets import (
     OptionError,
     cap_to,
     check_all_partitions,
+    check_assigned_exist,
     from_json_offsets,
     kafka_params,
     lower_keys,
     parse_offset_spec,
     parse_partition_offsets,
+    parse_partition_timestamps,
     parse_partitions,
     parse_strategy,
     plan_batch_ranges,
@@ -62,6 +64,11 @@ def test_parse_partition_offsets_with_earliest_and_latest() -> None:
 def test_bad_offsets_json_is_a_clear_error(bad: str) -> None:
     with pytest.raises(OptionError, match=r"Expected e\.g\."):
         parse_partition_offsets(bad)
+    # Through the options, the message names the option (startingOffsets or endingOffsets).
+    with pytest.raises(OptionError, match=r"^option 'endingOffsets': Expected e\.g\."):
+        validate_batch_options({**BS, "subscribe": "t", "endingoffsets": bad})
+    with pytest.raises(OptionError, match=r"^option 'assign': Expected e\.g\."):
+        parse_strategy({"assign": bad if bad.startswith("{not") else '{"t":{"0":1}}'})
 
 
 def test_assign_json() -> None:
@@ -153,6 +160,47 @@ def test_batch_defaults_and_stream_options() -> None:
         parse_offset_spec({"startingtimestamp": "yesterday"}, "starting", "latest")
 
 
+def test_offsets_by_timestamp_options() -> None:
+    """startingOffsetsByTimestamp / endingOffsetsByTimestamp (Spark's option names, a timestamp
+    per partition): <x>Timestamp wins over them, they win over <x>Offsets."""
+    js = '{"t":{"0":1000,"1":2000}}'
+    start, end = validate_batch_options({**BS, "subscribe": "t", "startingoffsets": "earliest",
+                                         "startingoffsetsbytimestamp": js,
+                                         "endingoffsetsbytimestamp": '{"t":{"0":1500,"1":2500}}'})
+    assert (start.kind, start.offset_map) == ("timestamps", {("t", 0): 1000, ("t", 1): 2000})
+    assert (end.kind, end.offset_map) == ("timestamps", {("t", 0): 1500, ("t", 1): 2500})
+    spec = parse_offset_spec({"startingtimestamp": "5", "startingoffsetsbytimestamp": js},
+                             "starting", "latest")
+    assert (spec.kind, spec.timestamp) == ("timestamp", 5)
+    assert validate_stream_options({**BS, "subscribe": "t",
+                                    "startingoffsetsbytimestamp": js}).kind == "timestamps"
+    with pytest.raises(OptionError, match="ending timestamp not valid in streaming queries"):
+        validate_stream_options({**BS, "subscribe": "t", "endingoffsetsbytimestamp": js})
+    with pytest.raises(OptionError, match="must cover the same topic partitions"):
+        validate_batch_options({**BS, "subscribe": "t", "startingoffsetsbytimestamp": js,
+                                "endingoffsetsbytimestamp": '{"t":{"0":1500}}'})
+    with pytest.raises(OptionError, match="start timestamp 2000 of t-1 is greater than its end"):
+        validate_batch_options({**BS, "subscribe": "t", "startingoffsetsbytimestamp": js,
+                                "endingoffsetsbytimestamp": '{"t":{"0":1500,"1":1999}}'})
+    for bad in ('{"t":[0]}', '{"t":{"0":-1}}', '{"t":{"x":1}}', "{oops"):
+        with pytest.raises(OptionError, match=r"option 'startingOffsetsByTimestamp': Expected"):
+            parse_partition_timestamps(bad, "startingOffsetsByTimestamp")
+
+
+def test_timestamps_must_name_every_partition() -> None:
+    with pytest.raises(OptionError, match=r"If startingOffsetsByTimestamp contains specific "
+                                          r"timestamps, you must specify all TopicPartitions\.\n"
+                                          r"Specified: \[t-0\] Assigned: \[t-0, t-1\]"):
+        check_all_partitions([("t", 0)], [("t", 0), ("t", 1)], "startingOffsetsByTimestamp")
+
+
+def test_assigned_partitions_must_exist() -> None:
+    check_assigned_exist([("t", 0), ("t", 1)], {"t": [0, 1, 2]})
+    with pytest.raises(OptionError, match=r"Topic partitions \[t-3, u-0\] of option 'assign' "
+                                          "do not exist"):
+        check_assigned_exist([("t", 0), ("t", 3), ("u", 0)], {"t": [0, 1, 2]})
+
+
 def test_plan_batch_ranges() -> None:
     start = {("t", 0): 3, ("t", 1): 0}
     assert plan_batch_ranges(start, {("t", 0): 9, ("t", 1): 0, ("u", 0): 4}) == [
@@ -212,6 +260,12 @@ def test_split_ranges_like_sparks_calculator() -> None:
     assert split_ranges(ranges, 4) == [OffsetRange("t", 0, 0, 33), OffsetRange("t", 0, 33, 66),
                                        OffsetRange("t", 0, 66, 100),
                                        OffsetRange("t", 1, 0, 10)]
+    # Shares that round to 1 stay whole, as in Spark: 3 x 3 offsets with 4 wanted -> 3 tasks;
+    # sizes 1, 3, 3, 3 with 5 wanted: t-0 is unsplit, the others get round(3/9*4)=1 each.
+    equal = [OffsetRange("t", i, 0, 3) for i in range(3)]
+    assert split_ranges(equal, 4) == equal
+    mixed = [OffsetRange("t", 0, 0, 1)] + [OffsetRange("t", i, 0, 3) for i in (1, 2, 3)]
+    assert split_ranges(mixed, 5) == mixed
 
 
 @settings(max_examples=200, deadline=None)
@@ -234,8 +288,13 @@ def test_split_ranges_cover_each_range_exactly(parts: list[tuple[int, int]],
         assert all(p.size > 0 for p in pieces)
     nonempty = sum(1 for r in ranges if r.size > 0)
     total = sum(r.size for r in ranges)
-    if nonempty < min_parts and total >= 2 * min_parts:
-        assert len(out) > nonempty  # large ranges are split
+    assert len(out) >= nonempty
+    # Spark's KafkaOffsetRangeCalculator rounds each range's share of minPartitions, so ranges
+    # of similar sizes may stay whole (3 ranges of 3 offsets and minPartitions=4: 3 tasks;
+    # sizes 1, 3, 3, 3 and minPartitions=5: 4 tasks); one large range is always split in
+    # exactly minPartitions pieces.
+    if nonempty == 1 and total >= min_parts:
+        assert len(out) == min_parts
 
 
 # -- micro-batch planning --------------------------------------------------------------------------
@@ -320,3 +379,15 @@ def test_decode_long_varints() -> None:
     assert cols.values == [b"v" * 20_000, b"w" * 70_000]
     assert cols.timestamps == [1_000, 1_000 + 3_600_000 * 50]
     assert cols.headers == [[], [("h", b"x" * 200)]]
+
+
+@pytest.mark.parametrize(("value", "checked"), [("false", False), ("False", False),
+                                                ("true", True), (None, True)])
+def test_reader_check_crcs_option_is_parsed_from_a_string(value: str | None,
+                                                          checked: bool) -> None:
+    """`kafka.check.crcs` arrives as the string "false" from Spark options (S-9.1)."""
+    from odradek.spark.reader import RangeReader
+    kafka = {"bootstrap.servers": "h:1"} | ({} if value is None else {"check.crcs": value})
+    reader = RangeReader(kafka, fail_on_data_loss=True, include_headers=False)
+    assert reader.check_crcs is checked
+    assert reader.config["allow.auto.create.topics"] is False  # a read never creates a topic

@@ -34,6 +34,10 @@ class OptionError(ValueError):
     """A bad option or option combination (Spark's IllegalArgumentException)."""
 
 
+class ClusterUnavailableError(RuntimeError):
+    """The driver could not reach the cluster to plan the read."""
+
+
 class DataLossError(RuntimeError):
     """Offsets the query needs are gone (retention, truncation) and failOnDataLoss is true."""
 
@@ -113,7 +117,10 @@ def parse_strategy(options: Mapping[str, str]) -> Strategy:
         if not value.strip().startswith("{"):
             raise OptionError("No topicpartitions to assign as specified value for option "
                               f"'assign' is '{value}'")
-        return Strategy(kind, partitions=tuple(parse_partitions(value)))
+        try:
+            return Strategy(kind, partitions=tuple(parse_partitions(value)))
+        except OptionError as exc:
+            raise OptionError(f"option 'assign': {exc}") from None
     if kind == "subscribe":
         topics = tuple(t.strip() for t in value.split(",") if t.strip())
         if not topics:
@@ -141,6 +148,17 @@ def select_partitions(strategy: Strategy, topics: Mapping[str, Iterable[int]]) -
         rx = re.compile(strategy.pattern)
         names = [t for t in topics if rx.fullmatch(t) and not t.startswith("__")]
     return sorted((t, p) for t in names for p in topics[t])
+
+
+def check_assigned_exist(assigned: Iterable[TP], topics: Mapping[str, Iterable[int]]) -> None:
+    """`assign` names partitions that must exist: a missing one is an error naming it (rather
+    than ListOffsets timing out on it)."""
+    known = {(t, p) for t, ps in topics.items() for p in ps}
+    missing = sorted(set(assigned) - known)
+    if missing:
+        raise OptionError(
+            f"Topic partitions {_tps(dict.fromkeys(missing, 0))} of option 'assign' do not "
+            "exist in the cluster (create the topic first, or check its partition count)")
 
 
 def _json(value: str, what: str) -> Any:
@@ -196,11 +214,39 @@ def from_json_offsets(data: Mapping[str, Mapping[str, int]] | str) -> OffsetMap:
     return {(str(t), int(p)): int(o) for t, ps in data.items() for p, o in ps.items()}
 
 
+def parse_partition_timestamps(value: str, option: str) -> OffsetMap:
+    """startingOffsetsByTimestamp / endingOffsetsByTimestamp JSON (Spark's
+    JsonUtils.partitionTimestamps): ``{"topicA":{"0":1700000000000,"1":1700000000000}}``,
+    milliseconds since the epoch per partition."""
+    example = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
+    try:
+        data = _json(value, example)
+    except OptionError as exc:
+        raise OptionError(f"option '{option}': {exc}") from None
+    bad = OptionError(f"option '{option}': Expected e.g. {example}, got {value}")
+    if not isinstance(data, dict):
+        raise bad
+    out: OffsetMap = {}
+    for topic, parts in data.items():
+        if not isinstance(parts, dict):
+            raise bad
+        for p, ts in parts.items():
+            try:
+                pid = int(p)
+            except ValueError:
+                raise bad from None
+            if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+                raise bad
+            out[(str(topic), pid)] = ts
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetSpec:
-    """Where to start or end: "earliest", "latest", specific offsets, or a timestamp (ms)."""
+    """Where to start or end: "earliest", "latest", specific offsets, one timestamp (ms) for
+    every partition, or a timestamp per partition ("timestamps", kept in `offsets`)."""
 
-    kind: str  # "earliest" | "latest" | "specific" | "timestamp"
+    kind: str  # "earliest" | "latest" | "specific" | "timestamp" | "timestamps"
     offsets: tuple[tuple[TP, int], ...] = ()
     timestamp: int = -1
 
@@ -210,8 +256,9 @@ class OffsetSpec:
 
 
 def parse_offset_spec(options: Mapping[str, str], which: str, default: str) -> OffsetSpec:
-    """`which` is "starting" or "ending": <which>Timestamp wins over <which>Offsets (as in
-    Spark's getKafkaOffsetRangeLimit)."""
+    """`which` is "starting" or "ending": <which>Timestamp wins over
+    <which>OffsetsByTimestamp, which wins over <which>Offsets (Spark's
+    getKafkaOffsetRangeLimit)."""
     ts = options.get(f"{which}timestamp")
     if ts is not None:
         try:
@@ -219,13 +266,21 @@ def parse_offset_spec(options: Mapping[str, str], which: str, default: str) -> O
         except ValueError:
             raise OptionError(f"option '{which}Timestamp' must be a timestamp in milliseconds, "
                               f"got '{ts}'") from None
+    by_ts = options.get(f"{which}offsetsbytimestamp")
+    if by_ts is not None:
+        stamps = parse_partition_timestamps(by_ts.strip(), f"{which}OffsetsByTimestamp")
+        return OffsetSpec("timestamps", tuple(sorted(stamps.items())))
     value = options.get(f"{which}offsets")
     if value is None:
         return OffsetSpec(default)
     v = value.strip()
     if v.lower() in ("earliest", "latest"):
         return OffsetSpec(v.lower())
-    return OffsetSpec("specific", tuple(sorted(parse_partition_offsets(v).items())))
+    try:
+        offsets = parse_partition_offsets(v)
+    except OptionError as exc:  # name the option: there are two of them
+        raise OptionError(f"option '{which}Offsets': {exc}") from None
+    return OffsetSpec("specific", tuple(sorted(offsets.items())))
 
 
 def validate_batch_options(options: Mapping[str, str]) -> tuple[OffsetSpec, OffsetSpec]:
@@ -245,18 +300,22 @@ def validate_batch_options(options: Mapping[str, str]) -> tuple[OffsetSpec, Offs
             raise OptionError(f"ending offset for {tp[0]}-{tp[1]} can't be earliest for batch "
                               "queries on Kafka")
     validate_general_options(options)
-    if start.kind == "specific" and end.kind == "specific":
+    if start.kind == end.kind and start.kind in ("specific", "timestamps"):
+        what = "offset" if start.kind == "specific" else "timestamp"
         s, e = start.offset_map, end.offset_map
         if set(s) != set(e):
             raise OptionError(
-                "The specified start and end offsets must cover the same topic partitions: "
+                f"The specified start and end {what}s must cover the same topic partitions: "
                 f"start {_tps(s)}, end {_tps(e)}")
         for tp, so in s.items():
             eo = e[tp]
             if so > eo >= 0 and so >= 0:
                 raise OptionError(
-                    f"The start offset {so} of {tp[0]}-{tp[1]} is greater than its end "
-                    f"offset {eo}")
+                    f"The start {what} {so} of {tp[0]}-{tp[1]} is greater than its end "
+                    f"{what} {eo}")
+    if start.kind == end.kind == "timestamp" and start.timestamp > end.timestamp:
+        raise OptionError(f"startingTimestamp {start.timestamp} is greater than "
+                          f"endingTimestamp {end.timestamp}")
     return start, end
 
 
@@ -333,9 +392,12 @@ def check_all_partitions(specified: Iterable[TP], assigned: Iterable[TP], option
     KafkaOffsetReader.fetchSpecificOffsets asserts)."""
     s, a = set(specified), set(assigned)
     if s != a:
+        hint = ("timestamps, you must specify all TopicPartitions.\n"
+                if option.endswith("ByTimestamp") else
+                "offsets, you must specify all TopicPartitions.\n"
+                "Use -1 for latest, -2 for earliest.\n")
         raise OptionError(
-            f"If {option} contains specific offsets, you must specify all TopicPartitions.\n"
-            f"Use -1 for latest, -2 for earliest.\nSpecified: {_tps(dict.fromkeys(s, 0))} "
+            f"If {option} contains specific {hint}Specified: {_tps(dict.fromkeys(s, 0))} "
             f"Assigned: {_tps(dict.fromkeys(a, 0))}")
 
 

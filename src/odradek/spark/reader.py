@@ -6,6 +6,8 @@ column by column (no Python object per record besides its key, value and headers
 pyarrow RecordBatches in the exact schema of Spark's Kafka source.
 
 Failures, as Spark's KafkaDataConsumer handles them:
+* a partition that stays unknown to the cluster for a few seconds (its topic deleted after
+  planning): data loss, as below (failOnDataLoss: an error; otherwise the range is skipped);
 * a leader change (NOT_LEADER_OR_FOLLOWER and the other REFRESH_ERRORS) or a lost connection:
   refresh the metadata and retry, for up to `kafkaConsumer.pollTimeoutMs` without progress;
 * OFFSET_OUT_OF_RANGE below the log start (retention deleted the records): with failOnDataLoss
@@ -212,6 +214,14 @@ class _Retry(Exception):
     """A fetch to retry after a metadata refresh."""
 
 
+class _Gone(_Retry):
+    """The cluster's metadata does not have the partition (its topic was deleted, or never
+    had that partition): retried like any _Retry, and data loss once it lasts."""
+
+
+GONE_GRACE_S = 5.0  # how long a partition must stay unknown before it counts as deleted
+
+
 class RangeReader:
     """Fetches the records of offset ranges for one Spark task (one connection pool, one
     event loop, closed when the task's iterator ends)."""
@@ -219,7 +229,8 @@ class RangeReader:
     def __init__(self, kafka: Mapping[str, str], *, fail_on_data_loss: bool,
                  include_headers: bool, poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS) -> None:
         cfg: dict[str, Any] = {"client.id": "odradek-spark",
-                               "max.partition.fetch.bytes": DEFAULT_PARTITION_FETCH_BYTES}
+                               "max.partition.fetch.bytes": DEFAULT_PARTITION_FETCH_BYTES,
+                               "allow.auto.create.topics": False}  # a read creates no topic
         cfg.update({k: v for k, v in kafka.items() if k not in ("group.id",
                                                                  "group.instance.id")})
         self.config = cfg
@@ -227,6 +238,9 @@ class RangeReader:
         self.include_headers = include_headers
         self.schema = arrow_schema(include_headers)
         self.poll_timeout = poll_timeout_ms / 1000
+        # Spark options are strings: "false" must turn the check off (bool("false") is True).
+        self.check_crcs = str(cfg.get("check.crcs", True)).strip().lower() not in ("false",
+                                                                                  "0")
         self._max_bytes = 0  # max.partition.fetch.bytes, raised if a batch does not fit
         self._loop: asyncio.AbstractEventLoop | None = None
         self._consumer: AsyncConsumer | None = None
@@ -275,7 +289,14 @@ class RangeReader:
             try:
                 data, hw = self._run(self._fetch(tp, pos))
             except _Retry as why:
-                if time.monotonic() - progress_at > self.poll_timeout:
+                waited = time.monotonic() - progress_at
+                if isinstance(why, _Gone) and waited > min(GONE_GRACE_S, self.poll_timeout):
+                    # A new topic can be unknown to a broker for a moment; one that stays
+                    # unknown was deleted after the read was planned (Spark: data loss).
+                    self._data_loss(f"Cannot fetch offsets [{pos}, {r.until_offset}) of "
+                                    f"{tp.topic}-{tp.partition}: {why}")
+                    return
+                if waited > self.poll_timeout:
                     raise TimeoutError(
                         f"Cannot fetch records in [{pos}, {r.until_offset}) of {tp.topic}-"
                         f"{tp.partition} within kafkaConsumer.pollTimeoutMs "
@@ -287,7 +308,7 @@ class RangeReader:
                 continue
             cols = Columns()
             nxt = decode_into(cols, data, pos, r.until_offset,
-                              bool(self.config.get("check.crcs", True)), self.include_headers)
+                              self.check_crcs, self.include_headers)
             if cols:
                 progress_at = time.monotonic()
                 pos = max(cols.offsets[-1] + 1, nxt)
@@ -350,6 +371,12 @@ class RangeReader:
             await self._refresh()
             leader = client.metadata.leader(tp)
         if leader is None:
+            t = client.metadata.topics.get(tp.topic)
+            if t is not None and (t.error == ErrorCode.unknown_topic_or_partition or (
+                    t.error == ErrorCode.none and t.partitions
+                    and tp.partition not in t.partitions)):
+                raise _Gone("the cluster does not have this partition any more (the topic "
+                            "was deleted after the read was planned?)")
             raise _Retry(f"no leader for {tp.topic}-{tp.partition}")
         try:
             resp = await client.send(

@@ -16,6 +16,7 @@ last committed batch without losing or repeating a record.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -38,14 +39,17 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..client.consumer import Consumer
+from ..client.errors import KafkaConnectionError, KafkaTimeoutError
 from ..client.types import TopicPartition
 from .offsets import (
+    ClusterUnavailableError,
     OffsetMap,
     OffsetRange,
     OffsetSpec,
     OptionError,
     Strategy,
     check_all_partitions,
+    check_assigned_exist,
     from_json_offsets,
     kafka_params,
     lower_keys,
@@ -76,7 +80,22 @@ class OffsetReader:
     def __init__(self, kafka: Mapping[str, str]) -> None:
         cfg = {k: v for k, v in kafka.items() if k not in ("group.id", "group.instance.id")}
         cfg.setdefault("client.id", "odradek-spark-driver")
-        self._consumer = Consumer(cfg)
+        cfg.setdefault("allow.auto.create.topics", "false")  # reading never creates a topic
+        self._bootstrap = cfg.get("bootstrap.servers", "")
+        with self._cluster_errors():
+            self._consumer = Consumer(cfg)
+
+    @contextlib.contextmanager
+    def _cluster_errors(self) -> Iterator[None]:
+        """A cluster that cannot be reached is one clear error naming kafka.bootstrap.servers
+        (Spark's source would time out waiting for a node assignment)."""
+        try:
+            yield
+        except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
+            raise ClusterUnavailableError(
+                f"Cannot get partitions and offsets from the cluster at kafka.bootstrap.servers"
+                f"={self._bootstrap}: {exc}. Check that the brokers are running and reachable."
+            ) from None
 
     def close(self) -> None:
         self._consumer.close(autocommit=False)
@@ -88,26 +107,34 @@ class OffsetReader:
         self.close()
 
     def partitions(self, strategy: Strategy) -> list[TP]:
+        with self._cluster_errors():
+            topics = self._consumer.list_topics()
         if strategy.kind == "assign":
+            check_assigned_exist(strategy.partitions, topics)
             return list(strategy.partitions)
-        return select_partitions(strategy, self._consumer.list_topics())
+        return select_partitions(strategy, topics)
 
     def earliest(self, tps: Sequence[TP]) -> OffsetMap:
         if not tps:
             return {}
-        found = self._consumer.beginning_offsets([TopicPartition(*tp) for tp in tps])
+        with self._cluster_errors():
+            found = self._consumer.beginning_offsets([TopicPartition(*tp) for tp in tps])
         return {(tp.topic, tp.partition): off for tp, off in found.items()}
 
     def latest(self, tps: Sequence[TP]) -> OffsetMap:
         if not tps:
             return {}
-        found = self._consumer.end_offsets([TopicPartition(*tp) for tp in tps])
+        with self._cluster_errors():
+            found = self._consumer.end_offsets([TopicPartition(*tp) for tp in tps])
         return {(tp.topic, tp.partition): off for tp, off in found.items()}
 
-    def for_times(self, tps: Sequence[TP], timestamp: int) -> dict[TP, int | None]:
-        if not tps:
+    def for_times(self, timestamps: Mapping[TP, int]) -> dict[TP, int | None]:
+        """The first offset at or after each partition's timestamp (None: no such record)."""
+        if not timestamps:
             return {}
-        found = self._consumer.offsets_for_times({TopicPartition(*tp): timestamp for tp in tps})
+        with self._cluster_errors():
+            found = self._consumer.offsets_for_times(
+                {TopicPartition(*tp): ts for tp, ts in timestamps.items()})
         return {(tp.topic, tp.partition): None if om is None else om.offset
                 for tp, om in found.items()}
 
@@ -123,7 +150,12 @@ class OffsetReader:
             requested = spec.offset_map
             check_all_partitions(requested, tps, option)
             return resolve_specific(requested, self.earliest(tps), self.latest(tps))
-        found = self.for_times(tps, spec.timestamp)
+        if spec.kind == "timestamps":
+            stamps = spec.offset_map
+            check_all_partitions(stamps, tps, option.replace("Offsets", "OffsetsByTimestamp"))
+        else:
+            stamps = dict.fromkeys(tps, spec.timestamp)
+        found = self.for_times(stamps)
         missing = [tp for tp, off in found.items() if off is None]
         latest = self.latest(missing) if missing else {}
         out: OffsetMap = {}
@@ -131,7 +163,7 @@ class OffsetReader:
             if off is None:
                 if not no_match_latest:
                     raise OptionError(f"No offset matched from request of topic-partition "
-                                      f"{tp[0]}-{tp[1]} and timestamp {spec.timestamp}.")
+                                      f"{tp[0]}-{tp[1]} and timestamp {stamps[tp]}.")
                 off = latest[tp]
             out[tp] = off
         return out
