@@ -4,7 +4,7 @@ protocol code (kio through `odradek.protocol.codec`, record batches of `odradek.
     from odradek.client import Producer, Consumer, Admin
 
     with Producer({"bootstrap.servers": "localhost:9092"}) as p:
-        p.send("events", b"hello", key=b"user-1")
+        p.send("events", b"hello", key=b"user-1")       # a DeliveryHandle: .result(timeout)
 
     c = Consumer({"bootstrap.servers": "localhost:9092", "group.id": "g",
                   "auto.offset.reset": "earliest"})
@@ -18,6 +18,7 @@ Configs use Kafka's names and defaults (a dict, and/or keyword arguments with `_
 from .admin import Admin, AsyncAdmin
 from .assignors import RangeAssignor, RoundRobinAssignor
 from .consumer import AsyncConsumer, Consumer
+from .delivery import DeliveryHandle
 from .errors import (
     CommitFailedError,
     KafkaConnectionError,
@@ -48,6 +49,7 @@ __all__ = [
     "ConfigResource",
     "Consumer",
     "ConsumerRecord",
+    "DeliveryHandle",
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",

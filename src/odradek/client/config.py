@@ -35,6 +35,7 @@ PRODUCER: dict[str, Any] = {
     "delivery.timeout.ms": 120000,
     "max.block.ms": 60000,
     "buffer.memory": 33554432,
+    "queue.buffering.max.messages": 100000,  # librdkafka's bound on undelivered records
     "partitioner": "murmur2_random",
     "key.serializer": None,
     "value.serializer": None,

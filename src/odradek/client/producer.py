@@ -20,12 +20,10 @@ once nothing is in flight.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import logging
 import struct
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -36,10 +34,17 @@ from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from ..protocol.compression import Codec, compress
-from ..protocol.records import encode_record
+from ..protocol.records import encode_record, write_varint
 from ._loop import LoopThread
 from .cluster_metadata import REFRESH_ERRORS, KafkaClient
 from .config import PRODUCER, acks_value, build_config, to_bytes
+from .delivery import (
+    BatchResult,
+    DeliveryCallback,
+    DeliveryHandle,
+    SendQueue,
+    complete_batch,
+)
 from .errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -56,16 +61,47 @@ _CRC = struct.Struct(">I")
 BATCH_OVERHEAD = 61
 RECORD_OVERHEAD = 21  # varint length + attributes + deltas + key/value/header counts, at most
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
-DeliveryCallback = Callable[[KafkaError | None, RecordMetadata | None], Any]
 
 _order = itertools.count()
 # Where a record's RecordMetadata goes: an asyncio.Future, or the synchronous face's
-# concurrent.futures.Future (both have done / set_result / set_exception).
+# DeliveryHandle (both have done / set_result / set_exception / exception).
 _Sink = Any
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    write_varint(out, n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = tuple(_varint(n) for n in range(1 << 14))  # varints of 1-3 bytes
+_NULL = _varint(-1)
+_NO_HEADERS = _varint(0)
+_ATTRIBUTES = b"\x00"
+
+
+def encode_plain_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
+                        value: bytes | None,
+                        headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
+    """`protocol.records.encode_record`, byte for byte, with the varints of the producer's
+    common case (no headers, deltas and sizes under 16384) taken from a table: the per-record
+    step of the send path."""
+    small = _SMALL_VARINTS
+    limit = len(small)
+    klen = -1 if key is None else len(key)
+    vlen = -1 if value is None else len(value)
+    if headers or not (0 <= offset_delta < limit and 0 <= timestamp_delta < limit
+                       and klen < limit and vlen < limit):
+        return encode_record(offset_delta, timestamp_delta, key, value, headers)
+    body = b"".join((_ATTRIBUTES, small[timestamp_delta], small[offset_delta],
+                     _NULL if key is None else small[klen], key or b"",
+                     _NULL if value is None else small[vlen], value or b"", _NO_HEADERS))
+    n = len(body)
+    return (small[n] if n < limit else _varint(n)) + body
 
 
 @dataclass(slots=True)
@@ -113,8 +149,8 @@ class _Batch:
             return False
         if self.count == 0:
             self.base_ts = rec.timestamp
-        data = encode_record(self.count, rec.timestamp - self.base_ts, rec.key, rec.value,
-                             rec.headers)
+        data = encode_plain_record(self.count, rec.timestamp - self.base_ts, rec.key,
+                                   rec.value, rec.headers)
         if self.count and len(self.body) + len(data) > batch_size:
             self.closed = True
             return False
@@ -205,6 +241,9 @@ class AsyncProducer:
         self._need_pid = self.idempotent
         self._fatal: KafkaError | None = None
         self._rotate = 0
+        # per metadata object: topic -> (partition count, partitions with a live leader)
+        self._topics_of: Any = None
+        self._topic_info: dict[str, tuple[int, list[int]]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def _idempotence(self, cfg: dict[str, Any]) -> bool:
@@ -266,14 +305,17 @@ class AsyncProducer:
             raise KafkaError("the producer is closed")
         if self._fatal is not None:
             raise self._fatal
-        k = self.key_serializer(key)
-        v = self.value_serializer(value)
+        # bytes (the common case) need no serializer call
+        k = key if (key is None or type(key) is bytes) and self.key_serializer is to_bytes \
+            else self.key_serializer(key)
+        v = value if type(value) is bytes and self.value_serializer is to_bytes \
+            else self.value_serializer(value)
+        size = RECORD_OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
         hdrs: list[tuple[str, bytes | None]] = []
         if headers:
             items = headers.items() if isinstance(headers, Mapping) else headers
             hdrs = [(str(hk), to_bytes(hv)) for hk, hv in items]
-        size = (RECORD_OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
-                + sum(len(hk.encode()) + (len(hv) if hv else 0) + 10 for hk, hv in hdrs))
+            size += sum(len(hk.encode()) + (len(hv) if hv else 0) + 10 for hk, hv in hdrs)
         if size + BATCH_OVERHEAD > self.max_request_size:
             raise RecordTooLargeError(
                 f"the record is {size + BATCH_OVERHEAD} bytes when serialized, larger than "
@@ -307,13 +349,13 @@ class AsyncProducer:
         """Buffer a record now if its topic is known and memory allows, else queue it behind
         the records already waiting (order is kept). Runs on the loop. The returned future
         (an asyncio one, or `sink`: any object with Future's done/set_result/set_exception,
-        such as the synchronous face's concurrent.futures.Future) gets the RecordMetadata."""
+        such as the synchronous face's DeliveryHandle) gets the RecordMetadata."""
         assert self.loop is not None, "call start() first"
         fut = self.loop.create_future() if sink is None else sink
         if on_delivery is not None:
             fut.add_done_callback(_callback(on_delivery))
-        rec.enqueued = self.loop.time()
         if self._waiting or not self._try_append(rec, fut):
+            rec.enqueued = self.loop.time()  # max.block.ms runs from here
             self._waiting.append((rec, fut))
             if self._waiting_task is None or self._waiting_task.done():
                 self._waiting_task = self.loop.create_task(self._drain_waiting())
@@ -358,12 +400,19 @@ class AsyncProducer:
     def _try_append(self, rec: _Record, fut: _Sink) -> bool:
         assert self.loop is not None
         md = self.client.metadata
-        partitions = md.partitions_for(rec.topic)
-        if partitions is None:
-            return False
+        if md is not self._topics_of:  # metadata objects are replaced, never changed
+            self._topics_of = md
+            self._topic_info.clear()
+        info = self._topic_info.get(rec.topic)
+        if info is None:
+            partitions = md.partitions_for(rec.topic)
+            if partitions is None:
+                return False
+            info = self._topic_info[rec.topic] = (len(partitions),
+                                                  md.available_partitions(rec.topic))
         if self._buffered and self._buffered + rec.size > self.buffer_memory:
             return False
-        n = len(partitions)
+        n, available = info
         if rec.partition is not None:
             if not 0 <= rec.partition < n:
                 fut.set_exception(KafkaError(
@@ -371,7 +420,6 @@ class AsyncProducer:
                 return True
             p = rec.partition
         else:
-            available = md.available_partitions(rec.topic)
             p = self.partitioner.partition(rec.topic, rec.key, n, available)
         tp = TopicPartition(rec.topic, p)
         dq = self._batches.get(tp)
@@ -387,8 +435,7 @@ class AsyncProducer:
         self._buffered += rec.size
         rec.appended = True
         if rec.partition is None:
-            self.partitioner.record_appended(rec.topic, p, rec.key, rec.size, n,
-                                             md.available_partitions(rec.topic))
+            self.partitioner.record_appended(rec.topic, p, rec.key, rec.size, n, available)
         if new_batch or dq[0].closed:
             self._wake()  # a batch to send, or a linger timer to arm
         return True
@@ -715,13 +762,8 @@ class AsyncProducer:
             st.backoff_until = now + self.retry_backoff
 
     def _complete_batch(self, b: _Batch, base_offset: int, log_append_time: int) -> None:
-        for i, fut in enumerate(b.futures):
-            if fut.done():
-                continue
-            ks, vs = b.sizes[i]
-            fut.set_result(RecordMetadata(
-                b.tp.topic, b.tp.partition, base_offset + i if base_offset >= 0 else -1,
-                log_append_time if log_append_time >= 0 else b.stamps[i], ks, vs))
+        complete_batch(b.futures, BatchResult(b.tp.topic, b.tp.partition, base_offset,
+                                              log_append_time, b.stamps, b.sizes))
         self._release(b)
 
     def _fail_batch(self, b: _Batch, exc: KafkaError) -> None:
@@ -790,21 +832,32 @@ class Producer:
         p.flush()
         p.close()
 
-    `send` returns a concurrent.futures.Future of the RecordMetadata. Delivery callbacks run
-    on the producer's loop thread: keep them short, and do not call this producer from them.
+    `send` serializes the record on the caller's thread and queues it for the loop thread
+    (`delivery.SendQueue`: the loop is woken once per run of sends, not per record), and
+    returns a `DeliveryHandle`, a Future-like object (`result(timeout)`, `done()`,
+    `exception()`, `add_done_callback`). Any number of threads may send; each thread's records
+    keep their order within a partition. Records sent and not yet delivered are bounded by
+    `buffer.memory` bytes and `queue.buffering.max.messages` records: a send beyond that blocks
+    until earlier records are delivered, at most `max.block.ms`, then raises KafkaTimeoutError.
+
+    Delivery callbacks (`on_delivery=` of send, `on_delivery`/`callback` of produce) run on the
+    producer's loop thread as each batch is acknowledged, once per record, before `flush()`
+    returns: keep them short. Sending from a callback works while the buffer has room (it
+    raises instead of blocking); flush/close from a callback raise RuntimeError.
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        self._lock = threading.Lock()
-        self._pending: deque[tuple[_Record, DeliveryCallback | None,
-                                   concurrent.futures.Future[RecordMetadata]]] = deque()
-        self._scheduled = False
         self._runner = LoopThread("odradek-producer")
         try:
             self._p: AsyncProducer = self._runner.run(self._create(config, kwargs))
         except BaseException:
             self._runner.stop()
             raise
+        cfg = self._p.config
+        self._queue = SendQueue(int(cfg["buffer.memory"]),
+                                int(cfg["queue.buffering.max.messages"]), self._p.max_block)
+        self._make_record = self._p._make_record
+        self._call = self._runner.loop.call_soon_threadsafe
 
     @staticmethod
     async def _create(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> AsyncProducer:
@@ -822,59 +875,69 @@ class Producer:
     def send(self, topic: str, value: Any = None, key: Any = None, *,
              partition: int | None = None, timestamp_ms: int | None = None,
              headers: Headers | None = None, on_delivery: DeliveryCallback | None = None
-             ) -> concurrent.futures.Future[RecordMetadata]:
-        """Buffer one record; returns a Future of its RecordMetadata. Serialization and size
-        errors raise here; delivery errors (including metadata not found within max.block.ms)
-        come through the future and `on_delivery(err, metadata)`."""
-        rec = self._p._make_record(topic, value, key, partition, timestamp_ms, headers)
-        result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        result.set_running_or_notify_cancel()
-        # Records cross to the loop in bulk: one wakeup of the loop per batch of sends.
-        with self._lock:
-            self._pending.append((rec, on_delivery, result))
-            schedule = not self._scheduled
-            self._scheduled = True
-        if schedule:
-            self._runner.call(self._hand_over)
-        return result
+             ) -> DeliveryHandle:
+        """Queue one record; returns its DeliveryHandle. Serialization and size errors, and a
+        buffer still full after max.block.ms, raise here; delivery errors (including metadata
+        not found within max.block.ms) come through the handle and `on_delivery(err, md)`."""
+        rec = self._make_record(topic, value, key, partition, timestamp_ms, headers)
+        handle = DeliveryHandle(self._queue, rec.size, on_delivery)
+        if self._queue.put((rec, handle), rec.size, not self._runner.in_loop_thread):
+            self._call(self._hand_over)
+        return handle
 
     def _hand_over(self) -> None:
-        with self._lock:
-            items = list(self._pending)
-            self._pending.clear()
-            self._scheduled = False
-        for rec, on_delivery, result in items:
+        """On the loop: every queued record joins the accumulator, in queue order."""
+        enqueue = self._p.enqueue
+        closed = self._p._closed
+        for rec, handle in self._queue.take():
+            if closed:  # sent while close() ran
+                handle.set_exception(KafkaError("producer closed before the record was sent"))
+                continue
             try:
-                self._p.enqueue(rec, on_delivery, sink=result)
+                enqueue(rec, None, handle)
             except BaseException as exc:
-                result.set_exception(exc)
+                handle.set_exception(exc)
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 on_delivery: DeliveryCallback | None = None, timestamp: int = 0,
-                headers: Headers | None = None) -> None:
-        """confluent-kafka's signature (partition -1 and timestamp 0 mean unset)."""
+                headers: Headers | None = None,
+                callback: DeliveryCallback | None = None) -> None:
+        """confluent-kafka's signature (partition -1 and timestamp 0 mean unset; `callback` is
+        its alias of `on_delivery`)."""
         self.send(topic, value, key, partition=None if partition < 0 else partition,
-                  timestamp_ms=timestamp or None, headers=headers, on_delivery=on_delivery)
+                  timestamp_ms=timestamp or None, headers=headers,
+                  on_delivery=on_delivery or callback)
 
     def flush(self, timeout: float | None = None) -> int:
-        """Deliver everything buffered; returns the number of records still undelivered."""
-        return self._runner.run(self._p.flush(timeout))
+        """Deliver everything sent before the call (or wait `timeout` seconds); their delivery
+        callbacks have run when it returns. Returns the number of records undelivered then,
+        counting those other threads (or callbacks) sent meanwhile."""
+        left = self._runner.run(self._p.flush(timeout))
+        return max(left, self._queue.outstanding)
 
     def partitions_for(self, topic: str) -> list[int]:
         return self._runner.run(self._p.partitions_for(topic))
 
     def __len__(self) -> int:
-        return len(self._p) + len(self._pending)
+        """Records sent and not yet delivered or failed (confluent-kafka's len(producer))."""
+        return self._queue.outstanding
 
     def close(self, timeout: float | None = None) -> None:
+        """Deliver what is buffered (waiting at most `timeout` seconds), then stop; what could
+        not be delivered fails. Closing twice is harmless."""
+        if self._queue.closed is not None:
+            return
         try:
             self._runner.run(self._p.close(timeout))
         finally:
+            self._queue.close(KafkaError("the producer is closed"))
             self._runner.stop()
+            # Records queued while close() ran, whose hand-over the stopped loop never ran.
+            for _, handle in self._queue.take():
+                handle.set_exception(KafkaError("producer closed before the record was sent"))
 
     def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -10,8 +10,6 @@ fails if any record was not delivered.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -32,10 +30,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..client._loop import LoopThread
-from ..client.errors import KafkaError
-from ..client.producer import AsyncProducer
-from ..client.types import RecordMetadata
+from ..client import KafkaError, Producer, RecordMetadata
 from .offsets import OptionError, kafka_params
 
 log = logging.getLogger("odradek.spark")
@@ -109,54 +104,19 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any]:
     raise KeyError(name)
 
 
-class _Deliveries:
-    """The delivery futures of the records sent so far; done ones are checked and dropped as
-    the write goes on (runs on the producer's loop)."""
+class _Outcome:
+    """The delivery callback of a task's records: counts the delivered ones and keeps the first
+    error (called on the producer's loop thread, read on the task's)."""
 
     def __init__(self) -> None:
-        self.pending: list[asyncio.Future[RecordMetadata]] = []
         self.delivered = 0
         self.error: BaseException | None = None
 
-    def settle(self) -> None:
-        still = []
-        for f in self.pending:
-            if not f.done():
-                still.append(f)
-            elif f.cancelled():
-                self.error = self.error or KafkaError("a record's delivery was cancelled")
-            elif f.exception() is not None:
-                self.error = self.error or f.exception()
-            else:
-                self.delivered += 1
-        self.pending = still
-
-
-async def _send_rows(producer: AsyncProducer, rows: list[tuple[Any, ...]],
-                     deliveries: _Deliveries) -> None:
-    for topic, value, key, partition, headers in rows:
-        try:
-            deliveries.pending.append(await producer.send(topic, value, key,
-                                                          partition=partition, headers=headers))
-        except KafkaError as exc:  # refused before sending (unknown partition, too large...)
-            deliveries.error = deliveries.error or exc
-            break
-    deliveries.settle()
-
-
-async def _start_producer(cfg: dict[str, Any]) -> AsyncProducer:
-    p = AsyncProducer(cfg)
-    try:
-        return await p.start()
-    except BaseException:
-        await p.client.close()
-        raise
-
-
-async def _finish(producer: AsyncProducer, deliveries: _Deliveries) -> int:
-    left = await producer.flush()
-    deliveries.settle()
-    return left
+    def __call__(self, err: KafkaError | None, md: RecordMetadata | None) -> None:
+        if err is None:
+            self.delivered += 1
+        elif self.error is None:
+            self.error = err
 
 
 def _rows(batch: pa.RecordBatch, plan: WritePlan) -> list[tuple[Any, ...]]:
@@ -176,42 +136,37 @@ def _rows(batch: pa.RecordBatch, plan: WritePlan) -> list[tuple[Any, ...]]:
 
 def write_batches(batches: Iterator[pa.RecordBatch], plan: WritePlan,
                   producer_config: Mapping[str, Any]) -> int:
-    """Send every row of `batches` through one idempotent producer; returns the number of
-    records delivered. The rows of one Arrow batch are handed to the producer's loop at once
-    (the next batch is read while they are sent); the first delivery error fails the write."""
+    """Send every row of `batches` through one idempotent producer (odradek.client's Producer);
+    returns the number of records delivered. Rows are queued to the producer's loop thread,
+    which sends them while the next Arrow batch is read; its buffer bounds what is in flight
+    (buffer.memory, max.block.ms). The first delivery error stops the write and fails it."""
     cfg: dict[str, Any] = {"enable.idempotence": "true", "acks": "all",
                            "client.id": "odradek-spark-writer"}
     cfg.update(producer_config)
-    runner = LoopThread("odradek-spark-writer")
-    deliveries = _Deliveries()
-    try:
-        producer: AsyncProducer = runner.run(_start_producer(cfg))
-        try:
-            sent = 0
-            previous: concurrent.futures.Future[None] | None = None
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                rows = _rows(batch, plan)
-                if previous is not None:
-                    previous.result()
-                if deliveries.error is not None:
+    outcome = _Outcome()
+    sent = 0
+    with Producer(cfg) as producer:  # close() delivers what is still buffered
+        send = producer.send
+        for batch in batches:
+            if outcome.error is not None:
+                break
+            if batch.num_rows == 0:
+                continue
+            for topic, value, key, partition, headers in _rows(batch, plan):
+                try:
+                    send(topic, value, key, partition=partition, headers=headers,
+                         on_delivery=outcome)
+                except KafkaError as exc:  # refused before sending (too large, buffer full...)
+                    outcome.error = outcome.error or exc
                     break
-                previous = runner.submit(_send_rows(producer, rows, deliveries))
-                sent += len(rows)
-            if previous is not None:
-                previous.result()
-            left = runner.run(_finish(producer, deliveries))
-        finally:
-            runner.run(producer.close())
-    finally:
-        runner.stop()
-    if deliveries.error is not None:
-        raise KafkaError(f"Writing to odradek failed: {deliveries.error}") from deliveries.error
+                sent += 1
+        left = producer.flush()
+    if outcome.error is not None:
+        raise KafkaError(f"Writing to odradek failed: {outcome.error}") from outcome.error
     if left:
         raise KafkaError(f"Writing to odradek failed: {left} of {sent} records were not "
                          "delivered")
-    return deliveries.delivered
+    return outcome.delivered
 
 
 class _Writer:
