@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import TYPE_CHECKING, Any
 
+from ..coordination.store import CoordinationError
 from . import leader_selectors as sel
 from .context import NO_LEADER, LeaderAndIsr, TopicPartition
 
@@ -320,6 +321,9 @@ async def process_election(controller: KafkaController,
     try:
         await _run(controller, (TopicPartition(t, p) for t, p in requested),
                    ElectionType.PREFERRED, ElectionTrigger.ZK)
+    except CoordinationError as exc:  # the session expired or the connection dropped midway
+        log.warning("[Controller id=%d] Preferred replica election from %s interrupted: %s",
+                    controller.broker_id, paths.PREFERRED_REPLICA_ELECTION, exc)
     finally:
         await _delete_election_node(controller)
 
@@ -362,6 +366,11 @@ async def process_auto_rebalance(controller: KafkaController,
             set(ctx.partitions_being_reassigned))
         if candidates:
             await _run(controller, candidates, ElectionType.PREFERRED, ElectionTrigger.AUTO)
+    except CoordinationError as exc:
+        # A controller whose session expired (SIGSTOP, a long pause) resigns right after; a
+        # lost connection is retried by the next check. One line, not a traceback.
+        log.warning("[Controller id=%d] Auto leader rebalance interrupted: %s",
+                    controller.broker_id, exc)
     finally:
         if controller.is_active:
             schedule_auto_rebalance(controller,

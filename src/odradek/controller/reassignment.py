@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,6 +76,7 @@ __all__ = [
     "merge_requests",
     "original_replicas",
     "reassign_to",
+    "stray_replicas",
     "unneeded_replicas",
     "validate_target",
 ]
@@ -110,6 +111,15 @@ def unneeded_replicas(previous_full: Sequence[int], new: Reassignment) -> tuple[
     added for a replaced or cancelled target. They are stopped and deleted at once."""
     full = set(new.full)
     return tuple(r for r in previous_full if r not in full)
+
+
+def stray_replicas(partitions: Iterable[TopicPartition], broker: int,
+                   assignment: Callable[[TopicPartition], Sequence[int]]
+                   ) -> list[TopicPartition]:
+    """Of the partitions whose replica on ``broker`` was removed while it was down, those it
+    still must delete: not assigned to it again since (a partition gone altogether has an
+    empty assignment: deleted too)."""
+    return sorted(tp for tp in partitions if broker not in assignment(tp))
 
 
 def is_reassignment_complete(target: Iterable[int], isr: Iterable[int]) -> bool:
@@ -197,6 +207,14 @@ class ReassignmentManager:
 
     def __init__(self, controller: KafkaController) -> None:
         self.c = controller
+        # B5 on a broker that was down: its replica was never deleted. Removed-replica
+        # partitions per broker, deleted when the broker comes back (as Kafka's topic deletion
+        # retries ReplicaDeletionIneligible replicas); without this a broker killed while its
+        # replica was being moved away keeps the stray log for good.
+        self.undeleted: dict[int, set[TopicPartition]] = {}
+        # The controller epoch of the last read of the admin node: the first read of a term
+        # resumes what earlier controllers accepted (see on_admin_node_change).
+        self._read_in_epoch: int | None = None
 
     @property
     def ctx(self) -> ControllerContext:
@@ -205,7 +223,16 @@ class ReassignmentManager:
     # -- triggers ---------------------------------------------------------------------------------
     async def on_admin_node_change(self) -> None:
         """``/admin/reassign_partitions`` changed, or this controller just took over and resumes
-        what it lists (S-5.6)."""
+        what it lists (S-5.6).
+
+        Resumed targets (the first read of a controller term) are not refused for new replicas
+        on brokers that are down: an earlier controller or the AlterPartitionReassignments API
+        accepted them, and the broker may just be restarting (a killed controller that was
+        also a target replica comes back after its successor took over). As Kafka's controller,
+        the move then waits for the broker. Without this the successor silently dropped such a
+        partition from the admin node and the move never happened."""
+        resuming = self._read_in_epoch != self.ctx.epoch
+        self._read_in_epoch = self.ctx.epoch
         found = await self.c.store.get_or_none(paths.REASSIGN_PARTITIONS)
         if found is None:
             return
@@ -221,7 +248,7 @@ class ReassignmentManager:
             current = self.ctx.partitions_being_reassigned.get(tp)
             if current is not None and current.target == tuple(target):
                 continue  # already running; ISR changes and broker start-ups drive it on
-            if not await self._trigger(tp, tuple(target)):
+            if not await self._trigger(tp, tuple(target), resuming):
                 invalid.append((topic, p))
         if invalid:
             await self._remove_from_admin_node(invalid)
@@ -239,13 +266,32 @@ class ReassignmentManager:
         """Seed 002's onBrokerStartup step 4: reassignments with replicas on the new brokers
         go on (their new replicas get LeaderAndIsr again and start fetching)."""
         new = set(brokers)
+        self._delete_strays(new)
         for tp, r in sorted(self.ctx.partitions_being_reassigned.items()):
             if new & set(r.full):
                 await self._trigger(tp, r.target)
 
+    def _delete_strays(self, brokers: Iterable[int]) -> None:
+        """StopReplica with deletion to brokers back up for the replicas B5 could not delete
+        while they were down (unless the broker is a replica of the partition again)."""
+        c, ctx = self.c, self.ctx
+        batch = c._batch()
+        for b in sorted(brokers):
+            stray = stray_replicas(self.undeleted.pop(b, ()), b,
+                                   ctx.partition_replica_assignment)
+            for tp in stray:
+                batch.add_stop_replica([b], tp, delete=True, leader_epoch=ctx.leader_epoch(tp))
+            if stray:
+                c.sc.controller(ctx.epoch, (
+                    f"Deleting the replicas of broker {b} removed by reassignments while it was "
+                    f"down: {', '.join(str(tp) for tp in stray)}"))
+        self._send(batch)
+
     # -- the steps --------------------------------------------------------------------------------
-    async def _trigger(self, tp: TopicPartition, target: tuple[int, ...]) -> bool:
-        """onPartitionReassignment for one partition; False if the request is refused."""
+    async def _trigger(self, tp: TopicPartition, target: tuple[int, ...],
+                       resuming: bool = False) -> bool:
+        """onPartitionReassignment for one partition; False if the request is refused.
+        ``resuming``: a target accepted before this controller's term (no liveness check)."""
         c, ctx = self.c, self.ctx
         assigned = ctx.partition_replica_assignment(tp)
         current = ctx.partitions_being_reassigned.get(tp)
@@ -256,7 +302,7 @@ class ReassignmentManager:
         previous_full = current.full if current is not None else tuple(assigned)
         # Only replicas new to the partition must be alive: a move whose new replica's broker
         # died meanwhile is resumed (and waits for it), not refused.
-        fresh = [r for r in new.adding if r not in previous_full]
+        fresh = [] if resuming else [r for r in new.adding if r not in previous_full]
         error = validate_target(tp, target, assigned, ctx.live_broker_ids, fresh,
                                 ctx.is_topic_queued_up_for_deletion(tp.topic))
         if error is not None:
@@ -374,6 +420,9 @@ class ReassignmentManager:
         (StopReplica with deletion), ReplicaDeletionSuccessful, NonExistentReplica."""
         c, ctx = self.c, self.ctx
         live_removing = [x for x in removing if x in ctx.live_or_shutting_down_broker_ids]
+        for x in removing:
+            if x not in live_removing:
+                self.undeleted.setdefault(x, set()).add(tp)
         stop = c._batch()
         stop.add_stop_replica(live_removing, tp, delete=False)
         c._move_replicas(tp, removing, R.OfflineReplica)

@@ -12,6 +12,21 @@ most one broker is ever down and min ISR 2 stays reachable:
   coordination session timeout, then SIGCONT;
 * ``restart``: clean restart (SIGTERM: controlled shutdown, then start) of a random broker.
 
+With ``--admin-ops`` (S-6.1, S-6.2) admin operations join the schedule, through odradek's admin
+client:
+
+* ``reassign``: AlterPartitionReassignments of one or two random partitions to a random replica
+  set (a new target may replace one still running); every other time the controller is killed
+  (kill -9) right after the request, so that its successor must resume the move. The move is not
+  waited for: later faults hit it while its new replicas catch up;
+* ``elect_leaders``: ElectLeaders (PREFERRED) for every partition of the topic; the partitions
+  it reports elected must be led by their preferred replica.
+
+The cluster counts as healed when every broker is back and every ISR holds its partition's
+replicas except those a reassignment is still adding. At the end, every partition must have
+reached its last requested target (``/admin/reassign_partitions`` gone) within a grace period;
+a reassignment still in progress then is a failure.
+
 Then the cluster is healed, the producers flush, and three things are verified:
 
 1. every acknowledged value is read back by a consumer at the offset its acknowledgement gave
@@ -19,7 +34,10 @@ Then the cluster is healed, the producers flush, and three things are verified:
    values present but never acknowledged are reported (written, the acknowledgement lost);
 2. after a clean stop of every broker, each replica's log is byte-for-byte identical below the
    high watermark (the `replication-offset-checkpoint` of the replicas), batch by batch;
-3. the cluster healed after every fault (no stuck ISR).
+3. the cluster healed after every fault (no stuck ISR), and every reassignment completed.
+
+``--plot FILE.svg`` draws the acknowledged writes per second of each producer over time, with
+the faults as markers (odradek.plot).
 
 `run_chaos()` is the function tests call; `odradek chaos` wraps it with its own ZooKeeper.
 """
@@ -27,6 +45,8 @@ Then the cluster is healed, the producers flush, and three things are verified:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import random
 import shutil
@@ -47,6 +67,11 @@ from ..storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpoin
 from .processes import ProcessCluster
 
 FAULT_KINDS = ("kill_leader", "kill_controller", "pause_leader", "restart")
+ADMIN_FAULT_KINDS = ("reassign", "elect_leaders")
+# ElectLeaders answers that are no failure: nothing to do, or the preferred replica cannot lead
+# (Kafka's error codes: ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE).
+ELECTION_NOT_NEEDED = 84
+PREFERRED_LEADER_NOT_AVAILABLE = 80
 
 T = TypeVar("T")
 Progress = Callable[[str], None]
@@ -76,6 +101,7 @@ class ChaosConfig:
     heal_timeout_s: float = 60.0
     message_timeout_ms: int = 60000
     rebalance_check_s: int = 10  # leader.imbalance.check.interval.seconds: preferred elections
+    reassign_grace_s: float = 60.0  # after healing, for the reassignments to complete
     log_level: str = "INFO"
     extra_overrides: dict[str, str] = field(default_factory=dict)
 
@@ -115,6 +141,7 @@ class ProducerStats:
     failed: dict[str, str] = field(default_factory=dict)  # value -> error name
     undelivered: int = 0  # still queued after the final flush
     fatal: str | None = None
+    ack_times: list[float] = field(default_factory=list)  # time.monotonic() of each ack
 
 
 @dataclass
@@ -124,6 +151,21 @@ class ReplicaCheck:
     high_watermarks: dict[int, int]  # broker -> checkpointed HW
     compared_below: int
     problem: str | None = None
+
+
+@dataclass
+class ReassignmentCheck:
+    """One partition's last requested reassignment and where it ended."""
+
+    partition: int
+    target: tuple[int, ...]
+    requested_at_s: float
+    replicas: tuple[int, ...] | None = None  # the AR at the end (None: unreadable)
+    pending: bool = True  # still listed in /admin/reassign_partitions
+
+    @property
+    def completed(self) -> bool:
+        return not self.pending and self.replicas == self.target
 
 
 @dataclass
@@ -148,6 +190,8 @@ class ChaosReport:
     broker_tracebacks: dict[int, int] = field(default_factory=dict)  # in brokers' stderr
     errors: list[str] = field(default_factory=list)  # the run itself broke off
     acked_end: dict[int, int] = field(default_factory=dict)  # partition -> max acked + 1
+    reassignments: list[ReassignmentCheck] = field(default_factory=list)
+    throughput: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     workdir: Path | None = None
     elapsed_s: float = 0.0
 
@@ -174,6 +218,13 @@ class ChaosReport:
         out.extend(f"fault {f.kind} at {f.at_s:.1f}s: {f.error}" for f in self.faults
                    if f.error)
         out.extend(f"fatal producer error: {e}" for e in self.fatal_errors)
+        stuck = [r for r in self.reassignments if not r.completed]
+        if stuck:
+            out.append(f"{len(stuck)} reassignments not completed after "
+                       f"{self.config.reassign_grace_s:.0f}s: " + ", ".join(
+                           f"p{r.partition} -> {list(r.target)} (AR "
+                           f"{list(r.replicas) if r.replicas is not None else '?'}"
+                           f"{', pending' if r.pending else ''})" for r in stuck))
         return out
 
     @property
@@ -259,6 +310,7 @@ class ProducerWorker(threading.Thread):
         value = msg.value().decode()
         if err is None:
             self.stats.acked[value] = (msg.partition(), msg.offset())
+            self.stats.ack_times.append(time.monotonic())
         else:
             self.stats.failed[value] = err.name()
 
@@ -300,16 +352,20 @@ class FaultInjector:
         self.t0 = t0
         self.progress = progress
         self.topic = config.topic
+        self.reassignments: dict[int, ReassignmentCheck] = {}  # partition -> last request
 
     # -- cluster views ----------------------------------------------------------------------------
     def healthy(self) -> bool | None:
-        """Every broker running and registered, a controller, every ISR full; else None."""
+        """Every broker running and registered, a controller, every ISR full (but for the
+        replicas a reassignment is still adding); else None."""
         c = self.cluster
         if not all(b.running() for b in c.brokers.values()):
             return None
         if len(c.live_ids()) != len(c.brokers) or c.controller_or_none() is None:
             return None
-        return True if c.fully_replicated(self.topic) else None
+        node = c.json(f"/brokers/topics/{self.topic}")
+        states = c.states(self.topic)
+        return True if in_sync(node, states) else None
 
     def describe(self) -> str:
         try:
@@ -423,6 +479,94 @@ class FaultInjector:
                                  f"led by broker {target} or offline: {self.describe()}")
         self.cluster.brokers[target].restart(clean=False)
 
+    def _admin(self) -> Any:
+        from ..client import Admin
+
+        return Admin({"bootstrap.servers": self.cluster.bootstrap})
+
+    def _reassign(self, record: FaultRecord, start: float) -> None:
+        """AlterPartitionReassignments of one or two partitions to random replica sets; every
+        other time kill -9 of the controller right after it answered."""
+        rf = min(3, len(self.cluster.brokers))
+        assignment = self.cluster.assignment(self.topic)
+        chosen = self.rng.sample(sorted(assignment), min(len(assignment),
+                                                         self.rng.choice((1, 2))))
+        targets = {p: random_target(assignment[p], sorted(self.cluster.brokers), rf, self.rng)
+                   for p in chosen}
+        kill = self.rng.random() < 0.5
+        with self._admin() as admin:
+            results = admin.alter_partition_reassignments(
+                {(self.topic, p): t for p, t in targets.items()}, raise_errors=False)
+        refused = {tp: str(e) for tp, e in results.items() if e is not None}
+        for p, t in targets.items():
+            if (self.topic, p) not in refused:
+                self.reassignments[p] = ReassignmentCheck(p, tuple(t), start - self.t0)
+        record.target = self.cluster.controller()
+        record.detail = ", ".join(f"p{p} {assignment[p]} -> {t}" for p, t in targets.items())
+        if refused:
+            raise RuntimeError(f"reassignment refused: {refused}")
+        if kill:
+            old = record.target
+            self.cluster.brokers[old].kill()
+            new = poll_for(lambda: n if (n := self.cluster.controller_or_none()) not in
+                           (None, old) else None, self._failover_timeout(), "new controller")
+            record.failover_s = time.monotonic() - start
+            record.detail += f"; controller {old} kill -9 -> {new}"
+            self._restart_after_delay(old)
+
+    def _elect_leaders(self, record: FaultRecord, start: float) -> None:
+        """ElectLeaders (PREFERRED) for every partition: the ones reported elected must then
+        be led by their preferred replica (the head of their replica list)."""
+        with self._admin() as admin:
+            results = admin.elect_leaders(
+                "PREFERRED", [(self.topic, p) for p in range(self.config.partitions)],
+                raise_errors=False)
+        record.target = self.cluster.controller()
+        elected = sorted(tp.partition for tp, e in results.items() if e is None)
+        codes = Counter(e.name() for e in results.values()
+                        if e is not None and e.code != ELECTION_NOT_NEEDED)
+        not_needed = sum(1 for e in results.values() if e and e.code == ELECTION_NOT_NEEDED)
+        record.detail = (f"elected {elected}, not needed {not_needed}"
+                         + (f", {dict(codes)}" if codes else ""))
+        unexpected = {tp.partition: e.name() for tp, e in results.items() if e is not None
+                      and e.code not in (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE)}
+        if unexpected:
+            raise RuntimeError(f"ElectLeaders failed: {unexpected}")
+        record.failover_s = time.monotonic() - start
+        # The election writes the state znodes before it answers: no waiting here.
+        assignment = self.cluster.assignment(self.topic)
+        wrong = {p: (self.cluster.leader(self.topic, p), assignment[p][0]) for p in elected
+                 if self.cluster.leader(self.topic, p) != assignment[p][0]}
+        if wrong:
+            raise AssertionError(f"elected partitions not led by their preferred replica "
+                                 f"(leader, preferred): {wrong}")
+
+    def check_reassignments(self, grace_s: float) -> list[ReassignmentCheck]:
+        """Wait up to `grace_s` for every requested reassignment to complete (the last target
+        of each partition is its replica list, ``/admin/reassign_partitions`` gone), then
+        report each one."""
+        checks = [self.reassignments[p] for p in sorted(self.reassignments)]
+        if not checks:
+            return checks
+
+        def look() -> bool | None:
+            pending = set(self._pending_partitions())
+            assignment = self.cluster.assignment(self.topic)
+            for r in checks:
+                r.pending = r.partition in pending
+                r.replicas = tuple(assignment.get(r.partition, ()))
+            return True if all(r.completed for r in checks) and not pending else None
+        with contextlib.suppress(TimeoutError):
+            poll_for(look, grace_s, "completed reassignments", interval=0.2)
+        return checks
+
+    def _pending_partitions(self) -> list[int]:
+        zk = self.cluster.zk
+        if zk.exists("/admin/reassign_partitions") is None:
+            return []
+        data = json.loads(zk.get("/admin/reassign_partitions")[0])
+        return [x["partition"] for x in data["partitions"] if x["topic"] == self.topic]
+
     def _restart_after_delay(self, broker_id: int) -> None:
         time.sleep(self.config.restart_delay_s)
         self.cluster.brokers[broker_id].restart(clean=False)
@@ -435,6 +579,63 @@ class FaultInjector:
             if not b.running():
                 b.restart(clean=False)
         self.wait_healthy(self.config.heal_timeout_s)
+
+
+def in_sync(topic_node: dict[str, Any], states: dict[int, dict[str, Any]]) -> bool:
+    """Every partition of a topic znode has a leader and an ISR holding its replicas, except
+    the ones a reassignment is still adding (KIP-455's ``adding_replicas``)."""
+    adding = topic_node.get("adding_replicas") or {}
+    for p, replicas in topic_node["partitions"].items():
+        s = states.get(int(p))
+        if s is None or s["leader"] < 0:
+            return False
+        if not set(replicas) - set(adding.get(p, ())) <= set(s["isr"]):
+            return False
+    return True
+
+
+def random_target(current: Sequence[int], brokers: Sequence[int], rf: int,
+                  rng: random.Random) -> list[int]:
+    """A random replica set of `rf` brokers other than `current`, in random order (so the
+    preferred leader moves too, often). With no other set (as many brokers as replicas), the
+    same replicas in another order."""
+    if len(set(brokers)) > rf:
+        while set(target := rng.sample(list(brokers), rf)) == set(current):
+            pass
+        return target
+    target = rng.sample(list(current), len(current))
+    while target == list(current) and len(set(current)) > 1:
+        target = rng.sample(list(current), len(current))
+    return target
+
+
+def throughput_series(stats: Sequence[ProducerStats], t0: float, bucket_s: float = 1.0
+                      ) -> dict[str, list[tuple[float, float]]]:
+    """Acknowledged writes per second of each producer, in `bucket_s` buckets since `t0`
+    (every bucket up to the last acknowledgement, zeros included: a stall shows)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    end = max((t for s in stats for t in s.ack_times), default=t0)
+    n = int((end - t0) // bucket_s) + 1
+    for s in stats:
+        counts = [0] * n
+        for t in s.ack_times:
+            if t >= t0:
+                counts[int((t - t0) // bucket_s)] += 1
+        out[f"producer {s.index}"] = [(i * bucket_s, c / bucket_s)
+                                      for i, c in enumerate(counts)]
+    return out
+
+
+def plot_report(report: ChaosReport, path: str) -> None:
+    """The throughput chart with the faults as markers, as an SVG file."""
+    from .. import plot
+
+    svg = plot.line_chart(
+        report.throughput,
+        title=f"odradek chaos, seed {report.config.seed}: acknowledged writes per second",
+        x_label="seconds since the workload started", y_label="acks/s",
+        markers=[(f.at_s, f.kind) for f in report.faults], step=True)
+    plot.write_svg(path, svg)
 
 
 def fault_plan(config: ChaosConfig, rng: random.Random) -> Callable[[], str | None]:
@@ -667,8 +868,13 @@ def _run_workload_and_faults(cluster: ProcessCluster, config: ChaosConfig,
             injector.heal()
         except Exception as exc:  # a stuck ISR, a broker that would not start
             report.healed, report.heal_problem = False, str(exc)
+        if injector.reassignments:
+            progress(f"waiting up to {config.reassign_grace_s:.0f}s for "
+                     f"{len(injector.reassignments)} reassignments to complete")
+            report.reassignments = injector.check_reassignments(config.reassign_grace_s)
         for w in workers:
             w.join()
+        report.throughput = throughput_series([w.stats for w in workers], injector.t0)
     progress(f"producers flushed ({sum(len(w.stats.acked) for w in workers)} acked); "
              "reading everything back")
     read = consume_all(cluster.bootstrap, config.topic, config.partitions, logger=logger)
@@ -734,6 +940,13 @@ def format_report(report: ChaosReport) -> str:
     ]
     lines += [f"  p{r.partition}: {r.problem} (HWs {r.high_watermarks})"
               for r in report.replicas if r.problem]
+    if report.reassignments:
+        done = sum(1 for r in report.reassignments if r.completed)
+        lines.append(f"reassignments      {done}/{len(report.reassignments)} partitions at "
+                     "their last target: " + ", ".join(
+                         f"p{r.partition}->{list(r.target)}"
+                         + ("" if r.completed else " NOT COMPLETED") for r in
+                         report.reassignments))
     lines.append("RESULT: " + ("OK" if report.ok else "FAILED: " + "; ".join(report.failures)))
     return "\n".join(lines)
 
@@ -747,9 +960,16 @@ def _examples(items: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    unknown = [f for f in faults if f not in FAULT_KINDS]
+    known = FAULT_KINDS + ADMIN_FAULT_KINDS
+    unknown = [f for f in faults if f not in known]
     if unknown or not faults:
-        print(f"odradek chaos: unknown faults {unknown}; choose from {','.join(FAULT_KINDS)}",
+        print(f"odradek chaos: unknown faults {unknown}; choose from {','.join(known)}",
+              file=sys.stderr)
+        return 2
+    if args.admin_ops:
+        faults += tuple(k for k in ADMIN_FAULT_KINDS if k not in faults)
+    if args.plot and not args.plot.endswith(".svg"):
+        print(f"odradek chaos: --plot writes an SVG file: {args.plot!r} does not end in .svg",
               file=sys.stderr)
         return 2
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
@@ -768,6 +988,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"odradek chaos: {exc}", file=sys.stderr)
         return 2
     print(format_report(report), flush=True)
+    if args.plot:
+        try:
+            plot_report(report, args.plot)
+            print(f"throughput chart written to {args.plot}", file=sys.stderr)
+        except (OSError, ImportError, ValueError) as exc:  # ValueError: nothing to draw
+            print(f"odradek chaos: could not write {args.plot}: {exc}", file=sys.stderr)
     if report.ok and own_dir and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
@@ -804,5 +1030,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--zookeeper", metavar="HOST:PORT",
                    help="an existing ZooKeeper (default: start a local one)")
     p.add_argument("--faults", default=",".join(FAULT_KINDS),
-                   help=f"comma-separated subset of {','.join(FAULT_KINDS)}")
+                   help=f"comma-separated subset of {','.join(FAULT_KINDS + ADMIN_FAULT_KINDS)}")
+    p.add_argument("--admin-ops", action="store_true",
+                   help="add admin operations to the faults: partition reassignment to random "
+                        "replica sets (AlterPartitionReassignments, sometimes with the "
+                        "controller killed right after) and preferred leader election "
+                        "(ElectLeaders); the report checks every reassignment completed")
+    p.add_argument("--plot", metavar="FILE.svg",
+                   help="write a chart of acknowledged writes per second per producer, with "
+                        "the faults as markers")
     p.set_defaults(func=run)
