@@ -310,3 +310,56 @@ def test_isr_change_notifications_are_batched_by_linger_and_max_delay() -> None:
         await store.close()
         zk.close()
     asyncio.run(body())
+
+
+def test_a_stale_isr_write_does_not_abort_a_newer_proposal_of_the_same_isr(tmp_path: Path
+                                                                          ) -> None:
+    """Found by the admin-ops chaos test: the leader proposes ISR X at epoch 8, a LeaderAndIsr
+    of epoch 9 arrives, the leader proposes X again at epoch 9. The stale epoch-8 write must
+    give up without aborting the new proposal, which then lands in the store and in memory."""
+    from odradek.coordination import paths
+    from odradek.coordination.embedded import EmbeddedZooKeeper
+    from odradek.server.isr import IsrChangeManager
+
+    class Replicas:
+        def __init__(self) -> None:
+            self.partitions: dict[tuple[str, int], Partition] = {}
+            self.replica_lag_time_max_ms = LAG
+
+        def on_high_watermark_moved(self, tp: tuple[str, int]) -> None:
+            pass
+
+        def on_leadership_lost(self, tp: tuple[str, int]) -> None:
+            raise AssertionError("the leader was not deposed")
+
+    async def body() -> None:
+        zk = EmbeddedZooKeeper()
+        store = zk.client()
+        await store.start()
+        await paths.create_top_level_paths(store)
+        path = paths.partition_state_path("t", 0)
+        await store.create(path, paths.encode_partition_state(
+            paths.LeaderIsrAndControllerEpoch(1, 8, (1, 2), 1)), makepath=True)
+        clock = Clock()
+        p = make_leader(tmp_path, clock, isr=[1, 2])
+        p.make_leader(8, [1, 2], [1, 2, 3])
+        p.zk_version = (await store.get(path))[1].version
+        rm = Replicas()
+        rm.partitions[("t", 0)] = p
+        mgr = IsrChangeManager(1, rm, lambda: store, clock)  # type: ignore[arg-type]
+        mgr.expand_isr(p, (1, 2, 3), 3)  # proposal at epoch 8: its task has not run yet
+        # The controller's LeaderAndIsr of epoch 9 (e.g. a reassignment step) overtakes it.
+        stat = await store.set(path, paths.encode_partition_state(
+            paths.LeaderIsrAndControllerEpoch(1, 9, (1, 2), 1)), -1)
+        p.make_leader(9, [1, 2], [1, 2, 3])
+        p.zk_version = stat.version
+        mgr.expand_isr(p, (1, 2, 3), 3)  # the same ISR again, at epoch 9
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if not mgr._inflight:
+                break
+        data, final = await store.get(path)
+        assert paths.decode_partition_state(data).isr == (1, 2, 3)
+        assert p.isr == [1, 2, 3] and p.zk_version == final.version and p.pending_isr is None
+        await store.close()
+    asyncio.run(body())

@@ -136,13 +136,13 @@ class IsrChangeManager:
         store = self.store()
         path = paths.partition_state_path(p.topic, p.index)
         if store is None:
-            self._drop(p, new_isr)
+            self._drop(p, new_isr, epoch, version)
             return
         try:
             data, stat = await store.get(path)
             current = paths.decode_partition_state(data)
             if not self._still_current(p, new_isr, epoch, version):
-                self._drop(p, new_isr)
+                self._drop(p, new_isr, epoch, version)
                 return
             if current is None or stat.version != version or current.leader != self.broker_id \
                     or current.leader_epoch != epoch:
@@ -155,7 +155,7 @@ class IsrChangeManager:
         except BadVersionError:
             found = await self._read(store, path)
             if found is None:
-                self._drop(p, new_isr)
+                self._drop(p, new_isr, epoch, version)
                 return
             current, zk_version = found
             if current is not None and current.leader == self.broker_id \
@@ -166,22 +166,26 @@ class IsrChangeManager:
             elif self._still_current(p, new_isr, epoch, version):
                 self._skip(p, new_isr, epoch, version, current, zk_version)
             else:
-                self._drop(p, new_isr)
+                self._drop(p, new_isr, epoch, version)
             return
         except NoNodeError:
-            self._drop(p, new_isr)  # the topic is being deleted
+            self._drop(p, new_isr, epoch, version)  # the topic is being deleted
             return
         except (CoordinationError, OSError, ValueError) as exc:
             log.warning("%s Could not write the ISR %s to %s: %s", self._prefix(p),
                         fmt_isr(new_isr), path, exc)
-            self._drop(p, new_isr)
+            self._drop(p, new_isr, epoch, version)
             return
         self._committed(p, new_isr, epoch, version, new_stat.version, current.controller_epoch)
 
     @staticmethod
-    def _drop(p: Partition, new_isr: tuple[int, ...]) -> None:
-        """Forget a proposal overtaken by a LeaderAndIsr (which already reset it) or failed."""
-        if p.pending_isr == new_isr:
+    def _drop(p: Partition, new_isr: tuple[int, ...], epoch: int, version: int) -> None:
+        """Forget a proposal overtaken by a LeaderAndIsr (which already reset it) or failed —
+        only if it is still the partition's pending one: the same ISR at the same leader epoch
+        and state version. A stale write of an earlier epoch must not abort a newer proposal of
+        the same ISR (that proposal's write would then succeed in the store but be discarded
+        here, leaving the leader with an ISR and version the store no longer has)."""
+        if p.pending_isr == new_isr and p.leader_epoch == epoch and p.zk_version == version:
             p.abort_isr_update()
 
     async def _read(self, store: CoordinationStore, path: str
@@ -200,8 +204,12 @@ class IsrChangeManager:
         # Announce even if a LeaderAndIsr overtook us: the controller re-reads the node.
         self.isr_change_set.add(tp)
         self.last_isr_change_ms = self.clock()
-        if not self._still_current(p, new_isr, epoch, version):
-            self._drop(p, new_isr)
+        # The write is in the store: apply it unless a LeaderAndIsr (new epoch or version) or
+        # a StopReplica replaced what it was based on, even if the proposal is no longer
+        # pending, so memory never holds an older ISR and version than the store.
+        if not (self.replica_manager.partitions.get(tp) is p and p.is_leader
+                and p.leader_epoch == epoch and p.zk_version == version):
+            self._drop(p, new_isr, epoch, version)
             return
         p.complete_isr_update(new_isr, new_version, controller_epoch)
         self.state_change.broker(controller_epoch, (
