@@ -476,6 +476,12 @@ def test_throttled_reassignment_does_not_stop_a_producer(tmp_path: Path) -> None
                 entries = {n: e.value for n, e in next(iter(topic_cfg.values())).items()}
                 assert entries["leader.replication.throttled.replicas"] == "0:0"
                 assert entries["follower.replication.throttled.replicas"] == "0:1"
+                # A --wait that times out with the move still running says so and fails.
+                code, out = await tool("--bootstrap-server", bootstrap, "--verify",
+                                       "--reassignment-json-file", str(plan), "--wait",
+                                       "--wait-timeout-ms", "200", "--wait-interval-ms", "100")
+                assert code == 1 and "is still in progress" in out, out
+                assert out.strip().endswith("reassignments are still in progress."), out
                 acks_during_move = 0
                 async with AsyncProducer(conf(cluster, acks="all")) as p:
                     loop = asyncio.get_running_loop()

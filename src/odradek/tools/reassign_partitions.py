@@ -472,6 +472,11 @@ async def verify(b: Backend, args: argparse.Namespace) -> list[str]:
     out = status_lines(states)
     if not ongoing and not args.preserve_throttles:
         out += await clear_throttles(b, targets)
+    if args.wait and (ongoing or any(s.current != s.target for s in states.values())):
+        # --wait (odradek's) promised completion: its timeout is a failure, said last.
+        out.append(f"Gave up waiting after --wait-timeout-ms {args.wait_timeout_ms}: "
+                   "reassignments are still in progress.")
+        args.exit_status = 1
     return out
 
 
@@ -559,7 +564,7 @@ def main(args: argparse.Namespace) -> int:
         from .dump_log import reader_gone
 
         return reader_gone()
-    return 0
+    return int(getattr(args, "exit_status", 0))
 
 
 def add_parser(subparsers: Any) -> None:
