@@ -70,6 +70,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import collapsed_stacks, fmt_int, machine_facts, progress, table
+from plots import failover_chart, figure
 
 from odradek.cluster import AsyncCluster
 from odradek.coordination import paths
@@ -687,6 +688,9 @@ def worker(argv: list[str]) -> None:
     cancellation in `asyncio.wait_for` and retry forever, so `ControllerChannelManager.shutdown`
     (and a broker's `kill()`/`stop()` waiting on it) may never return. The parent bounds this
     process anyway."""
+    from odradek.server.gc_freeze import own_process
+
+    own_process()  # a broker process of its own, as `odradek cluster` (server/gc_freeze.py)
     ap = argparse.ArgumentParser(prog="bench_failover.py worker")
     ap.add_argument("--kind", required=True, choices=sorted(LABELS))
     ap.add_argument("--partitions", type=int, required=True)
@@ -863,9 +867,11 @@ def report(results: list[dict[str, Any]], a: argparse.Namespace, elapsed: float,
         w.append(
             "**Caveats.** The embedded store answers in-process, with no network hop. A real "
             "ZooKeeper adds a round trip, and a transaction-log fsync, to each of the "
-            "controller's writes, and the controller issues those writes one after another "
-            "(see the ZooKeeper rows, if present). Also, `kill_broker` closes the victim's "
-            "session at once. After a real `kill -9` the session lives on until "
+            "controller's writes; the controller pipelines the state znode writes of one "
+            "event, up to 100 in flight (`controller/pipeline.py`, as Kafka 1.1 does with "
+            "ZooKeeper's asynchronous API; see the ZooKeeper rows, if present). Also, "
+            "`kill_broker` closes the victim's session at once. After a real `kill -9` the "
+            "session lives on until "
             "`zookeeper.session.timeout.ms` expires (18 s by default since Kafka 2.5, 6 s "
             "before), so in production these figures start only after that detection "
             "delay.\n")
@@ -893,6 +899,12 @@ def report(results: list[dict[str, Any]], a: argparse.Namespace, elapsed: float,
                     "victim out of every ISR s", "store writes", "window / CPU / CPU wait / GC s"],
                    rows, "llrrrrrrrrrrr"))
     w.append("")
+    caches = [(WHAT[k], b, p, statistics.median(v)) for (k, b, p, _), rs in groups.items()
+              if (v := [r["cache_all"] for r in rs if r.get("cache_all") is not None])]
+    if caches:  # the "caches s" column, drawn (bench/plots.py)
+        w.append(figure("failover", failover_chart(sorted(
+            caches, key=lambda c: (c[1] != "embedded", c[2], list(WHAT.values()).index(c[0])
+                                   )))) + "\n")
     w.append(
         "Column notes:\n\n"
         "- *call*: `kill_broker` (in-process: sockets, fetchers and the session closed) or "
@@ -904,9 +916,10 @@ def report(results: list[dict[str, Any]], a: argparse.Namespace, elapsed: float,
         "advance).\n"
         "- *CPU*: the worker's CPU time in the window. *CPU wait*: how long the loop's thread "
         "was runnable but waiting for a CPU held by other work on the machine "
-        "(`/proc/thread-self/schedstat`). The rest of the window was spent blocked, mostly in "
-        "fsync, or idle. *GC*: time in the garbage collector (`gc.callbacks`), part of the "
-        "CPU time.\n")
+        "(`/proc/thread-self/schedstat`). The rest of the window was spent blocked or idle "
+        "(the checkpoint and log fsyncs run on the log managers' writer threads, whose CPU "
+        "time counts in *CPU*). *GC*: time in the garbage collector (`gc.callbacks`), part "
+        "of the CPU time.\n")
 
     w.append(NOTES_SLOT + "\n")
     rows = []

@@ -175,6 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.func in (cmd_broker, cmd_standalone, cmd_cluster) and argv is None:
+        from .server.gc_freeze import own_process
+
+        own_process()  # a broker process: it may tune GC and thread switching (gc_freeze.py)
     from .client.errors import KafkaError
 
     try:

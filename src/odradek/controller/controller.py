@@ -63,6 +63,8 @@ from .events import (
     TopicDeletion,
 )
 from .partition_states import IllegalStateTransition, PartitionState
+from .pipeline import DEFAULT_WINDOW as STATE_WRITE_WINDOW
+from .pipeline import run_bounded
 from .reassignment import ReassignmentManager
 from .replica_states import ReplicaState
 
@@ -488,14 +490,20 @@ class KafkaController:
         ctx = self.ctx
         candidates = sorted(ctx.all_partitions() if only is None else only)
         batch = self._batch()
-        for tp in candidates:
+
+        async def online(tp: TopicPartition) -> None:
             if ctx.is_topic_queued_up_for_deletion(tp.topic):
-                continue
+                return
             state = self._partition_state(tp)
             if state is P.NewPartition:
                 await self._initialize_leadership(tp, batch)
             elif state is P.OfflinePartition:
                 await self._elect_leader(tp, batch, "offline")
+
+        # the state znode writes are pipelined (KAFKA-5642), each partition's steps in order
+        await run_bounded([tp for tp in candidates
+                           if self._partition_state(tp) in (P.NewPartition, P.OfflinePartition)],
+                          online, STATE_WRITE_WINDOW)
         if self.channel is not None:
             batch.send(self.channel)
 
@@ -637,11 +645,14 @@ class KafkaController:
                 self._move(tp, P.OfflinePartition)
         await self._trigger_online_partitions(led)
         batch = self._batch()
-        for tp in sorted(hosted):
+
+        async def offline_replicas(tp: TopicPartition) -> None:
             for b in dead:
                 if b in ctx.partition_replica_assignment(tp):
                     self._move_replicas(tp, [b], R.OfflineReplica)
                     await self._remove_replica_from_isr(tp, b, batch)
+
+        await run_bounded(sorted(hosted), offline_replicas, STATE_WRITE_WINDOW)  # pipelined
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, hosted | led)
         batch.send(self.channel)
 
@@ -663,14 +674,19 @@ class KafkaController:
                    and not ctx.is_topic_queued_up_for_deletion(tp.topic)]
         # Leaders first (Kafka's doControlledShutdown): leadership leaves the broker before the
         # ISR shrinks of the partitions it only follows.
-        for tp in movable:
+        # Each phase's state znode writes are pipelined (KAFKA-5642).
+        async def move_leadership(tp: TopicPartition) -> None:
             if ctx.leader_and_isr(tp).leader == b:  # type: ignore[union-attr]
                 await self._elect_leader(tp, batch, "controlled_shutdown", {b})
-        for tp in movable:
+
+        async def leave_isr(tp: TopicPartition) -> None:
             if ctx.leader_and_isr(tp).leader != b:  # type: ignore[union-attr]
                 batch.add_stop_replica([b], tp, delete=False)
                 self._move_replicas(tp, [b], R.OfflineReplica)
                 await self._remove_replica_from_isr(tp, b, batch)
+
+        await run_bounded(movable, move_leadership, STATE_WRITE_WINDOW)
+        await run_bounded(movable, leave_isr, STATE_WRITE_WINDOW)
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, ctx.partitions_on_broker(b))
         assert self.channel is not None
         batch.send(self.channel)

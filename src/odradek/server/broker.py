@@ -23,12 +23,14 @@ from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
 from ..coordinator.group_coordinator import GroupCoordinator
+from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.log import LogConfig
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
 from .apis import KafkaApis
 from .broker_config_manager import BrokerConfigManager
 from .config import ConfigError, KafkaConfig
+from .gc_freeze import freeze_long_lived, process_owned
 from .metadata_cache import BrokerInfo, MetadataCache
 from .network import SocketServer
 from .producer_id_manager import ProducerIdManager
@@ -142,6 +144,10 @@ class Broker:
         self.log_manager = LogManager(
             log_dirs, self.default_log_config,
             producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+        # many loaded logs: out of the cyclic GC's generations (server/gc_freeze.py)
+        freeze_long_lived(len(self.log_manager.all_logs()), collect=True, reason="loading logs")
+        if process_owned():  # the checkpoint writer threads get the GIL back quickly
+            lower_switch_interval()
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.topic_config)
         self.replica_manager.start()
         self.replica_manager.start_replication(  # replica fetchers and ISR tasks (S-3)
@@ -304,7 +310,9 @@ class Broker:
                 while True:
                     await asyncio.sleep(interval_ms / 1000)
                     try:
-                        fn()
+                        result = fn()
+                        if asyncio.iscoroutine(result):  # its blocking part runs off the loop
+                            await result
                     except Exception:
                         log.exception("Periodic task %s failed", name)
             self._tasks.append(asyncio.create_task(loop(), name=f"broker-{self.broker_id}-{name}"))
@@ -312,7 +320,7 @@ class Broker:
         every("kafka-log-retention", cfg["log.retention.check.interval.ms"],
               lambda: lm.cleanup_logs(_now_ms()))
         flush_every = min(cfg["log.flush.scheduler.interval.ms"], 1000)
-        every("kafka-log-flusher", flush_every, lambda: lm.flush_dirty_logs(_now_ms()))
+        every("kafka-log-flusher", flush_every, lambda: lm.flush_dirty_logs_async(_now_ms()))
         every("kafka-recovery-point-checkpoint", cfg["log.flush.offset.checkpoint.interval.ms"],
               lm.checkpoint_recovery_points_and_log_start_offsets)
         every("highwatermark-checkpoint", cfg["replica.high.watermark.checkpoint.interval.ms"],

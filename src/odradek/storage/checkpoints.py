@@ -68,9 +68,9 @@ def write_atomically(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def _write(path: Path, version: int, lines: list[str]) -> None:
-    text = f"{version}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
-    write_atomically(path, text.encode("utf-8"))
+def encode(version: int, lines: list[str]) -> bytes:
+    """A checkpoint file's bytes: version, entry count, one entry a line."""
+    return (f"{version}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)).encode()
 
 
 def _read(path: Path, version: int, parse: Callable[[list[str]], T | None]) -> list[T]:
@@ -120,9 +120,13 @@ class OffsetCheckpointFile:
         self.path = Path(path)
 
     def write(self, offsets: Mapping[TopicPartition, int]) -> None:
-        lines = [f"{topic} {partition} {offset}"
-                 for (topic, partition), offset in sorted(offsets.items())]
-        _write(self.path, CHECKPOINT_VERSION, lines)
+        write_atomically(self.path, self.encode(offsets))
+
+    @staticmethod
+    def encode(offsets: Mapping[TopicPartition, int]) -> bytes:
+        return encode(CHECKPOINT_VERSION, [f"{topic} {partition} {offset}"
+                                           for (topic, partition), offset
+                                           in sorted(offsets.items())])
 
     def read(self) -> dict[TopicPartition, int]:
         def parse(fields: list[str]) -> tuple[TopicPartition, int] | None:
@@ -144,7 +148,11 @@ class LeaderEpochCheckpointFile:
         self.path = Path(path)
 
     def write(self, entries: Iterable[tuple[int, int]]) -> None:
-        _write(self.path, CHECKPOINT_VERSION, [f"{epoch} {offset}" for epoch, offset in entries])
+        write_atomically(self.path, self.encode(entries))
+
+    @staticmethod
+    def encode(entries: Iterable[tuple[int, int]]) -> bytes:
+        return encode(CHECKPOINT_VERSION, [f"{epoch} {offset}" for epoch, offset in entries])
 
     def read(self) -> list[tuple[int, int]]:
         def parse(fields: list[str]) -> tuple[int, int] | None:

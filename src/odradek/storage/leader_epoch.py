@@ -10,8 +10,10 @@ Kafka's rules (LeaderEpochFileCache):
   epochs and start offsets strictly increase.
 * ``end_offset_for(epoch, leo)``: see its docstring.
 * truncation from the end (log truncation) and from the start (log start offset moved).
-Every change is written to the checkpoint file at once (Kafka flushes truncations
-asynchronously; here the broker's loop owns the cache and the file is tiny).
+Every change is persisted at once: written synchronously, or -- with a ``CheckpointWriter``
+(the broker's log manager has one) -- handed to the writer thread, which writes the newest
+content off the event loop, atomically; the in-memory cache changes synchronously either way,
+and the LeaderAndIsr handler awaits the writer before answering (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import bisect
 from collections.abc import Iterable
 from pathlib import Path
 
+from .checkpoint_writer import CheckpointWriter
 from .checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
 
 UNDEFINED_EPOCH = -1
@@ -29,7 +32,9 @@ UNDEFINED_EPOCH_OFFSET = -1
 class LeaderEpochFileCache:
     """Epoch entries sorted by epoch (and therefore by start offset)."""
 
-    def __init__(self, partition_dir: Path | None, *, load: bool = True) -> None:
+    def __init__(self, partition_dir: Path | None, *, load: bool = True,
+                 writer: CheckpointWriter | None = None) -> None:
+        self._writer = writer
         self._checkpoint = (LeaderEpochCheckpointFile(Path(partition_dir) / LEADER_EPOCH_CHECKPOINT)
                             if partition_dir is not None else None)
         self._epochs: list[int] = []
@@ -146,5 +151,10 @@ class LeaderEpochFileCache:
         self._persist()
 
     def _persist(self) -> None:
-        if self._checkpoint is not None and self._checkpoint.path.parent.is_dir():
+        if self._checkpoint is None:
+            return
+        if self._writer is not None:  # off the loop; a deleted dir is skipped by the writer
+            self._writer.submit(self._checkpoint.path,
+                                LeaderEpochCheckpointFile.encode(self.entries()))
+        elif self._checkpoint.path.parent.is_dir():
             self._checkpoint.write(self.entries())

@@ -40,6 +40,7 @@ from ..protocol.records import (
     check_batch,
     set_log_append_time,
 )
+from .checkpoint_writer import CheckpointWriter
 from .checkpoints import CheckpointError, fsync_dir
 from .index import NO_TIMESTAMP
 from .leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochFileCache
@@ -377,6 +378,33 @@ class _State:
     bases: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class FlushPlan:
+    """What a flush up to `offset` must fsync: files (log and indexes of the segments below
+    it) and, for segments created since the last flush, their directory."""
+
+    offset: int
+    files: tuple[Path, ...]
+    directory: Path | None
+    truncations: int
+
+
+def fsync_files(plan: FlushPlan) -> None:
+    """The plan's fsyncs (any thread). A file removed meanwhile (retention, truncation) needs
+    none; other errors propagate."""
+    for path in plan.files:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if plan.directory is not None:
+        fsync_dir(plan.directory)
+
+
 def follower_append_runs(ends: list[int], segment_bytes: int) -> list[tuple[int, int]]:
     """Split batches (given by their end positions in one buffer) into consecutive runs
     [lo, hi) whose total size is at most `segment_bytes`; a batch larger than that forms a run
@@ -400,8 +428,10 @@ class Log:
                  clock: Callable[[], int] | None = None,
                  handle_cache: FileHandleCache | None = None,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 strict_unknown_producer: bool = False) -> None:
+                 strict_unknown_producer: bool = False,
+                 checkpoint_writer: CheckpointWriter | None = None) -> None:
         self.dir = Path(directory)
+        self.checkpoint_writer = checkpoint_writer  # leader-epoch-checkpoint off the loop
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
         self.clock = clock or _wall_clock_ms
@@ -413,8 +443,10 @@ class Log:
         self.high_watermark: int | None = None  # set by the partition layer; None -> LEO
         self.last_flush_ms = self.clock()
         self._pending_flush_offset: int | None = None
+        self._truncations = 0  # an off-loop flush only advances the recovery point if unchanged
         self._max_pos = _MaxPositionCache()
-        self.leader_epoch_cache = LeaderEpochFileCache(self.dir, load=False)
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir, load=False,
+                                                       writer=checkpoint_writer)
         self.producer_state = ProducerStateManager(
             self.dir, producer_id_expiration_ms=producer_id_expiration_ms,
             strict_unknown_producer=strict_unknown_producer)
@@ -428,7 +460,8 @@ class Log:
              clock: Callable[[], int] | None = None,
              handle_cache: FileHandleCache | None = None,
              producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-             strict_unknown_producer: bool = False) -> Log:
+             strict_unknown_producer: bool = False,
+             checkpoint_writer: CheckpointWriter | None = None) -> Log:
         """Load (or create) the log in `directory` (Kafka's LogLoader): remove stray
         ``.deleted``/``.cleaned`` files, complete interrupted ``.swap``s, drop orphan indexes,
         rebuild missing/corrupt indexes, recover every segment from the one holding
@@ -436,7 +469,8 @@ class Log:
         the producer state."""
         log = cls(Path(directory), config or LogConfig(), clock=clock, handle_cache=handle_cache,
                   producer_id_expiration_ms=producer_id_expiration_ms,
-                  strict_unknown_producer=strict_unknown_producer)
+                  strict_unknown_producer=strict_unknown_producer,
+                  checkpoint_writer=checkpoint_writer)
         log._load(recovery_point, log_start_offset, had_clean_shutdown)
         return log
 
@@ -473,10 +507,12 @@ class Log:
 
         rebuild_epochs = False
         try:
-            self.leader_epoch_cache = LeaderEpochFileCache(self.dir)
+            self.leader_epoch_cache = LeaderEpochFileCache(self.dir,
+                                                           writer=self.checkpoint_writer)
         except (CheckpointError, ValueError):
             # unreadable leader-epoch-checkpoint: the batch headers carry the epochs
-            self.leader_epoch_cache = LeaderEpochFileCache(self.dir, load=False)
+            self.leader_epoch_cache = LeaderEpochFileCache(self.dir, load=False,
+                                                           writer=self.checkpoint_writer)
             rebuild_epochs = True
         if not clean:
             self._recover_from(recovery_point)
@@ -965,6 +1001,7 @@ class Log:
         active.truncate_to(target_offset, self.clock())
         self._leo = active.read_next_offset()
         self.recovery_point = min(self.recovery_point, self._leo)
+        self._truncations += 1
         self.log_start_offset = min(self.log_start_offset, target_offset)
         if self._pending_flush_offset is not None and self._pending_flush_offset > self._leo:
             self._pending_flush_offset = self._leo
@@ -982,6 +1019,7 @@ class Log:
         self._add_segment(LogSegment.create(self.dir, new_offset, **self._segment_kwargs()))
         self._leo = new_offset
         self.recovery_point = min(self.recovery_point, new_offset)
+        self._truncations += 1
         self._pending_flush_offset = None
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully_and_start_at(new_offset)
@@ -1126,6 +1164,47 @@ class Log:
             flushed = True
         return flushed
 
+    # -- flushes off the event loop (the periodic flusher) --------------------------------------
+
+    def plan_flush(self, up_to: int | None = None) -> FlushPlan | None:
+        """``flush``'s files, to fsync elsewhere (``fsync_files``, in a thread), then
+        ``complete_flush`` back on the loop: the recovery point moves only once the fsyncs
+        covering it completed, and not at all if the log was truncated meanwhile."""
+        offset = self._leo if up_to is None else min(up_to, self._leo)
+        if offset <= self.recovery_point:
+            return None
+        files: list[Path] = []
+        new_files = False
+        for segment in self._s.segments[self._segment_index_for(self.recovery_point):]:
+            if segment.base_offset >= offset:
+                break
+            files += (segment.log_path, segment.index_path, segment.time_index_path)
+            if segment.base_offset >= self.recovery_point:
+                new_files = True
+        return FlushPlan(offset, tuple(files), self.dir if new_files else None,
+                         self._truncations)
+
+    def maybe_flush_plan(self, now_ms: int) -> FlushPlan | None:
+        """``maybe_flush``'s decision (rolled segments, flush.messages, flush.ms) as a plan."""
+        pending, self._pending_flush_offset = self._pending_flush_offset, None
+        unflushed = self._leo - self.recovery_point
+        if unflushed > 0 and (unflushed >= self.config.flush_messages
+                              or now_ms - self.last_flush_ms >= self.config.flush_ms):
+            return self.plan_flush()
+        return self.plan_flush(pending) if pending is not None else None
+
+    def complete_flush(self, plan: FlushPlan, ok: bool = True) -> bool:
+        """The plan's fsyncs are done (`ok`) or failed: True if the recovery point moved."""
+        if not ok:  # flush those segments again next time
+            if self._pending_flush_offset is None or self._pending_flush_offset < plan.offset:
+                self._pending_flush_offset = plan.offset
+            return False
+        self.last_flush_ms = self.clock()
+        if plan.truncations != self._truncations or plan.offset <= self.recovery_point:
+            return False
+        self.recovery_point = min(plan.offset, self._leo)
+        return True
+
     # -- close / delete -------------------------------------------------------------------------
 
     def close(self, flush: bool = False) -> None:
@@ -1163,6 +1242,7 @@ __all__ = [
     "AppendInfo",
     "CorruptRecordError",
     "FetchData",
+    "FlushPlan",
     "InvalidConfigError",
     "InvalidTimestampError",
     "Log",

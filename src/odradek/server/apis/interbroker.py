@@ -20,6 +20,7 @@ from ...controller.context import TopicPartition
 from ...controller.events import ControlledShutdown, ControllerMovedError
 from ...protocol import interbroker as ib
 from ...state_change import StateChangeLogger, leadership_text
+from ..gc_freeze import freeze_long_lived
 from ..metadata_cache import BrokerInfo, PartitionInfo
 from ..network import CloseConnection, Connection
 
@@ -76,7 +77,16 @@ def handle(broker: Broker, conn: Connection, payload: bytes) -> Any:
 async def _leader_and_isr(broker: Broker, key: int, version: int, cid: int, req: Any) -> bytes:
     # A broker needs a topic's config overrides before it creates the topic's first log.
     await broker.topic_configs.ensure_loaded({s.topic_name for s in req.partition_states()})
-    return respond(key, version, cid, leader_and_isr(broker, req, cid, version))
+    partitions_before = len(broker.replica_manager.partitions)
+    response = leader_and_isr(broker, req, cid, version)
+    freeze_long_lived(len(broker.replica_manager.partitions) - partitions_before,
+                      collect=False, reason="LeaderAndIsr")  # many new partitions: long-lived
+    # The new leader epochs are in the caches already; their leader-epoch-checkpoint files are
+    # written by the log manager's writer thread, coalesced and off the loop. Answer once they
+    # are on disk, as Kafka answers after LeaderEpochFileCache.assign's flush.
+    if broker.log_manager is not None:
+        await broker.log_manager.checkpoint_writer.flush()
+    return respond(key, version, cid, response)
 
 
 def _stale(broker: Broker, controller_id: int, epoch: int, what: str) -> bool:

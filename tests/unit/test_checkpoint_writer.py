@@ -1,0 +1,237 @@
+"""The off-loop checkpoint writer (storage/checkpoint_writer.py, S-2.5, S-3.7) and the
+controller's bounded write pipeline (controller/pipeline.py, KAFKA-5642)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from odradek.controller.pipeline import run_bounded
+from odradek.storage.checkpoint_writer import CheckpointWriter, CoalescingQueue
+from odradek.storage.checkpoints import LeaderEpochCheckpointFile
+from odradek.storage.leader_epoch import LeaderEpochFileCache
+
+A, B, C = Path("/d/a/f"), Path("/d/b/f"), Path("/d/c/f")
+
+# -- CoalescingQueue (pure) ---------------------------------------------------------------------
+
+
+def test_queue_coalesces_keeping_the_oldest_place_and_the_newest_data() -> None:
+    q = CoalescingQueue()
+    assert q.submit(A, b"a1") == 1
+    q.submit(B, b"b1")
+    q.submit(A, b"a2")  # A keeps its place (first), its data is replaced
+    assert len(q) == 2
+    assert q.pop() == (A, b"a2")
+    assert q.pop() == (B, b"b1")
+    assert q.pop() is None
+
+
+def test_queue_watermark_counts_only_written_submissions() -> None:
+    q = CoalescingQueue()
+    q.submit(A, b"a1")  # 1
+    q.submit(B, b"b1")  # 2
+    q.submit(A, b"a2")  # 3, coalesced into A's place (seq 1)
+    assert q.done == 0
+    assert q.pop() == (A, b"a2")
+    assert q.done == 0  # in flight is not written
+    assert q.written(A) == 1  # B (seq 2) is still pending
+    q.pop()
+    assert q.written(B) == 3  # nothing pending: every submission is on disk
+    q.submit(C, b"c")
+    assert q.done == 3
+
+
+def test_queue_forget_drops_a_directory_and_advances_the_watermark() -> None:
+    q = CoalescingQueue()
+    q.submit(A, b"a")
+    q.submit(B, b"b")
+    assert q.forget(A.parent) == 1
+    assert q.done == 1
+    assert q.pop() == (B, b"b")
+    assert q.written(B) == 2
+
+
+def test_queue_never_hands_out_a_file_being_written() -> None:
+    q = CoalescingQueue()
+    q.submit(A, b"a1")
+    assert q.pop() == (A, b"a1")
+    q.submit(A, b"a2")  # resubmitted while its write is in flight
+    q.submit(B, b"b")
+    assert q.pop() == (B, b"b")  # A waits for its write in flight
+    assert q.pop() is None
+    assert q.written(B) == 0  # A's first write (seq 1) is still in flight
+    assert q.written(A) == 1
+    assert q.pop() == (A, b"a2")
+    assert q.written(A) == 3
+
+
+# -- CheckpointWriter (a real thread, recording writes) -----------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.writes: list[tuple[Path, bytes]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, path: Path, data: bytes) -> None:
+        self.gate.wait(10)
+        self.writes.append((path, data))
+
+
+def test_writer_flush_waits_for_the_newest_content_coalesced() -> None:
+    rec = Recorder()
+    writer = CheckpointWriter(write=rec, threads=1)
+
+    async def main() -> None:
+        rec.gate.clear()  # hold the thread so submissions pile up
+        writer.submit(A, b"a1")
+        await asyncio.sleep(0.05)  # A's first write is in progress (blocked)
+        for i in range(2, 50):
+            writer.submit(A, b"a%d" % i)
+            writer.submit(B, b"b%d" % i)
+        flushed = asyncio.ensure_future(writer.flush())
+        await asyncio.sleep(0.05)
+        assert not flushed.done()
+        rec.gate.set()
+        await asyncio.wait_for(flushed, 10)
+
+    asyncio.run(main())
+    writer.close()
+    assert rec.writes[0] == (A, b"a1")
+    assert rec.writes[-2:] == [(A, b"a49"), (B, b"b49")]
+    assert len(rec.writes) == 3  # 97 submissions, 3 writes
+
+
+def _blocked_on_first_write(*paths: Path) -> tuple[Recorder, CheckpointWriter]:
+    rec = Recorder()
+    writer = CheckpointWriter(write=rec, threads=1)
+    rec.gate.clear()
+    for path in paths:
+        writer.submit(path, path.parent.name.encode())
+    while writer.pending == len(paths):  # wait until the first write is in progress
+        threading.Event().wait(0.005)
+    threading.Timer(0.05, rec.gate.set).start()
+    return rec, writer
+
+
+def test_writer_forget_drops_a_directory_after_the_write_in_progress() -> None:
+    rec, writer = _blocked_on_first_write(A, B, C)
+    writer.forget(B.parent)  # B was pending: dropped
+    writer.forget(A.parent)  # returns once A's write (in progress) is done
+    assert rec.writes[0] == (A, b"a")
+    assert writer.flush_blocking(10)
+    writer.close()
+    assert rec.writes == [(A, b"a"), (C, b"c")]
+
+
+def test_writer_abandon_drops_what_is_queued() -> None:
+    rec, writer = _blocked_on_first_write(A, B, C)
+    writer.close(abandon=True)  # B and C are dropped, as a crash would; A completes
+    assert rec.writes == [(A, b"a")]
+    with pytest.raises(RuntimeError):
+        writer.submit(A, b"late")
+
+
+def test_writer_threads_never_write_one_file_concurrently(tmp_path: Path) -> None:
+    writing: set[Path] = set()
+    overlaps: list[Path] = []
+    lock = threading.Lock()
+
+    def write(path: Path, data: bytes) -> None:
+        with lock:
+            if path in writing:
+                overlaps.append(path)
+            writing.add(path)
+        threading.Event().wait(0.0005)
+        path.write_bytes(data)
+        with lock:
+            writing.discard(path)
+
+    writer = CheckpointWriter(write=write, threads=4)
+    paths = [tmp_path / f"f{i}" for i in range(5)]
+    for n in range(300):
+        writer.submit(paths[n % 5], b"%d" % n)
+    assert writer.flush_blocking(30)
+    writer.close()
+    assert overlaps == []
+    assert [p.read_bytes() for p in paths] == [b"%d" % (295 + i) for i in range(5)]
+
+
+def test_writer_skips_a_deleted_directory(tmp_path: Path) -> None:
+    writer = CheckpointWriter()
+    writer.submit(tmp_path / "gone" / "leader-epoch-checkpoint", b"0\n0\n")
+    writer.submit(tmp_path / "f", b"x")
+    assert writer.flush_blocking(10)
+    writer.close()
+    assert (tmp_path / "f").read_bytes() == b"x"
+    assert writer.write_errors == 0 and writer.files_written == 1
+
+
+def test_leader_epoch_cache_persists_through_the_writer(tmp_path: Path) -> None:
+    writer = CheckpointWriter()
+    cache = LeaderEpochFileCache(tmp_path, load=False, writer=writer)
+    for epoch in range(1, 200):
+        cache.assign(epoch, epoch * 10)  # in memory at once
+    assert cache.latest_entry() == (199, 1990)
+    cache.truncate_from_end(1000)
+    assert writer.flush_blocking(10)
+    writer.close()
+    assert LeaderEpochCheckpointFile(tmp_path / "leader-epoch-checkpoint").read() == \
+        cache.entries()
+    assert writer.files_written < 199  # coalesced
+
+
+# -- run_bounded --------------------------------------------------------------------------------
+
+
+def test_run_bounded_window_order_and_results() -> None:
+    in_flight, peak, started = 0, 0, []
+
+    async def op(x: int) -> int:
+        nonlocal in_flight, peak
+        started.append(x)
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.001 * (x % 3))
+        in_flight -= 1
+        return x * x
+
+    results = asyncio.run(run_bounded(range(50), op, window=7))
+    assert results == [x * x for x in range(50)]
+    assert started == list(range(50))
+    assert peak == 7
+
+
+def test_run_bounded_first_error_cancels_the_rest() -> None:
+    finished: list[int] = []
+
+    async def op(x: int) -> None:
+        if x == 3:
+            raise LookupError("controller moved")
+        await asyncio.sleep(0.05)
+        finished.append(x)
+
+    with pytest.raises(LookupError):
+        asyncio.run(run_bounded(range(100), op, window=10))
+    assert finished == []
+    with pytest.raises(ValueError):
+        asyncio.run(run_bounded([1], op, window=0))
+
+
+def test_lower_switch_interval_only_lowers() -> None:
+    import sys
+
+    from odradek.storage.checkpoint_writer import lower_switch_interval
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        assert lower_switch_interval(0.0005) == pytest.approx(0.0005)
+        assert lower_switch_interval(0.002) == pytest.approx(0.0005)  # never raised
+    finally:
+        sys.setswitchinterval(before)
