@@ -37,13 +37,13 @@ if [ -n "${BENCH_REV:-}" ]; then
     echo "[run_all] benchmarking src/ of commit $rev" >&2
 fi
 
-echo "[run_all] 1/3 bench/bench_broker.py $*" >&2
+echo "[run_all] 1/6 bench/bench_broker.py $*" >&2
 timeout 3600 "$PY" bench/bench_broker.py --output "$tmp/broker.md" "$@"
 
-echo "[run_all] 2/3 bench/bench_timer.py --ops $TIMER_OPS" >&2
+echo "[run_all] 2/6 bench/bench_timer.py --ops $TIMER_OPS" >&2
 timeout 1800 "$PY" bench/bench_timer.py --ops "$TIMER_OPS" >"$tmp/timer.md"
 
-echo "[run_all] 3/3 bench/bench_failover.py $FAILOVER_ARGS" >&2
+echo "[run_all] 3/6 bench/bench_failover.py $FAILOVER_ARGS" >&2
 # shellcheck disable=SC2086  # FAILOVER_ARGS is a list of arguments
 timeout 5400 "$PY" bench/bench_failover.py --output "$tmp/failover.md" $FAILOVER_ARGS
 
@@ -105,7 +105,8 @@ if replication:  # carried over for bench_replication.py --update-doc (keeps its
 Path(out).write_text(doc)
 PYEOF
 "$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
-echo "[run_all] 4/4 bench/bench_replication.py --update-doc $OUT" >&2
+echo "[run_all] 4/6 bench/bench_replication.py --update-doc $OUT" >&2
 timeout 3600 "$PY" bench/bench_replication.py --no-timer --update-doc "$OUT"
-echo "[run_all] 5/5 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
-echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication section)" >&2
+echo "[run_all] 5/6 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
+echo "[run_all] 6/6 bench/bench_client.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_client.py --update-doc "$OUT"
+echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark and client sections)" >&2
