@@ -160,6 +160,8 @@ class KafkaClient:
         self._closed = True
         if self._bg is not None:
             self._bg.cancel()
+            if self._bg is not asyncio.current_task():  # let it finish cancelling: a loop
+                await asyncio.wait([self._bg], timeout=1.0)  # closed next must not find it
         conns = list(self._conns.values())
         self._conns.clear()
         for c in conns:
