@@ -321,15 +321,21 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
             out.append(f'<polyline points="{" ".join(coords)}" fill="none" stroke="{colour}" '
                        'stroke-width="2" stroke-linejoin="round"/>')
         out.append("</g>")
-    for i, (x, label) in enumerate(marks):
+    placed = place_marker_labels([xs(x) for x, _ in marks],
+                                 [len(_shorten(label, 40)) * MARKER_CHAR_W for _, label in marks],
+                                 top + 4, bottom - 4)
+    for (x, label), ty in zip(marks, placed, strict=True):
         px = xs(x)
-        out.append(f'<g class="marker"><line x1="{_n(px)}" y1="{_n(top)}" x2="{_n(px)}" '
+        text = _shorten(label, 40)
+        out.append(f'<g class="marker"><title>{esc(label)}</title>'
+                   f'<line x1="{_n(px)}" y1="{_n(top)}" x2="{_n(px)}" '
                    f'y2="{_n(bottom)}" stroke="#b22222" stroke-width="1.2" '
                    'stroke-dasharray="5,4"/>')
-        # Rotated along the line, reading downwards; alternate sides to limit overlaps.
-        tx = px + 4 if i % 2 == 0 or px - 14 < left else px - 12
-        out.append(f'<text transform="translate({_n(tx)},{_n(top + 4)}) rotate(90)" '
-                   f'fill="#b22222" font-size="11">{esc(_shorten(label, 40))}</text></g>')
+        if ty is not None:  # rotated along the line, reading downwards
+            out.append(f'<text transform="translate({_n(px + 4)},{_n(ty)}) rotate(90)" '
+                       f'fill="#b22222" font-size="11" stroke="#ffffff" stroke-width="3" '
+                       f'paint-order="stroke">{esc(text)}</text>')
+        out.append("</g>")
     if names:
         out.extend(_legend_column(names, right + 16, top + 8, colours, legend_chars,
                                   height - 12.0))
@@ -337,6 +343,37 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
         _no_data(out, (left + right) / 2, (top + bottom) / 2)
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+MARKER_CHAR_W = 6.2  # approximate advance of an 11px character along a rotated label
+MARKER_LABEL_GAP = 13.0  # labels closer than this horizontally would overlap
+
+
+def place_marker_labels(xs: Sequence[float], lengths: Sequence[float], top: float,
+                        bottom: float) -> list[float | None]:
+    """Where each marker's rotated label starts (its y), or None when it does not fit.
+
+    Labels run down their marker line. Greedily, each label takes the highest start at which
+    it overlaps no label already placed on a marker closer than MARKER_LABEL_GAP; a label that
+    would run past `bottom` is left out (its marker keeps the text as a tooltip), so dense
+    events never print on top of each other."""
+    placed: list[tuple[float, float, float]] = []  # (x, y from, y to)
+    out: list[float | None] = []
+    for x, length in zip(xs, lengths, strict=True):
+        y = top
+        for _px, y0, y1 in sorted((p for p in placed if abs(p[0] - x) < MARKER_LABEL_GAP),
+                                 key=lambda p: p[1]):
+            if y + length + 4 <= y0 or y >= y1 + 4:
+                continue  # no overlap with this one
+            y = y1 + 6
+        clash = any(abs(px - x) < MARKER_LABEL_GAP and not (y + length + 4 <= y0 or y >= y1 + 4)
+                    for px, y0, y1 in placed)
+        if clash or y + length > bottom:
+            out.append(None)
+            continue
+        placed.append((x, y, y + length))
+        out.append(y)
+    return out
 
 
 # -- bar chart ------------------------------------------------------------------------------

@@ -303,3 +303,29 @@ def test_timeline_fixed_colours() -> None:
     fills = [r.attrib["fill"] for r in root.iter(f"{NS}rect") if r.attrib.get("class") == "span"]
     assert fills[0] == "#D55E00"
     assert len(set(fills)) == 3  # the others avoid the fixed colour
+
+
+@given(st.lists(st.tuples(st.floats(0, 900), st.floats(5, 200)), max_size=40))
+def test_marker_labels_never_overlap(labels: list[tuple[float, float]]) -> None:
+    from odradek.plot import MARKER_LABEL_GAP, place_marker_labels
+
+    xs = [x for x, _ in labels]
+    lengths = [n for _, n in labels]
+    ys = place_marker_labels(xs, lengths, 40.0, 360.0)
+    spans = [(x, y, y + n) for (x, n), y in zip(labels, ys, strict=True) if y is not None]
+    for y, (_, n) in zip(ys, labels, strict=True):
+        assert y is None or (y >= 40.0 and y + n <= 360.0)
+    for i, (xa, a0, a1) in enumerate(spans):
+        for xb, b0, b1 in spans[i + 1:]:
+            if abs(xa - xb) < MARKER_LABEL_GAP:
+                assert a1 + 4 <= b0 or b1 + 4 <= a0
+
+
+def test_dense_markers_keep_every_label_as_a_tooltip() -> None:
+    marks = [(i * 0.5, f"kill -9 broker {i}") for i in range(40)]
+    root = parse(line_chart({"s": [(0, 1), (20, 2)]}, title="t", x_label="x", y_label="y",
+                            markers=marks))
+    groups = [g for g in root.iter(f"{NS}g") if g.attrib.get("class") == "marker"]
+    assert len(groups) == 40
+    assert all(next(g.iter(f"{NS}title")).text == label
+               for g, (_, label) in zip(groups, marks, strict=True))
