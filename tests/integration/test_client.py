@@ -37,6 +37,7 @@ from odradek.client.connection import BrokerConnection
 from odradek.client.errors import KafkaConnectionError, TopicAlreadyExistsError
 from odradek.client.partitioner import murmur2_partition
 from odradek.cluster import Cluster
+from tests.integration.cluster_fixtures import module_admin, module_cluster
 from tests.interop.clients import batch_headers
 
 pytestmark = pytest.mark.timeout(180)
@@ -48,21 +49,12 @@ OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partiti
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(3, data_dir=tmp_path_factory.mktemp("client-cluster"), overrides=OVERRIDES)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from module_cluster(tmp_path_factory, "client-cluster", OVERRIDES)
 
 
 @pytest.fixture(scope="module")
 def admin(cluster: Cluster) -> Iterator[Admin]:
-    a = Admin({"bootstrap.servers": cluster.bootstrap_servers})
-    try:
-        yield a
-    finally:
-        a.close()
+    yield from module_admin(cluster)
 
 
 def new_topic(admin: Admin, partitions: int = 3, rf: int = 3, **config: str) -> str:

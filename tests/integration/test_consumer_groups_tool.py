@@ -15,6 +15,7 @@ import pytest
 from odradek.cli import main
 from odradek.client import Admin, Consumer, Producer, TopicPartition
 from odradek.cluster import Cluster
+from tests.integration.cluster_fixtures import module_admin, module_cluster
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -26,21 +27,12 @@ Run = Callable[..., tuple[int, str, str]]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(3, data_dir=tmp_path_factory.mktemp("groups-tool"), overrides=OVERRIDES)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from module_cluster(tmp_path_factory, "groups-tool", OVERRIDES)
 
 
 @pytest.fixture(scope="module")
 def admin(cluster: Cluster) -> Iterator[Admin]:
-    a = Admin({"bootstrap.servers": cluster.bootstrap_servers})
-    try:
-        yield a
-    finally:
-        a.close()
+    yield from module_admin(cluster)
 
 
 @pytest.fixture
