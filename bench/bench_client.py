@@ -57,6 +57,7 @@ from common import (
     machine_facts,
     progress,
     python_worker,
+    run_section,
     run_timed,
     table,
     topic_record_count,
@@ -449,11 +450,10 @@ def main() -> None:
     ap.add_argument("--splice", type=Path, metavar="MD",
                     help="with --update-doc: splice this already generated section, no run")
     a = ap.parse_args()
+    if a.splice and not a.update_doc:
+        ap.error("--splice needs --update-doc")
     if a.splice:
-        if not a.update_doc:
-            ap.error("--splice needs --update-doc")
-        splice(a.splice.read_text(), a.update_doc)
-        progress(f"spliced {a.splice} into {a.update_doc}")
+        run_section(a, "Client", run_bench, render, splice)
         return
     if a.records < 1 or a.partitions < 1 or a.repeat < 1:
         ap.error("--records, --partitions and --repeat must be at least 1")
@@ -463,16 +463,7 @@ def main() -> None:
         import confluent_kafka  # noqa: F401
     except ImportError:
         sys.exit("confluent-kafka is not installed (pip install confluent-kafka)")
-    res = run_bench(a)
-    text = render(res, a)
-    if a.output:
-        a.output.write_text(text + "\n")
-    if a.update_doc:
-        splice(text, a.update_doc)
-        progress(f"updated the Client section of {a.update_doc}")
-    if not a.output and not a.update_doc:
-        print(text)
-    progress(f"done in {time.monotonic() - res.started:.0f} s")
+    run_section(a, "Client", run_bench, render, splice)
 
 
 if __name__ == "__main__":

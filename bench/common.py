@@ -19,9 +19,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -380,3 +381,25 @@ def collapsed_stacks(raw: Path) -> Iterator[tuple[list[str], int]]:
             m = _FRAME.match(f)
             frames.append(f"{m.group(1)} ({m.group(2)})" if m else f)
         yield frames, int(count)
+
+
+def run_section(a: Any, section: str, run: Callable[[Any], Any], render: Callable[[Any, Any], str],
+                splice: Callable[[str, Path], None]) -> None:
+    """The end of a section benchmark's main (bench_spark.py, bench_client.py): with
+    `--splice MD` only splice a generated section into `--update-doc`; otherwise run, render,
+    and write the markdown to `--output`, into `--update-doc`, or to stdout. `run(a)` returns a
+    result with a `started` (time.monotonic()) attribute."""
+    if a.splice:
+        splice(a.splice.read_text(), a.update_doc)
+        progress(f"spliced {a.splice} into {a.update_doc}")
+        return
+    res = run(a)
+    text = render(res, a)
+    if a.output:
+        a.output.write_text(text + "\n")
+    if a.update_doc:
+        splice(text, a.update_doc)
+        progress(f"updated the {section} section of {a.update_doc}")
+    if not a.output and not a.update_doc:
+        print(text)
+    progress(f"done in {time.monotonic() - res.started:.0f} s")
