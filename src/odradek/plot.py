@@ -331,10 +331,11 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
                    f'<line x1="{_n(px)}" y1="{_n(top)}" x2="{_n(px)}" '
                    f'y2="{_n(bottom)}" stroke="#b22222" stroke-width="1.2" '
                    'stroke-dasharray="5,4"/>')
-        if ty is not None:  # rotated along the line, reading downwards
-            out.append(f'<text transform="translate({_n(px + 4)},{_n(ty)}) rotate(90)" '
-                       f'fill="#b22222" font-size="11" stroke="#ffffff" stroke-width="3" '
-                       f'paint-order="stroke">{esc(text)}</text>')
+        if ty is not None:  # rotated along the line, reading downwards, on a white halo
+            at = f'transform="translate({_n(px + 4)},{_n(ty)}) rotate(90)" font-size="11"'
+            out.append(f'<text {at} fill="#ffffff" stroke="#ffffff" stroke-width="3" '
+                       f'aria-hidden="true">{esc(text)}</text>')
+            out.append(f'<text {at} fill="#b22222">{esc(text)}</text>')
         out.append("</g>")
     if names:
         out.extend(_legend_column(names, right + 16, top + 8, colours, legend_chars,
