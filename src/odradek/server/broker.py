@@ -161,6 +161,7 @@ class Broker:
         await self.broker_configs.start()
         await self.topic_configs.start()
         await self._register()
+        await self.socket_server.start_serving()  # registered: clients and controllers may come
         self.store.add_session_listener(self._on_session_state)
         self.controller = KafkaController(self)
         await self.controller.startup()

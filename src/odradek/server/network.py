@@ -234,13 +234,22 @@ class SocketServer:
         self.bound_ports: list[int] = []
 
     async def start(self, host: str, port: int) -> int:
+        """Bind a listener and return its port. It accepts no connection until
+        :meth:`start_serving`: the broker binds first (its registration advertises the port)
+        and serves once registered, as Kafka starts its processors only at the end of start-up,
+        so no client gets answers from a broker that has not joined the cluster yet."""
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: Connection(self), host or None, port,
-                                          reuse_address=True, backlog=256)
+                                          reuse_address=True, backlog=256,
+                                          start_serving=False)
         self._servers.append(server)
         bound = server.sockets[0].getsockname()[1]
         self.bound_ports.append(bound)
         return bound
+
+    async def start_serving(self) -> None:
+        for server in self._servers:
+            await server.start_serving()
 
     async def stop(self) -> None:
         for server in self._servers:
