@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import importlib
 import logging
-import os
 import signal
 import sys
 import tempfile
@@ -190,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"odradek {args.command}: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `odradek ... | head`: the reader is gone, stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        from .tools import reader_gone
+
+        return reader_gone()
     except KeyboardInterrupt:
         return 130
 

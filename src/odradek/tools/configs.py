@@ -242,7 +242,7 @@ async def run(args: argparse.Namespace) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
-    from .dump_log import reader_gone
+    from . import reader_gone
 
     try:
         _check_args(args)

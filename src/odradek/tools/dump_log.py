@@ -28,7 +28,6 @@ so that tests and other tools can use them without a process.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -43,6 +42,7 @@ from ..storage.checkpoints import (
 )
 from ..storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from ..storage.producer_state import CorruptSnapshotError, ProducerStateManager
+from . import reader_gone
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
 _OFFSET_ENTRY = struct.Struct(">II")
@@ -363,15 +363,6 @@ def dump_file(path: Path, opts: DumpOptions, report: DumpReport) -> Iterator[str
     except (OSError, ValueError) as exc:
         report.unreadable_files.append(str(path))
         yield f"Cannot read {path}: {exc}"
-
-
-def reader_gone() -> int:
-    """stdout's reader went away (`| head`): stop quietly, without a traceback at exit."""
-    import os
-
-    with contextlib.suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -195,7 +195,7 @@ def _emit(out: list[str], err: list[str]) -> int:
         for line in out:
             print(line, flush=True)
     except BrokenPipeError:  # `odradek leader-election ... | head`: the rest goes nowhere
-        from .dump_log import reader_gone
+        from . import reader_gone
 
         reader_gone()
     for line in err:

@@ -561,7 +561,7 @@ def main(args: argparse.Namespace) -> int:
         for line in lines:
             print(line)
     except BrokenPipeError:  # `odradek reassign-partitions --generate ... | head`
-        from .dump_log import reader_gone
+        from . import reader_gone
 
         return reader_gone()
     return int(getattr(args, "exit_status", 0))

@@ -451,7 +451,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         code = asyncio.run(verify(opts))
     except BrokenPipeError:  # `odradek replica-verification ... | head`
-        from .dump_log import reader_gone
+        from . import reader_gone
 
         return reader_gone()
     except ValueError as exc:  # bad bootstrap address

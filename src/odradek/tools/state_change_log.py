@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..state_change import LINE_RE, PARTITION_RE
-from .dump_log import reader_gone
+from . import reader_gone
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%f"  # Kafka's "yyyy-MM-dd HH:mm:ss,SSS"
 LOG_NAME = "state-change.log"

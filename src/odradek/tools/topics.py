@@ -440,7 +440,7 @@ def add_parser(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
-    from .dump_log import reader_gone
+    from . import reader_gone
 
     try:
         check_args(args)
