@@ -121,6 +121,9 @@ def decode_into(cols: Columns, data: bytes | memoryview, start: int, until: int,
         ts_type = 1 if log_append else 0
         base_ts, base_off = h.base_timestamp, h.base_offset
         pos = 0
+        # The per-record loop of the executor's read: zigzag varints are decoded inline for the
+        # one- and two-byte cases (nearly every length and delta), falling back to
+        # protocol.records.read_varint otherwise, so no call is made per field.
         for _ in range(h.records_count):
             b = body[pos]
             if b < 0x80:
