@@ -359,3 +359,36 @@ def test_unclean_leader_election_on_elects_a_live_replica_outside_the_isr(tmp_pa
         finally:
             await cluster.stop()
     run(body, 120)
+
+
+def test_restarted_broker_learns_the_cluster_before_its_replicas(
+        tmp_path: Path, caplog: Any) -> None:
+    """Kafka's onBrokerStartup order: UpdateMetadata first, then LeaderAndIsr. A restarted
+    broker that got LeaderAndIsr first started following (and could rejoin ISRs) while its
+    cache still named only itself, so a client bootstrapping from it was told of a controller
+    missing from the broker list (kafka-python: UnknownBrokerIdError)."""
+    import logging
+
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path)
+        await cluster.start()
+        try:
+            await create(cluster, "t", 3)
+            victim = next(b for b in range(3) if b != cluster.controller_id())
+            await cluster.stop_broker(victim)
+            caplog.clear()
+            await cluster.start_broker(victim)
+            await cluster.wait_for(lambda: all(victim in state(cluster, "t", p)["isr"]
+                                               for p in range(3)), what="ISR rejoined")
+        finally:
+            await cluster.stop()
+        received = [r.getMessage() for r in caplog.records
+                    if r.name == "state.change.logger" and getattr(r, "broker_id", None) == victim
+                    and ("(UpdateMetadata correlationId" in r.getMessage()
+                         or "(LeaderAndIsr correlationId" in r.getMessage())]
+        assert received, "the restarted broker logged no controller request"
+        assert "(UpdateMetadata correlationId" in received[0], received[:3]
+        assert "Cached live brokers [0, 1, 2] and the leadership of 3 partitions" in received[0]
+
+    with caplog.at_level(logging.DEBUG, logger="state.change.logger"):
+        run(body, 90)

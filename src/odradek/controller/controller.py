@@ -291,10 +291,16 @@ class KafkaController:
         self._initialize_states(self.ctx.all_partitions())
         for b, ep in self.ctx.live_brokers.items():
             self.channel.add_broker(b, ep)
+        # Metadata first, in a batch of its own (Kafka's onControllerFailover): each broker's
+        # queue is FIFO, so every broker knows the live brokers and the controller before any
+        # LeaderAndIsr, and a client bootstrapping from it never sees a controller id missing
+        # from the broker list.
         batch = self._batch()
         batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids,
                                   self.ctx.all_partitions())
+        batch.send(self.channel)
         # Replica state machine start-up: every live replica learns its partition's leadership.
+        batch = self._batch()
         for tp in sorted(self.ctx.all_partitions()):
             leadership = self.ctx.leader_and_isr(tp)
             if leadership is not None:
@@ -617,8 +623,13 @@ class KafkaController:
             ctx.add_live_broker(b, ep)
             self.channel.add_broker(b, ep)
             log.info("[Controller id=%d] Newly added brokers: %d", self.broker_id, b)
+        # Kafka's onBrokerStartup order: UpdateMetadata (all partitions) in a batch of its own,
+        # then the new brokers' replicas go online with LeaderAndIsr. A restarted broker thus
+        # learns the cluster before it starts following, not after its first fetches.
         batch = self._batch()
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, ctx.all_partitions())
+        batch.send(self.channel)
+        batch = self._batch()
         for b in sorted(new):
             for tp in sorted(ctx.partitions_on_broker(b)):
                 leadership = ctx.leader_and_isr(tp)

@@ -265,11 +265,9 @@ class Broker:
         """Start-up completes once the controller has told this broker about the cluster (its
         first UpdateMetadata), so a client connecting right after start sees the partitions
         this broker leads. Bounded: a broker without a reachable controller still starts."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.controller_epoch_seen == 0 and loop.time() < deadline:
-            await asyncio.sleep(0.005)
-        if self.controller_epoch_seen == 0:
+        try:
+            await asyncio.wait_for(self.metadata_cache.initialized.wait(), timeout_s)
+        except TimeoutError:
             log.warning("[KafkaServer id=%d] No metadata from a controller after %.0f s; "
                         "serving anyway", self.broker_id, timeout_s)
 

@@ -6,6 +6,7 @@ controller). Metadata responses are built from here only.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass, field
 
@@ -43,6 +44,9 @@ class MetadataCache:
         self.topics: dict[str, TopicInfo] = {}
         self.controller_id: int = -1
         self.cluster_id: str | None = None
+        # Set by the first UpdateMetadata: until then this broker knows only itself, and a
+        # Metadata answer would name no controller or one missing from the broker list.
+        self.initialized = asyncio.Event()
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)

@@ -70,7 +70,7 @@ def handle(broker: Broker, conn: Connection, payload: bytes) -> Any:
     if key == 5:
         return respond(key, version, cid, stop_replica(broker, msg))
     if key == 6:
-        return respond(key, version, cid, update_metadata(broker, msg))
+        return respond(key, version, cid, update_metadata(broker, msg, cid))
     return _controlled_shutdown(broker, key, version, cid, msg)
 
 
@@ -180,7 +180,7 @@ def _stop_replica_partitions(req: Any) -> list[tuple[str, int, int, bool]]:
             for p in req.ungrouped_partitions]
 
 
-def update_metadata(broker: Broker, req: Any) -> Any:
+def update_metadata(broker: Broker, req: Any, correlation_id: int = -1) -> Any:
     if _stale(broker, req.controller_id, req.controller_epoch, "UpdateMetadata"):
         return ib.UpdateMetadataResponse(error_code=ErrorCode.stale_controller_epoch)
     cache = broker.metadata_cache
@@ -192,7 +192,8 @@ def update_metadata(broker: Broker, req: Any) -> Any:
         brokers[b.id] = BrokerInfo(b.id, host, port, b.rack)
     cache.brokers = brokers
     topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
-    for s in req.partition_states():
+    states = req.partition_states()
+    for s in states:
         if s.leader == LEADER_DURING_DELETE:
             cache.remove_partition(s.topic_name, s.partition_index)
             continue
@@ -201,6 +202,12 @@ def update_metadata(broker: Broker, req: Any) -> Any:
             PartitionInfo(s.leader, s.leader_epoch, list(s.replicas), list(s.isr),
                           list(s.offline_replicas), s.zk_version, s.controller_epoch),
             internal=s.topic_name.startswith("__"))
+    # Kafka traces this per partition; one line per request says the same at DEBUG.
+    StateChangeLogger(broker.broker_id).broker(req.controller_epoch, (
+        f"Cached live brokers {sorted(brokers)} and the leadership of "
+        f"{len(states)} partitions (UpdateMetadata correlationId "
+        f"{correlation_id} from controller {req.controller_id})"), logging.DEBUG)
+    cache.initialized.set()
     return ib.UpdateMetadataResponse(error_code=0)
 
 

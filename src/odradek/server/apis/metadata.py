@@ -1,10 +1,15 @@
 """Metadata (key 3): brokers, controller, topics and partition leadership from the metadata
 cache; auto topic creation per `auto.create.topics.enable` (the topic is answered with
-LEADER_NOT_AVAILABLE while its leaders are being made, as Kafka does)."""
+LEADER_NOT_AVAILABLE while its leaders are being made, as Kafka does).
+
+A broker serves from the moment it registers, because the controller reaches it through the same
+listener; a Metadata request that arrives before the controller's first UpdateMetadata waits for it
+(bounded), instead of answering from a cache that knows only this broker."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +25,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("odradek.apis.metadata")
 
 UNAUTHORIZED_OPS = -2147483648
+INITIAL_METADATA_WAIT_S = 5.0  # normally milliseconds: UpdateMetadata follows registration
 
 
 def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> Any:
+    if not broker.metadata_cache.initialized.is_set():
+        return _answer_once_initialized(broker, header, request)
+    return _answer(broker, header, request)
+
+
+async def _answer_once_initialized(broker: Broker, header: Any, request: Any) -> Any:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(broker.metadata_cache.initialized.wait(), INITIAL_METADATA_WAIT_S)
+    return _answer(broker, header, request)
+
+
+def _answer(broker: Broker, header: Any, request: Any) -> Any:
     version = header.request_api_version
     cache = broker.metadata_cache
     if request.topics is None or (version == 0 and not request.topics):
