@@ -339,6 +339,34 @@ def test_auto_leader_rebalance(tmp_path: Path) -> None:
     run(body, 180)
 
 
+def test_new_controller_checks_balance_5_s_after_failover(tmp_path: Path) -> None:
+    """Kafka schedules a new controller's first imbalance check 5 s after failover, not one
+    whole leader.imbalance.check.interval.seconds (here an hour) later."""
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path, overrides={
+            "auto.leader.rebalance.enable": "true",
+            "leader.imbalance.check.interval.seconds": "3600"})
+        await cluster.start()
+        try:
+            ctl = cluster.controller_id()
+            a, b = [x for x in range(3) if x != ctl]
+            async with AsyncAdmin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+                await admin.create_topics([NewTopic("r", replica_assignment={0: [a, b, ctl]})])
+                await admin.wait_for_topics(["r"], 60)
+            await cluster.stop_broker(a)
+            await cluster.wait_for(lambda: leaders(cluster, "r", 1)[0] == b, 30)
+            await cluster.start_broker(a)
+            await wait_isr(cluster, "r", {0: [a]})
+            await cluster.kill_broker(ctl)
+            await cluster.wait_for(lambda: cluster.controller_id() not in (-1, ctl), 30,
+                                   "a new controller")
+            await cluster.wait_for(lambda: leaders(cluster, "r", 1) == {0: a}, 40,
+                                   "the new controller's first imbalance check")
+        finally:
+            await cluster.stop()
+    run(body, 180)
+
+
 def test_no_auto_rebalance_below_the_threshold(tmp_path: Path) -> None:
     async def body() -> None:
         cluster = AsyncCluster(3, data_dir=tmp_path, overrides={

@@ -325,8 +325,9 @@ class KafkaController:
         self.events.put(IsrChangeNotification())
         self.events.put(PreferredReplicaLeaderElection())  # resume a pending one (S-5.6)
         self.events.put(PartitionReassignment())  # resume pending reassignments (S-5.6, S-6.2)
-        pe.schedule_auto_rebalance(self, float(
-            self.config["leader.imbalance.check.interval.seconds"]))
+        # Kafka's first check comes 5 s after failover, then every check interval.
+        pe.schedule_auto_rebalance(self, min(pe.FIRST_AUTO_REBALANCE_DELAY_S, float(
+            self.config["leader.imbalance.check.interval.seconds"])))
 
     async def _resign(self) -> None:
         if self.channel is None:

@@ -377,6 +377,9 @@ async def process_auto_rebalance(controller: KafkaController,
                                     float(config["leader.imbalance.check.interval.seconds"]))
 
 
+FIRST_AUTO_REBALANCE_DELAY_S = 5.0  # KafkaController.onControllerFailover's first schedule
+
+
 def schedule_auto_rebalance(controller: KafkaController, delay: float) -> None:
     """Put an ``AutoPreferredReplicaLeaderElection`` on the queue after ``delay`` seconds."""
     from .events import AutoPreferredReplicaLeaderElection
