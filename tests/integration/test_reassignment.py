@@ -328,6 +328,42 @@ def test_cancel_reverts_to_the_original_replicas(tmp_path: Path) -> None:
     run(body, 120)
 
 
+def test_topic_deletion_waits_for_a_reassignment(tmp_path: Path) -> None:
+    """Kafka marks a topic being reassigned ineligible for deletion: the deletion is queued,
+    and goes on once the move completes."""
+    async def body() -> None:
+        cluster = await start_cluster(tmp_path, 3)
+        try:
+            async with AsyncAdmin(conf(cluster)) as admin:
+                await create_on(admin, "d", [1])
+                await produce(cluster, "d", 20)
+                pause_fetching(cluster.brokers[2], "d")
+                await admin.alter_partition_reassignments({("d", 0): [2]})
+                await cluster.wait_for(lambda: partition_dirs(cluster, 2, "d") == ["d-0"],
+                                       what="the new replica created on broker 2")
+                await admin.delete_topics(["d"], timeout=0.5, raise_errors=False)
+                await cluster.wait_for(
+                    lambda: "/admin/delete_topics/d" in cluster.zookeeper.dump(
+                        "/admin/delete_topics"), what="deletion queued")
+                ctl = cluster.brokers[0].controller
+                assert ctl is not None
+                await cluster.wait_for(lambda: ctl.ctx.is_topic_queued_up_for_deletion("d"),
+                                       30, "the controller to queue the deletion")
+                # Queued, not started (the same handler decides both), while the move is on.
+                assert not ctl.ctx.is_topic_deletion_in_progress("d")
+                assert assignment(cluster, "d") is not None
+                assert partition_dirs(cluster, 1, "d") == ["d-0"]
+                resume_fetching(cluster.brokers[2], "d")
+                await cluster.wait_for(lambda: assignment(cluster, "d") is None, 60,
+                                       "the topic deleted after its move")
+                await cluster.wait_for(lambda: not partition_dirs(cluster, 1, "d")
+                                       and not partition_dirs(cluster, 2, "d"), 60,
+                                       "the replicas' directories deleted")
+        finally:
+            await cluster.stop()
+    run(body, 120)
+
+
 def test_invalid_reassignments_are_refused(tmp_path: Path) -> None:
     async def body() -> None:
         cluster = await start_cluster(tmp_path, 3)

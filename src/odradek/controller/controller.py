@@ -761,6 +761,11 @@ class KafkaController:
                 log.info("Deletion of topic %s waits for brokers %s", topic,
                          sorted(replicas - set(ctx.live_brokers)))
                 continue
+            if any(tp.topic == topic for tp in ctx.partitions_being_reassigned):
+                # Kafka marks a topic ineligible for deletion while it is being reassigned and
+                # resumes its deletion when the move completes (reassignment._complete).
+                log.info("Deletion of topic %s waits for its partition reassignment", topic)
+                continue
             await self._start_topic_deletion(topic)
 
     async def _start_topic_deletion(self, topic: str) -> None:

@@ -58,6 +58,7 @@ from ..coordination.store import (
 from ..state_change import leadership_text
 from . import leader_selectors as sel
 from .context import LeaderAndIsr, PartitionAndReplica, Reassignment, TopicPartition
+from .events import TopicDeletion
 from .partition_states import PartitionState
 from .replica_states import ReplicaState
 
@@ -365,6 +366,9 @@ class ReassignmentManager:
                f", {leadership_text(current.leader, current.leader_epoch, current.isr)}")))
         log.info("[Controller id=%d] Reassignment of partition %s to %s completed",
                  c.broker_id, tp, list(r.target))
+        if ctx.is_topic_queued_up_for_deletion(tp.topic) and not any(
+                p.topic == tp.topic for p in ctx.partitions_being_reassigned):
+            c.events.put(TopicDeletion())  # the deletion this move held back may go on
 
     async def _move_leader_if_required(self, tp: TopicPartition, r: Reassignment) -> bool:
         c, ctx = self.c, self.ctx
