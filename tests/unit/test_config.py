@@ -272,6 +272,8 @@ unclean.leader.election.enable=true
 compression.type=zstd
 log.cleaner.delete.retention.ms=1000
 log.cleaner.min.cleanable.ratio=0.25
+log.cleaner.min.compaction.lag.ms=5000
+log.cleaner.max.compaction.lag.ms=86400000
 """)
     log_config = LogConfig.from_props(cfg.topic_defaults(), allow_unknown=True)
     assert log_config == LogConfig(
@@ -281,6 +283,7 @@ log.cleaner.min.cleanable.ratio=0.25
         message_timestamp_type="LogAppendTime", cleanup_policy=("compact", "delete"),
         file_delete_delay_ms=0, min_insync_replicas=2, unclean_leader_election_enable=True,
         compression_type="zstd", delete_retention_ms=1000, min_cleanable_dirty_ratio=0.25,
+        min_compaction_lag_ms=5000, max_compaction_lag_ms=86_400_000,
     )
 
 
@@ -300,6 +303,8 @@ def _valid(key: str) -> st.SearchStrategy[str]:
         "message.max.bytes": st.integers(0, i32), "min.insync.replicas": st.integers(1, i32),
         "log.segment.delete.delay.ms": st.integers(0, LONG_MAX),
         "log.cleaner.delete.retention.ms": st.integers(0, LONG_MAX),
+        "log.cleaner.min.compaction.lag.ms": st.integers(0, LONG_MAX),
+        "log.cleaner.max.compaction.lag.ms": st.integers(1, LONG_MAX),
     }
     if key in ints:
         return ints[key].map(str)
@@ -330,3 +335,5 @@ def test_any_valid_broker_config_gives_acceptable_topic_defaults(data: st.DataOb
     assert log_config.flush_ms == cfg.flush_ms
     assert log_config.segment_bytes == cfg["log.segment.bytes"]
     assert log_config.min_cleanable_dirty_ratio == cfg["log.cleaner.min.cleanable.ratio"]
+    assert log_config.min_compaction_lag_ms == cfg["log.cleaner.min.compaction.lag.ms"]
+    assert log_config.max_compaction_lag_ms == cfg["log.cleaner.max.compaction.lag.ms"]

@@ -24,6 +24,7 @@ from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
 from ..coordinator.group_coordinator import GroupCoordinator
 from ..storage.checkpoint_writer import lower_switch_interval
+from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log import LogConfig
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
@@ -144,6 +145,7 @@ class Broker:
         self.log_manager = LogManager(
             log_dirs, self.default_log_config,
             producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+        self.log_manager.start_cleaner(cleaner_config_from(cfg))  # compaction (S-2.7)
         # many loaded logs: out of the cyclic GC's generations (server/gc_freeze.py)
         freeze_long_lived(len(self.log_manager.all_logs()), collect=True, reason="loading logs")
         if process_owned():  # the checkpoint writer threads get the GIL back quickly

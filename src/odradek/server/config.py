@@ -109,6 +109,14 @@ DEFS: dict[str, Def] = {
     "log.cleaner.delete.retention.ms": Def(_int, 86400000, _at_least(0), ">= 0"),
     "log.cleaner.min.cleanable.ratio": Def(float, 0.5, lambda v: 0 <= v <= 1,
                                            "between 0 and 1"),
+    "log.cleaner.min.compaction.lag.ms": Def(_int, 0, _at_least(0), ">= 0"),
+    "log.cleaner.max.compaction.lag.ms": Def(_int, LONG_MAX, _at_least(1), ">= 1"),
+    "log.cleaner.threads": Def(_int32, 1, _at_least(0), ">= 0"),
+    "log.cleaner.dedupe.buffer.size": Def(_int, 128 * 1024 * 1024),
+    "log.cleaner.io.buffer.size": Def(_int32, 512 * 1024, _at_least(0), ">= 0"),
+    "log.cleaner.io.buffer.load.factor": Def(float, 0.9),  # the dedupe buffer's load factor
+    "log.cleaner.io.max.bytes.per.second": Def(float, 1.7976931348623157e308),
+    "log.cleaner.backoff.ms": Def(_int, 15000, _at_least(0), ">= 0"),
     "compression.type": Def(_str, "producer",
                             _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
                             "producer, uncompressed, gzip, snappy, lz4 or zstd"),
@@ -166,12 +174,12 @@ DEFS: dict[str, Def] = {
 IGNORED = {
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     "background.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.preallocate",
+    "log.preallocate",
     "inter.broker.protocol.version", "log.message.format.version",
     "group.coordinator.rebalance.protocols", "listener.security.protocol.map",
     "inter.broker.listener.name", "security.inter.broker.protocol",
     "zookeeper.set.acl", "metric.reporters", "metrics.num.samples", "connections.max.idle.ms",
-    "confluent.support.metrics.enable", "log.cleaner.io.max.bytes.per.second",
+    "confluent.support.metrics.enable",
 }
 
 _LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)://)(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
@@ -348,6 +356,8 @@ class KafkaConfig:
             "compression.type": str(v["compression.type"]),
             "delete.retention.ms": str(v["log.cleaner.delete.retention.ms"]),
             "min.cleanable.dirty.ratio": str(v["log.cleaner.min.cleanable.ratio"]),
+            "min.compaction.lag.ms": str(v["log.cleaner.min.compaction.lag.ms"]),
+            "max.compaction.lag.ms": str(v["log.cleaner.max.compaction.lag.ms"]),
         }
 
 
@@ -370,4 +380,6 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "compression.type": "compression.type",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
 }

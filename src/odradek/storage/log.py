@@ -451,6 +451,8 @@ class Log:
             self.dir, producer_id_expiration_ms=producer_id_expiration_ms,
             strict_unknown_producer=strict_unknown_producer)
         self.closed = False
+        # called with (log, new log end offset) after a truncation (the cleaner checkpoint)
+        self.on_truncated: Callable[[Log, int], None] | None = None
 
     # -- loading --------------------------------------------------------------------------------
 
@@ -655,6 +657,11 @@ class Log:
     @property
     def unflushed_messages(self) -> int:
         return self._leo - self.recovery_point
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of an open transaction (None: odradek has no transactions)."""
+        return None
 
     @property
     def latest_epoch(self) -> int | None:
@@ -1010,6 +1017,8 @@ class Log:
         if self.high_watermark is not None and self.high_watermark > self._leo:
             self.high_watermark = self._leo
         self._invalidate_caches()
+        if self.on_truncated is not None:
+            self.on_truncated(self, self._leo)
         return True
 
     def truncate_fully_and_start_at(self, new_offset: int,
@@ -1028,6 +1037,42 @@ class Log:
             self.high_watermark = new_offset
         self._invalidate_caches()
         fsync_dir(self.dir)
+        if self.on_truncated is not None:
+            self.on_truncated(self, new_offset)
+
+    def replace_segments(self, new_segments: Sequence[LogSegment],
+                         old_segments: Sequence[LogSegment], *,
+                         step: Callable[[str], None] | None = None) -> None:
+        """Swap cleaned segments (files ``*.cleaned``, flushed) in for `old_segments`, in
+        Kafka's replaceSegments order, so that ``Log.open`` recovers from a crash at any step
+        (``_remove_temp_files_and_complete_swaps``): the new files are renamed ``.swap``, the
+        old segments ``.deleted``, the ``.swap`` files to their final names, and the old files
+        are unlinked. `step` (tests) is called after each rename."""
+        new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+        old_sorted = sorted(old_segments, key=lambda s: s.base_offset)
+        for segment in reversed(new_sorted):
+            segment.change_suffix(SWAP_SUFFIX)
+            if step is not None:
+                step("swap")
+        old_ids = {id(s) for s in old_sorted}
+        segments = [s for s in self._s.segments if id(s) not in old_ids] + new_sorted
+        segments.sort(key=lambda s: s.base_offset)
+        self._s.segments[:] = segments
+        self._s.bases[:] = [s.base_offset for s in segments]
+        for segment in segments:
+            segment.active = False
+        segments[-1].active = True
+        self._invalidate_caches()
+        for segment in old_sorted:
+            segment.change_suffix(DELETED_SUFFIX)
+            if step is not None:
+                step("deleted")
+        for segment in new_sorted:
+            segment.change_suffix("")
+            if step is not None:
+                step("final")
+        for segment in old_sorted:
+            segment.delete()
 
     def _delete_segments(self, doomed: Sequence[LogSegment]) -> None:
         """Remove segments from the log: rename their files ``*.deleted``, then unlink them."""

@@ -9,6 +9,8 @@
   free at once and a crash cannot resurrect the log) and removes it -- in a thread when called
   on an event loop (removing a 440 MB partition took 0.1-0.9 s); leftover ``-delete``
   directories (a crash in between) are removed at start-up.
+* The log cleaner (compaction, ``storage/cleaner.py``): ``cleaner`` runs passes (its thread
+  starts with ``start_cleaner``), ``cleaner_manager`` keeps ``cleaner-offset-checkpoint``.
 * Periodic hooks for the broker: ``flush_dirty_logs``, ``cleanup_logs``,
   ``checkpoint_recovery_points_and_log_start_offsets``, ``write_high_watermarks``.
 
@@ -46,6 +48,8 @@ from .checkpoints import (
     fsync_dir,
     write_atomically,
 )
+from .cleaner import CleanerConfig
+from .cleaner_manager import LogCleaner, LogCleanerManager
 from .log import FlushPlan, Log, LogConfig, fsync_files, parse_topic_partition
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from .segment import FileHandleCache
@@ -108,6 +112,22 @@ class LogManager:
             self.checkpoint_writer.close(abandon=True)
             self._release_locks()
             raise
+        # the log cleaner (compaction, S-2.7): its checkpoints now, its thread on start_cleaner
+        self.cleaner_manager = LogCleanerManager(self.log_dirs, lambda: self._logs,
+                                                 self._write_checkpoint)
+        self.cleaner = LogCleaner(self.cleaner_manager, clock=self.clock)
+        for lg in self._logs.values():
+            lg.on_truncated = self._on_truncated
+
+    def start_cleaner(self, config: CleanerConfig | None = None) -> None:
+        """Start the log cleaner on the running loop (``log.cleaner.enable``)."""
+        if config is not None:
+            self.cleaner.configure(config)
+        self.cleaner.start()
+
+    def _on_truncated(self, lg: Log, new_end_offset: int) -> None:
+        # Kafka's truncateTo: the cleaner checkpoint moves back to the active segment
+        self.cleaner_manager.maybe_truncate_checkpoint(lg, lg.active_segment.base_offset)
 
     # -- start-up -------------------------------------------------------------------------------
 
@@ -228,6 +248,7 @@ class LogManager:
                        producer_id_expiration_ms=self.producer_id_expiration_ms,
                        checkpoint_writer=self.checkpoint_writer)
         fsync_dir(log_dir)
+        log.on_truncated = self._on_truncated
         self._logs[(topic, partition)] = log
         return log
 
@@ -254,6 +275,7 @@ class LogManager:
         else:
             _remove_tree(doomed)
         self._checkpoint_dir(parent)
+        self.cleaner_manager.update_checkpoints(parent, remove=(topic, partition))
         return True
 
     def wait_for_deletions(self, timeout: float | None = None) -> bool:
@@ -347,6 +369,7 @@ class LogManager:
         ``.kafka_cleanshutdown`` marker of each log dir, and release the dir locks."""
         if self._shut_down:
             return
+        self.cleaner.shutdown_blocking()
         try:
             for log in self._logs.values():
                 log.close(flush=True)
@@ -366,6 +389,7 @@ class LogManager:
     def close_without_shutdown(self) -> None:
         """Drop every handle without flushing, checkpointing or the clean-shutdown marker (what
         a crash leaves behind; for tests and for a failed start-up)."""
+        self.cleaner.shutdown_blocking()
         for log in self._logs.values():
             log.release_handles()
         # The crash happens once the checkpoint writes already queued are done (a crash with

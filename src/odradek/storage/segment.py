@@ -210,12 +210,14 @@ class LogSegment:
     @classmethod
     def create(cls, directory: Path, base_offset: int, **kwargs: object) -> LogSegment:
         """A new, empty segment: creates ``.log``, ``.index`` and ``.timeindex`` (deleting stale
-        files of the same name first, as Kafka's roll does)."""
+        files of the same name first, as Kafka's roll does). A `suffix` keyword (e.g.
+        ``.cleaned``) names the files ``<base>.log<suffix>`` and so on."""
         prefix = Path(directory) / filename_prefix(base_offset)
+        extra = str(kwargs.get("suffix", ""))
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            Path(f"{prefix}{suffix}").unlink(missing_ok=True)
+            Path(f"{prefix}{suffix}{extra}").unlink(missing_ok=True)
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            with open(f"{prefix}{suffix}", "xb"):
+            with open(f"{prefix}{suffix}{extra}", "xb"):
                 pass
         segment = cls(directory, base_offset, **kwargs)  # type: ignore[arg-type]
         segment._indexes_checked = True
@@ -285,6 +287,12 @@ class LogSegment:
             self._time_index.release()
         if self._cache is not None and not from_cache:
             self._cache.discard(self)
+
+    def attach_handle_cache(self, cache: FileHandleCache | None) -> None:
+        """Hand the segment to a log's handle cache (a cleaned segment, built without one by
+        the cleaner thread, when it is swapped in)."""
+        self.close_handles()
+        self._cache = cache
 
     @property
     def offset_index(self) -> OffsetIndex:

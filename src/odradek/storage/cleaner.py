@@ -1,0 +1,961 @@
+"""The log cleaner (log compaction, S-2.7): Kafka's ``Cleaner``, the planning half of
+``LogCleanerManager``, ``SkimpyOffsetMap`` and the record filter of ``MemoryRecords.filterTo``.
+
+A compacted log (``cleanup.policy`` containing ``compact``) has a *clean* head, already
+deduplicated, from the log start offset to the *first dirty offset* (the offset recorded in
+``cleaner-offset-checkpoint``), then a *dirty* section. A cleaning pass:
+
+1. **Plans** (on the broker's loop; ``plan_cleaning``): the cleanable dirty section ends at the
+   first uncleanable offset -- the active segment, the segment holding the high watermark (and
+   the first unstable offset, none in odradek), and the first segment with a record newer than
+   ``min.compaction.lag.ms`` -- always at a segment boundary.
+2. **Builds the offset map** (off the loop; ``Cleaner.build_offset_map``): key -> last offset
+   over the dirty section, at most ``log.cleaner.dedupe.buffer.size / 24 * 0.9`` keys (Kafka's
+   load factor and 24 bytes per entry: a 16-byte MD5 digest and an 8-byte offset). A full map
+   ends the pass's dirty section early; the next pass starts there.
+3. **Cleans** (off the loop; ``Cleaner.clean_group``) the segments from the log start up to the
+   end of the mapped section, in groups that fit one segment (``group_segments_by_size``), each
+   into ``<base>.log.cleaned`` (+ indexes), flushed: a record stays when its offset is >= the
+   map's offset for its key; keyless records go; tombstones stay until the delete horizon.
+   Batches keep base offset, last offset delta, producer id/epoch, base sequence and leader
+   epoch; a batch losing some records is rebuilt (recompressed with its codec), one losing all
+   goes -- unless it holds its producer's last sequence (kept as an empty batch, as Kafka does)
+   or it is the group's last batch (kept as an empty batch so that the cleaned segment's offset
+   range covers the whole group: see ``docs/compaction.md``, crash safety).
+4. **Swaps** (on the loop; ``swap_in``): if the log still holds the very segments that were
+   cleaned, ``Log.replace_segments`` renames ``.cleaned`` -> ``.swap``, the old segments ->
+   ``.deleted``, ``.swap`` -> final (Kafka's replaceSegments order). Otherwise the result is
+   discarded and the log is tried again later.
+
+The delete horizon is Kafka 2.x's: the last modification time of the last segment of the clean
+section minus ``delete.retention.ms``; a segment modified after it keeps its tombstones (cleaned
+segments keep the modification time of the last segment they replace).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import os
+import struct
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..protocol.compression import Codec, compress, decompress
+from ..protocol.records import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    CorruptRecordError,
+    compute_crc,
+    read_varint,
+)
+from .log import Log
+from .segment import CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+
+log_ = logging.getLogger("kafka.log.LogCleaner")
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+NO_TIMESTAMP = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_U32 = struct.Struct(">I")
+
+
+class LogCleaningAbortedError(Exception):
+    """The pass was aborted (shutdown, or the log changed under it): Kafka's
+    LogCleaningAbortedException."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration (Kafka's CleanerConfig)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The broker's ``log.cleaner.*`` settings, with Kafka's defaults."""
+
+    num_threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    dedupe_buffer_load_factor: float = 0.9
+    io_buffer_size: int = 512 * 1024
+    max_message_size: int = 1048588
+    max_io_bytes_per_second: float = float("inf")
+    backoff_ms: int = 15000
+    enable_cleaner: bool = True
+    hash_algorithm: str = "MD5"
+
+    @property
+    def map_memory(self) -> int:
+        """The offset map memory of one cleaner thread (Kafka caps it at 2 GiB per thread)."""
+        return min(self.dedupe_buffer_size // max(1, self.num_threads), INT_MAX)
+
+
+# ---------------------------------------------------------------------------------------------
+# The offset map (Kafka's SkimpyOffsetMap, with a dict for the open-addressed array)
+# ---------------------------------------------------------------------------------------------
+
+
+class OffsetMap:
+    """key hash -> last offset, sized like Kafka's SkimpyOffsetMap: ``slots`` = memory / 24
+    (16-byte MD5 digest + 8-byte offset). The dict's own overhead is larger than 24 bytes an
+    entry, but the cleaner never lets it hold more than ``slots * load factor`` entries, so the
+    configured buffer size bounds its entry count exactly as it bounds Kafka's array."""
+
+    BYTES_PER_ENTRY = 24
+    HASH_SIZE = 16
+
+    def __init__(self, memory: int, hash_algorithm: str = "MD5") -> None:
+        self.memory = memory
+        self.hash_algorithm = hash_algorithm
+        self.slots = memory // self.BYTES_PER_ENTRY
+        self._map: dict[bytes, int] = {}
+        self.latest_offset = -1
+
+    def _hash(self, key: bytes) -> bytes:
+        return hashlib.new(self.hash_algorithm, key).digest()
+
+    def put(self, key: bytes, offset: int) -> None:
+        if len(self._map) >= self.slots and self._hash(key) not in self._map:
+            raise OverflowError("attempted to add a new entry to a full offset map")
+        self._map[self._hash(key)] = offset
+        self.latest_offset = offset
+
+    def get(self, key: bytes) -> int:
+        """The offset stored for `key`, -1 if none."""
+        return self._map.get(self._hash(key), -1)
+
+    def update_latest_offset(self, offset: int) -> None:
+        self.latest_offset = offset
+
+    def clear(self) -> None:
+        self._map.clear()
+        self.latest_offset = -1
+
+    @property
+    def size(self) -> int:
+        return len(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    @property
+    def utilization(self) -> float:
+        return len(self._map) / self.slots if self.slots else 0.0
+
+    def max_entries(self, load_factor: float) -> int:
+        """How many entries one pass may put: Kafka's ``(slots * dupBufferLoadFactor).toInt``."""
+        return int(self.slots * load_factor)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning (pure): which logs, which range, which groups
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    """The facts planning needs about one segment (the last one of a log is the active one)."""
+
+    base_offset: int
+    size: int
+    largest_timestamp: int = NO_TIMESTAMP
+    first_batch_timestamp: int | None = None
+    last_modified_ms: int = 0
+    index_bytes: int = 0
+    time_index_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsToClean:
+    """Kafka's OffsetsToClean: [first dirty, first uncleanable), and whether the checkpointed
+    offset was invalid (to be reset to the first dirty offset)."""
+
+    first_dirty_offset: int
+    first_uncleanable_dirty_offset: int
+    force_update_checkpoint: bool = False
+
+
+def segments_in_range(segments: Sequence[SegmentView], start: int, end: int
+                      ) -> list[SegmentView]:
+    """The segments holding offsets in [start, end) (Kafka's ``logSegments(from, to)``): each
+    segment whose base offset is below `end` and whose successor starts after `start`."""
+    out: list[SegmentView] = []
+    for i, seg in enumerate(segments):
+        if seg.base_offset >= end:
+            break
+        nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        if nxt is not None and nxt <= start:
+            continue
+        out.append(seg)
+    return out
+
+
+def segment_floor(segments: Sequence[SegmentView], offset: int) -> int:
+    """The base offset of the segment holding `offset` (the first segment's base if below)."""
+    bases = [s.base_offset for s in segments]
+    i = bisect.bisect_right(bases, offset) - 1
+    return bases[max(i, 0)]
+
+
+def cleanable_offsets(segments: Sequence[SegmentView], *, log_start_offset: int,
+                      log_end_offset: int, last_clean_offset: int | None,
+                      high_watermark: int | None = None,
+                      first_unstable_offset: int | None = None,
+                      min_compaction_lag_ms: int = 0, now_ms: int = 0) -> OffsetsToClean:
+    """Kafka's LogCleanerManager.cleanableOffsets. The first dirty offset is the checkpoint
+    (reset to the log start offset when it is below it or past the log end offset). The first
+    uncleanable offset is the lowest of: the active segment's base offset, the high watermark
+    (None: the log end offset), the first unstable offset, and the base offset of the first
+    dirty segment holding a record newer than ``min.compaction.lag.ms``; rounded down to a
+    segment boundary, so that only whole segments below it are cleaned."""
+    checkpoint = log_start_offset if last_clean_offset is None else last_clean_offset
+    force = False
+    if checkpoint < log_start_offset or checkpoint > log_end_offset:
+        checkpoint, force = log_start_offset, True
+    first_dirty = checkpoint
+    active_base = segments[-1].base_offset
+    candidates = [active_base, log_end_offset if high_watermark is None else high_watermark]
+    if first_unstable_offset is not None:
+        candidates.append(first_unstable_offset)
+    lag = max(min_compaction_lag_ms, 0)
+    if lag > 0:
+        for seg in segments_in_range(segments[:-1], first_dirty, active_base):
+            if seg.largest_timestamp > now_ms - lag:
+                candidates.append(seg.base_offset)
+                break
+    uncleanable = segment_floor(segments, min(candidates))
+    return OffsetsToClean(first_dirty, max(first_dirty, uncleanable), force)
+
+
+def calculate_cleanable_bytes(segments: Sequence[SegmentView], first_dirty_offset: int,
+                              uncleanable_offset: int) -> tuple[int, int]:
+    """(first uncleanable segment base offset, bytes of the segments in
+    [first dirty, that offset)) -- Kafka's calculateCleanableBytes."""
+    first_uncleanable = segment_floor(segments, uncleanable_offset)
+    cleanable = sum(s.size for s in segments_in_range(
+        segments, min(first_dirty_offset, first_uncleanable), first_uncleanable))
+    return first_uncleanable, cleanable
+
+
+def max_compaction_delay(segments: Sequence[SegmentView], first_dirty_offset: int,
+                         max_compaction_lag_ms: int, now_ms: int) -> int:
+    """How long past ``max.compaction.lag.ms`` the oldest dirty non-active segment is (by its
+    first batch timestamp); > 0 forces a clean whatever the dirty ratio."""
+    if max_compaction_lag_ms >= LONG_MAX:
+        return 0
+    dirty = segments_in_range(segments[:-1], first_dirty_offset, segments[-1].base_offset)
+    stamps = [s.first_batch_timestamp for s in dirty
+              if s.first_batch_timestamp is not None and s.first_batch_timestamp > 0]
+    if not stamps:
+        return 0
+    clean_until = now_ms - max(max_compaction_lag_ms, 0)
+    earliest = min(stamps)
+    return clean_until - earliest if earliest < clean_until else 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogToClean:
+    """Kafka's LogToClean: a compacted log's clean and cleanable bytes."""
+
+    name: str
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    cleanable_bytes: int
+    needs_compaction_now: bool = False
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def log_to_clean(name: str, segments: Sequence[SegmentView], offsets: OffsetsToClean,
+                 needs_compaction_now: bool = False) -> LogToClean:
+    clean_bytes = sum(s.size for s in segments_in_range(segments, -1,
+                                                        offsets.first_dirty_offset))
+    first_uncleanable, cleanable = calculate_cleanable_bytes(
+        segments, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset)
+    return LogToClean(name, offsets.first_dirty_offset, first_uncleanable, clean_bytes,
+                      cleanable, needs_compaction_now)
+
+
+def is_cleanable(ltc: LogToClean, min_cleanable_ratio: float) -> bool:
+    """Kafka's filter: the dirty ratio is above ``min.cleanable.dirty.ratio``, or
+    ``max.compaction.lag.ms`` forces it (and there is something to clean)."""
+    if ltc.total_bytes <= 0:
+        return False
+    return ((ltc.needs_compaction_now and ltc.cleanable_bytes > 0)
+            or ltc.cleanable_ratio > min_cleanable_ratio)
+
+
+def filthiest(candidates: Sequence[tuple[LogToClean, float]]) -> LogToClean | None:
+    """The cleanable log with the highest dirty ratio (Kafka's ``cleanableLogs.max``);
+    `candidates` pairs each log with its ``min.cleanable.dirty.ratio``."""
+    cleanable = [ltc for ltc, ratio in candidates if is_cleanable(ltc, ratio)]
+    return max(cleanable, key=lambda ltc: ltc.cleanable_ratio) if cleanable else None
+
+
+def group_segments_by_size(segments: Sequence[SegmentView], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> list[list[SegmentView]]:
+    """Kafka's groupSegmentsBySize: consecutive segments whose total log size, offset index
+    size and time index size each fit one segment, and whose offsets fit 32-bit relative
+    offsets from the group's base offset."""
+    groups: list[list[SegmentView]] = []
+    segs = list(segments)
+    i = 0
+    while i < len(segs):
+        group = [segs[i]]
+        log_size, index_size, time_index_size = (segs[i].size, segs[i].index_bytes,
+                                                 segs[i].time_index_bytes)
+        i += 1
+        while i < len(segs):
+            seg = segs[i]
+            last_offset = (segs[i + 1].base_offset - 1 if i + 1 < len(segs)
+                           else first_uncleanable_offset - 1)
+            if (log_size + seg.size > max_size
+                    or index_size + seg.index_bytes > max_index_size
+                    or time_index_size + seg.time_index_bytes > max_index_size
+                    or last_offset - group[0].base_offset > INT_MAX):
+                break
+            group.append(seg)
+            log_size += seg.size
+            index_size += seg.index_bytes
+            time_index_size += seg.time_index_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan: what the off-loop work reads, taken on the loop
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSegment:
+    """A segment to read off the loop: its file (opened by path) and its size at plan time;
+    `segment` is kept only to check, at swap time, that the log still holds it."""
+
+    view: SegmentView
+    path: Path
+    segment: LogSegment
+
+
+@dataclass(slots=True)
+class CleaningPlan:
+    log_name: str
+    directory: Path
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    dirty_start_position: int  # where the map scan starts in the first dirty segment
+    sources: list[SourceSegment]  # every segment below the first uncleanable offset
+    delete_horizon_ms: int
+    cleanable_horizon_ms: int
+    segment_bytes: int
+    max_index_size: int
+    index_interval_bytes: int
+    max_message_bytes: int
+    active_producers: dict[int, int]  # producer id -> offset of its last data batch
+    truncations: int
+
+    def views(self) -> list[SegmentView]:
+        return [s.view for s in self.sources]
+
+    def dirty_sources(self) -> list[SourceSegment]:
+        views = self.views()
+        dirty = {id(v) for v in segments_in_range(views, self.first_dirty_offset,
+                                                  self.first_uncleanable_offset)}
+        return [s for s in self.sources if id(s.view) in dirty]
+
+    def groups(self, end_offset: int) -> list[list[SourceSegment]]:
+        """The segments from the log start up to `end_offset` (the end of the mapped dirty
+        section), grouped by ``group_segments_by_size``."""
+        by_view = {id(s.view): s for s in self.sources}
+        views = segments_in_range(self.views(), 0, end_offset)
+        return [[by_view[id(v)] for v in group] for group in group_segments_by_size(
+            views, self.segment_bytes, self.max_index_size, self.first_uncleanable_offset)]
+
+
+def _stat_mtime_ms(path: Path) -> int:
+    try:
+        return os.stat(path).st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return 0
+
+
+def _stat_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def segment_views(log: Log, *, with_timestamps: bool = True,
+                  with_files: bool = False) -> list[SegmentView]:
+    """SegmentViews of a Log's segments (on the loop that owns the log). Timestamps read batch
+    headers or the time index; `with_files` stats the files (mtime, index sizes)."""
+    cfg = log.config
+    need_largest = with_timestamps and cfg.min_compaction_lag_ms > 0
+    need_first = with_timestamps and cfg.max_compaction_lag_ms < LONG_MAX
+    views = []
+    segments = log.segments
+    for i, seg in enumerate(segments):
+        inactive = i < len(segments) - 1
+        views.append(SegmentView(
+            base_offset=seg.base_offset, size=seg.size,
+            largest_timestamp=seg.largest_timestamp() if need_largest and inactive
+            else NO_TIMESTAMP,
+            first_batch_timestamp=seg.first_batch_timestamp() if need_first and inactive
+            else None,
+            last_modified_ms=_stat_mtime_ms(seg.log_path) if with_files else 0,
+            index_bytes=_stat_size(seg.index_path) if with_files else 0,
+            time_index_bytes=_stat_size(seg.time_index_path) if with_files else 0,
+        ))
+    return views
+
+
+def offsets_to_clean(log: Log, last_clean_offset: int | None, now_ms: int,
+                     views: Sequence[SegmentView] | None = None) -> OffsetsToClean:
+    return cleanable_offsets(
+        views if views is not None else segment_views(log),
+        log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset,
+        last_clean_offset=last_clean_offset, high_watermark=log.high_watermark,
+        first_unstable_offset=log.first_unstable_offset,
+        min_compaction_lag_ms=log.config.min_compaction_lag_ms, now_ms=now_ms)
+
+
+def plan_cleaning(log: Log, now_ms: int, last_clean_offset: int | None = None
+                  ) -> CleaningPlan | None:
+    """The snapshot of `log` a pass works from (on the loop that owns the log), whatever the
+    dirty ratio; None when nothing is cleanable."""
+    views = segment_views(log, with_files=True)
+    offsets = offsets_to_clean(log, last_clean_offset, now_ms, views)
+    first_dirty, uncleanable = offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset
+    if uncleanable <= first_dirty:
+        return None
+    segments = log.segments
+    sources = [SourceSegment(v, seg.log_path, seg)
+               for v, seg in zip(views, segments, strict=True)
+               if v.base_offset < uncleanable and seg is not segments[-1]]
+    if not sources:
+        return None
+    dirty_seg = segments[log._segment_index_for(first_dirty)]
+    _, start_position = dirty_seg.offset_index.lookup(first_dirty)
+    clean_section = segments_in_range(views, 0, first_dirty)
+    delete_horizon = (clean_section[-1].last_modified_ms - log.config.delete_retention_ms
+                      if clean_section else 0)
+    below = segments_in_range(views, 0, uncleanable)
+    cleanable_horizon = below[-1].last_modified_ms if below else 0
+    producers = {pid: entry.last_data_offset
+                 for pid, entry in log.producer_state.producers.items()}
+    cfg = log.config
+    return CleaningPlan(
+        log_name=log.name, directory=log.dir, first_dirty_offset=first_dirty,
+        first_uncleanable_offset=uncleanable, dirty_start_position=start_position,
+        sources=sources, delete_horizon_ms=delete_horizon,
+        cleanable_horizon_ms=cleanable_horizon, segment_bytes=cfg.segment_bytes,
+        max_index_size=cfg.segment_index_bytes, index_interval_bytes=cfg.index_interval_bytes,
+        max_message_bytes=cfg.max_message_bytes, active_producers=producers,
+        truncations=log._truncations)
+
+
+# ---------------------------------------------------------------------------------------------
+# Records (off the hot path: the cleaner parses each record's key)
+# ---------------------------------------------------------------------------------------------
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    return read_varint(buf, pos)
+
+
+@dataclass(slots=True)
+class RawRecord:
+    """One record of a batch, as bytes: its absolute offset and timestamp, its key, whether it
+    has a value, and [start, end) in the (decompressed) records payload."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    has_value: bool
+    start: int
+    end: int
+
+
+def iter_raw_records(header: BatchHeader, payload: bytes) -> Iterator[RawRecord]:
+    """The records of a batch whose (decompressed) records payload is `payload`."""
+    pos = 0
+    n = len(payload)
+    base_offset, base_ts = header.base_offset, header.base_timestamp
+    log_append = header.is_log_append_time
+    for _ in range(header.records_count):
+        start = pos
+        length, pos = _varint(payload, pos)
+        end = pos + length
+        if length < 0 or end > n:
+            raise CorruptRecordError("record runs past the end of its batch")
+        pos += 1  # attributes
+        ts_delta, pos = _varint(payload, pos)
+        off_delta, pos = _varint(payload, pos)
+        key_len, pos = _varint(payload, pos)
+        key: bytes | None = None
+        if key_len >= 0:
+            key = payload[pos:pos + key_len]
+            pos += key_len
+        value_len, pos = _varint(payload, pos)
+        if pos > end:
+            raise CorruptRecordError("record fields run past the record's length")
+        yield RawRecord(base_offset + off_delta,
+                        header.max_timestamp if log_append else base_ts + ts_delta,
+                        key, value_len >= 0, start, end)
+        pos = end
+
+
+def records_payload(header: BatchHeader, batch: bytes | memoryview) -> bytes:
+    data = bytes(batch[HEADER_SIZE:header.size])
+    if header.compression != Codec.NONE:
+        data = decompress(header.compression, data)
+    return data
+
+
+def rebuild_batch(header: BatchHeader, payload: bytes, kept: Sequence[RawRecord]) -> bytes:
+    """The batch with only the `kept` records (Kafka's buildRetainedRecordsInto for magic 2):
+    same base offset, last offset delta, base timestamp, producer id/epoch, base sequence,
+    leader epoch and codec; records copied byte for byte (their offset and timestamp deltas
+    still refer to the same base); max timestamp recomputed (LogAppendTime batches keep it)."""
+    body = b"".join(payload[r.start:r.end] for r in kept)
+    if header.compression != Codec.NONE:
+        body = compress(header.compression, body)
+    max_ts = header.max_timestamp if header.is_log_append_time else max(r.timestamp for r in kept)
+    out = bytearray(_HEADER.pack(
+        header.base_offset, MIN_BATCH_LENGTH + len(body), header.partition_leader_epoch, 2, 0,
+        header.attributes, header.last_offset_delta, header.base_timestamp, max_ts,
+        header.producer_id, header.producer_epoch, header.base_sequence, len(kept)))
+    out += body
+    _U32.pack_into(out, 17, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+def empty_batch(header: BatchHeader) -> bytes:
+    """Kafka's DefaultRecordBatch.writeEmptyHeader: no records, no compression, the batch's
+    offsets (base and last), producer id/epoch, base sequence, leader epoch and max
+    timestamp -- what keeps a producer's last sequence in a compacted log."""
+    attributes = header.attributes & ~COMPRESSION_MASK
+    out = bytearray(_HEADER.pack(
+        header.base_offset, MIN_BATCH_LENGTH, header.partition_leader_epoch, 2, 0, attributes,
+        header.last_offset_delta, NO_TIMESTAMP, header.max_timestamp, header.producer_id,
+        header.producer_epoch, header.base_sequence, 0))
+    _U32.pack_into(out, 17, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading segment files off the loop
+# ---------------------------------------------------------------------------------------------
+
+
+def iter_file_batches(path: Path, start: int, end: int, buffer_size: int,
+                      check: Callable[[], None] | None = None
+                      ) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Whole batches in [start, end) of a segment file, read with its own descriptor in
+    chunks of `buffer_size` (grown for a larger batch). FileNotFoundError if the file went."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        pos = start
+        size = buffer_size
+        while end - pos >= HEADER_SIZE:
+            if check is not None:
+                check()
+            chunk = os.pread(fd, min(size, end - pos), pos)
+            view = memoryview(chunk)
+            off = 0
+            while len(chunk) - off >= HEADER_SIZE:
+                header = BatchHeader(*_HEADER.unpack_from(chunk, off), position=pos + off)
+                if header.batch_length < MIN_BATCH_LENGTH or header.magic != 2:
+                    raise CorruptRecordError(f"invalid batch at position {pos + off} of {path}")
+                if off + header.size > len(chunk):
+                    break
+                yield header, view[off:off + header.size]
+                off += header.size
+            if off == 0:
+                if len(chunk) < HEADER_SIZE:
+                    return
+                header = BatchHeader(*_HEADER.unpack_from(chunk, 0), position=pos)
+                if pos + header.size > end:
+                    raise CorruptRecordError(
+                        f"batch of {header.size} bytes at {pos} runs past the end of {path}")
+                size = max(size, header.size)
+                continue
+            pos += off
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics and the cleaner
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    """Kafka's CleanerStats."""
+
+    start_time: float = field(default_factory=time.monotonic)
+    map_complete_time: float = -1.0
+    end_time: float = -1.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    map_bytes_read: int = 0
+    map_messages_read: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    invalid_messages_read: int = 0
+    buffer_utilization: float = 0.0
+
+    def index_done(self) -> None:
+        self.map_complete_time = time.monotonic()
+
+    def all_done(self) -> None:
+        self.end_time = time.monotonic()
+
+    @property
+    def elapsed_secs(self) -> float:
+        return max((self.end_time if self.end_time >= 0 else time.monotonic())
+                   - self.start_time, 1e-9)
+
+    @property
+    def elapsed_index_secs(self) -> float:
+        end = self.map_complete_time if self.map_complete_time >= 0 else time.monotonic()
+        return max(end - self.start_time, 1e-9)
+
+
+def _java_date(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%a %b %d %H:%M:%S UTC %Y")
+
+
+def format_stats(cleaner_id: int, name: str, start: int, end: int, stats: CleanerStats) -> str:
+    """Kafka's CleanerThread.recordStats message."""
+    def mb(n: float) -> float:
+        return n / (1024 * 1024)
+
+    total, index = stats.elapsed_secs, stats.elapsed_index_secs
+    clean = max(total - index, 1e-9)
+    read = max(stats.bytes_read, 1)
+    messages = max(stats.messages_read, 1)
+    return (
+        f"\n\tLog cleaner thread {cleaner_id} cleaned log {name} (dirty section = "
+        f"[{start}, {end}])\n"
+        f"\t{mb(stats.bytes_read):,.1f} MB of log processed in {total:,.1f} seconds "
+        f"({mb(stats.bytes_read) / total:,.1f} MB/sec).\n"
+        f"\tIndexed {mb(stats.map_bytes_read):,.1f} MB in {index:.1f} seconds "
+        f"({mb(stats.map_bytes_read) / index:,.1f} Mb/sec, {100 * index / total:.1f}% of "
+        f"total time)\n"
+        f"\tBuffer utilization: {100 * stats.buffer_utilization:.1f}%\n"
+        f"\tCleaned {mb(stats.bytes_read):,.1f} MB in {clean:.1f} seconds "
+        f"({mb(stats.bytes_read) / clean:,.1f} Mb/sec, {100 * clean / total:.1f}% of total "
+        f"time)\n"
+        f"\tStart size: {mb(stats.bytes_read):,.1f} MB ({stats.messages_read:,} messages)\n"
+        f"\tEnd size: {mb(stats.bytes_written):,.1f} MB ({stats.messages_written:,} messages)\n"
+        f"\t{100.0 * (1.0 - stats.bytes_written / read):.1f}% size reduction "
+        f"({100.0 * (1.0 - stats.messages_written / messages):.1f}% fewer messages)\n")
+
+
+class Cleaner:
+    """The work of one pass over one log (Kafka's Cleaner). ``build_offset_map`` and
+    ``clean_group`` only read files and write new ``.cleaned`` files, so they may run on any
+    thread; ``plan_cleaning`` and ``swap_in`` run where the log is owned (the broker's loop).
+    `check_done` is called between batches and may raise LogCleaningAbortedError."""
+
+    def __init__(self, cleaner_id: int = 0, config: CleanerConfig | None = None,
+                 check_done: Callable[[], None] | None = None) -> None:
+        self.id = cleaner_id
+        self.config = config or CleanerConfig()
+        self.offset_map = OffsetMap(self.config.map_memory, self.config.hash_algorithm)
+        if self.offset_map.slots * self.config.dedupe_buffer_load_factor <= 1:
+            raise ValueError(
+                "offset map is too small to fit in even a single message, so log cleaning "
+                "will never make progress. You can increase log.cleaner.dedupe.buffer.size or "
+                "decrease log.cleaner.threads")
+        self.check_done = check_done or (lambda: None)
+
+    def _info(self, msg: str, *args: object) -> None:
+        log_.info("Cleaner %d: " + msg, self.id, *args)
+
+    # -- step 2: the offset map -----------------------------------------------------------------
+
+    def build_offset_map(self, plan: CleaningPlan, stats: CleanerStats) -> int:
+        """Map the dirty section's keys to their last offsets; returns the end offset of the
+        mapped section (the map's latest offset + 1)."""
+        omap = self.offset_map
+        omap.clear()
+        self._info("Beginning cleaning of log %s.", plan.log_name)
+        self._info("Building offset map for %s...", plan.log_name)
+        dirty = plan.dirty_sources()
+        start, end = plan.first_dirty_offset, plan.first_uncleanable_offset
+        self._info("Building offset map for log %s for %d segments in offset range [%d, %d).",
+                   plan.log_name, len(dirty), start, end)
+        omap.update_latest_offset(start - 1)
+        max_entries = omap.max_entries(self.config.dedupe_buffer_load_factor)
+        for i, source in enumerate(dirty):
+            nxt = dirty[i + 1].view.base_offset if i + 1 < len(dirty) else end
+            position = plan.dirty_start_position if i == 0 else 0
+            if self._map_segment(source, position, start, omap, max_entries, stats):
+                log_.debug("Cleaner %d: Offset map is full, %d segments fully mapped, segment "
+                          "with base offset %d is partially mapped", self.id, i,
+                          source.view.base_offset)
+                break
+            omap.update_latest_offset(nxt - 1)
+        self._info("Offset map for log %s complete.", plan.log_name)
+        stats.index_done()
+        return omap.latest_offset + 1
+
+    def _map_segment(self, source: SourceSegment, position: int, start: int, omap: OffsetMap,
+                     max_entries: int, stats: CleanerStats) -> bool:
+        for header, batch in iter_file_batches(source.path, position, source.view.size,
+                                               self.config.io_buffer_size, self.check_done):
+            stats.map_bytes_read += header.size
+            if not header.is_control and header.records_count > 0 \
+                    and header.last_offset >= start:
+                for record in iter_raw_records(header, records_payload(header, batch)):
+                    if record.key is not None and record.offset >= start:
+                        if omap.size < max_entries:
+                            omap.put(record.key, record.offset)
+                        else:
+                            return True
+                    stats.map_messages_read += 1
+            if header.last_offset >= start:
+                omap.update_latest_offset(header.last_offset)
+        return False
+
+    # -- step 3: cleaning a group into a .cleaned segment ---------------------------------------
+
+    def clean_group(self, plan: CleaningPlan, group: Sequence[SourceSegment],
+                    stats: CleanerStats) -> LogSegment:
+        """Write the group's retained batches into ``<base>.log.cleaned`` (+ indexes), flushed,
+        with the last source segment's modification time. The caller swaps it in or
+        discards it (``discard_cleaned``)."""
+        base = group[0].view.base_offset
+        cleaned = create_cleaned_segment(plan, base)
+        try:
+            dropped_last: BatchHeader | None = None
+            for source in group:
+                retain_deletes = source.view.last_modified_ms > plan.delete_horizon_ms
+                self._info("Cleaning LogSegment(baseOffset=%d, size=%d) in log %s into %d "
+                           "with deletion horizon %d, %s deletes.", source.view.base_offset,
+                           source.view.size, plan.log_name, base, plan.delete_horizon_ms,
+                           "retaining" if retain_deletes else "discarding")
+                for header, batch in iter_file_batches(source.path, 0, source.view.size,
+                                                       self.config.io_buffer_size,
+                                                       self.check_done):
+                    out = self.filter_batch(plan, header, batch, retain_deletes, stats)
+                    if out is None:
+                        dropped_last = header
+                        continue
+                    dropped_last = None
+                    self._append(cleaned, header, out)
+            if dropped_last is not None:
+                # keep the group's offset range: see the module docstring
+                self._append(cleaned, dropped_last, empty_batch(dropped_last))
+            cleaned.on_become_inactive()
+            cleaned.flush()
+            cleaned.close_handles()
+            mtime = group[-1].view.last_modified_ms
+            for path in (cleaned.log_path, cleaned.index_path, cleaned.time_index_path):
+                os.utime(path, ns=(mtime * 1_000_000, mtime * 1_000_000))
+        except BaseException:
+            discard_cleaned(cleaned)
+            raise
+        return cleaned
+
+    @staticmethod
+    def _append(cleaned: LogSegment, source_header: BatchHeader, data: bytes) -> None:
+        header = BatchHeader(*_HEADER.unpack_from(data, 0))
+        cleaned.append(header.last_offset, header.max_timestamp, header.last_offset, data)
+
+    def filter_batch(self, plan: CleaningPlan, header: BatchHeader,
+                     batch: bytes | memoryview, retain_deletes: bool,
+                     stats: CleanerStats) -> bytes | None:
+        """The bytes to keep of one batch (the original, a rebuilt batch, an empty batch) or
+        None (Kafka's MemoryRecords.filterTo with the cleaner's RecordFilter)."""
+        stats.bytes_read += header.size
+        if header.is_control:  # none in odradek; kept whole (no transaction index to consult)
+            stats.bytes_written += header.size
+            return bytes(batch)
+        omap = self.offset_map
+        latest = omap.latest_offset
+        payload = records_payload(header, batch) if header.records_count else b""
+        kept: list[RawRecord] = []
+        total = 0
+        for record in iter_raw_records(header, payload):
+            total += 1
+            if record.offset > latest:
+                kept.append(record)
+            elif record.key is None:
+                stats.invalid_messages_read += 1
+            elif record.offset >= omap.get(record.key) and (record.has_value or retain_deletes):
+                kept.append(record)
+        stats.messages_read += total
+        if kept:
+            stats.messages_written += len(kept)
+            out = bytes(batch) if len(kept) == total else rebuild_batch(header, payload, kept)
+            stats.bytes_written += len(out)
+            return out
+        if header.has_producer_id and plan.active_producers.get(header.producer_id) \
+                == header.last_offset:
+            out = empty_batch(header)  # BatchRetention.RETAIN_EMPTY
+            stats.bytes_written += len(out)
+            return out
+        return None
+
+
+def cleaned_paths(directory: Path, base_offset: int) -> list[Path]:
+    prefix = directory / f"{base_offset:020d}"
+    return [Path(f"{prefix}{s}{CLEANED_SUFFIX}") for s in (LOG_SUFFIX, INDEX_SUFFIX,
+                                                           TIME_INDEX_SUFFIX)]
+
+
+def create_cleaned_segment(plan: CleaningPlan, base_offset: int) -> LogSegment:
+    """A new ``<base>.log.cleaned`` segment (stale ``.cleaned`` files of that name go first),
+    with no handle cache: it belongs to the cleaner until it is swapped in."""
+    return LogSegment.create(plan.directory, base_offset, suffix=CLEANED_SUFFIX,
+                             index_interval_bytes=plan.index_interval_bytes,
+                             max_index_size=plan.max_index_size)
+
+
+def discard_cleaned(cleaned: LogSegment) -> None:
+    """Remove a cleaned segment that will not be swapped in."""
+    cleaned.close_handles()
+    for path in cleaned_paths(cleaned.dir, cleaned.base_offset):
+        path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 4: the swap, on the loop
+# ---------------------------------------------------------------------------------------------
+
+
+def still_holds(log: Log, plan: CleaningPlan, group: Sequence[SourceSegment]) -> bool:
+    """Whether `log` still holds exactly the group's segments, unchanged (same objects, same
+    sizes, consecutive, none active) and was neither truncated nor closed since the plan."""
+    if log.closed or log._truncations != plan.truncations:
+        return False
+    segments = log.segments
+    try:
+        i = next(k for k, s in enumerate(segments) if s is group[0].segment)
+    except StopIteration:
+        return False
+    if i + len(group) >= len(segments):  # the active segment cannot be replaced
+        return False
+    for k, source in enumerate(group):
+        seg = segments[i + k]
+        if seg is not source.segment or seg.size != source.view.size:
+            return False
+    return True
+
+
+def swap_in(log: Log, plan: CleaningPlan, group: Sequence[SourceSegment],
+            cleaned: LogSegment, step: Callable[[str], None] | None = None) -> bool:
+    """Replace the group's segments by the cleaned one (one synchronous step on the loop);
+    False (and the cleaned files removed) when the log changed since the plan."""
+    if not still_holds(log, plan, group):
+        discard_cleaned(cleaned)
+        return False
+    cleaned.attach_handle_cache(log.handle_cache)
+    old = [s.segment for s in group]
+    log_.info("Swapping in cleaned segment %r for segment(s) %r in log %s", cleaned, old,
+              log.name)
+    log.replace_segments([cleaned], old, step=step)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# One whole pass, driven by a caller that owns the log
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CleanResult:
+    first_dirty_offset: int
+    end_offset: int  # the new first dirty offset (cleaner checkpoint)
+    stats: CleanerStats
+    groups: int
+    completed: bool
+
+
+def clean_log(log: Log, now_ms: int, *, last_clean_offset: int | None = None,
+              cleaner: Cleaner | None = None, config: CleanerConfig | None = None
+              ) -> CleanResult | None:
+    """Clean `log` now, all in the calling thread (which must own the log), whatever its dirty
+    ratio. None when nothing is cleanable."""
+    cleaner = cleaner or Cleaner(0, config)
+    gen = clean_steps(cleaner, log, now_ms, last_clean_offset)
+    return run_steps(gen)
+
+
+Work = tuple[Callable[..., object], tuple[object, ...]]
+
+
+def clean_steps(cleaner: Cleaner, log: Log, now_ms: int, last_clean_offset: int | None
+                ) -> Iterator[Work]:
+    """The pass as a generator: it runs the loop-side parts itself and yields the off-loop
+    parts (function, args) for its driver to run (inline or in the cleaner thread) and send
+    back the result. Its return value (StopIteration.value) is the CleanResult or None."""
+    plan = plan_cleaning(log, now_ms, last_clean_offset)
+    if plan is None:
+        return None
+    stats = CleanerStats()
+    end_offset = yield (cleaner.build_offset_map, (plan, stats))
+    assert isinstance(end_offset, int)
+    if end_offset <= plan.first_dirty_offset:
+        log_name = plan.log_name
+        log_.warning(
+            "Cleaner %d: no progress possible on %s: the offset map cannot hold one batch's "
+            "keys", cleaner.id, log_name)
+        return None
+    cleaner._info("Cleaning log %s (cleaning prior to %s, discarding tombstones prior to %s)...",
+                  plan.log_name, _java_date(plan.cleanable_horizon_ms),
+                  _java_date(plan.delete_horizon_ms))
+    groups = plan.groups(end_offset)
+    completed = True
+    for group in groups:
+        cleaned = yield (cleaner.clean_group, (plan, group, stats))
+        assert isinstance(cleaned, LogSegment)
+        if not swap_in(log, plan, group, cleaned):
+            cleaner._info("Log %s changed while it was being cleaned: the cleaned segment %d "
+                          "is discarded", plan.log_name, cleaned.base_offset)
+            completed = False
+            break
+    stats.buffer_utilization = cleaner.offset_map.utilization
+    stats.all_done()
+    cleaner.offset_map.clear()
+    return CleanResult(plan.first_dirty_offset, end_offset, stats, len(groups), completed)
+
+
+def run_steps(gen: Iterator[Work]) -> CleanResult | None:
+    """Drive `clean_steps` inline."""
+    try:
+        item = next(gen)
+        while True:
+            fn, args = item
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                item = gen.throw(exc)  # type: ignore[attr-defined]
+                continue
+            item = gen.send(result)  # type: ignore[attr-defined]
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
