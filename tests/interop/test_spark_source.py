@@ -181,9 +181,12 @@ def test_reader_closes_its_connections_and_event_loop(cluster: Cluster) -> None:
         fds, threads = open_fds(), threading.active_count()
         counts = [task(i) for i in range(40)]
         assert counts[0::2] == [200] * 20 and all(0 < n <= 200 for n in counts[1::2])
-        # The brokers run in this process too: give them time to close their ends.
-        wait_until(lambda: open_fds() == fds, 30, f"{open_fds()} open fds to be back to {fds}")
-        assert threading.active_count() == threads
+        # The brokers run in this process too: give them time to close their ends. Their own
+        # descriptors and threads come and go (segment handles, checkpoint and cleaner
+        # threads), so the check is that nothing grew: with close() removed, 286 fds against 34.
+        wait_until(lambda: open_fds() <= fds, 30, f"open fds to be back to at most {fds}")
+        wait_until(lambda: threading.active_count() <= threads, 30,
+                   f"threads to be back to at most {threads}")
     finally:
         gc.enable()
 
