@@ -164,8 +164,10 @@ def test_groups_fit_one_segment_its_indexes_and_32_bit_relative_offsets() -> Non
 
 # -- the offset map ----------------------------------------------------------------------------
 
-def test_offset_map_is_sized_by_24_bytes_an_entry_and_refuses_new_keys_when_full() -> None:
-    m = OffsetMap(24 * 10)
+def test_offset_map_is_sized_by_its_real_entry_cost_and_refuses_new_keys_when_full() -> None:
+    """160 bytes an entry: what a dict entry with its digest and offset costs (see OffsetMap),
+    so the configured buffer bounds the memory, not only the entry count."""
+    m = OffsetMap(160 * 10)
     assert m.slots == 10 and m.max_entries(0.9) == 9
     for i in range(10):
         m.put(b"k%d" % i, i)
@@ -175,7 +177,7 @@ def test_offset_map_is_sized_by_24_bytes_an_entry_and_refuses_new_keys_when_full
         m.put(b"k10", 10)
     assert m.utilization == 1.0
     with pytest.raises(ValueError, match="too small"):
-        Cleaner(0, CleanerConfig(dedupe_buffer_size=24))
+        Cleaner(0, CleanerConfig(dedupe_buffer_size=160))
 
 
 def test_a_small_dedupe_buffer_bounds_each_pass_and_later_passes_finish(tmp_path: Path) -> None:
@@ -187,7 +189,7 @@ def test_a_small_dedupe_buffer_bounds_each_pass_and_later_passes_finish(tmp_path
     for i in range(30):
         append(lg, [(b"k%d" % i, b"b")])
     lg.roll()
-    config = CleanerConfig(dedupe_buffer_size=24 * 10)  # 9 entries a pass
+    config = CleanerConfig(dedupe_buffer_size=160 * 10)  # 9 entries a pass
     cleaner = Cleaner(0, config)
     checkpoint: int | None = None
     ends = []
