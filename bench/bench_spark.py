@@ -56,6 +56,7 @@ from common import (
     python_worker,
     run_section,
     run_timed,
+    splice_section,
     table,
     topic_record_count,
 )
@@ -358,13 +359,7 @@ def render(res: Results, a: argparse.Namespace) -> str:
 
 def splice(section: str, doc: Path) -> None:
     """Replace the Spark section of `doc` (or append it); nothing else of the file changes."""
-    text = doc.read_text() if doc.exists() else ""
-    m = re.search(re.escape(BEGIN) + r".*?" + re.escape(END), text, re.S)
-    if m:
-        text = text[:m.start()] + section.strip() + text[m.end():]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section.strip() + "\n"
-    doc.write_text(text)
+    splice_section(section, doc, BEGIN, END)
 
 
 def main() -> None:

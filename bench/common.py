@@ -383,6 +383,18 @@ def collapsed_stacks(raw: Path) -> Iterator[tuple[list[str], int]]:
         yield frames, int(count)
 
 
+def splice_section(section: str, doc: Path, begin: str, end: str) -> None:
+    """Replace the part of `doc` between the markers `begin` and `end` (inclusive) by
+    `section`, or append `section` when the markers are missing; nothing else changes."""
+    text = doc.read_text() if doc.exists() else ""
+    m = re.search(re.escape(begin) + r".*?" + re.escape(end), text, re.S)
+    if m:
+        text = text[:m.start()] + section.strip() + text[m.end():]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section.strip() + "\n"
+    doc.write_text(text)
+
+
 def run_section(a: Any, section: str, run: Callable[[Any], Any], render: Callable[[Any, Any], str],
                 splice: Callable[[str, Path], None]) -> None:
     """The end of a section benchmark's main (bench_spark.py, bench_client.py): with

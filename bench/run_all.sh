@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every benchmark in bench/ and rewrite docs/performance.md.
 #
-#   bench/run_all.sh                      # the full run (about 5 minutes on 2 cores)
+#   bench/run_all.sh                      # the full run (about 8 minutes on 2 cores)
 #   bench/run_all.sh --quick              # arguments go to bench_broker.py (smoke test)
 #   TIMER_OPS=100000 bench/run_all.sh     # fewer operations for bench_timer.py (default 1M)
 #   BENCH_REV=HEAD bench/run_all.sh       # benchmark a commit's src/, not the working tree
@@ -12,7 +12,8 @@
 # docs/performance.md is regenerated from the benchmarks' markdown, except the hand-written part
 # between the "notes:begin" and "notes:end" markers, which is carried over from the current file.
 # bench_failover.py's section goes last, between "failover:begin" and "failover:end" (its own
-# hand-written "failover-notes" block is carried over too).
+# hand-written "failover-notes" block is carried over too). The replication, Spark, client and
+# log cleaner sections are then spliced in by their scripts' --update-doc.
 # Progress goes to stderr; a failing benchmark stops the script and leaves the file untouched.
 set -euo pipefail
 
@@ -37,13 +38,13 @@ if [ -n "${BENCH_REV:-}" ]; then
     echo "[run_all] benchmarking src/ of commit $rev" >&2
 fi
 
-echo "[run_all] 1/6 bench/bench_broker.py $*" >&2
+echo "[run_all] 1/7 bench/bench_broker.py $*" >&2
 timeout 3600 "$PY" bench/bench_broker.py --output "$tmp/broker.md" "$@"
 
-echo "[run_all] 2/6 bench/bench_timer.py --ops $TIMER_OPS" >&2
+echo "[run_all] 2/7 bench/bench_timer.py --ops $TIMER_OPS" >&2
 timeout 1800 "$PY" bench/bench_timer.py --ops "$TIMER_OPS" >"$tmp/timer.md"
 
-echo "[run_all] 3/6 bench/bench_failover.py $FAILOVER_ARGS" >&2
+echo "[run_all] 3/7 bench/bench_failover.py $FAILOVER_ARGS" >&2
 # shellcheck disable=SC2086  # FAILOVER_ARGS is a list of arguments
 timeout 5400 "$PY" bench/bench_failover.py --output "$tmp/failover.md" $FAILOVER_ARGS
 
@@ -105,8 +106,9 @@ if replication:  # carried over for bench_replication.py --update-doc (keeps its
 Path(out).write_text(doc)
 PYEOF
 "$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
-echo "[run_all] 4/6 bench/bench_replication.py --update-doc $OUT" >&2
+echo "[run_all] 4/7 bench/bench_replication.py --update-doc $OUT" >&2
 timeout 3600 "$PY" bench/bench_replication.py --no-timer --update-doc "$OUT"
-echo "[run_all] 5/6 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
-echo "[run_all] 6/6 bench/bench_client.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_client.py --update-doc "$OUT"
-echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark and client sections)" >&2
+echo "[run_all] 5/7 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
+echo "[run_all] 6/7 bench/bench_client.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_client.py --update-doc "$OUT"
+echo "[run_all] 7/7 bench/bench_cleaner.py --profile --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_cleaner.py --profile --update-doc "$OUT"
+echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client and cleaner sections)" >&2

@@ -339,6 +339,21 @@ def test_auto_leader_rebalance(tmp_path: Path) -> None:
     run(body, 180)
 
 
+async def skew_one_partition(cluster: AsyncCluster) -> tuple[int, int, int]:
+    """Topic "r", one partition on [a, b, controller]; a is restarted, so b leads it while a,
+    its preferred replica, is back in the ISR. Returns (controller, a, b)."""
+    ctl = cluster.controller_id()
+    a, b = [x for x in range(3) if x != ctl]
+    async with AsyncAdmin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        await admin.create_topics([NewTopic("r", replica_assignment={0: [a, b, ctl]})])
+        await admin.wait_for_topics(["r"], 60)
+    await cluster.stop_broker(a)
+    await cluster.wait_for(lambda: leaders(cluster, "r", 1)[0] == b, 30)
+    await cluster.start_broker(a)
+    await wait_isr(cluster, "r", {0: [a]})
+    return ctl, a, b
+
+
 def test_new_controller_checks_balance_5_s_after_failover(tmp_path: Path) -> None:
     """Kafka schedules a new controller's first imbalance check 5 s after failover, not one
     whole leader.imbalance.check.interval.seconds (here an hour) later."""
@@ -348,15 +363,7 @@ def test_new_controller_checks_balance_5_s_after_failover(tmp_path: Path) -> Non
             "leader.imbalance.check.interval.seconds": "3600"})
         await cluster.start()
         try:
-            ctl = cluster.controller_id()
-            a, b = [x for x in range(3) if x != ctl]
-            async with AsyncAdmin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
-                await admin.create_topics([NewTopic("r", replica_assignment={0: [a, b, ctl]})])
-                await admin.wait_for_topics(["r"], 60)
-            await cluster.stop_broker(a)
-            await cluster.wait_for(lambda: leaders(cluster, "r", 1)[0] == b, 30)
-            await cluster.start_broker(a)
-            await wait_isr(cluster, "r", {0: [a]})
+            ctl, a, _b = await skew_one_partition(cluster)
             await cluster.kill_broker(ctl)
             await cluster.wait_for(lambda: cluster.controller_id() not in (-1, ctl), 30,
                                    "a new controller")
@@ -375,15 +382,7 @@ def test_no_auto_rebalance_below_the_threshold(tmp_path: Path) -> None:
             "leader.imbalance.per.broker.percentage": "100"})
         await cluster.start()
         try:
-            ctl = cluster.controller_id()
-            a, b = [x for x in range(3) if x != ctl]
-            async with AsyncAdmin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
-                await admin.create_topics([NewTopic("r", replica_assignment={0: [a, b, ctl]})])
-                await admin.wait_for_topics(["r"], 60)
-            await cluster.stop_broker(a)
-            await cluster.wait_for(lambda: leaders(cluster, "r", 1)[0] == b, 30)
-            await cluster.start_broker(a)
-            await wait_isr(cluster, "r", {0: [a]})
+            ctl, _a, b = await skew_one_partition(cluster)
             controller = cluster.brokers[ctl].controller
             assert controller is not None
             # Several checks run (each is an event on the controller's queue)...
