@@ -134,7 +134,9 @@ def test_topic_creation_and_deletion_znodes(zk_cluster: ZkCluster) -> None:
         assert set(s) == {"controller_epoch", "leader", "version", "leader_epoch", "isr"}
         assert s["leader"] == [0, 1, 2][p]
     dirs = [b.log_dir / f"life-{p}" for b in c.brokers.values() for p in range(3)]
-    assert all(d.is_dir() for d in dirs)
+    # CreateTopics returns once the answering broker's metadata holds the leaders (as Kafka's
+    # does); each other broker creates its replicas when its own LeaderAndIsr arrives.
+    wait_until(lambda: all(d.is_dir() for d in dirs), what="every replica's log dir")
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     admin.delete_topics(["life"], operation_timeout=20)["life"].result(30)
     wait_until(lambda: not c.zk.exists("/brokers/topics/life")
