@@ -137,7 +137,9 @@ class FaultRecord:
 class ProducerStats:
     index: int
     sent: int = 0
-    acked: dict[str, tuple[int, int]] = field(default_factory=dict)  # value -> (p, offset)
+    # value -> (partition, offset); the offset is None when librdkafka delivered the message
+    # without one (see check_values)
+    acked: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # value -> error name
     undelivered: int = 0  # still queued after the final flush
     fatal: str | None = None
@@ -190,6 +192,7 @@ class ChaosReport:
     broker_tracebacks: dict[int, int] = field(default_factory=dict)  # in brokers' stderr
     errors: list[str] = field(default_factory=list)  # the run itself broke off
     acked_end: dict[int, int] = field(default_factory=dict)  # partition -> max acked + 1
+    acked_without_offset: int = 0  # delivered, but librdkafka gave no offset (check_values)
     reassignments: list[ReassignmentCheck] = field(default_factory=list)
     throughput: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     workdir: Path | None = None
@@ -700,12 +703,19 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 12
 
 def check_values(report: ChaosReport, stats: Sequence[ProducerStats],
                  read: dict[int, list[tuple[int, str]]]) -> None:
-    """Acknowledged values against what a consumer reads back."""
+    """Acknowledged values against what a consumer reads back: each at the partition and
+    offset of its delivery report. librdkafka's idempotent producer may deliver a message with
+    no offset: when a batch it is about to resend turns out to be written (a later batch's ack
+    proves it, since the broker takes a producer's batches only in sequence order), it reports
+    the batch's messages as delivered without offsets (rd_kafka_msgq_move_acked). Those are
+    checked by partition only."""
     at: dict[tuple[int, int], str] = {}
+    read_in: dict[str, int] = {}
     copies: Counter[str] = Counter()
     for p, records in read.items():
         for offset, value in records:
             at[(p, offset)] = value
+            read_in[value] = p
             copies[value] += 1
     report.read_back = sum(copies.values())
     report.duplicates = sum(n - 1 for n in copies.values() if n > 1)
@@ -721,12 +731,17 @@ def check_values(report: ChaosReport, stats: Sequence[ProducerStats],
             report.fatal_errors.append(f"producer {s.index}: {s.fatal}")
     report.acked = len(acked)
     for p, offset in acked.values():
-        report.acked_end[p] = max(report.acked_end.get(p, 0), offset + 1)
-    for value, where in sorted(acked.items()):
-        if at.get(where) == value:
+        if offset is not None:
+            report.acked_end[p] = max(report.acked_end.get(p, 0), offset + 1)
+    for value, (p, offset) in sorted(acked.items()):
+        if offset is None:
+            report.acked_without_offset += 1
+            if read_in.get(value) == p:
+                continue
+        elif at.get((p, offset)) == value:
             continue
         (report.misplaced if value in copies else report.lost).append(
-            f"{value}@p{where[0]}:{where[1]}")
+            f"{value}@p{p}:{'?' if offset is None else offset}")
     report.failed_written = sum(1 for v in copies if v in failed)
     report.unacked_written = sum(1 for v in copies if v not in acked and v not in failed)
 
@@ -925,7 +940,9 @@ def format_report(report: ChaosReport) -> str:
         f"{min(3, c.brokers)}, min.insync.replicas 2, {c.producers} idempotent acks=all "
         f"producers, {len(report.faults)} faults, {report.elapsed_s:.0f}s in all",
         f"sent               {report.sent}",
-        f"acknowledged       {report.acked}",
+        f"acknowledged       {report.acked}" + (
+            f" ({report.acked_without_offset} delivered by librdkafka without an offset, "
+            "checked by partition)" if report.acked_without_offset else ""),
         f"read back          {report.read_back}",
         f"lost               {len(report.lost)}" + _examples(report.lost),
         f"misplaced          {len(report.misplaced)}" + _examples(report.misplaced),
