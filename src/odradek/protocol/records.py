@@ -239,6 +239,17 @@ def write_varint(out: bytearray, n: int) -> None:
 
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    # One and two bytes first: offset and timestamp deltas, key and value lengths below 8 KiB.
+    try:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+        b2 = buf[pos + 1]
+    except IndexError:
+        raise CorruptRecordError("varint runs past the end of the record") from None
+    if b2 < 0x80:
+        v = (b & 0x7F) | (b2 << 7)
+        return (v >> 1) ^ -(v & 1), pos + 2
     shift = 0
     result = 0
     while True:

@@ -484,17 +484,6 @@ def plan_cleaning(log: Log, now_ms: int, last_clean_offset: int | None = None
 # ---------------------------------------------------------------------------------------------
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    b2 = buf[pos + 1]
-    if b2 < 0x80:  # two bytes: record lengths of 64-8191 bytes, offset deltas of 64-8191
-        v = (b & 0x7F) | (b2 << 7)
-        return (v >> 1) ^ -(v & 1), pos + 2
-    return read_varint(buf, pos)
-
-
 @dataclass(slots=True)
 class RawRecord:
     """One record of a batch, as bytes: its absolute offset and timestamp, its key, whether it
@@ -516,19 +505,19 @@ def iter_raw_records(header: BatchHeader, payload: bytes) -> Iterator[RawRecord]
     log_append = header.is_log_append_time
     for _ in range(header.records_count):
         start = pos
-        length, pos = _varint(payload, pos)
+        length, pos = read_varint(payload, pos)
         end = pos + length
         if length < 0 or end > n:
             raise CorruptRecordError("record runs past the end of its batch")
         pos += 1  # attributes
-        ts_delta, pos = _varint(payload, pos)
-        off_delta, pos = _varint(payload, pos)
-        key_len, pos = _varint(payload, pos)
+        ts_delta, pos = read_varint(payload, pos)
+        off_delta, pos = read_varint(payload, pos)
+        key_len, pos = read_varint(payload, pos)
         key: bytes | None = None
         if key_len >= 0:
             key = payload[pos:pos + key_len]
             pos += key_len
-        value_len, pos = _varint(payload, pos)
+        value_len, pos = read_varint(payload, pos)
         if pos > end:
             raise CorruptRecordError("record fields run past the record's length")
         yield RawRecord(base_offset + off_delta,
