@@ -54,12 +54,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from common import (
+    add_section_options,
     fmt_int,
     machine_facts,
     progress,
     rss_kb,
     run_section,
-    splice_section,
     table,
 )
 from plots import bar_chart, img_dir, write_svg
@@ -553,11 +553,6 @@ def render(res: Results, a: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def splice(section: str, doc: Path) -> None:
-    """Replace the cleaner section of `doc` (or append it); nothing else of the file changes."""
-    splice_section(section, doc, BEGIN, END)
-
-
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker_main(sys.argv[2:])
@@ -572,11 +567,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="one more run of scenario 1 under cProfile, reported in the section")
     ap.add_argument("--timeout", type=float, default=900.0, help="per run, seconds (900)")
-    ap.add_argument("--output", type=Path, help="write the markdown section to this file")
-    ap.add_argument("--update-doc", type=Path, metavar="DOC",
-                    help="replace the section between the cleaner markers in DOC")
-    ap.add_argument("--splice", type=Path, metavar="MD",
-                    help="with --update-doc: splice this already generated section, no run")
+    add_section_options(ap, "cleaner")
     a = ap.parse_args()
     if a.splice and not a.update_doc:
         ap.error("--splice needs --update-doc")
@@ -588,7 +579,7 @@ def main() -> None:
     a.profile = 5 if a.profile else 0
     if a.records < 1 or a.repeat < 1:
         ap.error("--records and --repeat must be at least 1")
-    run_section(a, "Log cleaner", run_bench, render, splice)
+    run_section(a, "Log cleaner", run_bench, render, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     BrokerProcess,
+    add_section_options,
     cpu_seconds,
     ensure_topic,
     fmt_int,
@@ -58,7 +59,6 @@ from common import (
     python_worker,
     run_section,
     run_timed,
-    splice_section,
     table,
     topic_record_count,
 )
@@ -421,11 +421,6 @@ def render(res: Results, a: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def splice(section: str, doc: Path) -> None:
-    """Replace the client section of `doc` (or append it); nothing else of the file changes."""
-    splice_section(section, doc, BEGIN, END)
-
-
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker_main(sys.argv[2:])
@@ -438,16 +433,12 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300.0, help="per run, seconds (300)")
     ap.add_argument("--baseline-rev", metavar="REV",
                     help="also run the sync producer of this git revision (before/after)")
-    ap.add_argument("--output", type=Path, help="write the markdown section to this file")
-    ap.add_argument("--update-doc", type=Path, metavar="DOC",
-                    help="replace the section between the client markers in DOC")
-    ap.add_argument("--splice", type=Path, metavar="MD",
-                    help="with --update-doc: splice this already generated section, no run")
+    add_section_options(ap, "client")
     a = ap.parse_args()
     if a.splice and not a.update_doc:
         ap.error("--splice needs --update-doc")
     if a.splice:
-        run_section(a, "Client", run_bench, render, splice)
+        run_section(a, "Client", run_bench, render, BEGIN, END)
         return
     if a.records < 1 or a.partitions < 1 or a.repeat < 1:
         ap.error("--records, --partitions and --repeat must be at least 1")
@@ -457,7 +448,7 @@ def main() -> None:
         import confluent_kafka  # noqa: F401
     except ImportError:
         sys.exit("confluent-kafka is not installed (pip install confluent-kafka)")
-    run_section(a, "Client", run_bench, render, splice)
+    run_section(a, "Client", run_bench, render, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import sys
@@ -48,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     BrokerProcess,
+    add_section_options,
     cpu_seconds,
     ensure_topic,
     fmt_int,
@@ -56,7 +56,6 @@ from common import (
     python_worker,
     run_section,
     run_timed,
-    splice_section,
     table,
     topic_record_count,
 )
@@ -173,23 +172,9 @@ def timed_run(broker: BrokerProcess, reader: str, n: int,
 
 
 def spark_session(cores: int) -> Any:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from odradek.spark.session import local_session
 
-    spark = (SparkSession.builder.master(f"local[{cores}]").appName("odradek-bench-spark")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", str(cores))
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="odradek-bench-"))
-             .config("spark.python.worker.reuse", "true")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("odradek-bench-spark", cores)
 
 
 def spark_read(spark: Any, bootstrap: str, topic: str) -> tuple[int, int, float]:
@@ -357,11 +342,6 @@ def render(res: Results, a: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def splice(section: str, doc: Path) -> None:
-    """Replace the Spark section of `doc` (or append it); nothing else of the file changes."""
-    splice_section(section, doc, BEGIN, END)
-
-
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker_main(sys.argv[2:])
@@ -372,16 +352,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4, help="topic partitions (4)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per reader; the best is kept")
     ap.add_argument("--timeout", type=float, default=600.0, help="per run, seconds (600)")
-    ap.add_argument("--output", type=Path, help="write the markdown section to this file")
-    ap.add_argument("--update-doc", type=Path, metavar="DOC",
-                    help="replace the section between the spark markers in DOC")
-    ap.add_argument("--splice", type=Path, metavar="MD",
-                    help="with --update-doc: splice this already generated section, no run")
+    add_section_options(ap, "spark")
     a = ap.parse_args()
     if a.splice and not a.update_doc:
         ap.error("--splice needs --update-doc")
     if a.splice:
-        run_section(a, "Spark", run_bench, render, splice)
+        run_section(a, "Spark", run_bench, render, BEGIN, END)
         return
     if a.records < 1 or a.partitions < 1 or a.repeat < 1:
         ap.error("--records, --partitions and --repeat must be at least 1")
@@ -391,7 +367,7 @@ def main() -> None:
         import pyspark  # noqa: F401
     except ImportError:
         sys.exit("pyspark is not installed (pip install -e '.[spark]')")
-    run_section(a, "Spark", run_bench, render, splice)
+    run_section(a, "Spark", run_bench, render, BEGIN, END)
 
 
 if __name__ == "__main__":

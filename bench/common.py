@@ -395,14 +395,24 @@ def splice_section(section: str, doc: Path, begin: str, end: str) -> None:
     doc.write_text(text)
 
 
+def add_section_options(ap: Any, markers: str) -> None:
+    """The options of a section benchmark (bench_spark.py, bench_client.py, bench_cleaner.py)
+    that say where its markdown goes; `markers` names them in the help."""
+    ap.add_argument("--output", type=Path, help="write the markdown section to this file")
+    ap.add_argument("--update-doc", type=Path, metavar="DOC",
+                    help=f"replace the section between the {markers} markers in DOC")
+    ap.add_argument("--splice", type=Path, metavar="MD",
+                    help="with --update-doc: splice this already generated section, no run")
+
+
 def run_section(a: Any, section: str, run: Callable[[Any], Any], render: Callable[[Any, Any], str],
-                splice: Callable[[str, Path], None]) -> None:
-    """The end of a section benchmark's main (bench_spark.py, bench_client.py): with
-    `--splice MD` only splice a generated section into `--update-doc`; otherwise run, render,
-    and write the markdown to `--output`, into `--update-doc`, or to stdout. `run(a)` returns a
-    result with a `started` (time.monotonic()) attribute."""
+                begin: str, end: str) -> None:
+    """The end of a section benchmark's main: with `--splice MD` only splice a generated
+    section into `--update-doc`; otherwise run, render, and write the markdown to `--output`,
+    into `--update-doc` (between `begin` and `end`), or to stdout. `run(a)` returns a result
+    with a `started` (time.monotonic()) attribute."""
     if a.splice:
-        splice(a.splice.read_text(), a.update_doc)
+        splice_section(a.splice.read_text(), a.update_doc, begin, end)
         progress(f"spliced {a.splice} into {a.update_doc}")
         return
     res = run(a)
@@ -410,7 +420,7 @@ def run_section(a: Any, section: str, run: Callable[[Any], Any], render: Callabl
     if a.output:
         a.output.write_text(text + "\n")
     if a.update_doc:
-        splice(text, a.update_doc)
+        splice_section(text, a.update_doc, begin, end)
         progress(f"updated the {section} section of {a.update_doc}")
     if not a.output and not a.update_doc:
         print(text)
