@@ -8,9 +8,6 @@ interpreter (so ``pyspark_odradek`` and ``odradek`` import on them). Tests that 
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,22 +22,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from odradek.spark.session import local_session
 
-    warehouse = tempfile.mkdtemp(prefix="odradek-spark-")
-    session = (SparkSession.builder.master("local[2]").appName("odradek-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.warehouse.dir", warehouse)
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("WARN")
+    session = local_session("odradek-tests", 2, log_level="WARN")
     try:
         yield session
     finally:

@@ -10,9 +10,6 @@ of the counts, the sink's commit log), so a restarted job neither loses nor repe
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,22 +165,7 @@ def run_available_now(spark: SparkSession, cfg: JobConfig, timeout_s: float = 60
 
 
 def local_session(app_name: str = "odradek-clickstream", cores: int = 2) -> SparkSession:
-    """A local SparkSession for the example: `local[cores]`, UI off, loopback only, UTC, workers
-    on this interpreter (so `pyspark_odradek` and `odradek` import there)."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    """A local SparkSession for the example (`odradek.spark.session.local_session`)."""
+    from ...spark.session import local_session as make
 
-    session = (SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", str(cores))
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="odradek-spark-"))
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return make(app_name, cores)
