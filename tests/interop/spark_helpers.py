@@ -106,3 +106,8 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
 
 def start_cluster(brokers: int, **overrides: Any) -> Cluster:
     return Cluster(brokers=brokers, overrides=overrides).start()
+
+
+def bootstrap(c: Cluster) -> str:
+    assert c.inner is not None
+    return c.inner.bootstrap_servers

@@ -14,7 +14,13 @@ import pytest
 
 from odradek.cluster import Cluster
 from tests.interop.clients import batch_headers, consume_confluent, watermarks
-from tests.interop.spark_helpers import create_topic, produce, start_cluster, topic_name
+from tests.interop.spark_helpers import (
+    bootstrap,
+    create_topic,
+    produce,
+    start_cluster,
+    topic_name,
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +30,6 @@ def cluster() -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
-
-
-def bootstrap(c: Cluster) -> str:
-    assert c.inner is not None
-    return c.inner.bootstrap_servers
 
 
 def writer(df: Any, c: Cluster, **options: str) -> Any:

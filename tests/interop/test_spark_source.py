@@ -25,6 +25,7 @@ from odradek.cluster import Cluster
 from odradek.spark.offsets import DataLossError, OffsetRange, split_ranges
 from odradek.spark.reader import read_ranges
 from tests.interop.spark_helpers import (
+    bootstrap,
     create_topic,
     expected_rows,
     produce,
@@ -43,11 +44,6 @@ def cluster() -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
-
-
-def bootstrap(c: Cluster) -> str:
-    assert c.inner is not None
-    return c.inner.bootstrap_servers
 
 
 def reader(spark: Any, c: Cluster, **options: str) -> Any:

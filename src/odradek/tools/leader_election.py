@@ -64,14 +64,22 @@ def exception_text(error: KafkaError) -> str:
     return f"org.apache.kafka.common.errors.{name}: {message}"
 
 
-def election_report(election_type: str, results: Mapping[TopicPartition, KafkaError | None]
-                    ) -> tuple[list[str], list[str]]:
-    """Kafka's LeaderElectionCommand output: (stdout lines, stderr lines); stderr non-empty
-    means some election failed."""
+def _outcomes(results: Mapping[TopicPartition, KafkaError | None]
+              ) -> tuple[list[TopicPartition], list[TopicPartition],
+                         dict[TopicPartition, KafkaError]]:
+    """(elected, ELECTION_NOT_NEEDED, failed with their errors)."""
     done = [tp for tp, e in results.items() if e is None]
     noop = [tp for tp, e in results.items() if e is not None and e.code == ELECTION_NOT_NEEDED]
     failed = {tp: e for tp, e in results.items() if e is not None
               and e.code != ELECTION_NOT_NEEDED}
+    return done, noop, failed
+
+
+def election_report(election_type: str, results: Mapping[TopicPartition, KafkaError | None]
+                    ) -> tuple[list[str], list[str]]:
+    """Kafka's LeaderElectionCommand output: (stdout lines, stderr lines); stderr non-empty
+    means some election failed."""
+    done, noop, failed = _outcomes(results)
     out: list[str] = []
     err: list[str] = []
     if done:
@@ -90,10 +98,7 @@ def election_report(election_type: str, results: Mapping[TopicPartition, KafkaEr
 def preferred_report(results: Mapping[TopicPartition, KafkaError | None]
                      ) -> tuple[list[str], list[str]]:
     """kafka-preferred-replica-election's output in --bootstrap-server mode."""
-    done = [tp for tp, e in results.items() if e is None]
-    noop = [tp for tp, e in results.items() if e is not None and e.code == ELECTION_NOT_NEEDED]
-    failed = {tp: e for tp, e in results.items() if e is not None
-              and e.code != ELECTION_NOT_NEEDED}
+    done, noop, failed = _outcomes(results)
     out: list[str] = []
     if done:
         out.append(f"Successfully completed preferred leader election for partitions "
