@@ -647,6 +647,49 @@ def test_controller_dies_after_removing_oar_new_controller_finishes(tmp_path: Pa
     run(body, 120)
 
 
+def test_controller_dies_before_a_removed_replica_is_deleted(tmp_path: Path) -> None:
+    """The controller dies after the StopReplica(delete) of a removed replica was queued but
+    before the broker answered it: the store must not say the move is done yet, so the new
+    controller deletes the replica. (Found by the admin-ops chaos test: the directory of a
+    removed replica stayed for good when the move had finished just before the kill.)"""
+    from odradek.controller.channel import STOP_REPLICA
+
+    async def body() -> None:
+        cluster = await start_cluster(tmp_path, 4)
+        try:
+            async with AsyncAdmin(conf(cluster)) as admin:
+                await create_on(admin, "t", [1, 2])
+                await produce(cluster, "t", 50)
+                channel = cluster.brokers[0].controller.channel  # type: ignore[union-attr]
+                assert channel is not None
+                original = channel.send
+                dropped = asyncio.Event()
+
+                def send(broker_id: int, api_key: int, version: int, message: Any) -> Any:
+                    if broker_id == 1 and api_key == STOP_REPLICA and any(
+                            ps.delete_partition for _t, ps in message.partition_states()):
+                        dropped.set()  # never delivered: the controller dies first
+                        return asyncio.get_running_loop().create_future()
+                    return original(broker_id, api_key, version, message)
+                channel.send = send  # type: ignore[method-assign]
+                await admin.alter_partition_reassignments({("t", 0): [2, 3]})
+                await asyncio.wait_for(dropped.wait(), 60)
+                store = cluster.brokers[0].store
+                assert store is not None
+                await store.close()  # the crash: session gone, nothing more reaches the store
+                # The move is not recorded as done while the deletion is unanswered.
+                assert assignment(cluster, "t").get("removing_replicas") == {"0": [1]}
+                await cluster.kill_broker(0)
+                await cluster.wait_for(lambda: cluster.controller_id() not in (-1, 0),
+                                       what="a new controller")
+                await wait_done(cluster, "t", [2, 3])
+                await cluster.wait_for(lambda: not partition_dirs(cluster, 1, "t"),
+                                       what="t-0 deleted on broker 1 by the new controller")
+        finally:
+            await cluster.stop()
+    run(body, 120)
+
+
 def test_tool_on_real_zookeeper(tmp_path: Path, zookeeper_connect: str) -> None:
     """Seed 000's invocation, `--zookeeper HOST:PORT`: brokers on a real ZooKeeper (kazoo), the
     tool writes /admin/reassign_partitions through kazoo, the controller moves the partition and

@@ -40,11 +40,12 @@ The decisions are pure functions (unit-tested in tests/unit/test_reassignment.py
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..coordination import paths
 from ..coordination.store import (
@@ -84,6 +85,7 @@ __all__ = [
 
 log = logging.getLogger("odradek.controller.reassignment")
 R = ReplicaState
+DELETE_ACK_WAIT_S = 2.0  # longest a move waits for its StopReplica(delete) answers
 
 
 # ---- pure decisions ----------------------------------------------------------------------------
@@ -451,13 +453,18 @@ class ReassignmentManager:
         delete.add_stop_replica(live_removing, tp, delete=True,
                                 leader_epoch=ctx.leader_epoch(tp))
         c._move_replicas(tp, removing, R.ReplicaDeletionStarted)
-        self._send(delete)
+        sent = self._send(delete)
+        if sent:
+            # The assignment in the store moves on (B6) once the deletions are answered, so a
+            # controller killed before the StopReplica went out leaves the removing replicas in
+            # the znode and its successor deletes them. Bounded: a paused broker must not stall
+            # the controller (its request stays queued and is delivered when it wakes).
+            await asyncio.wait(sent, timeout=DELETE_ACK_WAIT_S)
         c._move_replicas(tp, removing, R.ReplicaDeletionSuccessful)
         c._move_replicas(tp, removing, R.NonExistentReplica)
 
-    def _send(self, batch: RequestBatch) -> None:
-        if self.c.channel is not None:
-            batch.send(self.c.channel)
+    def _send(self, batch: RequestBatch) -> list[asyncio.Future[Any]]:
+        return batch.send(self.c.channel) if self.c.channel is not None else []
 
     # -- store ------------------------------------------------------------------------------------
     async def _recorded_reassignment(self, tp: TopicPartition, assigned: Sequence[int]
