@@ -6,13 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
+from ..common import TopicPartition
 
 
 class OffsetAndMetadata(NamedTuple):

@@ -17,6 +17,8 @@ from typing import NamedTuple
 from odradek.controller.partition_states import PartitionState, PartitionStates
 from odradek.controller.replica_states import ReplicaStates
 
+from ..common import TopicPartition
+
 __all__ = [
     "EPOCH_DURING_DELETE",
     "INITIAL_CONTROLLER_EPOCH",
@@ -44,15 +46,6 @@ EPOCH_DURING_DELETE = -2
 INITIAL_CONTROLLER_EPOCH = 0
 INITIAL_CONTROLLER_EPOCH_ZK_VERSION = 0
 
-
-class TopicPartition(NamedTuple):
-    """A partition of a topic; ``str()`` gives Kafka's ``topic-partition`` form."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class PartitionAndReplica(NamedTuple):

@@ -25,6 +25,7 @@ from enum import Enum
 
 from kio.schema.errors import ErrorCode
 
+from ..common import TopicPartition
 from .offsets import OffsetAndMetadata, SchemaError, subscribed_topics
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -33,7 +34,6 @@ NO_GENERATION = -1
 NO_PROTOCOL = ""
 NO_LEADER = ""
 
-TopicPartition = tuple[str, int]
 
 
 class GroupState(Enum):

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ..common import TopicPartition
 from ..protocol.codec import decode_response, encode_request, make, request_class, response_class
 from ..protocol.records import CorruptRecordError, InvalidRecordError
 from .replication_quota import ReplicationQuotaManager, should_follower_throttle
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.replica_fetcher")
 
-TopicPartition = tuple[str, int]
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 TRUNCATING, FETCHING = "Truncating", "Fetching"

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..common import TopicPartition
 from ..coordination import paths
 from ..coordination.store import BadVersionError, CoordinationError, NoNodeError
 from ..state_change import StateChangeLogger
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.isr")
 
-TopicPartition = tuple[str, int]
 
 
 class IsrChangeManager:

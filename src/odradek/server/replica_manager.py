@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ..common import TopicPartition
 from ..protocol import records as rb
 from ..storage.log import Log, LogConfig
 from ..storage.log_manager import LogManager
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.replica_manager")
 
-TopicPartition = tuple[str, int]
 # Kafka's FetchRequest.DEBUGGING_CONSUMER_ID: a consumer fetch (below the HW) that followers
 # answer too (replica-verification, S-6.4).
 DEBUGGING_CONSUMER_ID = -2

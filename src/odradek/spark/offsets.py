@@ -21,9 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..common import TopicPartition as TP
+
 EARLIEST = -2
 LATEST = -1
-TP = tuple[str, int]
 OffsetMap = dict[TP, int]
 
 STRATEGY_KEYS = ("subscribe", "subscribepattern", "assign")

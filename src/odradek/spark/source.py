@@ -41,6 +41,7 @@ from pyspark.sql.types import StructType
 from ..client.consumer import Consumer
 from ..client.errors import KafkaConnectionError, KafkaTimeoutError
 from ..client.types import TopicPartition
+from ..common import TopicPartition as TP
 from .offsets import (
     ClusterUnavailableError,
     OffsetMap,
@@ -70,7 +71,6 @@ from .reader import DEFAULT_POLL_TIMEOUT_MS, read_ranges, spark_schema
 
 log = logging.getLogger("odradek.spark")
 
-TP = tuple[str, int]
 
 
 class OffsetReader:

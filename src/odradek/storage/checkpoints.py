@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+from ..common import TopicPartition
+
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -31,7 +33,6 @@ CHECKPOINT_VERSION = 0
 _WS = re.compile(r"\s+")
 T = TypeVar("T")
 
-TopicPartition = tuple[str, int]
 
 
 class CheckpointError(OSError):

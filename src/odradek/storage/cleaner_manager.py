@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..common import TopicPartition
 from .checkpoints import CheckpointError, OffsetCheckpointFile
 from .cleaner import (
     Cleaner,
@@ -47,7 +48,6 @@ from .log import Log
 log = logging.getLogger("kafka.log.LogCleaner")
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-TopicPartition = tuple[str, int]
 
 
 def cleaner_config_from(cfg: Any) -> CleanerConfig:

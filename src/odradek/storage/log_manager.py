@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from ..common import TopicPartition
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -68,7 +69,6 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 log = logging.getLogger("odradek.log_manager")
 
-TopicPartition = tuple[str, int]
 
 
 class LogDirLockedError(RuntimeError):

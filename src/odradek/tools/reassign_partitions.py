@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..common import TopicPartition as TP
 from ..controller.assignment import AssignmentError, assign_replicas_to_brokers
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
     from ..coordination.store import CoordinationStore
 
-TP = tuple[str, int]
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"

@@ -44,13 +44,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..client.errors import KafkaConnectionError, KafkaError
+from ..common import TopicPartition
 from ..protocol import records as rb
 
 DEBUGGING_CONSUMER_ID = -2  # Kafka's FetchRequest.DEBUGGING_CONSUMER_ID
 DEFAULT_FETCH_SIZE = 1024 * 1024  # ConsumerConfig.DEFAULT_MAX_PARTITION_FETCH_BYTES
 EARLIEST, LATEST = -2, -1
 
-TopicPartition = tuple[str, int]
 
 
 def now_text() -> str:
