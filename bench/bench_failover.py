@@ -521,7 +521,7 @@ CATEGORIES: list[tuple[str, str]] = [
     ("odradek/server/apis/", "request handlers (server/apis/*.py)"),
     ("odradek/server/replica_manager.py", "replica manager, partitions, purgatory checks"),
     ("odradek/server/partition.py", "replica manager, partitions, purgatory checks"),
-    ("odradek/server/purgatory.py", "replica manager, partitions, purgatory checks"),
+    ("odradek/runtime/purgatory.py", "replica manager, partitions, purgatory checks"),
     ("odradek/server/isr.py", "ISR manager (server/isr.py)"),
     ("odradek/storage/", "storage (logs, checkpoints)"),
     ("odradek/server/", "other broker code (server/*.py)"),

@@ -588,7 +588,7 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("read_from_local_log ", "fetch_messages ", "DelayedFetch.",
       "(odradek/server/apis/fetch.py)", "(odradek/protocol/fetch_response.py)")),
     ("purgatories: DelayedProduce, check_and_complete, timing wheel",
-     ("(odradek/server/purgatory.py)", "DelayedProduce.", "(odradek/server/timer.py)")),
+     ("(odradek/runtime/purgatory.py)", "DelayedProduce.", "(odradek/runtime/timer.py)")),
     ("leader: append produced batches (validate, copy, Log.append_as_leader, pwrite)",
      ("append_as_leader ", "validate_batches ", "ReplicaManager._append_one ")),
     ("produce request/response (apis/produce.py, response encoding)",

@@ -9,7 +9,7 @@ and complete after ``--in-flight`` later arrivals, so that many are pending at a
 Contenders, both driven by the same asyncio loop whose clock is simulated (so the 30 s timeouts
 expire without waiting, and both see exactly the same times):
 
-* ``wheel``: ``odradek.server.timer.Timer`` + ``AsyncTimerDriver`` (one ``call_later`` handle),
+* ``wheel``: ``odradek.runtime.timer.Timer`` + ``AsyncTimerDriver`` (one ``call_later`` handle),
   ``timer.add(op)`` / ``op.cancel()``;
 * ``asyncio``: ``loop.call_later(delay, op.run)`` / ``handle.cancel()`` (a heap of handles;
   cancelled handles stay in it until the loop rebuilds the heap);
@@ -38,8 +38,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from odradek.server.purgatory import DelayedOperation, DelayedOperationPurgatory
-from odradek.server.timer import AsyncTimerDriver, Timer, TimerTask
+from odradek.runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
+from odradek.runtime.timer import AsyncTimerDriver, Timer, TimerTask
 
 YIELD_EVERY = 1_000  # let the loop run (timers, heap clean-up) every so many arrivals
 

@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .server.config import ConfigError, KafkaConfig, parse_properties
+from .common.properties import parse_properties
+from .server.config import ConfigError, KafkaConfig
 
 
 def _setup_logging(level: str) -> None:

@@ -1,4 +1,4 @@
-"""Tests of the delayed-operation purgatory (odradek.server.purgatory), on a fake clock."""
+"""Tests of the delayed-operation purgatory (odradek.runtime.purgatory), on a fake clock."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.server.purgatory import DelayedOperation, DelayedOperationPurgatory
-from odradek.server.timer import AsyncTimerDriver, Timer
+from odradek.runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
+from odradek.runtime.timer import AsyncTimerDriver, Timer
 
 
 class FakeClock:

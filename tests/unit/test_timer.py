@@ -1,4 +1,4 @@
-"""Tests of the hierarchical timing wheel (odradek.server.timer), on an injected fake clock."""
+"""Tests of the hierarchical timing wheel (odradek.runtime.timer), on an injected fake clock."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.server.timer import (
+from odradek.runtime.timer import (
     AsyncTimerDriver,
     Timer,
     TimerTask,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
     from .group import GroupMetadata

@@ -30,8 +30,8 @@ from kio.schema.errors import ErrorCode
 from ..controller import assignment as asg
 from ..coordination import paths
 from ..coordination.store import NodeExistsError
-from ..server.purgatory import DelayedOperation, DelayedOperationPurgatory
-from ..server.timer import AsyncTimerDriver, Timer
+from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
+from ..runtime.timer import AsyncTimerDriver, Timer
 from .delayed import (
     DelayedHeartbeat,
     DelayedJoin,

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..common.properties import parse_properties
+
 LONG_MAX = 2**63 - 1
 
 
@@ -203,33 +205,6 @@ def parse_endpoint(text: str, key: str) -> Endpoint:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{key}: port {port} out of range")
     return Endpoint(m["name"].upper(), m["host"].strip("[]"), port)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java .properties, the subset Kafka configs use: `key=value` or `key: value`, # and !
-    comments, trailing-backslash continuation lines."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.strip() if pending else raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        _put(props, line)
-    if pending:  # a continuation at the end of the file: Java keeps the line
-        _put(props, pending)
-    return props
-
-
-def _put(props: dict[str, str], line: str) -> None:
-    m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-    if not m:
-        props[line] = ""
-    else:
-        props[m.group(1)] = m.group(2)
 
 
 @dataclass

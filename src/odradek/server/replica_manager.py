@@ -26,6 +26,8 @@ from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
 from ..protocol import records as rb
+from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
+from ..runtime.timer import AsyncTimerDriver, Timer
 from ..storage.log import Log, LogConfig
 from ..storage.log_manager import LogManager
 from .fetcher import (
@@ -44,9 +46,7 @@ from .partition import (
     Partition,
     UnknownLeaderEpochError,
 )
-from .purgatory import DelayedOperation, DelayedOperationPurgatory
 from .replication_quota import ReplicationQuotaManager, should_leader_throttle
-from .timer import AsyncTimerDriver, Timer
 
 if TYPE_CHECKING:
     from ..coordination.store import CoordinationStore

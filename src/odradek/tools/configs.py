@@ -184,7 +184,7 @@ async def alter(admin: AsyncAdmin, args: argparse.Namespace) -> list[str]:
 
     to_add: dict[str, str] = {}
     if args.add_config_file:
-        from ..server.config import parse_properties
+        from ..common.properties import parse_properties
 
         try:
             to_add.update(parse_properties(Path(args.add_config_file).read_text()))
@@ -227,7 +227,7 @@ async def run(args: argparse.Namespace) -> list[str]:
 
     cfg: dict[str, Any] = {}
     if args.command_config:
-        from ..server.config import parse_properties
+        from ..common.properties import parse_properties
 
         try:
             cfg.update(parse_properties(Path(args.command_config).read_text()))

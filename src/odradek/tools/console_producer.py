@@ -47,7 +47,7 @@ def _properties(items: list[str], what: str) -> dict[str, str]:
 
 
 def read_properties_file(path: str) -> dict[str, str]:
-    from ..server.config import parse_properties
+    from ..common.properties import parse_properties
 
     return dict(parse_properties(Path(path).read_text()))
 

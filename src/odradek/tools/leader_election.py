@@ -173,7 +173,7 @@ def _admin_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {}
     path = getattr(args, "admin_config", None)
     if path:
-        from ..server.config import parse_properties
+        from ..common.properties import parse_properties
 
         try:
             config.update(parse_properties(Path(path).read_text()))

@@ -536,7 +536,7 @@ async def run(args: argparse.Namespace) -> list[str]:
 
     cfg: dict[str, Any] = {}
     if args.command_config:
-        from ..server.config import parse_properties
+        from ..common.properties import parse_properties
 
         cfg.update(parse_properties(_read(args.command_config, "--command-config")))
     cfg["bootstrap.servers"] = args.bootstrap_server

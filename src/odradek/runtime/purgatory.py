@@ -3,7 +3,7 @@
 A request that cannot be answered yet -- a produce with ``acks=all`` waiting for the ISR, a fetch
 waiting for ``min_bytes`` (SPEC S-3.6) -- becomes a :class:`DelayedOperation`. The purgatory
 *watches* it under one or more keys (typically the partitions it touches) and puts its timeout in
-a hierarchical timing wheel (:mod:`odradek.server.timer`, SPEC S-8.2). Whoever changes the state
+a hierarchical timing wheel (:mod:`odradek.runtime.timer`, SPEC S-8.2). Whoever changes the state
 the operation waits on calls :meth:`DelayedOperationPurgatory.check_and_complete` with that key;
 if the operation's condition holds it completes at once, and its timer entry is unlinked in O(1).
 Otherwise the timer expires it.
@@ -21,7 +21,7 @@ pending operations' watch entries).
 
 Concurrency: Kafka guards each operation with a lock because request handler threads and the
 expiration reaper race. Here everything -- request handling, ``check_and_complete`` and the timer's
-expiry (:class:`~odradek.server.timer.AsyncTimerDriver`) -- runs on the broker's single asyncio
+expiry (:class:`~odradek.runtime.timer.AsyncTimerDriver`) -- runs on the broker's single asyncio
 loop, so there are no locks: "only the first caller completes it" holds because callers run one
 after another. Do not call into a purgatory from another thread.
 """
@@ -32,7 +32,7 @@ from abc import ABCMeta, abstractmethod
 from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
-from odradek.server.timer import Timer, TimerTask
+from .timer import Timer, TimerTask
 
 __all__ = ["DelayedOperation", "DelayedOperationPurgatory"]
 
@@ -163,8 +163,8 @@ class DelayedOperationPurgatory(Generic[T]):
 
     ``timer`` must be dedicated to this purgatory (Kafka gives each purgatory its own
     ``SystemTimer``): :meth:`delayed` is the timer's size, and the purge estimate relies on it.
-    If omitted, a :class:`~odradek.server.timer.Timer` on the monotonic clock is created. Someone
-    must drive the timer: an :class:`~odradek.server.timer.AsyncTimerDriver` on the broker's
+    If omitted, a :class:`~odradek.runtime.timer.Timer` on the monotonic clock is created. Someone
+    must drive the timer: an :class:`~odradek.runtime.timer.AsyncTimerDriver` on the broker's
     loop, or :meth:`advance_clock` in tests.
     """
 
