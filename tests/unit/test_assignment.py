@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.controller.assignment import (
+from odradek.common.replica_assignment import (
     BrokerNotAvailableError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,

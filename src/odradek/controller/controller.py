@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..common.topic_id import topic_id_from_text
 from ..coordination import paths
 from ..coordination.store import (
     BadVersionError,
@@ -365,8 +366,6 @@ class KafkaController:
 
     async def _load_topic(self, topic: str) -> set[TopicPartition]:
         """Read a topic's assignment and state nodes into the context; returns new partitions."""
-        from ..server.admin_manager import topic_id_from_text
-
         found = await self.store.get_or_none(paths.topic_path(topic))
         if found is None:
             return set()

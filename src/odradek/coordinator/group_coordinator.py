@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..controller import assignment as asg
+from ..common import replica_assignment as asg
 from ..coordination import paths
 from ..coordination.store import NodeExistsError
 from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..controller import assignment as asg
+from ..common import replica_assignment as asg
+from ..common.topic_id import topic_id_to_text
 from ..coordination import paths
 from ..coordination.store import NodeExistsError
 from ..storage.log import LogConfig
@@ -169,7 +170,7 @@ class AdminManager:
             await self.store.create(config_path, data, makepath=True)
         else:
             await self.store.set(config_path, data)
-        tid = _topic_id_text(topic_id)
+        tid = topic_id_to_text(topic_id)
         await self.store.create(
             paths.topic_path(name),
             paths.encode_topic_assignment(paths.TopicAssignment(
@@ -425,21 +426,6 @@ def topic_config_entries(overrides: Mapping[str, str], bcm: Any, static: Any
 
 class _UnknownTopic(ValueError):
     pass
-
-
-def _topic_id_text(topic_id: uuid.UUID) -> str:
-    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
-    import base64
-
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def topic_id_from_text(text: str | None) -> uuid.UUID:
-    import base64
-
-    if not text:
-        return uuid.UUID(int=0)
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
 def _error_code(exc: Exception) -> ErrorCode:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..common import TopicPartition as TP
-from ..controller.assignment import AssignmentError, assign_replicas_to_brokers
+from ..common.replica_assignment import AssignmentError, assign_replicas_to_brokers
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
