@@ -54,7 +54,7 @@ async def send_one(host: str, port: int, api_key: int, version: int, message: An
     async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_connection(host, port)
     try:
-        writer.write(encode_request_frame(api_key, version, message, correlation_id, client_id))
+        writer.write(ib.encode_request_frame(api_key, version, message, correlation_id, client_id))
         async with asyncio.timeout(timeout):
             return await read_response(reader, api_key, version)
     finally:
@@ -63,26 +63,10 @@ async def send_one(host: str, port: int, api_key: int, version: int, message: An
             await writer.wait_closed()
 
 
-def encode_request_frame(api_key: int, version: int, message: Any, correlation_id: int,
-                         client_id: str) -> bytes:
-    header = bytearray(struct.pack(">hhi", api_key, version, correlation_id))
-    hv = ib.request_header_version(api_key, version)
-    if hv >= 1:
-        cid = client_id.encode()
-        header += struct.pack(">h", len(cid)) + cid
-    if hv >= 2:
-        header += b"\x00"  # no tagged fields
-    body = ib.encode_request(api_key, version, message)
-    return _I.pack(len(header) + len(body)) + bytes(header) + body
-
-
 async def read_response(reader: asyncio.StreamReader, api_key: int, version: int) -> Any:
+    """Read one response frame and decode its message."""
     size = _I.unpack(await reader.readexactly(4))[0]
-    payload = await reader.readexactly(size)
-    offset = 4  # correlation id
-    if ib.response_header_version(api_key, version) >= 1:
-        offset += 1  # empty tagged fields
-    return ib.decode_response(api_key, version, payload, offset)
+    return ib.decode_response_frame(api_key, version, await reader.readexactly(size))
 
 
 class ControllerChannelManager:
@@ -148,7 +132,7 @@ class ControllerChannelManager:
                                 reader, writer = await asyncio.open_connection(
                                     q.endpoint.host, q.endpoint.port)
                         self._correlation += 1
-                        writer.write(encode_request_frame(
+                        writer.write(ib.encode_request_frame(
                             pending.api_key, pending.version, pending.message, self._correlation,
                             f"controller-{self.controller_id}"))
                         assert reader is not None

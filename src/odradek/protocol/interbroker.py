@@ -12,8 +12,10 @@ Writing a field that does not exist at the chosen version is an error when the f
 fields are silently dropped.  The ``for_version`` methods re-lay a request out for an older or
 newer version (grouped by topic or not), as Kafka's Java request builders do.
 
-Bodies only: the request/response headers are the framing layer's.  Note that ControlledShutdown
-v0 uses request header v0 (no client id): see :func:`request_header_version`.
+The frame functions at the end add the request/response headers (and the size prefix when
+encoding), sans-IO: the controller's channel and the broker's inter-broker handler both use them,
+so the bytes on the wire have one definition.  Note that ControlledShutdown v0 uses request
+header v0 (no client id): see :func:`request_header_version`.
 """
 
 from __future__ import annotations
@@ -61,9 +63,13 @@ __all__ = [
     "UpdateMetadataResponse",
     "UpdateMetadataTopicState",
     "decode_request",
+    "decode_request_frame",
     "decode_response",
+    "decode_response_frame",
     "encode_request",
+    "encode_request_frame",
     "encode_response",
+    "encode_response_frame",
     "is_flexible",
     "read_message",
     "request_header_version",
@@ -1026,3 +1032,69 @@ def decode_response(api_key: int, version: int, buf: Buffer, offset: int = 0) ->
     """Parse a response body starting at ``offset`` (just after the response header)."""
     api = _api(api_key, version)
     return read_message(api.response, version, version >= api.first_flexible, buf, offset)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Frames: size prefix + header + body
+# --------------------------------------------------------------------------------------------
+
+_REQUEST_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
+
+
+def encode_request_frame(api_key: int, version: int, msg: Any, correlation_id: int,
+                         client_id: str) -> bytes:
+    """A whole request frame: size prefix, request header (v0/v1/v2 by API and version, no
+    tagged fields), then the body."""
+    header = bytearray(_REQUEST_HEADER.pack(api_key, version, correlation_id))
+    hv = request_header_version(api_key, version)
+    if hv >= 1:
+        cid = client_id.encode()
+        header += _I16.pack(len(cid)) + cid
+    if hv >= 2:
+        header += b"\x00"  # no tagged fields
+    body = encode_request(api_key, version, msg)
+    return _I32.pack(len(header) + len(body)) + bytes(header) + body
+
+
+def decode_request_frame(payload: Buffer) -> tuple[int, int, int, Any]:
+    """(api key, version, correlation id, message) of a request frame's payload (the bytes
+    after the size prefix); the client id and tagged header fields are skipped.
+
+    Raises :class:`DecodeError` when the body does not parse at that API and version."""
+    key, version, correlation_id = _REQUEST_HEADER.unpack_from(payload)
+    off = _REQUEST_HEADER.size
+    hv = request_header_version(key, version)
+    if hv >= 1:
+        (n,) = _I16.unpack_from(payload, off)
+        off += 2 + max(n, 0)
+    if hv >= 2:
+        tags = payload[off]
+        off += 1
+        for _ in range(tags):  # skip tagged header fields
+            off += 1
+            size = payload[off]
+            off += 1 + size
+    try:
+        return key, version, correlation_id, decode_request(key, version, payload, off)
+    except (DecodeError, UnsupportedVersionError, IndexError, struct.error) as exc:
+        raise DecodeError(
+            f"malformed inter-broker request (key {key} v{version}): {exc}") from None
+
+
+def encode_response_frame(api_key: int, version: int, correlation_id: int, msg: Any) -> bytes:
+    """A whole response frame: size prefix, response header (v1 adds empty tagged fields),
+    then the body."""
+    header = _I32.pack(correlation_id)
+    if response_header_version(api_key, version) >= 1:
+        header += b"\x00"
+    body = encode_response(api_key, version, msg)
+    return _I32.pack(len(header) + len(body)) + header + body
+
+
+def decode_response_frame(api_key: int, version: int, payload: Buffer) -> Any:
+    """The message of a response frame's payload (the bytes after the size prefix): the
+    correlation id and the empty tagged fields of header v1 are skipped."""
+    offset = 4  # correlation id
+    if response_header_version(api_key, version) >= 1:
+        offset += 1  # empty tagged fields
+    return decode_response(api_key, version, payload, offset)

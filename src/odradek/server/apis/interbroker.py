@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -29,48 +28,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.apis.interbroker")
 
-_H = struct.Struct(">h")
 LEADER_DURING_DELETE = -2
 
 
-def parse(payload: bytes) -> tuple[int, int, int, Any]:
-    """(api key, version, correlation id, message) of an inter-broker request frame."""
-    key, version, correlation_id = struct.unpack_from(">hhi", payload)
-    off = 8
-    hv = ib.request_header_version(key, version)
-    if hv >= 1:
-        (n,) = _H.unpack_from(payload, off)
-        off += 2 + max(n, 0)
-    if hv >= 2:
-        tags = payload[off]
-        off += 1
-        for _ in range(tags):  # skip tagged header fields
-            off += 1
-            size = payload[off]
-            off += 1 + size
-    try:
-        return key, version, correlation_id, ib.decode_request(key, version, payload, off)
-    except (ib.DecodeError, ib.UnsupportedVersionError, IndexError, struct.error) as exc:
-        raise CloseConnection(f"malformed inter-broker request (key {key} v{version}): {exc}") \
-            from None
-
-
-def respond(key: int, version: int, correlation_id: int, message: Any) -> bytes:
-    header = struct.pack(">i", correlation_id)
-    if ib.response_header_version(key, version) >= 1:
-        header += b"\x00"
-    body = ib.encode_response(key, version, message)
-    return struct.pack(">i", len(header) + len(body)) + header + body
-
-
 def handle(broker: Broker, conn: Connection, payload: bytes) -> Any:
-    key, version, cid, msg = parse(payload)
+    try:
+        key, version, cid, msg = ib.decode_request_frame(payload)
+    except ib.DecodeError as exc:
+        raise CloseConnection(str(exc)) from None
     if key == 4:
         return _leader_and_isr(broker, key, version, cid, msg)
     if key == 5:
-        return respond(key, version, cid, stop_replica(broker, msg))
+        return ib.encode_response_frame(key, version, cid, stop_replica(broker, msg))
     if key == 6:
-        return respond(key, version, cid, update_metadata(broker, msg, cid))
+        return ib.encode_response_frame(key, version, cid, update_metadata(broker, msg, cid))
     return _controlled_shutdown(broker, key, version, cid, msg)
 
 
@@ -86,7 +57,7 @@ async def _leader_and_isr(broker: Broker, key: int, version: int, cid: int, req:
     # are on disk, as Kafka answers after LeaderEpochFileCache.assign's flush.
     if broker.log_manager is not None:
         await broker.log_manager.checkpoint_writer.flush()
-    return respond(key, version, cid, response)
+    return ib.encode_response_frame(key, version, cid, response)
 
 
 def _stale(broker: Broker, controller_id: int, epoch: int, what: str) -> bool:
@@ -215,7 +186,7 @@ async def _controlled_shutdown(broker: Broker, key: int, version: int, cid: int,
                                req: Any) -> bytes:
     controller = broker.controller
     if controller is None or not controller.is_active:
-        return respond(key, version, cid, ib.ControlledShutdownResponse(
+        return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
             error_code=ErrorCode.not_controller))
     reply: asyncio.Future[set[TopicPartition]] = asyncio.get_running_loop().create_future()
     controller.events.put(ControlledShutdown(broker_id=req.broker_id,
@@ -223,12 +194,12 @@ async def _controlled_shutdown(broker: Broker, key: int, version: int, cid: int,
     try:
         remaining = await reply
     except ControllerMovedError:
-        return respond(key, version, cid, ib.ControlledShutdownResponse(
+        return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
             error_code=ErrorCode.not_controller))
     except KeyError:
-        return respond(key, version, cid, ib.ControlledShutdownResponse(
+        return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
             error_code=ErrorCode.broker_not_available))
-    return respond(key, version, cid, ib.ControlledShutdownResponse(
+    return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
         error_code=0, remaining_partitions=tuple(
             ib.RemainingPartition(topic_name=tp.topic, partition_index=tp.partition)
             for tp in sorted(remaining))))
