@@ -197,7 +197,8 @@ def worker_main(argv: list[str]) -> None:
 
     from odradek.protocol.compression import Codec
     from odradek.storage.cleaner import clean_log
-    from odradek.storage.log import Log, LogConfig
+    from odradek.storage.log import Log
+    from odradek.storage.log_config import LogConfig
 
     sc = BY_NAME[a.scenario]
     label = f"{sc.name}{' ' + a.run if a.run else ''}"

@@ -31,7 +31,7 @@ from odradek.server.fetcher import (
 )
 from odradek.server.partition import Partition
 from odradek.server.replica_manager import ReplicaManager
-from odradek.storage.log import LogConfig
+from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 
 TP = ("t", 0)

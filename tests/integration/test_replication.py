@@ -18,7 +18,7 @@ from odradek.coordination.embedded import EmbeddedZooKeeper
 from odradek.protocol.records import decode_records, iter_headers
 from odradek.server.partition import Partition
 from odradek.server.replica_manager import ReplicaManager
-from odradek.storage.log import LogConfig
+from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 from tests.integration.broker_harness import (
     batch,

@@ -43,7 +43,8 @@ from odradek.storage.cleaner_manager import (
     LogCleaner,
     LogCleanerManager,
 )
-from odradek.storage.log import Log, LogConfig
+from odradek.storage.log import Log
+from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 
 NOW = 1_700_000_000_000

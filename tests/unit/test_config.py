@@ -19,7 +19,7 @@ from odradek.server.config import (
     KafkaConfig,
     parse_properties,
 )
-from odradek.storage.log import LogConfig
+from odradek.storage.log_config import LogConfig
 
 # --- properties syntax --------------------------------------------------------------------------
 

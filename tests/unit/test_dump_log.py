@@ -13,7 +13,8 @@ import pytest
 from odradek.cli import main
 from odradek.protocol.compression import Codec
 from odradek.protocol.records import build_batch, iter_headers, validate_batches
-from odradek.storage.log import Log, LogConfig
+from odradek.storage.log import Log
+from odradek.storage.log_config import LogConfig
 from odradek.tools.dump_log import DumpOptions, DumpReport, dump_file
 
 NOW = 1_700_000_000_000

@@ -40,7 +40,7 @@ from odradek.server.broker_config_manager import (
     validate_dynamic_broker_configs,
 )
 from odradek.server.config import ConfigError, KafkaConfig
-from odradek.storage.log import InvalidConfigError, LogConfig
+from odradek.storage.log_config import InvalidConfigError, LogConfig
 from odradek.tools import configs as tool
 
 LISTS = {"cleanup.policy": "delete", "leader.replication.throttled.replicas": ""}

@@ -19,16 +19,14 @@ from odradek.protocol.records import (
     iter_headers,
     validate_batches,
 )
-from odradek.storage.log import (
-    InvalidConfigError,
-    Log,
-    LogConfig,
+from odradek.storage.errors import (
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
-    follower_append_runs,
 )
+from odradek.storage.log import Log, follower_append_runs
+from odradek.storage.log_config import InvalidConfigError, LogConfig
 
 NOW = 1_700_000_000_000
 

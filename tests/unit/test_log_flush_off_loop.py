@@ -10,7 +10,8 @@ from pathlib import Path
 
 from odradek.protocol.records import build_batch, validate_batches
 from odradek.storage.checkpoints import OffsetCheckpointFile
-from odradek.storage.log import FlushPlan, Log, LogConfig, fsync_files
+from odradek.storage.log import FlushPlan, Log, fsync_files
+from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 
 NOW = 1_700_000_000_000

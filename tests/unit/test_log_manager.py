@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from odradek.protocol.records import build_batch, iter_headers, validate_batches
-from odradek.storage.log import Log, LogConfig, OffsetOutOfRangeError
+from odradek.storage.errors import OffsetOutOfRangeError
+from odradek.storage.log import Log
+from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogDirLockedError, LogManager
 
 NOW = 1_700_000_000_000

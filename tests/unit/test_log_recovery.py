@@ -29,7 +29,8 @@ from odradek.protocol.records import (
     iter_headers,
     validate_batches,
 )
-from odradek.storage.log import Log, LogConfig
+from odradek.storage.log import Log
+from odradek.storage.log_config import LogConfig
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=90, segment_index_bytes=120)
@@ -234,7 +235,8 @@ CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
     from odradek.protocol.records import build_batch, validate_batches
-    from odradek.storage.log import Log, LogConfig
+    from odradek.storage.log import Log
+    from odradek.storage.log_config import LogConfig
     log = Log.open(Path(sys.argv[1]), LogConfig(segment_bytes=3000, index_interval_bytes=200))
     i = 0
     while True:

@@ -19,7 +19,8 @@ from odradek.server.partition import (
     out_of_sync_replicas,
 )
 from odradek.server.replica_manager import ReplicaManager
-from odradek.storage.log import Log, LogConfig
+from odradek.storage.log import Log
+from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 
 LAG = 10_000

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from odradek.protocol.records import BatchHeader, build_batch, read_header, validate_batches
-from odradek.storage.log import Log, LogConfig
+from odradek.storage.log import Log
+from odradek.storage.log_config import LogConfig
 from odradek.storage.producer_state import (
     INT_MAX,
     InvalidProducerEpochError,

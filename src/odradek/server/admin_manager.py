@@ -20,7 +20,7 @@ from ..common import replica_assignment as asg
 from ..common.topic_id import topic_id_to_text
 from ..coordination import paths
 from ..coordination.store import NodeExistsError
-from ..storage.log import LogConfig
+from ..storage.log_config import LogConfig
 from .broker_config_manager import (
     DEFAULT_ENTITY,
     DYNAMIC_BROKER_CONFIGS,

@@ -25,7 +25,7 @@ from ..coordination.store import CoordinationStore, NodeExistsError, SessionStat
 from ..coordinator.group_coordinator import GroupCoordinator
 from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.cleaner_manager import cleaner_config_from
-from ..storage.log import LogConfig
+from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
 from .apis import KafkaApis

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..coordination import paths
-from ..storage.log import LogConfig
+from ..storage.log_config import LogConfig
 from .config import DEFS, TOPIC_CONFIG_SYNONYMS, ConfigError, KafkaConfig
 from .replication_quota import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
 

@@ -28,7 +28,8 @@ from ..common import TopicPartition
 from ..protocol import records as rb
 from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..runtime.timer import AsyncTimerDriver, Timer
-from ..storage.log import Log, LogConfig
+from ..storage.log import Log
+from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
 from .fetcher import (
     EpochEndOffset,
@@ -91,8 +92,8 @@ class FetchResult:
 
 
 def _error_for(exc: Exception) -> ErrorCode:
-    from ..storage import log as storage_log
     from ..storage import producer_state
+    from ..storage.errors import OffsetOutOfRangeError
 
     mapping: list[tuple[type[BaseException], ErrorCode]] = [
         (NotLeaderError, ErrorCode.not_leader_or_follower),
@@ -101,7 +102,7 @@ def _error_for(exc: Exception) -> ErrorCode:
         (UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
         (rb.CorruptRecordError, ErrorCode.corrupt_message),
         (rb.InvalidRecordError, ErrorCode.invalid_record),
-        (storage_log.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+        (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
         (producer_state.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
         (producer_state.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     ]

@@ -51,7 +51,8 @@ from .checkpoints import (
 )
 from .cleaner import CleanerConfig
 from .cleaner_manager import LogCleaner, LogCleanerManager
-from .log import FlushPlan, Log, LogConfig, fsync_files, parse_topic_partition
+from .log import FlushPlan, Log, fsync_files, parse_topic_partition
+from .log_config import LogConfig
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from .segment import FileHandleCache
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
-from ...storage.log import InvalidConfigError
+from ...storage.log_config import InvalidConfigError
 from ..broker_config_manager import NonDynamicConfigError, UnknownConfigError
 from ..network import Connection
 
