@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"odradek {args.command}: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `odradek ... | head`: the reader is gone, stop quietly
-        from .tools import reader_gone
+        from .tools.command import reader_gone
 
         return reader_gone()
     except KeyboardInterrupt:

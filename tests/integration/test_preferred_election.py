@@ -1,10 +1,10 @@
 """Preferred replica election, ElectLeaders and the auto leader rebalance on in-process clusters
-(S-6.1, seed 000 "Preferred Replica Leader Election Tool").
+(S-6.1, Kafka's preferred replica leader election tool).
 
-Seed 000's worked example: 8 brokers (ids 1-8), topic1 with 8 partitions and replication factor
+The worked example of S-6.1: 8 brokers (ids 1-8), topic1 with 8 partitions and replication factor
 3, brokers 1/2/4 stopped, broker 1 restarted, the tool run, brokers 2 and 4 restarted, the tool
-run again. The seed's screenshots are not part of its text, so the assignment is derived from
-what the text says: partition p's preferred replica is broker p+1 (the leaders "原来的" 1, 2, 3,
+run again. The design notes give the assignment only as figures, so it is derived from what
+their text says: partition p's preferred replica is broker p+1 (the original leaders 1, 2, 3,
 4 of partitions 0-3, and after the tool only partitions 1 and 3 are not led by their preferred
 replica, "because brokers 2 and 4 are not started"); with 1/2/4 down, partition 0 moves 1 -> 3,
 partition 1 moves 2 -> 5 and partition 3 moves 4 -> 7; broker 1 is in the ISR of partitions 0
@@ -399,7 +399,7 @@ def test_no_auto_rebalance_below_the_threshold(tmp_path: Path) -> None:
 def test_znode_already_there_is_an_error() -> None:
     """Kafka's tool refuses to overwrite a pending election (no controller runs here)."""
     from odradek.coordination.embedded import EmbeddedZooKeeper
-    from odradek.tools.leader_election import ToolError
+    from odradek.tools.command import ToolError
 
     async def body() -> None:
         server = EmbeddedZooKeeper()
@@ -420,7 +420,7 @@ def test_znode_already_there_is_an_error() -> None:
 
 def test_preferred_replica_election_tool_on_zookeeper(
         tmp_path: Path, zookeeper_connect: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """`odradek preferred-replica-election --zookeeper` as seed 000 runs it: brokers on a real
+    """`odradek preferred-replica-election --zookeeper` as Kafka 2.x runs it: brokers on a real
     ZooKeeper, the tool writes the znode through kazoo, the controller acts and deletes it."""
     from odradek.coordination.zookeeper import ZooKeeperStore
     from odradek.server.broker import Broker

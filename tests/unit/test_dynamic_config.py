@@ -20,17 +20,7 @@ from odradek.server.admin_manager import (
     broker_synonyms,
     topic_config_entries,
 )
-from odradek.server.apis.alter_configs import (
-    APPEND,
-    DELETE,
-    SET,
-    SUBTRACT,
-    ConfigOp,
-    InvalidRequestError,
-    UnknownTopicError,
-    apply_incremental,
-    error_for,
-)
+from odradek.server.apis.alter_configs import error_for
 from odradek.server.broker_config_manager import (
     DYNAMIC_BROKER_CONFIGS,
     NonDynamicConfigError,
@@ -40,8 +30,19 @@ from odradek.server.broker_config_manager import (
     validate_dynamic_broker_configs,
 )
 from odradek.server.config import ConfigError, KafkaConfig
+from odradek.server.config_ops import (
+    APPEND,
+    DELETE,
+    SET,
+    SUBTRACT,
+    ConfigOp,
+    InvalidRequestError,
+    UnknownTopicError,
+    apply_incremental,
+)
 from odradek.storage.log_config import InvalidConfigError, LogConfig
 from odradek.tools import configs as tool
+from odradek.tools.command import ToolError
 
 LISTS = {"cleanup.policy": "delete", "leader.replication.throttled.replicas": ""}
 
@@ -183,7 +184,7 @@ def test_tool_parses_add_config_with_lists() -> None:
     assert tool.parse_add_config("a=1,b=[x,y],c=z") == {"a": "1", "b": "x,y", "c": "z"}
     assert tool.parse_add_config("leader.replication.throttled.replicas=[0:1,1:2]") == {
         "leader.replication.throttled.replicas": "0:1,1:2"}
-    with pytest.raises(tool.ToolError, match=r"key=val"):
+    with pytest.raises(ToolError, match=r"key=val"):
         tool.parse_add_config("a")
     assert tool.parse_delete_config(["a,b", "c"]) == ["a", "b", "c"]
 

@@ -25,8 +25,8 @@ from odradek.controller.preferred_election import (
     parse_election_json,
     plan_election,
 )
+from odradek.tools.command import ToolError
 from odradek.tools.leader_election import (
-    ToolError,
     election_report,
     partitions_from_args,
     preferred_report,
@@ -37,7 +37,7 @@ def la(leader: int, isr: tuple[int, ...], epoch: int = 1) -> LeaderAndIsr:
     return LeaderAndIsr(leader, epoch, isr, 0, 1)
 
 
-# Seed 000's worked example after brokers 1, 2, 4 stopped and broker 1 restarted (see
+# The worked example of S-6.1 after brokers 1, 2, 4 stopped and broker 1 restarted (see
 # tests/integration/test_preferred_election.py for the assignment's derivation).
 SEED_ASSIGNMENT = {0: [1, 2, 3], 1: [2, 4, 5], 2: [3, 6, 7], 3: [4, 7, 8],
                    4: [5, 8, 2], 5: [6, 1, 4], 6: [7, 3, 5], 7: [8, 5, 6]}

@@ -1,4 +1,4 @@
-"""Partition reassignment's pure decisions (S-6.2, seeds 000/002) and the
+"""Partition reassignment's pure decisions (S-6.2) and the
 `odradek reassign-partitions` tool's plan generation, JSON parsing and throttle lists."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from odradek.controller.reassignment import (
     validate_target,
 )
 from odradek.tools import reassign_partitions as tool
+from odradek.tools.command import ToolError
 
 TP = TopicPartition("t", 0)
 
@@ -165,27 +166,27 @@ def test_parse_reassignment_json() -> None:
      "t-0 contains multiple entries for 1"),
 ])
 def test_parse_reassignment_json_errors(text: str, message: str) -> None:
-    with pytest.raises(tool.ToolError, match=message):
+    with pytest.raises(ToolError, match=message):
         tool.parse_reassignment_json(text)
 
 
 def test_parse_topics_and_brokers() -> None:
     assert tool.parse_topics_json('{"topics":[{"topic":"topic1"}],"version":1}') == ["topic1"]
-    with pytest.raises(tool.ToolError, match="duplicate"):
+    with pytest.raises(ToolError, match="duplicate"):
         tool.parse_topics_json('{"topics":[{"topic":"a"},{"topic":"a"}]}')
     assert tool.parse_broker_list("4,5,6,7") == [4, 5, 6, 7]
-    with pytest.raises(tool.ToolError, match="duplicate"):
+    with pytest.raises(ToolError, match="duplicate"):
         tool.parse_broker_list("4,4")
-    with pytest.raises(tool.ToolError, match="comma-separated"):
+    with pytest.raises(ToolError, match="comma-separated"):
         tool.parse_broker_list("4,x")
 
 
 def test_generate_uses_the_controllers_assignment() -> None:
-    """Seed 000's example: topic1's partitions onto brokers 4,5,6,7, keeping the counts."""
+    """The tool example of S-6.2: topic1's partitions onto brokers 4,5,6,7, keeping the counts."""
     current = {("topic1", p): [p % 3, (p + 1) % 3] for p in range(8)}
     proposed = tool.propose_assignment(current, [4, 5, 6, 7])
     assert proposed == {("topic1", p): [4 + p % 4, 4 + (p + 1) % 4] for p in range(8)}
-    with pytest.raises(tool.ToolError, match="larger than available brokers"):
+    with pytest.raises(ToolError, match="larger than available brokers"):
         tool.propose_assignment({("t", 0): [1, 2, 3]}, [4, 5])
 
 

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from odradek.cli import main
+from odradek.tools.command import ToolError
 from odradek.tools.state_change_log import (
     Criteria,
-    MergeInputError,
     find_logs,
     keep,
     line_time,
@@ -45,7 +45,7 @@ def test_parse_time_canonical_and_errors() -> None:
     assert parse_time(" 2026-11-21 23:38:44,309 ") == "2026-11-21 23:38:44,309"
     assert parse_time("2026-11-21 23:38:44,5") == "2026-11-21 23:38:44,500"
     for bad in ("2026-11-21", "2026-11-21T23:38:44", "yesterday", "2026-13-01 00:00:00,000"):
-        with pytest.raises(MergeInputError, match="yyyy-MM-dd HH:mm:ss,SSS"):
+        with pytest.raises(ToolError, match="yyyy-MM-dd HH:mm:ss,SSS"):
             parse_time(bad)
 
 
@@ -71,11 +71,11 @@ def test_filters_time_topic_partitions() -> None:
 
 
 def test_bad_criteria() -> None:
-    with pytest.raises(MergeInputError, match="--partitions needs --topic"):
+    with pytest.raises(ToolError, match="--partitions needs --topic"):
         make_criteria(partitions="0")
-    with pytest.raises(MergeInputError, match="comma-separated partition numbers"):
+    with pytest.raises(ToolError, match="comma-separated partition numbers"):
         make_criteria(topic="t", partitions="a,b")
-    with pytest.raises(MergeInputError, match="after --end-time"):
+    with pytest.raises(ToolError, match="after --end-time"):
         make_criteria(start="2026-01-02 00:00:00,000", end="2026-01-01 00:00:00,000")
 
 
@@ -141,11 +141,11 @@ def test_find_logs_dirs_files_and_rotation(tmp_path: Path) -> None:
         "broker-0/state-change.log", "broker-1/state-change.log.1", "broker-1/state-change.log"]
     single = tmp_path / "broker-0" / "state-change.log"
     assert find_logs([str(single), str(tmp_path / "broker-0")]) == [single]
-    with pytest.raises(MergeInputError, match="neither a file nor a directory"):
+    with pytest.raises(ToolError, match="neither a file nor a directory"):
         find_logs([str(tmp_path / "nope")])
-    with pytest.raises(MergeInputError, match="no state change log files"):
+    with pytest.raises(ToolError, match="no state change log files"):
         find_logs([str(tmp_path)], r"kafka\.log")
-    with pytest.raises(MergeInputError, match="not a valid regex"):
+    with pytest.raises(ToolError, match="not a valid regex"):
         find_logs([str(tmp_path)], "(")
 
 

@@ -16,7 +16,8 @@ from odradek.client.errors import KafkaError
 from odradek.client.types import ConfigEntry, PartitionDescription, TopicDescription
 from odradek.tools import consumer_groups as cg
 from odradek.tools import topics
-from odradek.tools.topics import PartitionState, ToolError
+from odradek.tools.command import ToolError
+from odradek.tools.topics import PartitionState
 
 
 # -- topics: parsing ------------------------------------------------------------------------------
@@ -467,9 +468,9 @@ def test_configs_entity_shortcuts_stand_for_entity_type_and_name() -> None:
         assert (ns.entity_type, ns.entity_name, ns.entity_default) == expected
     for argv in (["--topic", "t", "--broker", "1"], ["--topic", "t", "--entity-type", "topics"],
                  ["--broker", "1", "--entity-name", "1"], ["--broker-defaults", "--broker", "1"]):
-        with pytest.raises(configs.ToolError, match="Only one entity type may be specified"):
+        with pytest.raises(ToolError, match="Only one entity type may be specified"):
             configs._check_args(_ns("configs", "--bootstrap-server", "x", "--describe", *argv))
-    with pytest.raises(configs.ToolError, match="valid integer broker id"):
+    with pytest.raises(ToolError, match="valid integer broker id"):
         configs._check_args(_ns("configs", "--bootstrap-server", "x", "--describe",
                                 "--broker", "b1"))
 

@@ -22,7 +22,7 @@ from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
 from .cluster_metadata import KafkaClient
 from .config import ADMIN, build_config, parse_servers
 from .errors import ConfigException, KafkaConnectionError, KafkaError, KafkaTimeoutError
-from .group import _parse_offset_fetch
+from .group import parse_offset_fetch
 from .types import (
     BrokerDescription,
     ClusterDescription,
@@ -546,7 +546,7 @@ class AsyncAdmin:
         resp = await self._group_send(group_id, 9, group_id=group_id, topics=topics,
                                       require_stable=True,
                                       groups=[{"group_id": group_id, "topics": topics}])
-        found, code = _parse_offset_fetch(resp, group_id)
+        found, code = parse_offset_fetch(resp, group_id)
         if code != ErrorCode.none:
             raise KafkaError.for_code(code, context=f"OffsetFetch({group_id})")
         return {tp: om for tp, om in found.items() if om is not None}

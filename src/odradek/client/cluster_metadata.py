@@ -290,7 +290,7 @@ class KafkaClient:
             yield conn
         for i, (host, port) in enumerate(self.bootstrap):
             try:
-                conn = await self._connect_address(-1 - i, host, port, "bootstrap")
+                conn = await self.connect_address(-1 - i, host, port, "bootstrap")
             except KafkaError as exc:
                 self._connect_errors.append(exc)
                 continue
@@ -333,28 +333,45 @@ class KafkaClient:
                 await asyncio.sleep(min(self.retry_backoff, max(0.0, deadline - loop.time())))
 
     # -- connections -----------------------------------------------------------------------------
-    async def connection(self, node_id: int, purpose: str = "default") -> BrokerConnection:
-        key = (node_id, purpose)
-        conn = self._conns.get(key)
-        if conn is not None and not conn.closed:
+    def ready_connection(self, node_id: int, purpose: str = "default"
+                         ) -> BrokerConnection | None:
+        """The open connection to `node_id` for `purpose`, if there is one (none is opened)."""
+        conn = self._conns.get((node_id, purpose))
+        return conn if conn is not None and not conn.closed else None
+
+    def close_connection(self, node_id: int, purpose: str = "default") -> None:
+        """Close and forget the connection to `node_id` for `purpose` (if any)."""
+        conn = self._conns.pop((node_id, purpose), None)
+        if conn is not None:
+            conn.close()
+
+    async def _reuse(self, node_id: int, purpose: str) -> BrokerConnection | None:
+        """The open connection, or the one being opened (awaited); None when neither."""
+        conn = self.ready_connection(node_id, purpose)
+        if conn is not None:
             return conn
-        pending = self._connecting.get(key)
+        pending = self._connecting.get((node_id, purpose))
         if pending is not None:
             return await asyncio.shield(pending)
+        return None
+
+    async def connection(self, node_id: int, purpose: str = "default") -> BrokerConnection:
+        conn = await self._reuse(node_id, purpose)
+        if conn is not None:
+            return conn
         broker = self.metadata.brokers.get(node_id)
         if broker is None:
             raise KafkaConnectionError(f"broker {node_id} is not in the cluster metadata")
-        return await self._connect_address(node_id, broker.host, broker.port, purpose)
+        return await self.connect_address(node_id, broker.host, broker.port, purpose)
 
-    async def _connect_address(self, node_id: int, host: str, port: int,
-                               purpose: str) -> BrokerConnection:
-        key = (node_id, purpose)
-        conn = self._conns.get(key)
-        if conn is not None and not conn.closed:
+    async def connect_address(self, node_id: int, host: str, port: int,
+                              purpose: str) -> BrokerConnection:
+        """The connection to `node_id` at host:port for `purpose`: the open one, the one being
+        opened, or a new one (with the node's reconnect backoff)."""
+        conn = await self._reuse(node_id, purpose)
+        if conn is not None:
             return conn
-        pending = self._connecting.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
+        key = (node_id, purpose)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[BrokerConnection] = loop.create_future()
         self._connecting[key] = fut

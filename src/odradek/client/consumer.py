@@ -348,7 +348,7 @@ class AsyncConsumer:
             waits: list[asyncio.Future[Any]] = [loop.create_task(self._data.wait())]
             if self.group is not None and self._mode == "subscribe":
                 waits.append(loop.create_task(self.group.rejoin_event.wait()))
-                join = self.group._join_task
+                join = self.group.join_task
                 if join is not None and not join.done():
                     waits.append(loop.create_task(asyncio.wait([join])))
             try:
@@ -393,7 +393,7 @@ class AsyncConsumer:
     async def _ensure_group(self, deadline: float) -> None:
         group = self.group
         assert group is not None and self.loop is not None
-        task = group._join_task
+        task = group.join_task
         if task is not None and task.done() and task is not self._applied_join:
             await self._apply_join(task)  # finished after an earlier poll() gave up waiting
         joining = task is not None and not task.done()

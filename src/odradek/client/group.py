@@ -95,7 +95,7 @@ class GroupCoordinatorClient:
             if self.coordinator is not None:
                 node, host, port = self.coordinator
                 try:
-                    return await self.client._connect_address(node, host, port, "group")
+                    return await self.client.connect_address(node, host, port, "group")
                 except KafkaError as exc:
                     log.debug("Group coordinator %s unreachable: %s", self.coordinator, exc)
                     self.coordinator_dead()
@@ -127,10 +127,7 @@ class GroupCoordinatorClient:
 
     def coordinator_dead(self) -> None:
         if self.coordinator is not None:
-            node = self.coordinator[0]
-            conn = self.client._conns.pop((node, "group"), None)
-            if conn is not None:
-                conn.close()
+            self.client.close_connection(self.coordinator[0], "group")
         self.coordinator = None
 
     async def _send(self, api_key: int, deadline: float | None = None,
@@ -171,6 +168,11 @@ class GroupCoordinatorClient:
             if parts is not None and len(parts) != self.joined_topic_partitions.get(topic, 0):
                 return True
         return False
+
+    @property
+    def join_task(self) -> asyncio.Task[list[TopicPartition]] | None:
+        """The last join-and-sync started (running or done); None before the first."""
+        return self._join_task
 
     def start_join(self) -> asyncio.Task[list[TopicPartition]]:
         if self._join_task is None or self._join_task.done():
@@ -444,7 +446,7 @@ class GroupCoordinatorClient:
                 resp = await self._send(9, deadline, group_id=self.group_id, topics=topics,
                                         require_stable=True,
                                         groups=[{"group_id": self.group_id, "topics": topics}])
-                out, code = _parse_offset_fetch(resp, self.group_id)
+                out, code = parse_offset_fetch(resp, self.group_id)
             except KafkaError as exc:
                 if not exc.retriable or loop.time() + self.retry_backoff > deadline:
                     raise
@@ -462,7 +464,7 @@ class GroupCoordinatorClient:
             await asyncio.sleep(self.retry_backoff)
 
 
-def _parse_offset_fetch(resp: Any, group_id: str
+def parse_offset_fetch(resp: Any, group_id: str
                         ) -> tuple[dict[TopicPartition, OffsetAndMetadata | None], int]:
     """(committed offsets, group-level error) of an OffsetFetch response of any version; a
     retriable per-partition error is returned as the group error."""

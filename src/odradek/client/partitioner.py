@@ -4,9 +4,9 @@
 
 Null keys follow Kafka's built-in partitioner (KIP-480, KIP-794): all keyless records of a topic
 go to one partition with a live leader until `batch.size` bytes have gone to it, then another is
-picked at random (never the same one again when there is a choice). The seeds describe the older
-rule (a random partition kept for `metadata.max.age.ms`); both keep a producer's keyless records
-together in large batches.
+picked at random (never the same one again when there is a choice). docs/design.md S-1.3
+also names the older rule (a random partition kept for `metadata.max.age.ms`); both keep a
+producer's keyless records together in large batches.
 
 Names (config `partitioner`, librdkafka's): `murmur2_random` (default), `murmur2` (a null key
 hashes as the empty key), `consistent_random` / `consistent` (CRC-32, librdkafka's default),

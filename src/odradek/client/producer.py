@@ -607,8 +607,8 @@ class AsyncProducer:
         for node, tps in by_node.items():
             if self._node_inflight.get(node, 0) >= self.max_in_flight:
                 continue
-            conn = self.client._conns.get((node, "default"))
-            if conn is None or conn.closed:
+            conn = self.client.ready_connection(node)
+            if conn is None:
                 if node not in self._connecting:
                     self._connecting.add(node)
                     self._spawn(self._connect(node))

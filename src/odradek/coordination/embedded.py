@@ -58,7 +58,7 @@ from odradek.coordination.store import (
     WatchCallback,
     WatchEvent,
     WatchHandle,
-    _as_bytes,
+    as_bytes,
     parent_path,
     sequence_name,
     validate_create_path,
@@ -521,10 +521,10 @@ class EmbeddedZooKeeper:
                 try:
                     if isinstance(op, CreateOp):
                         owner_id = owner if op.ephemeral else 0
-                        data = _as_bytes(op.data)
+                        data = as_bytes(op.data)
                         results.append(self._do_create(txn, op.path, data, owner_id, op.sequence))
                     elif isinstance(op, SetDataOp):
-                        results.append(self._do_set(txn, op.path, _as_bytes(op.data), op.version))
+                        results.append(self._do_set(txn, op.path, as_bytes(op.data), op.version))
                     elif isinstance(op, DeleteOp):
                         self._do_delete(txn, op.path, op.version)
                         results.append(None)
@@ -573,7 +573,7 @@ class EmbeddedZooKeeper:
                         if not watches:
                             del table[path]
 
-            handle._on_cancel = unregister
+            handle.on_cancel(unregister)
 
 
 class EmbeddedStore(CoordinationStore):
@@ -672,7 +672,7 @@ class EmbeddedStore(CoordinationStore):
     def _flush_held(self) -> None:
         held, self._held = self._held, []
         for handle, event in held:
-            self._schedule(handle._deliver, event)
+            self._schedule(handle.deliver, event)
 
     def _set_state(self, state: SessionState) -> None:
         self._state = state
@@ -700,7 +700,7 @@ class EmbeddedStore(CoordinationStore):
         if self._state is not SessionState.CONNECTED:
             self._held.append((handle, event))
         else:
-            self._schedule(handle._deliver, event)
+            self._schedule(handle.deliver, event)
 
     async def _enter(self) -> int:
         """Yield once (earlier events go first) then check the session is usable."""
@@ -724,7 +724,7 @@ class EmbeddedStore(CoordinationStore):
     ) -> str:
         session_id = await self._enter()
         owner = session_id if ephemeral else 0
-        return self.server._create(path, _as_bytes(data), owner, sequence, makepath)
+        return self.server._create(path, as_bytes(data), owner, sequence, makepath)
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
         await self._enter()
@@ -736,7 +736,7 @@ class EmbeddedStore(CoordinationStore):
 
     async def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> Stat:
         await self._enter()
-        return self.server._set(path, _as_bytes(data), version)
+        return self.server._set(path, as_bytes(data), version)
 
     async def delete(self, path: str, version: int = ANY_VERSION, recursive: bool = False) -> None:
         await self._enter()
@@ -764,7 +764,7 @@ class EmbeddedStore(CoordinationStore):
         await self._enter()
         handle = WatchHandle(kind, path, callback, self.loop)
         self.server._watch(self, kind, path, handle)
-        handle._mark_ready()
+        handle.mark_ready()
         self._handles.append(handle)
         return handle
 

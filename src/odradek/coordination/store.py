@@ -1,8 +1,8 @@
 """The coordination store: one async interface with ZooKeeper semantics.
 
-Kafka's ZooKeeper-era brokers keep their shared state in ZooKeeper (seed 000 "HA相关ZooKeeper结构",
-SPEC S-5): the live brokers are ephemeral znodes under ``/brokers/ids``, the controller is the
-owner of the ephemeral ``/controller`` znode, partition state znodes are updated with
+Kafka's ZooKeeper-era brokers keep their shared state in ZooKeeper (docs/design.md S-5): the
+live brokers are ephemeral znodes under ``/brokers/ids``, the controller is the owner of the
+ephemeral ``/controller`` znode, partition state znodes are updated with
 version-checked writes (ZooKeeper's optimistic concurrency), and every broker reacts to watches.
 
 :class:`CoordinationStore` is that contract, used from a broker's single asyncio loop:
@@ -316,7 +316,8 @@ def sequence_name(prefix_path: str, counter: int) -> str:
     return f"{prefix_path}{counter:010d}"
 
 
-def _as_bytes(data: bytes | bytearray | memoryview | None) -> bytes:
+def as_bytes(data: bytes | bytearray | memoryview | None) -> bytes:
+    """znode data as bytes (``None`` is empty); anything but bytes-like is a TypeError."""
     if data is None:
         return b""
     if isinstance(data, bytes):
@@ -380,15 +381,19 @@ class WatchHandle:
 
     # -- backend side -------------------------------------------------------------------------
 
-    def _mark_ready(self) -> None:
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` when the watch is cancelled (the backend unregisters it)."""
+        self._on_cancel = hook
+
+    def mark_ready(self) -> None:
         """Called (on the loop) once the registering call returns: flush early events."""
         self._ready = True
         if self._backlog:
             backlog, self._backlog = self._backlog, []
             for event in backlog:
-                self._loop.call_soon(self._deliver, event)
+                self._loop.call_soon(self.deliver, event)
 
-    def _deliver(self, event: WatchEvent) -> None:
+    def deliver(self, event: WatchEvent) -> None:
         """Invoke the callback (must run on the loop)."""
         if self._cancelled:
             return
@@ -404,12 +409,12 @@ class WatchHandle:
         except Exception:
             log.exception("watch callback for %s %s failed", self.kind, self.path)
 
-    def _deliver_threadsafe(self, event: WatchEvent) -> None:
-        """Schedule :meth:`_deliver` on the loop from any thread (kazoo's threads)."""
+    def deliver_threadsafe(self, event: WatchEvent) -> None:
+        """Schedule :meth:`deliver` on the loop from any thread (kazoo's threads)."""
         if self._cancelled:
             return
         try:
-            self._loop.call_soon_threadsafe(self._deliver, event)
+            self._loop.call_soon_threadsafe(self.deliver, event)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self._cancelled = True
 

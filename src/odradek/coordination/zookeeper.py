@@ -61,7 +61,7 @@ from odradek.coordination.store import (
     WatchCallback,
     WatchEvent,
     WatchHandle,
-    _as_bytes,
+    as_bytes,
     join_path,
     validate_create_path,
     validate_path,
@@ -445,7 +445,7 @@ class ZooKeeperStore(CoordinationStore):
         client, _ = self._require()
         validate_create_path(path, sequence)
         result = client.create_async(
-            path, _as_bytes(data), ephemeral=ephemeral, sequence=sequence, makepath=makepath
+            path, as_bytes(data), ephemeral=ephemeral, sequence=sequence, makepath=makepath
         )
         return await self._await(result, path)
 
@@ -464,7 +464,7 @@ class ZooKeeperStore(CoordinationStore):
     async def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> Stat:
         client, _ = self._require()
         validate_path(path)
-        zstat = await self._await(client.set_async(path, _as_bytes(data), version), path)
+        zstat = await self._await(client.set_async(path, as_bytes(data), version), path)
         return _stat(zstat)
 
     async def delete(self, path: str, version: int = ANY_VERSION, recursive: bool = False) -> None:
@@ -521,11 +521,11 @@ class ZooKeeperStore(CoordinationStore):
             if isinstance(op, CreateOp):
                 validate_create_path(op.path, op.sequence)
                 txn.create(
-                    op.path, _as_bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence
+                    op.path, as_bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence
                 )
             elif isinstance(op, SetDataOp):
                 validate_path(op.path)
-                txn.set_data(op.path, _as_bytes(op.data), op.version)
+                txn.set_data(op.path, as_bytes(op.data), op.version)
             elif isinstance(op, DeleteOp):
                 validate_path(op.path)
                 txn.delete(op.path, op.version)
@@ -581,12 +581,12 @@ class ZooKeeperStore(CoordinationStore):
         else:
             watcher = await self._in_thread(self._start_children_watch, client, handle, path=path)
             self._children_watchers.append(watcher)
-            handle._on_cancel = watcher.stop
+            handle.on_cancel(watcher.stop)
         if self._closing:
             handle.cancel()
             raise StoreClosedError("the store was closed while registering a watch")
         self._handles.append(handle)
-        handle._mark_ready()
+        handle.mark_ready()
         return handle
 
     def _start_data_watch(self, client: KazooClient, handle: WatchHandle) -> None:
@@ -612,14 +612,14 @@ class ZooKeeperStore(CoordinationStore):
                 if stat is None:
                     if before is None:
                         return None
-                    handle._deliver_threadsafe(WatchEvent(EventType.DELETED, path))
+                    handle.deliver_threadsafe(WatchEvent(EventType.DELETED, path))
                     return None
                 kind = (
                     EventType.CHANGED
                     if before is not None and before.czxid == stat.czxid
                     else EventType.CREATED
                 )
-                handle._deliver_threadsafe(WatchEvent(kind, path, data or b"", stat))
+                handle.deliver_threadsafe(WatchEvent(kind, path, data or b"", stat))
             except Exception:
                 log.exception("data watch on %s failed", path)
             return None
@@ -632,11 +632,11 @@ class ZooKeeperStore(CoordinationStore):
 
         def on_change(children: tuple[str, ...]) -> None:
             if handle.active and not self._closing:
-                handle._deliver_threadsafe(WatchEvent(EventType.CHILD, path, children=children))
+                handle.deliver_threadsafe(WatchEvent(EventType.CHILD, path, children=children))
 
         def on_deleted() -> None:
             if handle.active and not self._closing:
-                handle._deliver_threadsafe(WatchEvent(EventType.DELETED, path))
+                handle.deliver_threadsafe(WatchEvent(EventType.DELETED, path))
 
         watcher = _ChildrenWatcher(client, path, on_change, on_deleted)
         handle.initial_children = watcher.initial

@@ -64,6 +64,7 @@ from typing import Any, TypeVar
 
 from ..protocol import records as rb
 from ..storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from .command import Subcommands, ToolError, prefixed, run_tool
 from .processes import ProcessCluster
 
 FAULT_KINDS = ("kill_leader", "kill_controller", "pause_leader", "restart")
@@ -976,19 +977,20 @@ def _examples(items: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_tool(lambda: _run(args), refused=prefixed("chaos"))
+
+
+def _run(args: argparse.Namespace) -> int:
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     known = FAULT_KINDS + ADMIN_FAULT_KINDS
     unknown = [f for f in faults if f not in known]
     if unknown or not faults:
-        print(f"odradek chaos: unknown faults {unknown}; choose from {','.join(known)}",
-              file=sys.stderr)
-        return 2
+        raise ToolError(f"unknown faults {unknown}; choose from {','.join(known)}", exit_code=2)
     if args.admin_ops:
         faults += tuple(k for k in ADMIN_FAULT_KINDS if k not in faults)
     if args.plot and not args.plot.endswith(".svg"):
-        print(f"odradek chaos: --plot writes an SVG file: {args.plot!r} does not end in .svg",
-              file=sys.stderr)
-        return 2
+        raise ToolError(f"--plot writes an SVG file: {args.plot!r} does not end in .svg",
+                        exit_code=2)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     config = ChaosConfig(brokers=args.brokers, partitions=args.partitions,
                          duration_s=args.duration, seed=seed, producers=args.producers,
@@ -1002,8 +1004,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = _run_with_zookeeper(config, workdir, args.zookeeper, progress)
     except (OSError, RuntimeError, TimeoutError) as exc:  # ZooKeeper missing or not starting
-        print(f"odradek chaos: {exc}", file=sys.stderr)
-        return 2
+        raise ToolError(str(exc), exit_code=2) from None
     print(format_report(report), flush=True)
     if args.plot:
         try:
@@ -1030,7 +1031,7 @@ def _run_with_zookeeper(config: ChaosConfig, workdir: Path, zookeeper: str | Non
         return run_chaos(config, workdir / "brokers", zk.connect_string + chroot, progress)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("chaos", help="replication under faults: acks=all writes, kill -9, "
                        "SIGSTOP, restarts; verify nothing acknowledged is lost")
     p.add_argument("--brokers", type=int, default=3)

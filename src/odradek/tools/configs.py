@@ -28,8 +28,9 @@ import argparse
 import asyncio
 import re
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .command import Subcommands, ToolError, read_properties, run_tool
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
@@ -56,12 +57,10 @@ _DEFAULT_MESSAGES = {
 }
 
 
-class ToolError(Exception):
-    """A bad command line (printed on stderr, exit 1)."""
-
-
 class ConfigCommandError(Exception):
-    """A failed request or a refused alteration (Kafka's InvalidConfigurationException...)."""
+    """A failed request or a refused alteration, as the Java exception Kafka's ConfigCommand
+    meets prints itself (InvalidConfigurationException...); a bad command line is a
+    ``ToolError``."""
 
 
 def parse_add_config(text: str) -> dict[str, str]:
@@ -184,12 +183,7 @@ async def alter(admin: AsyncAdmin, args: argparse.Namespace) -> list[str]:
 
     to_add: dict[str, str] = {}
     if args.add_config_file:
-        from ..common.properties import parse_properties
-
-        try:
-            to_add.update(parse_properties(Path(args.add_config_file).read_text()))
-        except OSError as exc:
-            raise ToolError(f"Cannot read {args.add_config_file}: {exc.strerror}") from None
+        to_add.update(read_properties(args.add_config_file))
     for text in args.add_config:
         to_add.update(parse_add_config(text))
     to_delete = parse_delete_config(args.delete_config)
@@ -225,14 +219,7 @@ def _java_text(error: Any) -> str:
 async def run(args: argparse.Namespace) -> list[str]:
     from ..client import AsyncAdmin
 
-    cfg: dict[str, Any] = {}
-    if args.command_config:
-        from ..common.properties import parse_properties
-
-        try:
-            cfg.update(parse_properties(Path(args.command_config).read_text()))
-        except OSError as exc:
-            raise ToolError(f"Cannot read {args.command_config}: {exc.strerror}") from None
+    cfg: dict[str, Any] = read_properties(args.command_config) if args.command_config else {}
     cfg["bootstrap.servers"] = args.bootstrap_server
     async with AsyncAdmin(cfg) as admin:
         if args.describe:
@@ -242,30 +229,24 @@ async def run(args: argparse.Namespace) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
-    from . import reader_gone
 
-    try:
+    def body() -> list[str]:
         _check_args(args)
-        lines = asyncio.run(run(args))
-    except ToolError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    except (ConfigCommandError, KafkaError, OSError, TimeoutError) as exc:
+        return asyncio.run(run(args))
+
+    def failed(exc: BaseException) -> int:
         argv = " ".join(sys.argv[1:])
         print(f"Error while executing config command with args '{argv}'", file=sys.stderr)
         text = str(exc) if isinstance(exc, ConfigCommandError) else (
             _java_text(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}")
         print(text, file=sys.stderr)
         return 1
-    try:
-        for line in lines:
-            print(line)
-    except BrokenPipeError:  # `odradek configs --describe --all | head`
-        return reader_gone()
-    return 0
+
+    return run_tool(body, failures=(ConfigCommandError, KafkaError, OSError, TimeoutError),
+                    failed=failed)
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subcommands) -> None:
     p = subparsers.add_parser("configs", help="describe or change topic and broker configs "
                               "(Kafka's kafka-configs)", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)

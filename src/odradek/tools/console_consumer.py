@@ -25,7 +25,8 @@ import sys
 import time
 from typing import Any, BinaryIO
 
-from .console_producer import _properties, _unescape, read_properties_file
+from .command import Subcommands, ToolError, prefixed, read_properties_file, run_tool
+from .console_producer import property_args, unescape
 
 
 class Formatter:
@@ -41,9 +42,9 @@ class Formatter:
         self.print_partition = flag("print.partition", False)
         self.print_offset = flag("print.offset", False)
         self.print_headers = flag("print.headers", False)
-        self.key_sep = _unescape(props.get("key.separator", "\t")).encode()
-        self.line_sep = _unescape(props.get("line.separator", "\n")).encode()
-        self.headers_sep = _unescape(props.get("headers.separator", ",")).encode()
+        self.key_sep = unescape(props.get("key.separator", "\t")).encode()
+        self.line_sep = unescape(props.get("line.separator", "\n")).encode()
+        self.headers_sep = unescape(props.get("headers.separator", ",")).encode()
         self.null_literal = props.get("null.literal", "null").encode()
 
     def format(self, r: Any) -> bytes:
@@ -85,33 +86,36 @@ def consumer_config(args: argparse.Namespace) -> dict[str, Any]:
         cfg["group.id"] = args.group
     if args.consumer_config:
         cfg.update(read_properties_file(args.consumer_config))
-    cfg.update(_properties(args.consumer_property, "--consumer-property"))
+    cfg.update(property_args(args.consumer_property, "--consumer-property"))
     return cfg
 
 
+def check_args(args: argparse.Namespace) -> None:
+    def usage(message: str) -> ToolError:
+        return ToolError(message, exit_code=2)
+    if not args.bootstrap_server:
+        raise usage("--bootstrap-server is required")
+    if bool(args.topic) == bool(args.include):
+        raise usage("exactly one of --topic and --include is required")
+    if args.offset is not None and args.partition is None:
+        raise usage("--offset needs --partition")
+    if args.offset is not None and args.from_beginning:
+        raise usage("--offset and --from-beginning are exclusive")
+    if args.partition is not None and args.group:
+        raise usage("--partition and --group are exclusive")
+
+
 def run(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
+    return run_tool(lambda: consume(args, stdout), refused=prefixed("console-consumer"))
+
+
+def consume(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
     from ..client import Consumer, TopicPartition
     from ..client.errors import KafkaError
 
     out = stdout if stdout is not None else sys.stdout.buffer
-    if not args.bootstrap_server:
-        print("odradek console-consumer: --bootstrap-server is required", file=sys.stderr)
-        return 2
-    if bool(args.topic) == bool(args.include):
-        print("odradek console-consumer: exactly one of --topic and --include is required",
-              file=sys.stderr)
-        return 2
-    if args.offset is not None and args.partition is None:
-        print("odradek console-consumer: --offset needs --partition", file=sys.stderr)
-        return 2
-    if args.offset is not None and args.from_beginning:
-        print("odradek console-consumer: --offset and --from-beginning are exclusive",
-              file=sys.stderr)
-        return 2
-    if args.partition is not None and args.group:
-        print("odradek console-consumer: --partition and --group are exclusive", file=sys.stderr)
-        return 2
-    formatter = Formatter(_properties(args.property, "--property"))
+    check_args(args)
+    formatter = Formatter(property_args(args.property, "--property"))
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -179,7 +183,7 @@ def run(args: argparse.Namespace, stdout: BinaryIO | None = None) -> int:
     return status
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("console-consumer",
                        help="print records of a topic to stdout (kafka-console-consumer)")
     p.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] to connect to")

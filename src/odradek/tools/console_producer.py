@@ -24,8 +24,9 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, BinaryIO
+
+from .command import Subcommands, ToolError, prefixed, read_properties_file, run_tool
 
 DEFAULTS = {"parse.key": "false", "key.separator": "\t", "parse.headers": "false",
             "headers.delimiter": "\t", "headers.separator": ",", "headers.key.separator": ":",
@@ -36,7 +37,7 @@ class LineError(ValueError):
     pass
 
 
-def _properties(items: list[str], what: str) -> dict[str, str]:
+def property_args(items: list[str], what: str) -> dict[str, str]:
     out = {}
     for item in items:
         if "=" not in item:
@@ -46,13 +47,7 @@ def _properties(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def read_properties_file(path: str) -> dict[str, str]:
-    from ..common.properties import parse_properties
-
-    return dict(parse_properties(Path(path).read_text()))
-
-
-def _unescape(value: str) -> str:
+def unescape(value: str) -> str:
     """Separators given on the command line as \\t or \\n mean the character."""
     return value.encode().decode("unicode_escape") if "\\" in value else value
 
@@ -66,12 +61,12 @@ class LineReader:
         self.parse_key = flag("parse.key")
         self.parse_headers = flag("parse.headers")
         self.ignore_error = flag("ignore.error")
-        self.key_sep = _unescape(str(props.get("key.separator") or "\t"))
-        self.headers_delim = _unescape(str(props.get("headers.delimiter") or "\t"))
-        self.headers_sep = _unescape(str(props.get("headers.separator") or ","))
-        self.headers_key_sep = _unescape(str(props.get("headers.key.separator") or ":"))
+        self.key_sep = unescape(str(props.get("key.separator") or "\t"))
+        self.headers_delim = unescape(str(props.get("headers.delimiter") or "\t"))
+        self.headers_sep = unescape(str(props.get("headers.separator") or ","))
+        self.headers_key_sep = unescape(str(props.get("headers.key.separator") or ":"))
         marker = props.get("null.marker")
-        self.null_marker = None if marker is None else _unescape(marker)
+        self.null_marker = None if marker is None else unescape(marker)
         self.line_number = 0
 
     def _nullable(self, s: str) -> bytes | None:
@@ -126,19 +121,22 @@ def producer_config(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.producer_config:
         cfg.update(read_properties_file(args.producer_config))
-    cfg.update(_properties(args.producer_property, "--producer-property"))
+    cfg.update(property_args(args.producer_property, "--producer-property"))
     return cfg
 
 
 def run(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
+    return run_tool(lambda: produce(args, stdin), refused=prefixed("console-producer"))
+
+
+def produce(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
     from ..client import Producer
     from ..client.errors import KafkaError
 
     if not (args.bootstrap_server or args.broker_list):
-        print("odradek console-producer: --bootstrap-server is required", file=sys.stderr)
-        return 2
+        raise ToolError("--bootstrap-server is required", exit_code=2)
     props: dict[str, str | None] = dict(DEFAULTS)
-    props.update(_properties(args.property, "--property"))
+    props.update(property_args(args.property, "--property"))
     reader = LineReader(props)
     failures = 0
 
@@ -186,7 +184,7 @@ def run(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
     return status
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("console-producer",
                        help="send lines from stdin as records (kafka-console-producer)")
     p.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] to connect to")

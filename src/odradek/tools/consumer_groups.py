@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .topics import ToolError, admin_config, error_message, java_error, open_admin
+from .command import Subcommands, ToolError, run_tool
+from .topics import admin_config, error_message, failure_text, java_error, open_admin
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
@@ -438,7 +439,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise ToolError(f'Option "[topic]" can\'t be used with option "{_opt(action)}"')
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subcommands) -> None:
     p = subparsers.add_parser("consumer-groups", help="list, describe, delete consumer groups "
                               "and reset their offsets (Kafka's kafka-consumer-groups)",
                               description=__doc__,
@@ -481,24 +482,16 @@ def add_parser(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..client.errors import KafkaError
-    from . import reader_gone
-
-    try:
+    def body() -> int:
         check_args(args)
         return asyncio.run(run(args))
-    except ToolError as exc:
-        print(str(exc), file=sys.stderr)
+
+    def failed(exc: BaseException) -> int:
+        print_error(f"Executing consumer group command failed due to {failure_text(exc)}")
         return 1
-    except BrokenPipeError:  # `odradek consumer-groups --list | head`
-        return reader_gone()
-    except (KafkaError, OSError) as exc:
-        print_error(f"Executing consumer group command failed due to {error_message(exc)}")
-        return 1
-    except Exception as exc:  # as Kafka's tool: any failure is reported, never a traceback
-        print_error(f"Executing consumer group command failed due to {type(exc).__name__}: "
-                    f"{exc}")
-        return 1
+
+    # as Kafka's tool: any failure is reported, never a traceback
+    return run_tool(body, failures=(Exception,), failed=failed)
 
 
 def print_error(msg: str) -> None:

@@ -1,4 +1,4 @@
-"""`odradek dump-log` (Kafka's DumpLogSegments, S-6.6; seed 004 "Log 文件的消息内容分析").
+"""`odradek dump-log` (Kafka's DumpLogSegments, S-6.6).
 
     odradek dump-log --files 00000000000000000000.log[,...] [--print-data-log]
         [--deep-iteration] [--index-sanity-check] [--verify-index-only]
@@ -42,7 +42,7 @@ from ..storage.checkpoints import (
 )
 from ..storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from ..storage.producer_state import CorruptSnapshotError, ProducerStateManager
-from . import reader_gone
+from .command import Subcommands, ToolError, prefixed, run_tool
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
 _OFFSET_ENTRY = struct.Struct(">II")
@@ -366,17 +366,19 @@ def dump_file(path: Path, opts: DumpOptions, report: DumpReport) -> Iterator[str
 
 
 def run(args: argparse.Namespace) -> int:
+    return run_tool(lambda: _dump(args), refused=prefixed("dump-log"))
+
+
+def _dump(args: argparse.Namespace) -> int:
     decoders = {}
     for flag in ("key_decoder_class", "value_decoder_class"):
         name = getattr(args, flag)
         if name not in DECODERS:
-            print(f"odradek dump-log: unknown --{flag.replace('_', '-')} {name!r} (choose from "
-                  f"{', '.join(sorted(DECODERS))})", file=sys.stderr)
-            return 2
+            raise ToolError(f"unknown --{flag.replace('_', '-')} {name!r} (choose from "
+                            f"{', '.join(sorted(DECODERS))})", exit_code=2)
         decoders[flag] = DECODERS[name]
     if args.max_message_size <= 0:
-        print("odradek dump-log: --max-message-size must be positive", file=sys.stderr)
-        return 2
+        raise ToolError("--max-message-size must be positive", exit_code=2)
     opts = DumpOptions(
         print_data_log=args.print_data_log, deep_iteration=args.deep_iteration,
         index_sanity_check=args.index_sanity_check, verify_index_only=args.verify_index_only,
@@ -384,17 +386,13 @@ def run(args: argparse.Namespace) -> int:
         value_decoder=decoders["value_decoder_class"])
     files = [f.strip() for f in args.files.split(",") if f.strip()]
     if not files:
-        print("odradek dump-log: --files names no file", file=sys.stderr)
-        return 2
+        raise ToolError("--files names no file", exit_code=2)
     report = DumpReport()
     out = sys.stdout
-    try:
-        for f in files:
-            for line in dump_file(Path(f), opts, report):
-                out.write(line + "\n")
-        out.flush()
-    except BrokenPipeError:
-        return reader_gone()
+    for f in files:
+        for line in dump_file(Path(f), opts, report):
+            out.write(line + "\n")
+    out.flush()
     for line in report.error_lines():
         print(line, file=sys.stderr)
     if report.unreadable_files:
@@ -402,7 +400,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.clean else 1
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("dump-log", help="print log segments, indexes and snapshots "
                        "(Kafka's DumpLogSegments)")
     p.add_argument("--files", required=True,

@@ -1,4 +1,4 @@
-"""`odradek leader-election` and `odradek preferred-replica-election` (seed 000, S-6.1).
+"""`odradek leader-election` and `odradek preferred-replica-election` (S-6.1).
 
 leader-election is Kafka's kafka-leader-election.sh, through the ElectLeaders API:
 
@@ -11,7 +11,7 @@ leader-election is Kafka's kafka-leader-election.sh, through the ElectLeaders AP
   Valid replica already elected for partitions t-1
   Error completing leader election (PREFERRED) for partition: t-3: <exception>: <message>
 
-preferred-replica-election is the older kafka-preferred-replica-election.sh of seed 000:
+preferred-replica-election is the older kafka-preferred-replica-election.sh (Kafka 2.x):
 
   --zookeeper HOST:PORT[/chroot]   writes /admin/preferred_replica_election (all partitions, or
                                    those of --path-to-json-file) for the controller to act on,
@@ -27,12 +27,13 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..controller.context import TopicPartition
+from ..common import TopicPartition
 from ..controller.preferred_election import parse_election_json
+from .command import Subcommands, ToolError, prefixed, read_properties, reader_gone, run_tool
 
 if TYPE_CHECKING:
     from ..client.errors import KafkaError
@@ -47,10 +48,6 @@ EXCEPTIONS = {
     42: "InvalidRequestException", 60: "ReassignmentInProgressException",
     80: "PreferredLeaderNotAvailableException", 83: "EligibleLeadersNotAvailableException",
 }
-
-
-class ToolError(Exception):
-    """Bad input or a failed operation: printed as one line, exit status 1."""
 
 
 def _tps(items: Iterable[TopicPartition]) -> str:
@@ -170,15 +167,8 @@ async def write_election_znode(store: CoordinationStore,
 
 
 def _admin_config(args: argparse.Namespace) -> dict[str, Any]:
-    config: dict[str, Any] = {}
     path = getattr(args, "admin_config", None)
-    if path:
-        from ..common.properties import parse_properties
-
-        try:
-            config.update(parse_properties(Path(path).read_text()))
-        except OSError as exc:
-            raise ToolError(f"Cannot read {path}: {exc.strerror or exc}") from None
+    config: dict[str, Any] = read_properties(path) if path else {}
     config["bootstrap.servers"] = args.bootstrap_server
     return config
 
@@ -200,23 +190,26 @@ def _emit(out: list[str], err: list[str]) -> int:
         for line in out:
             print(line, flush=True)
     except BrokenPipeError:  # `odradek leader-election ... | head`: the rest goes nowhere
-        from . import reader_gone
-
         reader_gone()
     for line in err:
         print(line, file=sys.stderr, flush=True)
     return 1 if err else 0
 
 
-def _fail(tool: str, message: str) -> int:
-    print(f"odradek {tool}: {message}", file=sys.stderr, flush=True)
-    return 1
+def _run_election_tool(tool: str, body: Callable[[], int]) -> int:
+    from ..client.errors import KafkaError
+
+    refused = prefixed(tool)
+
+    def failed(exc: BaseException) -> int:
+        refused(f"Error while making request: {exc}")
+        return 1
+
+    return run_tool(body, refused=refused, failures=(KafkaError,), failed=failed)
 
 
 def run_leader_election(args: argparse.Namespace) -> int:
-    from ..client.errors import KafkaError
-
-    try:
+    def body() -> int:
         if not args.bootstrap_server:
             raise ToolError("Missing required option(s) [bootstrap-server]")
         if not args.election_type:
@@ -230,17 +223,15 @@ def run_leader_election(args: argparse.Namespace) -> int:
               f"{'all partitions' if partitions is None else _tps(partitions)} ...",
               file=sys.stderr, flush=True)
         results = asyncio.run(_elect(args, election_type, partitions))
-    except ToolError as exc:
-        return _fail("leader-election", str(exc))
-    except KafkaError as exc:
-        return _fail("leader-election", f"Error while making request: {exc}")
-    return _emit(*election_report(election_type, results))
+        return _emit(*election_report(election_type, results))
+
+    return _run_election_tool("leader-election", body)
 
 
 def run_preferred_replica_election(args: argparse.Namespace) -> int:
-    from ..client.errors import KafkaError
+    def body() -> int:
+        from ..coordination import paths
 
-    try:
         if bool(args.zookeeper) == bool(args.bootstrap_server):
             raise ToolError("Exactly one of --zookeeper and --bootstrap-server is required")
         partitions = read_json_file(args.path_to_json_file) if args.path_to_json_file else None
@@ -248,17 +239,14 @@ def run_preferred_replica_election(args: argparse.Namespace) -> int:
             results = asyncio.run(_elect(args, "PREFERRED", partitions))
             return _emit(*preferred_report(results))
         data = asyncio.run(_write_through_zookeeper(args.zookeeper, partitions))
-    except ToolError as exc:
-        return _fail("preferred-replica-election", str(exc))
-    except KafkaError as exc:
-        return _fail("preferred-replica-election", f"Error while making request: {exc}")
-    from ..coordination import paths
+        written = sorted(TopicPartition(t, p)
+                         for t, p in paths.decode_preferred_replica_election(data.encode()))
+        print(f"Created preferred replica election path with {data}")
+        print(f"Successfully started preferred replica election for partitions "
+              f"{_tps(written)}")
+        return 0
 
-    written = sorted(TopicPartition(t, p)
-                     for t, p in paths.decode_preferred_replica_election(data.encode()))
-    print(f"Created preferred replica election path with {data}")
-    print(f"Successfully started preferred replica election for partitions {_tps(written)}")
-    return 0
+    return _run_election_tool("preferred-replica-election", body)
 
 
 async def _write_through_zookeeper(connect: str, partitions: list[TopicPartition] | None
@@ -281,7 +269,7 @@ async def _write_through_zookeeper(connect: str, partitions: list[TopicPartition
         await store.close()
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("leader-election",
                        help="elect preferred or unclean leaders (kafka-leader-election)")
     p.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] to connect to")

@@ -8,7 +8,7 @@ hook kills any left over). `stop()` is a clean shutdown (SIGTERM, exit status 0 
 one was fixed); `pause()`/`resume()` are SIGSTOP/SIGCONT.
 
 `ProcessCluster` is N such brokers sharing one ZooKeeper connect string (a chroot), on fixed
-free ports, with a kazoo client to read the seeds' znodes: the controller and its epoch, the
+free ports, with a kazoo client to read Kafka's znodes (S-5.2): the controller and its epoch, the
 live broker ids, the partition state nodes.
 """
 

@@ -1,9 +1,8 @@
-"""`odradek reassign-partitions`: Kafka's kafka-reassign-partitions (seed 000 "Kafka Reassign
-Partitions Tool", S-6.2).
+"""`odradek reassign-partitions`: Kafka's kafka-reassign-partitions.sh (S-6.2).
 
   --generate --topics-to-move-json-file F --broker-list "4,5,6"
         prints the current assignment and a proposal (the controller's own assignment function
-        for new topics, controller/assignment.py), executes nothing
+        for new topics, odradek/common/replica_assignment.py), executes nothing
   --execute --reassignment-json-file F [--throttle BYTES_PER_SEC] [--additional]
         prints the current assignment (save it for a rollback) and starts the moves
         (AlterPartitionReassignments); with --throttle the moving replicas are throttled
@@ -17,7 +16,7 @@ Partitions Tool", S-6.2).
 
 --bootstrap-server goes through the admin API (AlterPartitionReassignments,
 ListPartitionReassignments, IncrementalAlterConfigs); --zookeeper HOST:PORT[/chroot] reads the
-topic znodes and writes /admin/reassign_partitions itself, as the seeds' tool does.
+topic znodes and writes /admin/reassign_partitions itself, as Kafka's ZooKeeper-era tool does.
 
 The JSON files are Kafka's: {"version":1,"topics":[{"topic":"t"}]} and
 {"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[4,5,6]}]}.
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..common import TopicPartition as TP
 from ..common.replica_assignment import AssignmentError, assign_replicas_to_brokers
+from .command import Subcommands, ToolError, read_properties, run_tool
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
@@ -58,10 +58,6 @@ CANNOT_EXECUTE_BECAUSE_OF_EXISTING = (
     "reassignment.")
 YOU_MUST_RUN_VERIFY = ("Warning: You must run --verify periodically, until the reassignment "
                        "completes, to ensure the throttle is removed.")
-
-
-class ToolError(Exception):
-    """Bad input or a refused operation: printed as is, exit code 1."""
 
 
 # ---- pure helpers ------------------------------------------------------------------------------
@@ -250,7 +246,7 @@ def list_lines(ongoing: Mapping[TP, tuple[Sequence[int], Sequence[int], Sequence
     return lines
 
 
-# ---- where the tool reads and writes: the admin API, or ZooKeeper directly (the seeds' way) --
+# ---- where the tool reads and writes: the admin API, or ZooKeeper directly (Kafka 2.x's way)
 
 
 def _read(path: str | None, flag: str) -> str:
@@ -307,7 +303,7 @@ class AdminBackend:
 
 class ZooKeeperBackend:
     """--zookeeper: reads the topic znodes and writes ``/admin/reassign_partitions`` itself, as
-    the seeds' kafka-reassign-partitions.sh --zookeeper does; the controller watches the node."""
+    Kafka's kafka-reassign-partitions.sh --zookeeper does; the controller watches the node."""
 
     throttles = False
 
@@ -534,11 +530,7 @@ async def run(args: argparse.Namespace) -> list[str]:
             await store.close()
     from ..client import AsyncAdmin
 
-    cfg: dict[str, Any] = {}
-    if args.command_config:
-        from ..common.properties import parse_properties
-
-        cfg.update(parse_properties(_read(args.command_config, "--command-config")))
+    cfg: dict[str, Any] = read_properties(args.command_config) if args.command_config else {}
     cfg["bootstrap.servers"] = args.bootstrap_server
     cfg.setdefault("client.id", "reassign-partitions-tool")
     async with AsyncAdmin(cfg) as admin:
@@ -549,32 +541,23 @@ def main(args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
     from ..coordination.store import CoordinationError
 
-    try:
-        lines = asyncio.run(run(args))
-    except ToolError as exc:
-        print(exc)
-        return 1
-    except (KafkaError, CoordinationError, OSError, TimeoutError) as exc:
+    def failed(exc: BaseException) -> int:
         print(f"Error: {exc}")
         return 1
-    try:
-        for line in lines:
-            print(line)
-    except BrokenPipeError:  # `odradek reassign-partitions --generate ... | head`
-        from . import reader_gone
 
-        return reader_gone()
-    return int(getattr(args, "exit_status", 0))
+    return run_tool(lambda: asyncio.run(run(args)), refused=print,
+                    failures=(KafkaError, CoordinationError, OSError, TimeoutError),
+                    failed=failed, status=lambda: int(getattr(args, "exit_status", 0)))
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subcommands) -> None:
     p = subparsers.add_parser(
         "reassign-partitions", help="move partitions between brokers "
         "(Kafka's kafka-reassign-partitions)", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap-server", help="the server(s) to use for bootstrapping")
     p.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]",
-                   help="work on ZooKeeper directly, as the seeds' tool does (no --throttle, "
+                   help="work on ZooKeeper directly, as Kafka's older tool does (no --throttle, "
                         "no --cancel)")
     p.add_argument("--command-config", help="properties file of admin client configs")
     p.add_argument("--generate", action="store_true",

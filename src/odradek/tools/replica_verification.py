@@ -46,6 +46,7 @@ from kio.schema.errors import ErrorCode
 from ..client.errors import KafkaConnectionError, KafkaError
 from ..common import TopicPartition
 from ..protocol import records as rb
+from .command import Subcommands, ToolError, prefixed, run_tool
 
 DEBUGGING_CONSUMER_ID = -2  # Kafka's FetchRequest.DEBUGGING_CONSUMER_ID
 DEFAULT_FETCH_SIZE = 1024 * 1024  # ConsumerConfig.DEFAULT_MAX_PARTITION_FETCH_BYTES
@@ -196,8 +197,12 @@ class PartitionState:
         return max(self.high_watermarks.values(), default=self.offset)
 
 
-class VerificationError(Exception):
+CANNOT_RUN = 2  # the exit status when the verification could not run
+
+
+def cannot_run(message: str) -> ToolError:
     """The verification could not run (no topics, no broker reachable, bad input)."""
+    return ToolError(message, exit_code=CANNOT_RUN)
 
 
 class ReplicaVerifier:
@@ -220,7 +225,7 @@ class ReplicaVerifier:
         try:
             pattern = re.compile(self.opts.topic_regex)
         except re.error:
-            raise VerificationError(f"{self.opts.topic_regex} is an invalid regex") from None
+            raise cannot_run(f"{self.opts.topic_regex} is an invalid regex") from None
         cfg = build_config(ADMIN, {"bootstrap.servers": self.opts.bootstrap,
                                    "client.id": "replica-verification",
                                    "allow.auto.create.topics": False}, {})
@@ -232,7 +237,7 @@ class ReplicaVerifier:
         except KafkaError as exc:
             if isinstance(exc, KafkaConnectionError):
                 exc = await explain_bootstrap_failure(self.client, exc)
-            raise VerificationError(
+            raise cannot_run(
                 f"cannot get the cluster metadata from {self.opts.bootstrap}: {exc}") from None
         md = self.client.metadata
         for name, t in sorted(md.topics.items()):
@@ -245,7 +250,7 @@ class ReplicaVerifier:
                 reference = p.leader if p.leader in replicas else replicas[0]
                 self.states[(name, index)] = PartitionState(replicas, reference)
         if not self.states:
-            raise VerificationError(
+            raise cannot_run(
                 "No topics found. --topic-white-list if specified, is either filtering out all "
                 "topics or there is no topic.")
         await self._initial_offsets()
@@ -423,47 +428,43 @@ async def verify(opts: Options, out: Any = None, err: Any = None) -> int:
     v = ReplicaVerifier(opts, out, err)
     try:
         return await v.run()
-    except VerificationError as exc:
+    except ToolError as exc:
         (err or sys.stderr).write(f"{exc}\n")
-        return 2
+        return exc.exit_code
     finally:
         await v.close()
 
 
 def run(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap_server or args.broker_list
-    if not bootstrap:
-        print("odradek replica-verification: --broker-list or --bootstrap-server is required",
-              file=sys.stderr)
-        return 2
-    for flag in ("fetch_size", "report_interval_ms"):
-        if getattr(args, flag) <= 0:
-            print(f"odradek replica-verification: --{flag.replace('_', '-')} must be positive",
-                  file=sys.stderr)
-            return 2
-    if args.max_wait_ms < 0:
-        print("odradek replica-verification: --max-wait-ms must not be negative",
-              file=sys.stderr)
-        return 2
-    opts = Options(bootstrap, args.topic_white_list, args.fetch_size, args.max_wait_ms,
-                   args.time, args.report_interval_ms, args.once)
-    started = time.monotonic()
-    try:
-        code = asyncio.run(verify(opts))
-    except BrokenPipeError:  # `odradek replica-verification ... | head`
-        from . import reader_gone
 
-        return reader_gone()
-    except ValueError as exc:  # bad bootstrap address
+    def body() -> int:
+        if not bootstrap:
+            raise cannot_run("--broker-list or --bootstrap-server is required")
+        for flag in ("fetch_size", "report_interval_ms"):
+            if getattr(args, flag) <= 0:
+                raise cannot_run(f"--{flag.replace('_', '-')} must be positive")
+        if args.max_wait_ms < 0:
+            raise cannot_run("--max-wait-ms must not be negative")
+        opts = Options(bootstrap, args.topic_white_list, args.fetch_size, args.max_wait_ms,
+                       args.time, args.report_interval_ms, args.once)
+        started = time.monotonic()
+        code = asyncio.run(verify(opts))
+        with contextlib.suppress(OSError):
+            print(f"replica verification took {time.monotonic() - started:.1f} s",
+                  file=sys.stderr)
+        return code
+
+    def bad_broker_list(exc: BaseException) -> int:
         print(f"odradek replica-verification: bad broker list {bootstrap!r} (HOST:PORT,...): "
               f"{exc}", file=sys.stderr)
-        return 2
-    with contextlib.suppress(OSError):
-        print(f"replica verification took {time.monotonic() - started:.1f} s", file=sys.stderr)
-    return code
+        return CANNOT_RUN
+
+    return run_tool(body, refused=prefixed("replica-verification"), failures=(ValueError,),
+                    failed=bad_broker_list)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("replica-verification",
                        help="check that all replicas hold the same records "
                             "(Kafka's ReplicaVerificationTool)")

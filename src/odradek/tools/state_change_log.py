@@ -42,15 +42,17 @@ from pathlib import Path
 from typing import Any
 
 from ..state_change import LINE_RE, PARTITION_RE
-from . import reader_gone
+from .command import Subcommands, ToolError, prefixed, run_tool
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%f"  # Kafka's "yyyy-MM-dd HH:mm:ss,SSS"
 LOG_NAME = "state-change.log"
 DEFAULT_LOGS_REGEX = r"state-change\.log.*"
 
 
-class MergeInputError(ValueError):
-    """Bad arguments: unparseable times, a --partitions list without --topic, no input files."""
+def bad_input(message: str) -> ToolError:
+    """Bad arguments (unparseable times, a --partitions list without --topic, no input files),
+    unreadable files or a missing pyspark: printed on stderr, exit status 2."""
+    return ToolError(message, exit_code=2)
 
 
 def parse_time(text: str) -> str:
@@ -59,7 +61,7 @@ def parse_time(text: str) -> str:
     try:
         t = datetime.datetime.strptime(text.strip(), TIME_FORMAT)
     except ValueError:
-        raise MergeInputError(
+        raise bad_input(
             f"{text!r} is not a time in the format yyyy-MM-dd HH:mm:ss,SSS "
             "(e.g. 2026-11-21 23:38:44,309)") from None
     return t.strftime("%Y-%m-%d %H:%M:%S,") + f"{t.microsecond // 1000:03d}"
@@ -78,15 +80,15 @@ class Criteria:
 
 def make_criteria(start: str | None = None, end: str | None = None, topic: str | None = None,
                   partitions: str | None = None) -> Criteria:
-    """Criteria from the tool's string arguments; raises MergeInputError on bad input."""
+    """Criteria from the tool's string arguments; raises ToolError on bad input."""
     parts: frozenset[int] = frozenset()
     if partitions:
         if not topic:
-            raise MergeInputError("--partitions needs --topic")
+            raise bad_input("--partitions needs --topic")
         try:
             parts = frozenset(int(p) for p in partitions.split(",") if p.strip())
         except ValueError:
-            raise MergeInputError(
+            raise bad_input(
                 f"--partitions expects comma-separated partition numbers, got {partitions!r}"
             ) from None
     c = Criteria(topic=topic or None, partitions=parts)
@@ -95,7 +97,7 @@ def make_criteria(start: str | None = None, end: str | None = None, topic: str |
     if end:
         c = Criteria(c.start, parse_time(end), c.topic, c.partitions)
     if c.start > c.end:
-        raise MergeInputError(f"--start-time {c.start} is after --end-time {c.end}")
+        raise bad_input(f"--start-time {c.start} is after --end-time {c.end}")
     return c
 
 
@@ -149,7 +151,7 @@ def find_logs(inputs: Sequence[str], logs_regex: str | None = None) -> list[Path
     try:
         name_re = re.compile(logs_regex or DEFAULT_LOGS_REGEX)
     except re.error as exc:
-        raise MergeInputError(f"--logs-regex {logs_regex!r} is not a valid regex: {exc}"
+        raise bad_input(f"--logs-regex {logs_regex!r} is not a valid regex: {exc}"
                               ) from None
     found: set[Path] = set()
     for item in inputs:
@@ -159,9 +161,9 @@ def find_logs(inputs: Sequence[str], logs_regex: str | None = None) -> list[Path
         elif p.is_file():
             found.add(p)
         else:
-            raise MergeInputError(f"{item} is neither a file nor a directory")
+            raise bad_input(f"{item} is neither a file nor a directory")
     if not found:
-        raise MergeInputError(f"no state change log files in {', '.join(inputs)}")
+        raise bad_input(f"no state change log files in {', '.join(inputs)}")
     return sorted(found, key=_rotation_key)
 
 
@@ -228,9 +230,7 @@ def run_spark(files: Sequence[Path], criteria: Criteria, output: str | None, mas
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        print("odradek state-change-log: --engine spark needs pyspark (pip install "
-              "'odradek[spark]')", file=sys.stderr)
-        return 2
+        raise bad_input("--engine spark needs pyspark (pip install 'odradek[spark]')") from None
     existing = SparkSession.getActiveSession()
     spark = existing or (SparkSession.builder.master(master)
                          .appName("odradek-state-change-log")
@@ -388,31 +388,30 @@ def _collect(lines: Iterable[str], into: list[Change]) -> Iterator[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        criteria = make_criteria(args.start_time, args.end_time, args.topic, args.partitions)
-        inputs = [x.strip() for x in args.logs.split(",") if x.strip()] if args.logs else []
-        if args.logs_regex and not inputs:
-            # Kafka's --logs-regex names a directory and a file-name pattern in one string.
-            directory, _, pattern = args.logs_regex.rpartition("/")
-            inputs, regex = [directory or "."], pattern
-        else:
-            regex = args.logs_regex
-        if not inputs:
-            raise MergeInputError("give --logs (files or directories) or --logs-regex")
-        if args.plot and args.engine == "spark":
-            raise MergeInputError("--plot works with --engine local only")
-        files = find_logs(inputs, regex)
-    except MergeInputError as exc:
-        print(f"odradek state-change-log: {exc}", file=sys.stderr)
-        return 2
+    return run_tool(lambda: _merge(args), refused=prefixed("state-change-log"))
+
+
+def _merge(args: argparse.Namespace) -> int:
+    criteria = make_criteria(args.start_time, args.end_time, args.topic, args.partitions)
+    inputs = [x.strip() for x in args.logs.split(",") if x.strip()] if args.logs else []
+    if args.logs_regex and not inputs:
+        # Kafka's --logs-regex names a directory and a file-name pattern in one string.
+        directory, _, pattern = args.logs_regex.rpartition("/")
+        inputs, regex = [directory or "."], pattern
+    else:
+        regex = args.logs_regex
+    if not inputs:
+        raise bad_input("give --logs (files or directories) or --logs-regex")
+    if args.plot and args.engine == "spark":
+        raise bad_input("--plot works with --engine local only")
+    files = find_logs(inputs, regex)
     print(f"Merging {len(files)} state change log file(s)", file=sys.stderr)
     try:
         return _merge_to_output(args, files, criteria)
     except BrokenPipeError:
-        return reader_gone()
+        raise
     except OSError as exc:
-        print(f"odradek state-change-log: {exc}", file=sys.stderr)
-        return 2
+        raise bad_input(str(exc)) from None
 
 
 def _merge_to_output(args: argparse.Namespace, files: Sequence[Path], criteria: Criteria
@@ -444,7 +443,7 @@ def _merge_to_output(args: argparse.Namespace, files: Sequence[Path], criteria: 
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("state-change-log",
                        help="merge the brokers' state-change.log files in time order "
                             "(Kafka's StateChangeLogMerger)")

@@ -31,10 +31,11 @@ import argparse
 import asyncio
 import logging
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from .command import Subcommands, ToolError, read_properties, run_tool
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
@@ -45,10 +46,6 @@ log = logging.getLogger("odradek.tools.topics")
 
 MAX_REPLICATION_FACTOR = 32767
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-
-
-class ToolError(Exception):
-    """A bad command line or argument: the message is printed as is, exit code 1."""
 
 
 # -- pure helpers: parsing ------------------------------------------------------------------------
@@ -305,15 +302,8 @@ def java_error(err: BaseException) -> str:
 # -- the admin client -----------------------------------------------------------------------------
 def admin_config(bootstrap: str, command_config: str | None,
                  overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    from .console_producer import read_properties_file
-
-    cfg: dict[str, Any] = {}
-    if command_config:
-        try:
-            cfg.update(read_properties_file(command_config))
-        except OSError as exc:
-            raise ToolError(f"Cannot read --command-config {command_config}: "
-                            f"{exc.strerror or exc}") from None
+    cfg: dict[str, Any] = read_properties(command_config, "--command-config") \
+        if command_config else {}
     cfg["bootstrap.servers"] = bootstrap
     cfg.setdefault("client.id", "odradek-admin")
     cfg.update(overrides or {})
@@ -397,7 +387,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise ToolError("The partitions must be greater than 0")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subcommands) -> None:
     p = subparsers.add_parser("topics", help="create, delete, describe or change topics "
                               "(Kafka's kafka-topics)", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -439,23 +429,26 @@ def add_parser(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..client.errors import KafkaError
-    from . import reader_gone
-
-    try:
+    def body() -> int:
         check_args(args)
         return asyncio.run(run(args))
-    except ToolError as exc:
-        print(str(exc), file=sys.stderr)
+
+    def failed(exc: BaseException) -> int:
+        print(f"Error while executing topic command : {failure_text(exc)}")
         return 1
-    except BrokenPipeError:  # `odradek topics --describe | head`
-        return reader_gone()
-    except (KafkaError, OSError) as exc:
-        print(f"Error while executing topic command : {error_message(exc)}")
-        return 1
-    except Exception as exc:  # as Kafka's tool: any failure is reported, never a traceback
-        print(f"Error while executing topic command : {type(exc).__name__}: {exc}")
-        return 1
+
+    # as Kafka's tool: any failure is reported, never a traceback
+    return run_tool(body, failures=(Exception,), failed=failed)
+
+
+def failure_text(exc: BaseException) -> str:
+    """How Kafka's TopicCommand and ConsumerGroupCommand name a failure: the broker's message
+    of a Kafka or I/O error, else the exception's class and message."""
+    from ..client.errors import KafkaError
+
+    if isinstance(exc, KafkaError | OSError):
+        return error_message(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def run(args: argparse.Namespace) -> int:

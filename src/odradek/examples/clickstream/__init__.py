@@ -1,4 +1,4 @@
-"""The clickstream example (S-9.2; seed 004's behaviour tracking, 行为跟踪): page views into a
+"""The clickstream example (S-9.2; Kafka's behaviour-tracking use case): page views into a
 topic, windowed page counts on Spark Structured Streaming, out to a topic and to Parquet.
 
 - `events`: the page-view events, the deterministic generator and the reference counts (pure);

@@ -104,13 +104,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _start_ms(text: str | None) -> int:
-    from .report import _ms
+    from .report import iso_to_ms
 
     if text is None:
         now = int(time.time() * 1000)
         return now - now % 60_000
     try:
-        return _ms(text)
+        return iso_to_ms(text)
     except ValueError:
         raise ValueError(f"--start: not an ISO-8601 time: {text!r}") from None
 

@@ -1,5 +1,5 @@
-"""Page-view events of the seeds' behaviour-tracking use case (seed 004, 行为跟踪: "track the pages
-users view ... record them in real time into a topic ... for the big-data platform to analyse").
+"""Page-view events of Kafka's behaviour-tracking use case (docs/design.md S-9.2: track the
+pages users view, record them in real time into a topic, for a data platform to analyse).
 
 Pure: the events, their wire form (JSON value, user id as key), a deterministic generator driven
 by an event-time clock you choose, and the reference the Spark job is checked against

@@ -1,6 +1,6 @@
 """The tracker side: create the example's topics and produce page-view events into
 `page-views` with odradek's own Producer (key = user id, value = JSON, record timestamp = the
-event time), as the seeds' behaviour tracking publishes each view to a topic (seed 004)."""
+event time), as behaviour tracking publishes each view to a topic (docs/design.md S-9.2)."""
 
 from __future__ import annotations
 

@@ -35,10 +35,12 @@ class WindowCount:
         """A `page-counts` record value: {"window_start": ISO-8601, "window_end": ...,
         "page": ..., "count": n}."""
         d = json.loads(value)
-        return cls(_ms(d["window_start"]), _ms(d["window_end"]), d["page"], int(d["count"]))
+        return cls(iso_to_ms(d["window_start"]), iso_to_ms(d["window_end"]), d["page"],
+                   int(d["count"]))
 
 
-def _ms(iso: str) -> int:
+def iso_to_ms(iso: str) -> int:
+    """ms since the epoch of an ISO-8601 time (UTC when it names no zone); iso_ms's inverse."""
     dt = datetime.datetime.fromisoformat(iso)
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=datetime.UTC)

@@ -1,0 +1,98 @@
+"""What every tool shares at its edges: the one ``ToolError``, the one ``run_tool`` wrapper that
+turns a tool's outcome into Kafka's printed lines and an exit status, and the type of the
+``subparsers`` each tool's ``add_parser`` registers itself with."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class ToolError(Exception):
+    """A bad command line or a refused operation: the tool prints the message as it prints such
+    errors (``run_tool``'s ``refused``) and exits with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Subcommands(Protocol):
+    """What ``add_parser(subcommands)`` needs of ``ArgumentParser.add_subparsers()``."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
+
+def reader_gone() -> int:
+    """stdout's reader went away (`odradek ... | head`): stop quietly, without a traceback at
+    exit (stdout now goes to /dev/null), exit status 0."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """A Java properties file's settings."""
+    from ..common.properties import parse_properties
+
+    return dict(parse_properties(Path(path).read_text()))
+
+
+def read_properties(path: str, what: str = "") -> dict[str, str]:
+    """A properties file a tool was given (``--command-config``, ``--admin.config``...); an
+    unreadable one is a ``ToolError``: "Cannot read [what ]path: reason"."""
+    try:
+        return read_properties_file(path)
+    except OSError as exc:
+        raise ToolError(f"Cannot read {what + ' ' if what else ''}{path}: "
+                        f"{exc.strerror or exc}") from None
+
+
+def to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def prefixed(tool: str) -> Callable[[str], None]:
+    """A refusal printed as ``odradek <tool>: <message>`` on stderr."""
+    def refused(message: str) -> None:
+        print(f"odradek {tool}: {message}", file=sys.stderr, flush=True)
+    return refused
+
+
+def _unhandled(exc: BaseException) -> int:
+    raise exc
+
+
+def run_tool(body: Callable[[], int | Iterable[str]], *,
+             refused: Callable[[str], None] = to_stderr,
+             failures: tuple[type[BaseException], ...] = (),
+             failed: Callable[[BaseException], int] = _unhandled,
+             status: Callable[[], int] = lambda: 0) -> int:
+    """Run a tool's ``body`` and end as the Kafka tool it copies ends.
+
+    The body returns its exit status (it printed its own output), or the lines to print on
+    stdout (then the status is ``status()``). A ``ToolError`` is printed by ``refused`` and exits
+    with its ``exit_code``; an exception of ``failures`` is printed by ``failed``, which returns
+    the exit status; stdout's reader going away (`odradek ... | head`) ends quietly with 0."""
+    try:
+        result = body()
+    except ToolError as exc:
+        refused(str(exc))
+        return exc.exit_code
+    except BrokenPipeError:
+        return reader_gone()
+    except failures as exc:
+        return failed(exc)
+    if isinstance(result, int):
+        return result
+    try:
+        for line in result:
+            print(line)
+    except BrokenPipeError:
+        return reader_gone()
+    return status()
