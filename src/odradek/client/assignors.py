@@ -18,16 +18,14 @@ Member order, where it decides the outcome, is Kafka's `MemberInfo` order: stati
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..protocol.primitives import INT16, INT32, Reader, SchemaError, write_bytes, write_string
 from .types import TopicPartition
 
 PROTOCOL_TYPE = "consumer"
 
-_H = struct.Struct(">h")
-_I = struct.Struct(">i")
 
 
 @dataclass(slots=True)
@@ -50,50 +48,33 @@ class Assignment:
 
 
 # -- encoding ----------------------------------------------------------------------------------
-def _string(out: bytearray, s: str | None) -> None:
-    if s is None:
-        out += _H.pack(-1)
-        return
-    b = s.encode()
-    out += _H.pack(len(b))
-    out += b
-
-
-def _bytes(out: bytearray, b: bytes | None) -> None:
-    if b is None:
-        out += _I.pack(-1)
-        return
-    out += _I.pack(len(b))
-    out += b
-
-
 def _topic_partitions(out: bytearray, partitions: Iterable[TopicPartition]) -> None:
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    out += _I.pack(len(by_topic))
+    out += INT32.pack(len(by_topic))
     for topic, parts in by_topic.items():
-        _string(out, topic)
-        out += _I.pack(len(parts))
+        write_string(out, topic)
+        out += INT32.pack(len(parts))
         for p in parts:
-            out += _I.pack(p)
+            out += INT32.pack(p)
 
 
 def encode_subscription(sub: Subscription, version: int | None = None) -> bytes:
     version = sub.version if version is None else version
     if not 0 <= version <= 3:
         raise ValueError(f"ConsumerProtocolSubscription v{version} is not supported (0-3)")
-    out = bytearray(_H.pack(version))
-    out += _I.pack(len(sub.topics))
+    out = bytearray(INT16.pack(version))
+    out += INT32.pack(len(sub.topics))
     for t in sub.topics:
-        _string(out, t)
-    _bytes(out, sub.user_data)
+        write_string(out, t)
+    write_bytes(out, sub.user_data)
     if version >= 1:
         _topic_partitions(out, sub.owned_partitions)
     if version >= 2:
-        out += _I.pack(sub.generation_id)
+        out += INT32.pack(sub.generation_id)
     if version >= 3:
-        _string(out, sub.rack_id)
+        write_string(out, sub.rack_id)
     return bytes(out)
 
 
@@ -101,57 +82,31 @@ def encode_assignment(assignment: Assignment, version: int | None = None) -> byt
     version = assignment.version if version is None else version
     if not 0 <= version <= 3:
         raise ValueError(f"ConsumerProtocolAssignment v{version} is not supported (0-3)")
-    out = bytearray(_H.pack(version))
+    out = bytearray(INT16.pack(version))
     _topic_partitions(out, assignment.partitions)
-    _bytes(out, assignment.user_data)
+    write_bytes(out, assignment.user_data)
     return bytes(out)
 
 
 # -- decoding ----------------------------------------------------------------------------------
-class _Reader:
-    __slots__ = ("buf", "pos")
+class _Reader(Reader):
+    __slots__ = ()
 
     def __init__(self, buf: bytes) -> None:
-        self.buf = bytes(buf)
-        self.pos = 0
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise ValueError(f"ConsumerProtocol data truncated at byte {self.pos}")
-        b = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return b
-
-    @property
-    def remaining(self) -> int:
-        return len(self.buf) - self.pos
-
-    def int16(self) -> int:
-        return _H.unpack(self._take(2))[0]
-
-    def int32(self) -> int:
-        return _I.unpack(self._take(4))[0]
-
-    def string(self) -> str | None:
-        n = self.int16()
-        return None if n < 0 else self._take(n).decode()
-
-    def bytes_(self) -> bytes | None:
-        n = self.int32()
-        return None if n < 0 else self._take(n)
+        super().__init__(buf, "ConsumerProtocol data truncated at byte {pos}")
 
     def count(self) -> int:
         n = self.int32()
         if n < 0:
             return 0
         if n > self.remaining:
-            raise ValueError(f"array of {n} elements in {self.remaining} bytes")
+            raise SchemaError(f"array of {n} elements in {self.remaining} bytes")
         return n
 
     def topic_partitions(self) -> list[TopicPartition]:
         out = []
         for _ in range(self.count()):
-            topic = self.string() or ""
+            topic = self.nullable_string() or ""
             for _ in range(self.count()):
                 out.append(TopicPartition(topic, self.int32()))
         return out
@@ -162,15 +117,15 @@ def decode_subscription(data: bytes, group_instance_id: str | None = None) -> Su
     version = r.int16()
     if version < 0:
         raise ValueError(f"unsupported ConsumerProtocolSubscription version {version}")
-    topics = [r.string() or "" for _ in range(r.count())]
-    user_data = r.bytes_()
+    topics = [r.nullable_string() or "" for _ in range(r.count())]
+    user_data = r.nullable_bytes()
     sub = Subscription(topics, user_data, version=version, group_instance_id=group_instance_id)
     if version >= 1:
         sub.owned_partitions = r.topic_partitions()
     if version >= 2:
         sub.generation_id = r.int32()
     if version >= 3:
-        sub.rack_id = r.string()
+        sub.rack_id = r.nullable_string()
     return sub
 
 
@@ -182,7 +137,7 @@ def decode_assignment(data: bytes) -> Assignment:
     if version < 0:
         raise ValueError(f"unsupported ConsumerProtocolAssignment version {version}")
     partitions = r.topic_partitions()
-    user_data = r.bytes_() if r.remaining >= 4 else None
+    user_data = r.nullable_bytes() if r.remaining >= 4 else None
     return Assignment(partitions, user_data, version)
 
 

@@ -24,8 +24,17 @@ value v3. A null value is a tombstone. All versions are read.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
+
+from ..protocol.primitives import (
+    INT16,
+    INT32,
+    INT64,
+    Reader,
+    SchemaError,
+    write_bytes,
+    write_string,
+)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -38,13 +47,6 @@ GROUP_VALUE_VERSION = 3
 NO_TIMESTAMP = -1  # OffsetCommitRequest.DEFAULT_TIMESTAMP
 NO_LEADER_EPOCH = -1  # RecordBatch.NO_PARTITION_LEADER_EPOCH
 
-_H = struct.Struct(">h")
-_I = struct.Struct(">i")
-_Q = struct.Struct(">q")
-
-
-class SchemaError(ValueError):
-    """A `__consumer_offsets` key or value that does not parse."""
 
 
 # -- group id -> partition (Java's String.hashCode and Kafka's Utils.abs) ----------------------
@@ -68,74 +70,6 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     return kafka_abs(java_string_hashcode(group_id)) % num_partitions
 
 
-# -- primitives -----------------------------------------------------------------------------------
-
-def _string(out: bytearray, s: str | None) -> None:
-    if s is None:
-        out += _H.pack(-1)
-        return
-    b = s.encode("utf-8")
-    if len(b) > 0x7FFF:
-        raise SchemaError(f"string of {len(b)} bytes is too long for an int16 length")
-    out += _H.pack(len(b))
-    out += b
-
-
-def _bytes(out: bytearray, b: bytes | None) -> None:
-    if b is None:
-        out += _I.pack(-1)
-        return
-    out += _I.pack(len(b))
-    out += b
-
-
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes | memoryview) -> None:
-        self.buf = bytes(buf)
-        self.pos = 0
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise SchemaError("record field runs past the end of the record")
-        b = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return b
-
-    def int16(self) -> int:
-        return _H.unpack(self._take(2))[0]
-
-    def int32(self) -> int:
-        return _I.unpack(self._take(4))[0]
-
-    def int64(self) -> int:
-        return _Q.unpack(self._take(8))[0]
-
-    def nullable_string(self) -> str | None:
-        n = self.int16()
-        if n == -1:
-            return None
-        try:
-            return self._take(n).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise SchemaError(f"invalid UTF-8 in a string: {exc}") from None
-
-    def string(self) -> str:
-        s = self.nullable_string()
-        if s is None:
-            raise SchemaError("null in a non-nullable string field")
-        return s
-
-    def nullable_bytes(self) -> bytes | None:
-        n = self.int32()
-        return None if n == -1 else self._take(n)
-
-    def bytes_(self) -> bytes:
-        b = self.nullable_bytes()
-        return b"" if b is None else b
-
-
 # -- keys -----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -153,21 +87,21 @@ class GroupMetadataKey:
 
 
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    out = bytearray(_H.pack(OFFSET_KEY_VERSION))
-    _string(out, group)
-    _string(out, topic)
-    out += _I.pack(partition)
+    out = bytearray(INT16.pack(OFFSET_KEY_VERSION))
+    write_string(out, group)
+    write_string(out, topic)
+    out += INT32.pack(partition)
     return bytes(out)
 
 
 def group_metadata_key(group: str) -> bytes:
-    out = bytearray(_H.pack(GROUP_KEY_VERSION))
-    _string(out, group)
+    out = bytearray(INT16.pack(GROUP_KEY_VERSION))
+    write_string(out, group)
     return bytes(out)
 
 
 def read_message_key(data: bytes | memoryview) -> OffsetKey | GroupMetadataKey:
-    r = _Reader(data)
+    r = Reader(data)
     version = r.int16()
     if version in (0, 1):
         return OffsetKey(r.string(), r.string(), r.int32(), version)
@@ -192,17 +126,17 @@ class OffsetAndMetadata:
 def offset_commit_value(om: OffsetAndMetadata) -> bytes:
     """Value v3, or v1 when the commit carries an explicit expire timestamp (Kafka 2.1+)."""
     if om.expire_timestamp is not None:
-        out = bytearray(_H.pack(OFFSET_VALUE_VERSION_WITH_EXPIRE))
-        out += _Q.pack(om.offset)
-        _string(out, om.metadata)
-        out += _Q.pack(om.commit_timestamp)
-        out += _Q.pack(om.expire_timestamp)
+        out = bytearray(INT16.pack(OFFSET_VALUE_VERSION_WITH_EXPIRE))
+        out += INT64.pack(om.offset)
+        write_string(out, om.metadata)
+        out += INT64.pack(om.commit_timestamp)
+        out += INT64.pack(om.expire_timestamp)
         return bytes(out)
-    out = bytearray(_H.pack(OFFSET_VALUE_VERSION))
-    out += _Q.pack(om.offset)
-    out += _I.pack(om.leader_epoch)
-    _string(out, om.metadata)
-    out += _Q.pack(om.commit_timestamp)
+    out = bytearray(INT16.pack(OFFSET_VALUE_VERSION))
+    out += INT64.pack(om.offset)
+    out += INT32.pack(om.leader_epoch)
+    write_string(out, om.metadata)
+    out += INT64.pack(om.commit_timestamp)
     return bytes(out)
 
 
@@ -210,7 +144,7 @@ def read_offset_value(data: bytes | memoryview | None) -> OffsetAndMetadata | No
     """None for a tombstone."""
     if data is None:
         return None
-    r = _Reader(data)
+    r = Reader(data)
     version = r.int16()
     if not 0 <= version <= 3:
         raise SchemaError(f"Unknown offset message version: {version}")
@@ -250,25 +184,25 @@ class GroupMetadataValue:
 def group_metadata_value(value: GroupMetadataValue, version: int = GROUP_VALUE_VERSION) -> bytes:
     if not 0 <= version <= 3:
         raise SchemaError(f"Unknown group metadata value version: {version}")
-    out = bytearray(_H.pack(version))
-    _string(out, value.protocol_type)
-    out += _I.pack(value.generation)
-    _string(out, value.protocol)
-    _string(out, value.leader)
+    out = bytearray(INT16.pack(version))
+    write_string(out, value.protocol_type)
+    out += INT32.pack(value.generation)
+    write_string(out, value.protocol)
+    write_string(out, value.leader)
     if version >= 2:
-        out += _Q.pack(value.current_state_timestamp)
-    out += _I.pack(len(value.members))
+        out += INT64.pack(value.current_state_timestamp)
+    out += INT32.pack(len(value.members))
     for m in value.members:
-        _string(out, m.member_id)
+        write_string(out, m.member_id)
         if version >= 3:
-            _string(out, m.group_instance_id)
-        _string(out, m.client_id)
-        _string(out, m.client_host)
+            write_string(out, m.group_instance_id)
+        write_string(out, m.client_id)
+        write_string(out, m.client_host)
         if version >= 1:
-            out += _I.pack(m.rebalance_timeout_ms)
-        out += _I.pack(m.session_timeout_ms)
-        _bytes(out, m.subscription)
-        _bytes(out, m.assignment)
+            out += INT32.pack(m.rebalance_timeout_ms)
+        out += INT32.pack(m.session_timeout_ms)
+        write_bytes(out, m.subscription)
+        write_bytes(out, m.assignment)
     return bytes(out)
 
 
@@ -276,7 +210,7 @@ def read_group_value(data: bytes | memoryview | None) -> GroupMetadataValue | No
     """None for a tombstone. In v0 the rebalance timeout is the session timeout (as Kafka)."""
     if data is None:
         return None
-    r = _Reader(data)
+    r = Reader(data)
     version = r.int16()
     if not 0 <= version <= 3:
         raise SchemaError(f"Unknown group metadata message version: {version}")
@@ -310,7 +244,7 @@ def read_group_value(data: bytes | memoryview | None) -> GroupMetadataValue | No
 def subscribed_topics(subscription: bytes) -> set[str]:
     """Topics of a ConsumerProtocolSubscription, read with its v0 prefix (version int16, topics
     array of strings), which every later version keeps, as Kafka's coordinator does."""
-    r = _Reader(subscription)
+    r = Reader(subscription)
     r.int16()
     count = r.int32()
     if count < 0:
