@@ -459,7 +459,7 @@ def plan_cleaning(log: Log, now_ms: int, last_clean_offset: int | None = None
                if v.base_offset < uncleanable and seg is not segments[-1]]
     if not sources:
         return None
-    dirty_seg = segments[log._segment_index_for(first_dirty)]
+    dirty_seg = log.floor_segment(first_dirty)
     _, start_position = dirty_seg.offset_index.lookup(first_dirty)
     clean_section = segments_in_range(views, 0, first_dirty)
     delete_horizon = (clean_section[-1].last_modified_ms - log.config.delete_retention_ms
@@ -476,7 +476,7 @@ def plan_cleaning(log: Log, now_ms: int, last_clean_offset: int | None = None
         cleanable_horizon_ms=cleanable_horizon, segment_bytes=cfg.segment_bytes,
         max_index_size=cfg.segment_index_bytes, index_interval_bytes=cfg.index_interval_bytes,
         max_message_bytes=cfg.max_message_bytes, active_producers=producers,
-        truncations=log._truncations)
+        truncations=log.truncations)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -852,7 +852,7 @@ def discard_cleaned(cleaned: LogSegment) -> None:
 def still_holds(log: Log, plan: CleaningPlan, group: Sequence[SourceSegment]) -> bool:
     """Whether `log` still holds exactly the group's segments, unchanged (same objects, same
     sizes, consecutive, none active) and was neither truncated nor closed since the plan."""
-    if log.closed or log._truncations != plan.truncations:
+    if log.closed or log.truncations != plan.truncations:
         return False
     segments = log.segments
     try:

@@ -1,5 +1,7 @@
-"""The log of one partition (Kafka's UnifiedLog + LocalLog + LogLoader, S-2): a directory
-``<topic>-<partition>`` holding an ordered list of segments, the last one active.
+"""The running log of one partition (Kafka's UnifiedLog + LocalLog, S-2): a directory
+``<topic>-<partition>`` holding an ordered list of segments (``LogSegments``), the last one
+active. ``Log.open`` loads the directory with ``LogLoader`` (storage/log_loader.py); the
+topic-level configs are ``LogConfig`` (storage/log_config.py).
 
 * Appends: ``append_as_leader`` assigns offsets by patching batch headers in place (and stamps
   LogAppendTime), checks idempotent producers, rolls when needed and writes the whole buffer with
@@ -23,11 +25,10 @@ from __future__ import annotations
 
 import bisect
 import os
-import random
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,7 +41,7 @@ from ..protocol.records import (
     set_log_append_time,
 )
 from .checkpoint_writer import CheckpointWriter
-from .checkpoints import CheckpointError, fsync_dir
+from .checkpoints import fsync_dir
 from .errors import (
     InvalidTimestampError,
     OffsetOutOfRangeError,
@@ -52,24 +53,10 @@ from .errors import (
 from .index import NO_TIMESTAMP
 from .leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochFileCache
 from .log_config import LONG_MAX, LogConfig
-from .producer_state import (
-    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    SNAPSHOT_SUFFIX,
-    ProducerStateManager,
-)
-from .segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    FileHandleCache,
-    FileRegion,
-    LogSegment,
-    offset_from_filename,
-)
+from .log_loader import LogLoader, rebuild_producer_state
+from .log_segments import LogSegments, segment_kwargs
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
+from .segment import DELETED_SUFFIX, SWAP_SUFFIX, FileHandleCache, FileRegion, LogSegment
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps
 LATEST_TIMESTAMP = -1
@@ -145,12 +132,6 @@ class _MaxPositionCache:
     position: int = 0
 
 
-@dataclass(slots=True)
-class _State:
-    segments: list[LogSegment] = field(default_factory=list)
-    bases: list[int] = field(default_factory=list)
-
-
 @dataclass(frozen=True, slots=True)
 class FlushPlan:
     """What a flush up to `offset` must fsync: files (log and indexes of the segments below
@@ -209,7 +190,7 @@ class Log:
         self.config = config
         self.clock = clock or _wall_clock_ms
         self.handle_cache = handle_cache if handle_cache is not None else FileHandleCache(64)
-        self._s = _State()
+        self._segments = LogSegments()
         self.log_start_offset = 0
         self._leo = 0
         self.recovery_point = 0
@@ -246,160 +227,23 @@ class Log:
                   producer_id_expiration_ms=producer_id_expiration_ms,
                   strict_unknown_producer=strict_unknown_producer,
                   checkpoint_writer=checkpoint_writer)
-        log._load(recovery_point, log_start_offset, had_clean_shutdown)
+        loader = LogLoader(log.dir, log.config, log._segments, log.producer_state,
+                           clock=log.clock, handle_cache=log.handle_cache,
+                           checkpoint_writer=checkpoint_writer)
+        loaded = loader.load(recovery_point, log_start_offset, had_clean_shutdown)
+        log.leader_epoch_cache = loaded.leader_epoch_cache
+        log._leo = loaded.log_end_offset
+        log.recovery_point = loaded.recovery_point
+        log.log_start_offset = loaded.log_start_offset
         return log
 
     def _segment_kwargs(self, now_ms: int | None = None) -> dict[str, Any]:
-        cfg = self.config
-        jitter = 0
-        if cfg.segment_jitter_ms > 0:
-            jitter = random.randrange(min(cfg.segment_jitter_ms, cfg.segment_ms))
-        return {
-            "index_interval_bytes": cfg.index_interval_bytes,
-            "max_index_size": cfg.segment_index_bytes,
-            "handle_cache": self.handle_cache,
-            "created_ms": self.clock() if now_ms is None else now_ms,
-            "roll_jitter_ms": jitter,
-        }
-
-    def _load(self, recovery_point: int, log_start_offset: int, clean: bool) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._remove_temp_files_and_complete_swaps()
-        names = sorted(os.listdir(self.dir))
-        log_bases = {offset_from_filename(n) for n in names
-                     if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit()}
-        for name in names:
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                stem = name[: -len(suffix)]
-                if name.endswith(suffix) and stem.isdigit() and int(stem) not in log_bases:
-                    (self.dir / name).unlink(missing_ok=True)  # orphaned index
-        for base in sorted(log_bases):
-            segment = LogSegment(self.dir, base, **self._segment_kwargs())
-            if not segment.index_files_look_valid() and (clean or base < recovery_point):
-                segment.rebuild_indexes()
-            self._s.segments.append(segment)
-            self._s.bases.append(base)
-
-        rebuild_epochs = False
-        try:
-            self.leader_epoch_cache = LeaderEpochFileCache(self.dir,
-                                                           writer=self.checkpoint_writer)
-        except (CheckpointError, ValueError):
-            # unreadable leader-epoch-checkpoint: the batch headers carry the epochs
-            self.leader_epoch_cache = LeaderEpochFileCache(self.dir, load=False,
-                                                           writer=self.checkpoint_writer)
-            rebuild_epochs = True
-        if not clean:
-            self._recover_from(recovery_point)
-        leo = self._s.segments[-1].read_next_offset() if self._s.segments else log_start_offset
-        if self._s.segments and leo < log_start_offset:
-            # the log start checkpoint is ahead of the data (segment files were removed)
-            self._delete_segments(list(self._s.segments))
-            self.leader_epoch_cache.clear()
-            self.producer_state.truncate_fully_and_start_at(log_start_offset)
-            leo = log_start_offset
-        if not self._s.segments:
-            self._add_segment(LogSegment.create(self.dir, log_start_offset,
-                                                **self._segment_kwargs()))
-            leo = log_start_offset
-        self._s.segments[-1].active = True
-        self._leo = leo
-        self.recovery_point = leo if clean else min(recovery_point, leo)
-        self.log_start_offset = max(log_start_offset, self._s.bases[0])
-        if rebuild_epochs:
-            self._rebuild_leader_epochs()
-        self.leader_epoch_cache.truncate_from_end(leo)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state()
-
-    def _remove_temp_files_and_complete_swaps(self) -> None:
-        swaps: list[str] = []
-        min_cleaned = LONG_MAX
-        for name in os.listdir(self.dir):
-            path = self.dir / name
-            if not path.is_file():
-                continue
-            if name.endswith(CLEANED_SUFFIX):
-                if name.split(".", 1)[0].isdigit():
-                    min_cleaned = min(min_cleaned, offset_from_filename(name))
-                path.unlink(missing_ok=True)
-            elif name.endswith((DELETED_SUFFIX, SNAPSHOT_SUFFIX + ".tmp")):
-                path.unlink(missing_ok=True)
-            elif name.endswith(SWAP_SUFFIX):
-                swaps.append(name)
-        # a .swap at or above the lowest .cleaned file belongs to an unfinished segment split
-        # (Kafka's KAFKA-6264 rule): it is dropped, the original segments stay
-        valid = []
-        for name in swaps:
-            if name.split(".", 1)[0].isdigit() and offset_from_filename(name) < min_cleaned:
-                valid.append(name)
-            else:
-                (self.dir / name).unlink(missing_ok=True)
-        swaps = valid
-        if not swaps:
-            return
-        lo, hi = LONG_MAX, -1
-        for name in swaps:
-            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-                base = offset_from_filename(name)
-                seg = LogSegment(self.dir, base, suffix=SWAP_SUFFIX)
-                end = base
-                for header in seg.iter_headers(0):
-                    end = header.next_offset
-                seg.close_handles()
-                lo, hi = min(lo, base), max(hi, end)
-        for name in os.listdir(self.dir):
-            stem = name.split(".", 1)[0]
-            if name.endswith(SWAP_SUFFIX) or not stem.isdigit():
-                continue
-            if name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)) \
-                    and lo <= int(stem) < hi:
-                (self.dir / name).unlink(missing_ok=True)
-        for name in swaps:
-            os.replace(self.dir / name, self.dir / name[: -len(SWAP_SUFFIX)])
-
-    def _recover_from(self, recovery_point: int) -> None:
-        segments = self._s.segments
-        if not segments:
-            return
-        start = max(0, bisect.bisect_right(self._s.bases, recovery_point) - 1)
-        cache = self.leader_epoch_cache
-
-        def on_batch(header: BatchHeader) -> None:
-            epoch = header.partition_leader_epoch
-            if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
-                cache.assign(epoch, header.base_offset)
-
-        for i in range(start, len(segments)):
-            segment = segments[i]
-            later = list(segments[i + 1:])
-            # later segments go before the corrupt tail is cut, so that a crash in between
-            # leaves the corrupt tail (found again next time), never a hole
-            truncated = segment.recover(self.config.max_message_bytes, on_batch,
-                                        lambda later=later: self._delete_segments(later))
-            if truncated > 0:
-                break
-
-    def _rebuild_leader_epochs(self) -> None:
-        """Rebuild the epoch cache from the partition leader epochs in the batch headers."""
-        entries: list[tuple[int, int]] = []
-        for header in self.iter_batch_headers(self._s.bases[0]):
-            epoch = header.partition_leader_epoch
-            if epoch >= 0 and (not entries or epoch > entries[-1][0]):
-                entries.append((epoch, header.base_offset))
-        self.leader_epoch_cache.clear()
-        self.leader_epoch_cache.assign_all(entries)
+        return segment_kwargs(self.config, self.handle_cache,
+                              self.clock() if now_ms is None else now_ms)
 
     def _rebuild_producer_state(self) -> None:
-        """Producer state = newest snapshot at or below the log end offset + the batch headers
-        after it (Kafka's rebuildProducerState)."""
-        psm = self.producer_state
-        first_base = self._s.bases[0]
-        start = psm.load_latest_snapshot(self.log_start_offset, self._leo)
-        if start < self._leo:
-            for header in self.iter_batch_headers(max(start, first_base)):
-                psm.update(header)
-        psm.update_map_end_offset(self._leo)
+        rebuild_producer_state(self.producer_state, self._segments, self.log_start_offset,
+                               self._leo)
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -413,19 +257,19 @@ class Log:
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
-        return tuple(self._s.segments)
+        return tuple(self._segments.segments)
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._s.segments[-1]
+        return self._segments.segments[-1]
 
     @property
     def num_segments(self) -> int:
-        return len(self._s.segments)
+        return len(self._segments.segments)
 
     @property
     def size(self) -> int:
-        return sum(s.size for s in self._s.segments)
+        return sum(s.size for s in self._segments.segments)
 
     @property
     def unflushed_messages(self) -> int:
@@ -442,17 +286,17 @@ class Log:
 
     def __repr__(self) -> str:
         return (f"Log({self.name}, start={self.log_start_offset}, end={self._leo}, "
-                f"segments={len(self._s.segments)})")
+                f"segments={len(self._segments.segments)})")
 
-    def _segment_index_for(self, offset: int) -> int:
-        return max(0, bisect.bisect_right(self._s.bases, offset) - 1)
+    @property
+    def truncations(self) -> int:
+        """How many times the log was truncated: a plan made off the loop (a flush, a cleaning)
+        applies only if this is unchanged."""
+        return self._truncations
 
-    def _add_segment(self, segment: LogSegment) -> None:
-        if self._s.segments:
-            self._s.segments[-1].active = False
-        segment.active = True
-        self._s.segments.append(segment)
-        self._s.bases.append(segment.base_offset)
+    def floor_segment(self, offset: int) -> LogSegment:
+        """The segment holding `offset` (the first segment for an offset below the log)."""
+        return self._segments.segments[self._segments.floor_index(offset)]
 
     # -- append ---------------------------------------------------------------------------------
 
@@ -609,7 +453,7 @@ class Log:
 
     def _maybe_roll(self, messages_size: int, max_timestamp: int, max_offset: int,
                     first_offset: int, now_ms: int) -> LogSegment:
-        segment = self._s.segments[-1]
+        segment = self._segments.segments[-1]
         cfg = self.config
         if segment.should_roll(segment_bytes=cfg.segment_bytes, segment_ms=cfg.segment_ms,
                                messages_size=messages_size,
@@ -625,7 +469,7 @@ class Log:
         snapshot is written at the new base offset; the old segments are fsynced at the next
         ``maybe_flush`` (Kafka flushes them asynchronously)."""
         new_offset = max(expected_next_offset or 0, self._leo)
-        active = self._s.segments[-1]
+        active = self._segments.segments[-1]
         if active.base_offset == new_offset:
             if active.size == 0:
                 return active
@@ -637,7 +481,7 @@ class Log:
             )
         active.on_become_inactive()
         segment = LogSegment.create(self.dir, new_offset, **self._segment_kwargs(now_ms))
-        self._add_segment(segment)
+        self._segments.add_active(segment)
         self.producer_state.update_map_end_offset(new_offset)
         self.producer_state.take_snapshot(sync=False)
         self.producer_state.update_map_end_offset(self._leo)
@@ -662,9 +506,9 @@ class Log:
         result = FetchData([], fetch_offset, high, lso, leo)
         if fetch_offset >= high or max_bytes < 0:
             return result
-        segments = self._s.segments
+        segments = self._segments.segments
         max_segment, max_position = self._position_of(high)
-        i = self._segment_index_for(fetch_offset)
+        i = self._segments.floor_index(fetch_offset)
         remaining = max_bytes
         first = True
         while i < len(segments):
@@ -699,13 +543,13 @@ class Log:
 
     def _position_of(self, offset: int) -> tuple[LogSegment, int]:
         """The segment and file position where batches at or after `offset` begin."""
-        segments = self._s.segments
+        segments = self._segments.segments
         if offset >= self._leo:
             return segments[-1], segments[-1].size
         cache = self._max_pos
         if cache.offset == offset and cache.segment is not None:
             return cache.segment, cache.position
-        i = self._segment_index_for(offset)
+        i = self._segments.floor_index(offset)
         segment = segments[i]
         found = segment.translate_offset(offset)
         position = found.position if found is not None else segment.size
@@ -719,16 +563,7 @@ class Log:
         """Batch headers (no records) of every batch whose last offset >= `from_offset`, in
         order; ``header.position`` is relative to the batch's segment file."""
         start = self.log_start_offset if from_offset is None else from_offset
-        segments = list(self._s.segments)
-        first = True
-        for segment in segments[self._segment_index_for(start):]:
-            position = 0
-            if first:
-                _, position = segment.offset_index.lookup(start)
-                first = False
-            for header in segment.iter_headers(position):
-                if header.last_offset >= start:
-                    yield header
+        yield from self._segments.iter_batch_headers(start)
 
     # -- ListOffsets ----------------------------------------------------------------------------
 
@@ -740,7 +575,7 @@ class Log:
             return OffsetAndTimestamp(self.log_start_offset, NO_TIMESTAMP)
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndTimestamp(self._leo, NO_TIMESTAMP)
-        segments = list(self._s.segments)
+        segments = list(self._segments.segments)
         if timestamp == MAX_TIMESTAMP:
             best: LogSegment | None = None
             for segment in segments:
@@ -772,12 +607,12 @@ class Log:
         if target_offset >= self._leo:
             self.leader_epoch_cache.truncate_from_end(self._leo)
             return False
-        if self._s.bases[0] > target_offset:
+        if self._segments.bases[0] > target_offset:
             self.truncate_fully_and_start_at(target_offset)
             return True
-        keep = bisect.bisect_right(self._s.bases, target_offset)
-        self._delete_segments(self._s.segments[keep:])
-        active = self._s.segments[-1]
+        keep = bisect.bisect_right(self._segments.bases, target_offset)
+        self._delete_segments(self._segments.segments[keep:])
+        active = self._segments.segments[-1]
         active.truncate_to(target_offset, self.clock())
         self._leo = active.read_next_offset()
         self.recovery_point = min(self.recovery_point, self._leo)
@@ -797,8 +632,8 @@ class Log:
     def truncate_fully_and_start_at(self, new_offset: int,
                                     log_start_offset: int | None = None) -> None:
         """Delete everything and restart the log, empty, at `new_offset`."""
-        self._delete_segments(list(self._s.segments))
-        self._add_segment(LogSegment.create(self.dir, new_offset, **self._segment_kwargs()))
+        self._delete_segments(list(self._segments.segments))
+        self._segments.add_active(LogSegment.create(self.dir, new_offset, **self._segment_kwargs()))
         self._leo = new_offset
         self.recovery_point = min(self.recovery_point, new_offset)
         self._truncations += 1
@@ -828,13 +663,9 @@ class Log:
             if step is not None:
                 step("swap")
         old_ids = {id(s) for s in old_sorted}
-        segments = [s for s in self._s.segments if id(s) not in old_ids] + new_sorted
+        segments = [s for s in self._segments.segments if id(s) not in old_ids] + new_sorted
         segments.sort(key=lambda s: s.base_offset)
-        self._s.segments[:] = segments
-        self._s.bases[:] = [s.base_offset for s in segments]
-        for segment in segments:
-            segment.active = False
-        segments[-1].active = True
+        self._segments.replace_all(segments)
         self._invalidate_caches()
         for segment in old_sorted:
             segment.change_suffix(DELETED_SUFFIX)
@@ -851,16 +682,7 @@ class Log:
         """Remove segments from the log: rename their files ``*.deleted``, then unlink them."""
         if not doomed:
             return
-        doomed_ids = {id(s) for s in doomed}
-        kept = [s for s in self._s.segments if id(s) not in doomed_ids]
-        self._s.segments[:] = kept
-        self._s.bases[:] = [s.base_offset for s in kept]
-        if kept:
-            kept[-1].active = True
-        for segment in doomed:
-            segment.change_suffix(DELETED_SUFFIX)
-        for segment in doomed:
-            segment.delete()
+        self._segments.delete(doomed)
         self._invalidate_caches()
 
     # -- retention ------------------------------------------------------------------------------
@@ -911,7 +733,7 @@ class Log:
 
     def _delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool],
                              now_ms: int) -> int:
-        segments = self._s.segments
+        segments = self._segments.segments
         hw = self._leo if self.high_watermark is None else min(self.high_watermark, self._leo)
         deletable: list[LogSegment] = []
         for i, segment in enumerate(segments):
@@ -931,16 +753,16 @@ class Log:
         if not deletable:
             return 0
         count = len(deletable)
-        next_base = self._s.bases[self._s.segments.index(deletable[-1]) + 1]
+        next_base = self._segments.bases[self._segments.segments.index(deletable[-1]) + 1]
         if next_base > self.log_start_offset:
             self.log_start_offset = next_base
             self.leader_epoch_cache.truncate_from_start(next_base)
         self._delete_segments(deletable)
-        self.producer_state.delete_snapshots_before(self._s.bases[0])
+        self.producer_state.delete_snapshots_before(self._segments.bases[0])
         if self._pending_flush_offset is not None and \
-                self._pending_flush_offset <= self._s.bases[0]:
+                self._pending_flush_offset <= self._segments.bases[0]:
             self._pending_flush_offset = None
-        self.recovery_point = max(self.recovery_point, self._s.bases[0])
+        self.recovery_point = max(self.recovery_point, self._segments.bases[0])
         return count
 
     # -- flush ----------------------------------------------------------------------------------
@@ -952,8 +774,8 @@ class Log:
         offset = self._leo if up_to is None else min(up_to, self._leo)
         if offset <= self.recovery_point and not force:
             return
-        segments = self._s.segments
-        start = self._segment_index_for(self.recovery_point)
+        segments = self._segments.segments
+        start = self._segments.floor_index(self.recovery_point)
         new_files = False
         for segment in segments[start:]:
             if segment.base_offset >= offset and not force:
@@ -993,7 +815,7 @@ class Log:
             return None
         files: list[Path] = []
         new_files = False
-        for segment in self._s.segments[self._segment_index_for(self.recovery_point):]:
+        for segment in self._segments.segments[self._segments.floor_index(self.recovery_point):]:
             if segment.base_offset >= offset:
                 break
             files += (segment.log_path, segment.index_path, segment.time_index_path)
@@ -1035,7 +857,7 @@ class Log:
         psm.update_map_end_offset(self._leo)
         if self.dir.is_dir():
             psm.take_snapshot()
-        for segment in self._s.segments:
+        for segment in self._segments.segments:
             segment.close()
         if flush:
             self.flush(force=True)
@@ -1044,15 +866,14 @@ class Log:
 
     def delete(self) -> None:
         """Remove the whole partition directory."""
-        for segment in self._s.segments:
+        for segment in self._segments.segments:
             segment.close_handles()
-        self._s.segments.clear()
-        self._s.bases.clear()
+        self._segments.clear()
         self.closed = True
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def release_handles(self) -> None:
-        for segment in self._s.segments:
+        for segment in self._segments.segments:
             segment.close_handles()
 
 

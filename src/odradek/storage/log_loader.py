@@ -1,0 +1,212 @@
+"""Opening a log directory (Kafka's LogLoader): remove stray ``.deleted``/``.cleaned`` files,
+complete interrupted ``.swap``s, drop orphan indexes, rebuild missing or corrupt indexes,
+recover every segment from the one holding the recovery point after an unclean shutdown (CRC
+check, truncation at the first bad batch), then rebuild the leader epoch cache and the
+producer state. After a crash at any moment the loaded log is a valid prefix of what was
+written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..protocol.records import BatchHeader
+from .checkpoint_writer import CheckpointWriter
+from .checkpoints import CheckpointError
+from .leader_epoch import LeaderEpochFileCache
+from .log_config import LONG_MAX, LogConfig
+from .log_segments import LogSegments, segment_kwargs
+from .producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
+from .segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    FileHandleCache,
+    LogSegment,
+    offset_from_filename,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLog:
+    """What loading found (Kafka's LoadedLogOffsets, plus the leader epoch cache it read or
+    rebuilt)."""
+
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+    leader_epoch_cache: LeaderEpochFileCache
+
+
+def rebuild_producer_state(producer_state: ProducerStateManager, segments: LogSegments,
+                           log_start_offset: int, log_end_offset: int) -> None:
+    """Producer state = newest snapshot at or below the log end offset + the batch headers
+    after it (Kafka's rebuildProducerState)."""
+    first_base = segments.bases[0]
+    start = producer_state.load_latest_snapshot(log_start_offset, log_end_offset)
+    if start < log_end_offset:
+        for header in segments.iter_batch_headers(max(start, first_base)):
+            producer_state.update(header)
+    producer_state.update_map_end_offset(log_end_offset)
+
+
+class LogLoader:
+    """Loads the log in `directory` into `segments` (empty), `producer_state` and a leader
+    epoch cache it creates."""
+
+    def __init__(self, directory: Path, config: LogConfig, segments: LogSegments,
+                 producer_state: ProducerStateManager, *, clock: Callable[[], int],
+                 handle_cache: FileHandleCache,
+                 checkpoint_writer: CheckpointWriter | None = None) -> None:
+        self.dir = directory
+        self.config = config
+        self.segments = segments
+        self.producer_state = producer_state
+        self.clock = clock
+        self.handle_cache = handle_cache
+        self.checkpoint_writer = checkpoint_writer
+
+    def load(self, recovery_point: int, log_start_offset: int, clean: bool) -> LoadedLog:
+        """Load the directory (creating it, and an empty first segment at `log_start_offset`,
+        if needed); recover from `recovery_point` unless `clean` (a clean shutdown)."""
+        segments = self.segments
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._remove_temp_files_and_complete_swaps()
+        names = sorted(os.listdir(self.dir))
+        log_bases = {offset_from_filename(n) for n in names
+                     if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit()}
+        for name in names:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                stem = name[: -len(suffix)]
+                if name.endswith(suffix) and stem.isdigit() and int(stem) not in log_bases:
+                    (self.dir / name).unlink(missing_ok=True)  # orphaned index
+        for base in sorted(log_bases):
+            segment = LogSegment(self.dir, base, **self._segment_kwargs())
+            if not segment.index_files_look_valid() and (clean or base < recovery_point):
+                segment.rebuild_indexes()
+            segments.add_loaded(segment)
+
+        rebuild_epochs = False
+        try:
+            cache = LeaderEpochFileCache(self.dir, writer=self.checkpoint_writer)
+        except (CheckpointError, ValueError):
+            # unreadable leader-epoch-checkpoint: the batch headers carry the epochs
+            cache = LeaderEpochFileCache(self.dir, load=False, writer=self.checkpoint_writer)
+            rebuild_epochs = True
+        if not clean:
+            self._recover_from(recovery_point, cache)
+        leo = segments.segments[-1].read_next_offset() if segments else log_start_offset
+        if segments and leo < log_start_offset:
+            # the log start checkpoint is ahead of the data (segment files were removed)
+            segments.delete(list(segments.segments))
+            cache.clear()
+            self.producer_state.truncate_fully_and_start_at(log_start_offset)
+            leo = log_start_offset
+        if not segments:
+            segments.add_active(LogSegment.create(self.dir, log_start_offset,
+                                                  **self._segment_kwargs()))
+            leo = log_start_offset
+        segments.segments[-1].active = True
+        loaded = LoadedLog(log_start_offset=max(log_start_offset, segments.bases[0]),
+                           recovery_point=leo if clean else min(recovery_point, leo),
+                           log_end_offset=leo, leader_epoch_cache=cache)
+        if rebuild_epochs:
+            self._rebuild_leader_epochs(cache)
+        cache.truncate_from_end(leo)
+        cache.truncate_from_start(loaded.log_start_offset)
+        rebuild_producer_state(self.producer_state, segments, loaded.log_start_offset, leo)
+        return loaded
+
+    def _segment_kwargs(self) -> dict[str, Any]:
+        return segment_kwargs(self.config, self.handle_cache, self.clock())
+
+    def _remove_temp_files_and_complete_swaps(self) -> None:
+        swaps: list[str] = []
+        min_cleaned = LONG_MAX
+        for name in os.listdir(self.dir):
+            path = self.dir / name
+            if not path.is_file():
+                continue
+            if name.endswith(CLEANED_SUFFIX):
+                if name.split(".", 1)[0].isdigit():
+                    min_cleaned = min(min_cleaned, offset_from_filename(name))
+                path.unlink(missing_ok=True)
+            elif name.endswith((DELETED_SUFFIX, SNAPSHOT_SUFFIX + ".tmp")):
+                path.unlink(missing_ok=True)
+            elif name.endswith(SWAP_SUFFIX):
+                swaps.append(name)
+        # a .swap at or above the lowest .cleaned file belongs to an unfinished segment split
+        # (Kafka's KAFKA-6264 rule): it is dropped, the original segments stay
+        valid = []
+        for name in swaps:
+            if name.split(".", 1)[0].isdigit() and offset_from_filename(name) < min_cleaned:
+                valid.append(name)
+            else:
+                (self.dir / name).unlink(missing_ok=True)
+        swaps = valid
+        if not swaps:
+            return
+        lo, hi = LONG_MAX, -1
+        for name in swaps:
+            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                base = offset_from_filename(name)
+                seg = LogSegment(self.dir, base, suffix=SWAP_SUFFIX)
+                end = base
+                for header in seg.iter_headers(0):
+                    end = header.next_offset
+                seg.close_handles()
+                lo, hi = min(lo, base), max(hi, end)
+        for name in os.listdir(self.dir):
+            stem = name.split(".", 1)[0]
+            if name.endswith(SWAP_SUFFIX) or not stem.isdigit():
+                continue
+            if name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)) \
+                    and lo <= int(stem) < hi:
+                (self.dir / name).unlink(missing_ok=True)
+        for name in swaps:
+            os.replace(self.dir / name, self.dir / name[: -len(SWAP_SUFFIX)])
+
+    def _recover_from(self, recovery_point: int, cache: LeaderEpochFileCache) -> None:
+        segments = self.segments.segments
+        if not segments:
+            return
+        start = self.segments.floor_index(recovery_point)
+
+        def on_batch(header: BatchHeader) -> None:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+                cache.assign(epoch, header.base_offset)
+
+        for i in range(start, len(segments)):
+            segment = segments[i]
+            later = list(segments[i + 1:])
+            # later segments go before the corrupt tail is cut, so that a crash in between
+            # leaves the corrupt tail (found again next time), never a hole
+            truncated = segment.recover(self.config.max_message_bytes, on_batch,
+                                        lambda later=later: self._delete(later))
+            if truncated > 0:
+                break
+
+    def _delete(self, doomed: list[LogSegment]) -> None:
+        if doomed:
+            self.segments.delete(doomed)
+
+    def _rebuild_leader_epochs(self, cache: LeaderEpochFileCache) -> None:
+        """Rebuild the epoch cache from the partition leader epochs in the batch headers."""
+        entries: list[tuple[int, int]] = []
+        for header in self.segments.iter_batch_headers(self.segments.bases[0]):
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (not entries or epoch > entries[-1][0]):
+                entries.append((epoch, header.base_offset))
+        cache.clear()
+        cache.assign_all(entries)
+
+
+__all__ = ["LoadedLog", "LogLoader", "rebuild_producer_state"]
