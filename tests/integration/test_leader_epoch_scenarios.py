@@ -1,4 +1,4 @@
-"""The data-loss and divergence scenarios of HW-based truncation (seed 004 "数据丢失的问题",
+"""The data-loss and divergence scenarios of HW-based truncation (docs/design.md S-3.7,
 KIP-101), reproduced step by step, and KIP-279's fast leader changes (S-3.7).
 
 Replicas are real `ReplicaManager`s over real logs in separate directories; the controller's
@@ -25,7 +25,6 @@ from odradek.protocol.records import Codec, build_batch, decode_records, iter_he
 from odradek.server.fetcher import (
     FetcherConfig,
     InitialFetchState,
-    LocalLeaderEndpoint,
     ReplicaFetcher,
     initial_fetch_offset,
 )
@@ -33,6 +32,7 @@ from odradek.server.partition import Partition
 from odradek.server.replica_manager import ReplicaManager
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
+from tests.replication_support import LocalLeaderEndpoint
 
 TP = ("t", 0)
 REPLICAS = [1, 2]
@@ -136,7 +136,7 @@ def run(coro_fn: Any) -> None:
 
 
 def test_hw_truncation_after_a_restart_loses_a_committed_message(tmp_path: Path) -> None:
-    """Seed 004 "数据丢失的问题" / KIP-101 scenario 1, min.insync.replicas=1, acks=-1.
+    """docs/design.md S-3.7 / KIP-101 scenario 1, min.insync.replicas=1, acks=-1.
 
     A leads, B follows. B has m1 and m2, and its fetch at offset 2 told A that B has m2: A's HW
     reaches 2 and m2 is acknowledged. B restarts before it learned that HW (its HW is 1). With

@@ -10,7 +10,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.records import build_batch, validate_batches
-from odradek.server.fetcher import EpochEndOffset, TruncationState, truncation_state
+from odradek.server.fetcher import TruncationState, truncation_state
+from odradek.server.leader_endpoint import EpochEndOffset
 from odradek.server.partition import (
     Partition,
     ReplicaState,

@@ -14,8 +14,8 @@ new epoch) starts *Truncating*: before fetching, it asks the leader for the end 
 latest leader epoch (OffsetForLeaderEpoch, KIP-101) and truncates to
 min(that offset, its own end offset for that epoch) — KIP-279's rule, repeated when the leader
 answers with an epoch this replica does not know. It never truncates to its HW unless it has no
-leader epoch at all (an empty log), so the HW data-loss and divergence scenarios of seed 004
-("数据丢失的问题") cannot happen.
+leader epoch at all (an empty log), so the HW data-loss and divergence scenarios of
+docs/design.md S-3.7 cannot happen.
 
 Errors, as Kafka handles them: OFFSET_OUT_OF_RANGE -> ask the leader for its log end offset
 (truncate to it if ours is beyond) or its log start offset (truncate fully and start there if
@@ -23,8 +23,9 @@ ours is below); FENCED_LEADER_EPOCH -> stop fetching the partition until a newer
 NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH and the like -> back off `replica.fetch.backoff.ms`
 for that partition; a connection error -> back off and reconnect.
 
-The leader is reached through a `LeaderEndpoint`: `RemoteLeaderEndpoint` speaks the wire
-protocol; `LocalLeaderEndpoint` calls another replica manager in-process (tests, tools).
+The leader is reached through a `LeaderEndpoint` (server/leader_endpoint.py):
+`RemoteLeaderEndpoint` speaks the wire protocol; tests give the fetcher one that calls another
+replica manager in-process.
 """
 
 from __future__ import annotations
@@ -32,35 +33,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
-import sys
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
-from ..protocol.codec import decode_response, encode_request, make, request_class, response_class
 from ..protocol.records import CorruptRecordError, InvalidRecordError
+from .leader_endpoint import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    EpochEndOffset,
+    FetchedPartition,
+    FetchPartitionRequest,
+    LeaderEndpoint,
+    LeaderOffsetError,
+    RemoteLeaderEndpoint,
+)
 from .replication_quota import ReplicationQuotaManager, should_follower_throttle
 
 if TYPE_CHECKING:
     from .partition import Partition
-    from .replica_manager import ReplicaManager
 
 log = logging.getLogger("odradek.replica_fetcher")
 
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
 TRUNCATING, FETCHING = "Truncating", "Fetching"
-FETCH_VERSION = 12
-OFFSET_FOR_LEADER_EPOCH_VERSION = 4
-LIST_OFFSETS_VERSION = 6
-EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
-
-_I = struct.Struct(">i")
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -114,43 +113,9 @@ class PartitionFetchState:
 
 
 @dataclass(frozen=True, slots=True)
-class EpochEndOffset:
-    """One partition of an OffsetForLeaderEpoch answer."""
-
-    error: ErrorCode
-    leader_epoch: int = UNDEFINED_EPOCH
-    end_offset: int = UNDEFINED_EPOCH_OFFSET
-
-
-@dataclass(frozen=True, slots=True)
-class FetchPartitionRequest:
-    fetch_offset: int
-    current_leader_epoch: int
-    last_fetched_epoch: int
-    log_start_offset: int
-    max_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedPartition:
-    error: ErrorCode
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    records: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class TruncationState:
     offset: int
     completed: bool
-
-
-class LeaderOffsetError(Exception):
-    """A per-partition error from the leader's ListOffsets answer."""
-
-    def __init__(self, error: ErrorCode, message: str = "") -> None:
-        super().__init__(message or error.name)
-        self.error = error
 
 
 # -- the truncation decision (pure) -------------------------------------------------------------
@@ -195,197 +160,6 @@ def initial_fetch_offset(partition: Partition) -> int:
 def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
     """Kafka's getFetcherId (stable across processes: crc32 instead of Java's hashCode)."""
     return (31 * zlib.crc32(tp[0].encode()) + tp[1]) % max(1, num_fetchers)
-
-
-# -- reaching the leader ------------------------------------------------------------------------
-
-
-class LeaderEndpoint(Protocol):
-    async def fetch(self, partitions: Mapping[TopicPartition, FetchPartitionRequest]
-                    ) -> dict[TopicPartition, FetchedPartition]: ...
-
-    async def fetch_epoch_end_offsets(self, partitions: Mapping[TopicPartition, tuple[int, int]]
-                                      ) -> dict[TopicPartition, EpochEndOffset]: ...
-
-    async def fetch_earliest_offset(self, tp: TopicPartition, current_leader_epoch: int
-                                    ) -> int: ...
-
-    async def fetch_latest_offset(self, tp: TopicPartition, current_leader_epoch: int
-                                  ) -> int: ...
-
-    def close(self) -> None: ...
-
-
-def _module(api_key: int, version: int) -> Any:
-    return sys.modules[request_class(api_key, version).__module__]
-
-
-class RemoteLeaderEndpoint:
-    """The leader over the wire (Kafka's BrokerBlockingSender): one connection, one request at
-    a time, reconnected after any error. `address()` is asked at every (re)connect, so a
-    leader that comes back on another port is found."""
-
-    def __init__(self, broker_id: int, leader_id: int,
-                 address: Callable[[], tuple[str, int] | None], config: FetcherConfig,
-                 client_id: str | None = None) -> None:
-        self.broker_id = broker_id
-        self.leader_id = leader_id
-        self.address = address
-        self.config = config
-        self.client_id = client_id or f"broker-{broker_id}-fetcher"
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._correlation = 0
-
-    async def _connect(self) -> None:
-        addr = self.address()
-        if addr is None:
-            raise ConnectionError(f"no endpoint known for broker {self.leader_id}")
-        timeout = self.config.socket_timeout_ms / 1000
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(addr[0], addr[1]), timeout)
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
-
-    async def send(self, request: Any, extra_timeout_ms: int = 0) -> Any:
-        if self._writer is None:
-            await self._connect()
-        assert self._reader is not None and self._writer is not None
-        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-        cid = self._correlation
-        timeout = (self.config.socket_timeout_ms + extra_timeout_ms) / 1000
-        try:
-            self._writer.write(encode_request(request, cid, self.client_id))
-            size = _I.unpack(await asyncio.wait_for(self._reader.readexactly(4), timeout))[0]
-            payload = await asyncio.wait_for(self._reader.readexactly(size), timeout)
-            got, response = decode_response(response_class(type(request)), payload)
-        except BaseException:
-            self.close()
-            raise
-        if got != cid:
-            self.close()
-            raise ConnectionError(f"correlation id {got} does not match {cid}")
-        return response
-
-    async def fetch(self, partitions: Mapping[TopicPartition, FetchPartitionRequest]
-                    ) -> dict[TopicPartition, FetchedPartition]:
-        m = _module(1, FETCH_VERSION)
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, index), p in partitions.items():
-            by_topic.setdefault(topic, []).append(make(
-                m.FetchPartition, partition=index, current_leader_epoch=p.current_leader_epoch,
-                fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch,
-                log_start_offset=p.log_start_offset, partition_max_bytes=p.max_bytes))
-        cfg = self.config
-        request = make(
-            m.FetchRequest, cluster_id=None, replica_id=self.broker_id,
-            max_wait=cfg.fetch_wait_max_ms, min_bytes=cfg.fetch_min_bytes,
-            max_bytes=cfg.fetch_response_max_bytes, isolation_level=0, session_id=0,
-            session_epoch=-1,
-            topics=tuple(make(m.FetchTopic, topic=t, partitions=tuple(ps))
-                         for t, ps in by_topic.items()),
-            forgotten_topics_data=(), rack_id="")
-        response = await self.send(request, cfg.fetch_wait_max_ms)
-        if response.error_code != ErrorCode.none:
-            raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
-        out: dict[TopicPartition, FetchedPartition] = {}
-        for t in response.responses:
-            for p in t.partitions:
-                out[(t.topic, p.partition_index)] = FetchedPartition(
-                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, p.records)
-        return out
-
-    async def fetch_epoch_end_offsets(self, partitions: Mapping[TopicPartition, tuple[int, int]]
-                                      ) -> dict[TopicPartition, EpochEndOffset]:
-        m = _module(23, OFFSET_FOR_LEADER_EPOCH_VERSION)
-        by_topic: dict[str, list[Any]] = {}
-        for (topic, index), (current, epoch) in partitions.items():
-            by_topic.setdefault(topic, []).append(make(
-                m.OffsetForLeaderPartition, partition=index, current_leader_epoch=current,
-                leader_epoch=epoch))
-        request = make(m.OffsetForLeaderEpochRequest, replica_id=self.broker_id,
-                       topics=tuple(make(m.OffsetForLeaderTopic, topic=t, partitions=tuple(ps))
-                                    for t, ps in by_topic.items()))
-        response = await self.send(request)
-        return {(t.topic, p.partition): EpochEndOffset(ErrorCode(p.error_code), p.leader_epoch,
-                                                       p.end_offset)
-                for t in response.topics for p in t.partitions}
-
-    async def _list_offset(self, tp: TopicPartition, current_leader_epoch: int,
-                           timestamp: int) -> int:
-        m = _module(2, LIST_OFFSETS_VERSION)
-        request = make(m.ListOffsetsRequest, replica_id=self.broker_id, isolation_level=0,
-                       topics=(make(m.ListOffsetsTopic, name=tp[0], partitions=(make(
-                           m.ListOffsetsPartition, partition_index=tp[1],
-                           current_leader_epoch=current_leader_epoch, timestamp=timestamp),)),))
-        response = await self.send(request)
-        for t in response.topics:
-            for p in t.partitions:
-                if t.name == tp[0] and p.partition_index == tp[1]:
-                    if p.error_code != ErrorCode.none:
-                        raise LeaderOffsetError(ErrorCode(p.error_code))
-                    return int(p.offset)
-        raise LeaderOffsetError(ErrorCode.unknown_topic_or_partition)
-
-    async def fetch_earliest_offset(self, tp: TopicPartition, current_leader_epoch: int) -> int:
-        return await self._list_offset(tp, current_leader_epoch, EARLIEST_TIMESTAMP)
-
-    async def fetch_latest_offset(self, tp: TopicPartition, current_leader_epoch: int) -> int:
-        return await self._list_offset(tp, current_leader_epoch, LATEST_TIMESTAMP)
-
-
-class LocalLeaderEndpoint:
-    """A leader in the same process: calls its replica manager directly (no wait, no socket).
-    For tests and tools; the data path is the same as over the wire."""
-
-    def __init__(self, leader: ReplicaManager, follower_id: int,
-                 config: FetcherConfig | None = None) -> None:
-        self.leader = leader
-        self.follower_id = follower_id
-        self.config = config or FetcherConfig()
-
-    async def fetch(self, partitions: Mapping[TopicPartition, FetchPartitionRequest]
-                    ) -> dict[TopicPartition, FetchedPartition]:
-        from .replica_manager import FetchRequestPartition
-
-        requests = {tp: FetchRequestPartition(p.fetch_offset, p.max_bytes,
-                                              p.current_leader_epoch, p.log_start_offset)
-                    for tp, p in partitions.items()}
-        results = self.leader.fetch_messages(self.follower_id, 0, 1,
-                                             self.config.fetch_response_max_bytes, requests)
-        assert isinstance(results, dict)
-        return {tp: FetchedPartition(r.error, r.high_watermark, r.log_start_offset,
-                                     b"".join(region.read_bytes() for region in r.regions))
-                for tp, r in results.items()}
-
-    async def fetch_epoch_end_offsets(self, partitions: Mapping[TopicPartition, tuple[int, int]]
-                                      ) -> dict[TopicPartition, EpochEndOffset]:
-        return {tp: self.leader.last_offset_for_leader_epoch(tp, current, epoch)
-                for tp, (current, epoch) in partitions.items()}
-
-    def _offset(self, tp: TopicPartition, current_leader_epoch: int, earliest: bool) -> int:
-        p = self.leader.partitions.get(tp)
-        if p is None:
-            raise LeaderOffsetError(ErrorCode.unknown_topic_or_partition)
-        if not p.is_leader:
-            raise LeaderOffsetError(ErrorCode.not_leader_or_follower)
-        if 0 <= current_leader_epoch < p.leader_epoch:
-            raise LeaderOffsetError(ErrorCode.fenced_leader_epoch)
-        if current_leader_epoch > p.leader_epoch:
-            raise LeaderOffsetError(ErrorCode.unknown_leader_epoch)
-        return p.log_start_offset if earliest else p.log_end_offset
-
-    async def fetch_earliest_offset(self, tp: TopicPartition, current_leader_epoch: int) -> int:
-        return self._offset(tp, current_leader_epoch, True)
-
-    async def fetch_latest_offset(self, tp: TopicPartition, current_leader_epoch: int) -> int:
-        return self._offset(tp, current_leader_epoch, False)
-
-    def close(self) -> None:
-        pass
 
 
 # -- one fetcher (per leader broker and fetcher id) ---------------------------------------------

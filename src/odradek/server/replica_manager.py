@@ -32,13 +32,13 @@ from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
 from .fetcher import (
-    EpochEndOffset,
     FetcherConfig,
     InitialFetchState,
     ReplicaFetcherManager,
     initial_fetch_offset,
 )
 from .isr import IsrChangeManager
+from .leader_endpoint import EpochEndOffset
 from .partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     FencedLeaderEpochError,
