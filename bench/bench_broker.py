@@ -69,7 +69,8 @@ SCRIPT = Path(__file__).resolve()
 RECORD_SIZE = 100
 MB = 2**20  # Kreps 2014: 821,557 rec/s x 100 B = 78.3 "MB/s", i.e. MiB/s
 
-# Published anchors and this machine kind's references (docs: /work/shared/FACTS.md).
+# Published anchors, and reference figures measured before odradek on another instance of this
+# machine kind: a do-nothing Python broker (kio parsing, records in memory), dd and iperf3.
 KAFKA_2014 = "Kafka 2014 (3 brokers, 6-core 2.5 GHz, 100 B records)"
 ANCHOR_PRODUCE = {"1": 821_557, "all": 421_823}  # no replication / 3x sync replication
 ANCHOR_CONSUME = 940_521
@@ -678,14 +679,14 @@ def render(res: Results, a: argparse.Namespace) -> str:
                "dd 1 GiB, bs=1M, into the page cache": f"{FACTS_DD_CACHE_GB} GB/s",
                "iperf3 over loopback, 1 stream, 5 s": f"{FACTS_IPERF_GBIT} Gbit/s"}
         w(table(["measurement (now, same filesystem as the log dirs)", "result",
-                 "earlier on this machine kind (FACTS.md)"],
+                 "earlier, on another machine of this kind"],
                 [(k, v, ref.get(k, "")) for k, v in res.physical.items()]))
         w("")
         w("The broker does not fsync on the produce path (flush.messages/flush.ms default to "
           "never, as in Kafka): appends go to the page cache, so the fdatasync figure bounds "
           "only a configuration that flushes every write. This is a VM: its virtual disk may "
           "acknowledge fdatasync from the host's cache, in which case the figure is far above "
-          "what durable media take (compare the FACTS.md column, measured on another "
+          "what durable media take (compare the last column, measured on another "
           "instance of this machine kind).\n")
 
     def pct(cpu: float, wall: float) -> str:
@@ -697,7 +698,8 @@ def render(res: Results, a: argparse.Namespace) -> str:
         w(f"kcat: `kcat -P -b ... -t T -X linger.ms=5 -X batch.size=B -X acks=A` reading "
           f"{a.kcat_records:,} lines of 100 bytes from a file on stdin; time = the kcat "
           f"process from start to exit (it exits after every record is acknowledged). "
-          f"B=1000000 is FACTS.md's setup (librdkafka's default; ~10,000 records per "
+          f"B=1000000 is the do-nothing broker's reference setup (librdkafka's default; ~10,000 "
+          f"records per "
           f"batch); B=16384 is the Java client's default batch.size (~150 records per batch), "
           f"which makes the broker's per-request cost show. confluent-kafka: a Python loop of "
           f"`produce(topic, value)` ({a.py_records:,} records, linger.ms=5, librdkafka's "
@@ -856,8 +858,8 @@ def main() -> None:
     ap.add_argument("--kcat-records", type=int, default=2_000_000,
                     help="records per kcat produce and per consume run (2,000,000)")
     ap.add_argument("--kcat-batch-sizes", default="1000000,16384",
-                    help="kcat -P batch.size values (1000000 as in FACTS.md; 16384, the Java "
-                         "client's default)")
+                    help="kcat -P batch.size values (1000000 as in the do-nothing broker's "
+                         "reference run; 16384, the Java client's default)")
     ap.add_argument("--py-records", type=int, default=1_000_000,
                     help="records per confluent-kafka produce run (1,000,000)")
     ap.add_argument("--partitions", default="1,6", help="partition counts (1,6)")

@@ -81,7 +81,7 @@ MB = 2**20  # as Kreps 2014: 421,823 rec/s x 100 B = 40.2 "MB/s"
 BEGIN, END = "<!-- replication:begin -->", "<!-- replication:end -->"
 NOTES_BEGIN, NOTES_END = "<!-- replication-notes:begin -->", "<!-- replication-notes:end -->"
 
-# Published anchors (/work/shared/FACTS.md).
+# Published anchors.
 KAFKA_2014 = "Kafka 2014 (Kreps: 3 brokers, 6-core 2.5 GHz each, 1 GbE, 100 B records)"
 ANCHOR_SYNC, ANCHOR_NOREP = 421_823, 821_557  # 3x sync replication (acks=all) / none
 ANCHOR_RATIO = ANCHOR_SYNC / ANCHOR_NOREP  # 0.51

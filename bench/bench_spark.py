@@ -320,8 +320,9 @@ def render(res: Results, a: argparse.Namespace) -> str:
       "record where the source's reader decodes record batches column by column into Arrow. "
       "Spark's figure includes what every Spark job pays around the transfer: planning (the "
       "driver asks the broker for partitions and offsets), a task per partition range in the "
-      "Python workers, the Arrow hand-over to the JVM and the aggregation. FACTS.md measured a "
-      "Python data source that only yields ready Arrow rows at 0.5-0.6 s per 1,000,000 rows "
+      "Python workers, the Arrow hand-over to the JVM and the aggregation. A Python data "
+      "source that only yields ready Arrow rows was measured earlier at 0.5-0.6 s per "
+      "1,000,000 rows "
       f"on this machine kind; the rest of the best run's {spark.seconds:.1f} s "
       f"({spark.records:,} rows) is the source's fetching and decoding in the Python workers "
       "and Spark's per-job costs.")

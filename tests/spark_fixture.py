@@ -1,5 +1,5 @@
-"""pytest plugin: one local SparkSession for the whole test session (FACTS.md: a session takes
-6-13 s to start, so every Spark test shares it).
+"""pytest plugin: one local SparkSession for the whole test session (a session takes
+6-13 s to start on a 2-core machine, so every Spark test shares it).
 
 Fixture ``spark`` (session scope): ``local[2]``, UI off, bound to 127.0.0.1, workers running this
 interpreter (so ``pyspark_odradek`` and ``odradek`` import on them). Tests that use it are marked

@@ -2,8 +2,8 @@
 Debian's ZooKeeper, idempotent acks=all confluent-kafka producers writing all along, and the
 controller killed with SIGKILL while
 
-* a partition reassignment runs (seed 000 "Partition重新分配", seed 002
-  "onPartitionReassignment"): (a) right after ``odradek reassign-partitions --execute``, (b)
+* a partition reassignment runs (Kafka's ``onPartitionReassignment``, docs/design.md
+  S-6.2): (a) right after ``odradek reassign-partitions --execute``, (b)
   while the new replicas are catching up under ``--throttle``; the restarted cluster finishes the
   move (``--verify --wait``): the topic znode holds the targets, ``/admin/reassign_partitions``
   is gone, the removed replicas' log dirs are gone, nothing acknowledged is lost or duplicated,

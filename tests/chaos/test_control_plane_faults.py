@@ -1,6 +1,6 @@
 """Broker processes on a real ZooKeeper under faults (S-4, S-5): kill -9 of a leader and of the
 controller, SIGSTOP of the controller past its session timeout, controlled shutdown, topic
-creation and deletion — with the znodes read back through kazoo in the seeds' layout."""
+creation and deletion — with the znodes read back through kazoo in Kafka's layout (S-5.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The control plane on an embedded 3-broker cluster (S-4, S-5): election, the seeds' znodes,
+"""The control plane on an embedded 3-broker cluster (S-4, S-5): election, Kafka's znodes,
 leader and controller failover, controlled shutdown, topic lifecycle, epoch fencing."""
 
 from __future__ import annotations

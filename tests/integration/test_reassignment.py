@@ -1,5 +1,5 @@
-"""Partition reassignment on in-process clusters (S-6.2, seeds 000 "Partition重新分配" and 002
-"onPartitionReassignment"): the seeds' OAR {1,2,3} -> RAR {4,5,6} table, a controller killed
+"""Partition reassignment on in-process clusters (S-6.2, Kafka's ``onPartitionReassignment``):
+the OAR {1,2,3} -> RAR {4,5,6} table of docs/design.md S-6.2, a controller killed
 mid-way, replication factor changes, cancel, AlterPartitionReassignments /
 ListPartitionReassignments through odradek's admin client."""
 
@@ -19,7 +19,7 @@ from odradek.coordination.store import WatchEvent
 from odradek.server.broker import Broker
 from tests.integration.broker_harness import run
 
-SEED_TABLE = [  # seed 000: AR, leader/isr (as sets: Kafka writes AR as RAR + OAR - RAR)
+SEED_TABLE = [  # docs/design.md S-6.2: AR, leader/isr (as sets: Kafka writes AR as RAR + OAR - RAR)
     ({1, 2, 3}, 1, {1, 2, 3}),            # initial state
     ({1, 2, 3, 4, 5, 6}, 1, {1, 2, 3}),   # step 2
     ({1, 2, 3, 4, 5, 6}, 1, {1, 2, 3, 4, 5, 6}),  # step 4
@@ -43,7 +43,7 @@ def assignment(cluster: AsyncCluster, topic: str) -> dict[str, Any]:
 
 
 async def start_cluster(tmp_path: Path, n: int, **overrides: Any) -> AsyncCluster:
-    """Broker 0 first, so that it is the controller (the seeds' brokers 1..6 hold replicas)."""
+    """Broker 0 first, so that it is the controller (the example's brokers 1..6 hold replicas)."""
     cluster = AsyncCluster(n, data_dir=tmp_path, overrides=overrides)
     await cluster.start_broker(0)
     await cluster.wait_for(lambda: cluster.controller_id() == 0, what="broker 0 as controller")
@@ -168,7 +168,7 @@ async def wait_done(cluster: AsyncCluster, topic: str, target: list[int],
 
 
 def test_seed_table_oar_123_to_rar_456(tmp_path: Path) -> None:
-    """Seed 000's example, through the admin node the tool writes: AR and leader/ISR in the
+    """The example of S-6.2, through the admin node the tool writes: AR and leader/ISR in the
     coordination store go through the table's rows in order; at the end the data is on 4,5,6
     only, consumable, and the admin node is gone."""
     async def body() -> None:
@@ -414,7 +414,7 @@ async def cli_tool(*argv: str) -> tuple[int, str]:
 
 
 def test_tool_generate_execute_verify(tmp_path: Path) -> None:
-    """Seed 000's tool walk-through: --generate a plan for moving a topic to other brokers,
+    """The tool walk-through of S-6.2: --generate a plan for moving a topic to other brokers,
     --execute it (the admin node appears), --verify until every partition is completed."""
     async def body() -> None:
         cluster = await start_cluster(tmp_path / "c", 4)
@@ -602,7 +602,7 @@ def test_controller_dies_after_removing_oar_new_controller_finishes(tmp_path: Pa
     """The controller loses its session right after steps 8-9 (OAR - RAR out of the ISR,
     stopped and deleted) and before step 10 (AR = RAR in the store): the store still says
     AR = OAR + RAR, adding/removing replicas, and lists the target in the admin node. The new
-    controller finishes from there (seed 000: "最后一步才将ZooKeeper中的AR更新...")."""
+    controller finishes from there (S-6.2: AR is written to the store only in the last step)."""
     async def body() -> None:
         cluster = await start_cluster(tmp_path, 4)
         try:
@@ -691,7 +691,7 @@ def test_controller_dies_before_a_removed_replica_is_deleted(tmp_path: Path) -> 
 
 
 def test_tool_on_real_zookeeper(tmp_path: Path, zookeeper_connect: str) -> None:
-    """Seed 000's invocation, `--zookeeper HOST:PORT`: brokers on a real ZooKeeper (kazoo), the
+    """Kafka 2.x's invocation, `--zookeeper HOST:PORT`: brokers on a real ZooKeeper (kazoo), the
     tool writes /admin/reassign_partitions through kazoo, the controller moves the partition and
     removes the node; --verify reads the result from ZooKeeper."""
     from odradek.coordination.zookeeper import ZooKeeperStore
@@ -738,7 +738,7 @@ def test_tool_on_real_zookeeper(tmp_path: Path, zookeeper_connect: str) -> None:
             assert await zk.exists("/admin/reassign_partitions") is None
             topic = json.loads((await zk.get("/brokers/topics/z"))[0])
             assert topic["partitions"] == {"0": [1, 2], "1": [2]}
-            # The seeds' tool refuses to write over a running reassignment; no --throttle here.
+            # Kafka 2.x's tool refuses to write over a running reassignment; no --throttle here.
             code, out = await tool("--zookeeper", zookeeper_connect, "--execute",
                                    "--reassignment-json-file", str(plan), "--throttle", "10")
             assert (code, out.strip()) == (1, "--throttle requires --bootstrap-server")

@@ -22,7 +22,7 @@ from odradek.common.replica_assignment import (
 )
 from odradek.controller.context import TopicPartition
 
-# ---- the seeds' formula (default) ------------------------------------------------------------
+# ---- the formula of S-3.1 (default, algorithm "seed") -----------------------------------------
 
 
 def test_seed_formula_partition_i_replica_j_on_broker_i_plus_j_mod_n() -> None:

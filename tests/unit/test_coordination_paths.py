@@ -1,4 +1,4 @@
-"""The seeds' znode layout and JSON payloads (S-5.2), as Kafka's ZkData writes and reads them."""
+"""Kafka's znode layout and JSON payloads (S-5.2), as Kafka's ZkData writes and reads them."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 Two assignment algorithms over the brokers sorted by id:
 
-* ``"seed"`` (default): the seeds' formula: partition ``i``, replica ``j`` -> broker
-  ``(i + j) mod n`` (plus a start index when partitions are added).  Deterministic.
+* ``"seed"`` (default; named after the design notes odradek was built from): the formula of
+  docs/design.md S-3.1: partition ``i``, replica ``j`` -> broker ``(i + j) mod n`` (plus a
+  start index when partitions are added).  Deterministic.
 * ``"kafka"``: Kafka's rack-unaware ``AdminUtils.assignReplicasToBrokers``: the first replica
   round-robin from a random start index, the others at an increasing shift
   (``nextReplicaShift``, bumped every ``n`` partitions) so that the followers of one broker's

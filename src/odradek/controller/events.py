@@ -1,4 +1,4 @@
-"""Controller events and the single-queue event manager (seed 002 "new controller design", S-5.5).
+"""Controller events and the single-queue event manager (Kafka 1.1's controller design, S-5.5).
 
 Every input of the controller (coordination watches, broker requests, timers) becomes one of
 the events below, put on one queue and processed one at a time by one asyncio task, so the

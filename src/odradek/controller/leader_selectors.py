@@ -1,4 +1,4 @@
-"""Partition leader selectors: pure functions (seed 002, S-4.1, S-4.4, S-5.4, S-6.1, S-6.2).
+"""Partition leader selectors: pure functions (S-4.1, S-4.4, S-5.4, S-6.1, S-6.2).
 
 Each selector mirrors one of Kafka's election strategies (``Election.scala`` and
 ``PartitionLeaderElectionAlgorithms``) and returns an :class:`ElectionResult`: the new leader
@@ -32,7 +32,7 @@ __all__ = [
 
 
 class LeaderElectionStrategy(Enum):
-    """Kafka's ``PartitionLeaderElectionStrategy`` (the seeds' four leader selectors)."""
+    """Kafka's ``PartitionLeaderElectionStrategy`` (the four leader selectors of S-5.4)."""
 
     OFFLINE = "OfflinePartitionLeaderSelector"
     REASSIGN = "ReassignedPartitionLeaderSelector"

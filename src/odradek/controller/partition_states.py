@@ -1,4 +1,4 @@
-"""The controller's partition state machine, as a table (seed 002, S-5.4).
+"""The controller's partition state machine, as a table (S-5.4).
 
 Kafka's ZooKeeper-era controller (``PartitionStateMachine.scala``) gives every partition one of
 four states and lists, for each target state, the states a partition may come from
@@ -7,7 +7,7 @@ no requests.  The controller asks :func:`check_transition` (or a :class:`Partiti
 before acting, and writes the returned :class:`StateChange` records to ``state-change.log``.
 
 Member names are Kafka's own (``NewPartition``, ``OnlinePartition``...) so that log lines read like
-Kafka's and ``grep`` finds the seeds' vocabulary; the values are Kafka's state bytes.
+Kafka's and ``grep`` finds Kafka's vocabulary; the values are Kafka's state bytes.
 """
 
 from __future__ import annotations

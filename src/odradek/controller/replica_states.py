@@ -1,4 +1,4 @@
-"""The controller's replica state machine, as a table (seed 002, S-5.4).
+"""The controller's replica state machine, as a table (S-5.4).
 
 Kafka's ZooKeeper-era ``ReplicaStateMachine.scala`` gives every (partition, replica) pair one of
 seven states; the three ``ReplicaDeletion*`` states drive topic deletion (S-5.7).  As for

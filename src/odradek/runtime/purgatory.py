@@ -1,9 +1,9 @@
 """Kafka's delayed-operation purgatory (``DelayedOperation`` / ``DelayedOperationPurgatory``).
 
 A request that cannot be answered yet -- a produce with ``acks=all`` waiting for the ISR, a fetch
-waiting for ``min_bytes`` (SPEC S-3.6) -- becomes a :class:`DelayedOperation`. The purgatory
+waiting for ``min_bytes`` (S-3.6) -- becomes a :class:`DelayedOperation`. The purgatory
 *watches* it under one or more keys (typically the partitions it touches) and puts its timeout in
-a hierarchical timing wheel (:mod:`odradek.runtime.timer`, SPEC S-8.2). Whoever changes the state
+a hierarchical timing wheel (:mod:`odradek.runtime.timer`, S-8.2). Whoever changes the state
 the operation waits on calls :meth:`DelayedOperationPurgatory.check_and_complete` with that key;
 if the operation's condition holds it completes at once, and its timer entry is unlinked in O(1).
 Otherwise the timer expires it.

@@ -2,7 +2,7 @@
 
 Kafka keeps every delayed request (acks=all produce, long-poll fetch, join/heartbeat) in a
 *purgatory* whose timeouts live in a hierarchical timing wheel instead of a heap of tasks
-(SPEC S-8.2). The pieces, named as in Kafka:
+(docs/design.md S-8.2). The pieces, named as in Kafka:
 
 * :class:`TimerTask` -- something to run after ``delay_ms``. It holds a reference to its
   :class:`TimerTaskEntry` so that :meth:`TimerTask.cancel` unlinks it in O(1).
