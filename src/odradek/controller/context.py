@@ -1,4 +1,4 @@
-"""The controller's in-memory view of the cluster (Kafka's ``ControllerContext``, seed 002).
+"""The controller's in-memory view of the cluster (Kafka's ``ControllerContext``, S-5.6).
 
 The controller loads this from the coordination store at fail-over (S-5.6) and keeps it in
 step with every change it makes; all decisions read it, nothing here does I/O.  It also hosts
@@ -118,7 +118,7 @@ class BrokerEndpoint:
 
 @dataclass(frozen=True, slots=True)
 class Reassignment:
-    """A pending partition reassignment: OAR (original) -> RAR (target), seeds 000/002, S-6.2."""
+    """A pending partition reassignment: OAR (original) -> RAR (target), S-6.2."""
 
     original: tuple[int, ...]
     target: tuple[int, ...]
@@ -275,7 +275,7 @@ class ControllerContext:
         return NO_EPOCH if current is None else current.leader_epoch
 
     def partitions_led_by(self, broker_ids: Iterable[int]) -> set[TopicPartition]:
-        """Partitions whose leader is one of ``broker_ids`` (the seeds' set_p for dead brokers)."""
+        """Partitions whose leader is one of ``broker_ids`` (set_p for dead brokers, S-4.2)."""
         ids = set(broker_ids)
         return {tp for tp, lai in self.partition_leadership.items() if lai.leader in ids}
 

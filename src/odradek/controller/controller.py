@@ -639,7 +639,7 @@ class KafkaController:
                     self._move_replicas(tp, [b], R.OnlineReplica)
         batch.send(self.channel)
         await self._trigger_online_partitions()
-        await self.reassignment.on_broker_startup(new)  # seed 002 onBrokerStartup step 4
+        await self.reassignment.on_broker_startup(new)  # onBrokerStartup step 4 (S-4.3)
         self.events.put(TopicDeletion())  # deletions waiting for these brokers may resume
 
     async def _on_broker_failure(self, dead: set[int]) -> None:

@@ -1,11 +1,11 @@
-"""Preferred replica election, ElectLeaders and the auto leader rebalance (seed 000, S-6.1).
+"""Preferred replica election, ElectLeaders and the auto leader rebalance (S-6.1).
 
 The preferred replica of a partition is the head of its assignment (AR). After brokers fail and
 return, leadership drifts away from the preferred replicas; a preferred replica election moves it
 back, but only where the preferred replica is alive and in the ISR (never outside the ISR, so no
 data can be lost). Three triggers, named as in Kafka's ``ElectionTrigger``:
 
-* ``ZkTriggered``: the ``/admin/preferred_replica_election`` node (the tool, seed 000), read by
+* ``ZkTriggered``: the ``/admin/preferred_replica_election`` node (the older tool's way), read by
   the active controller on change and at failover; the controller deletes it when done.
 * ``AdminClientTriggered``: the ElectLeaders API (key 43), PREFERRED or UNCLEAN.
 * ``AutoTriggered``: ``auto.leader.rebalance.enable`` checks, every

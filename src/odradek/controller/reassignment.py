@@ -1,10 +1,9 @@
-"""Partition reassignment, OAR -> RAR (seed 000 "Partition重新分配", seed 002
-"onPartitionReassignment", S-6.2).
+"""Partition reassignment, OAR -> RAR (Kafka's ``onPartitionReassignment``, S-6.2).
 
 An admin writes the targets to ``/admin/reassign_partitions`` (Kafka's JSON
 ``{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[4,5,6]}]}``), either directly,
 with ``odradek reassign-partitions --execute`` or with AlterPartitionReassignments. The controller
-then runs the seeds' steps for each partition:
+then runs the steps of docs/design.md S-6.2 for each partition (numbered here A1-B8):
 
 ====  ======================================================================================
 A1    AR = OAR + RAR in the topic znode (with KIP-455's ``adding_replicas`` /
@@ -126,7 +125,7 @@ def stray_replicas(partitions: Iterable[TopicPartition], broker: int,
 
 
 def is_reassignment_complete(target: Iterable[int], isr: Iterable[int]) -> bool:
-    """Step 4 of the seeds is over once every replica of RAR is in the ISR."""
+    """Step 4 of S-6.2 is over once every replica of RAR is in the ISR."""
     return set(target) <= set(isr)
 
 
@@ -266,7 +265,7 @@ class ReassignmentManager:
                 await self._complete(tp, r)
 
     async def on_broker_startup(self, brokers: Iterable[int]) -> None:
-        """Seed 002's onBrokerStartup step 4: reassignments with replicas on the new brokers
+        """onBrokerStartup step 4 (S-4.3): reassignments with replicas on the new brokers
         go on (their new replicas get LeaderAndIsr again and start fetching)."""
         new = set(brokers)
         self._delete_strays(new)

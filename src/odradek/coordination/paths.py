@@ -1,4 +1,4 @@
-"""The seeds' znode layout and its JSON payloads (seed 000 "HA相关ZooKeeper结构", SPEC S-5.2).
+"""Kafka's ZooKeeper znode layout and its JSON payloads (docs/design.md S-5.2).
 
 Paths and payloads are those of Kafka's ZooKeeper-era brokers (Kafka's ``kafka.zk.ZkData``), so
 that the tree odradek writes reads like a Kafka 2.x cluster's::
@@ -439,7 +439,7 @@ def _int_key_map(m: Mapping[int, Sequence[int]]) -> dict[str, list[int]]:
 
 
 def encode_topic_assignment(assignment: TopicAssignment) -> bytes:
-    """JSON for ``/brokers/topics/<topic>``: the seeds' v1 ``{"version":1,"partitions":{...}}``,
+    """JSON for ``/brokers/topics/<topic>``: Kafka's v1 ``{"version":1,"partitions":{...}}``,
     or v2 (v3 with a topic id) when a reassignment records adding/removing replicas."""
     version = assignment.version
     partitions = sorted(assignment.partitions.items())

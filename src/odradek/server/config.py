@@ -71,7 +71,7 @@ def _one_of(*choices: str) -> Callable[[Any], bool]:
 
 
 # name -> definition. Defaults are Kafka's (2.x/3.x, ZooKeeper mode); replica.lag.time.max.ms
-# keeps the seeds' 10000 (S-3.4).
+# is 10000, as in docs/design.md S-3.4.
 DEFS: dict[str, Def] = {
     "broker.id": Def(_int, -1, _at_least(-1), ">= -1"),
     "listeners": Def(_list, ["PLAINTEXT://:9092"]),
