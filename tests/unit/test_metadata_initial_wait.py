@@ -1,12 +1,11 @@
 """A Metadata request that reaches a broker before the controller's first UpdateMetadata waits
 for it instead of answering from a cache that knows only this broker (server/apis/metadata.py).
-No sockets: the handler is called with a decoded request and a broker holding just a cache."""
+No sockets: the handler is called with a decoded request and built on just a cache."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from types import SimpleNamespace
 from typing import Any
 
 from odradek.protocol.codec import (
@@ -30,10 +29,15 @@ def _decode(frame: bytes) -> Any:
     return decode_response(response_class(request_class(3, 12)), frame[4:])[1]
 
 
-def _registered_only() -> SimpleNamespace:
+async def _no_creation(_topics: list[str]) -> None:
+    raise AssertionError("no topic is created")
+
+
+def _registered_only() -> metadata.MetadataApi:
     cache = MetadataCache()
     cache.brokers[1] = BrokerInfo(1, "127.0.0.1", 9093)  # what registration puts there
-    return SimpleNamespace(metadata_cache=cache, config={"auto.create.topics.enable": False})
+    return metadata.MetadataApi(cache, auto_create_topics_enable=False,
+                                auto_create_topics=_no_creation)
 
 
 def _first_update_metadata(cache: MetadataCache) -> None:
@@ -44,10 +48,10 @@ def _first_update_metadata(cache: MetadataCache) -> None:
 
 
 def test_answers_at_once_when_initialized() -> None:
-    broker = _registered_only()
-    _first_update_metadata(broker.metadata_cache)
+    api = _registered_only()
+    _first_update_metadata(api.metadata_cache)
     header, request = _request()
-    out = metadata.handle(broker, header, request, None)  # type: ignore[arg-type]
+    out = api.handle(header, request, None)  # type: ignore[arg-type]
     assert isinstance(out, bytes)
     body = _decode(out)
     assert body.controller_id == 0 and [b.node_id for b in body.brokers] == [0, 1, 2]
@@ -55,14 +59,14 @@ def test_answers_at_once_when_initialized() -> None:
 
 def test_waits_for_the_first_update_metadata() -> None:
     async def main() -> Any:
-        broker = _registered_only()
+        api = _registered_only()
         header, request = _request()
-        pending = metadata.handle(broker, header, request, None)  # type: ignore[arg-type]
+        pending = api.handle(header, request, None)  # type: ignore[arg-type]
         assert asyncio.iscoroutine(pending)
         task = asyncio.ensure_future(pending)
         await asyncio.sleep(0.05)
         assert not task.done()
-        _first_update_metadata(broker.metadata_cache)
+        _first_update_metadata(api.metadata_cache)
         return _decode(await asyncio.wait_for(task, 5))
 
     body = asyncio.run(main())
@@ -75,9 +79,9 @@ def test_answers_what_it_has_when_no_controller_comes(monkeypatch: Any) -> None:
     monkeypatch.setattr(metadata, "INITIAL_METADATA_WAIT_S", 0.05)
 
     async def main() -> Any:
-        broker = _registered_only()
+        api = _registered_only()
         header, request = _request()
-        return _decode(await metadata.handle(broker, header, request, None))  # type: ignore[arg-type]
+        return _decode(await api.handle(header, request, None))  # type: ignore[arg-type]
 
     body = asyncio.run(main())
     assert body.controller_id == -1 and [b.node_id for b in body.brokers] == [1]

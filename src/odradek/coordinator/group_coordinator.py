@@ -21,15 +21,15 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..common import replica_assignment as asg
 from ..coordination import paths
-from ..coordination.store import NodeExistsError
+from ..coordination.store import CoordinationStore, NodeExistsError
 from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..runtime.timer import AsyncTimerDriver, Timer
 from .delayed import (
@@ -60,13 +60,15 @@ from .group import (
 )
 from .metadata_manager import GroupMetadataManager, OffsetFetchResult
 from .offsets import OFFSETS_TOPIC, OffsetAndMetadata
-
-if TYPE_CHECKING:
-    from ..server.broker import Broker
+from .replica_access import ReplicaAccess
 
 log = logging.getLogger("odradek.coordinator")
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+
+# Kafka's AdminZkClient.createTopicWithAssignment: (topic, assignment, configs, topic id);
+# raises NodeExistsError if the topic exists.
+CreateTopic = Callable[[str, dict[int, list[int]], dict[str, str], uuid.UUID], Awaitable[None]]
 
 # APIs whose group id may be empty (offsets of the "" group, describe/delete everything).
 _EMPTY_GROUP_ID_OK = {"OffsetCommit", "OffsetFetch", "DescribeGroups", "DeleteGroups"}
@@ -124,11 +126,18 @@ class LeaveMemberResult:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker, config: GroupConfig | None = None,
-                 clock: Callable[[], int] = _now_ms) -> None:
-        self.broker = broker
-        self.broker_id = broker.broker_id
-        self.config = config or GroupConfig.from_config(broker.config)
+    """Kafka's GroupCoordinator. `live_brokers()` are the brokers `__consumer_offsets` may be
+    placed on when FindCoordinator first asks for it; `create_topic` writes that topic."""
+
+    def __init__(self, broker_id: int, config: GroupConfig, replica_manager: ReplicaAccess,
+                 store: CoordinationStore, live_brokers: Callable[[], Iterable[int]],
+                 create_topic: CreateTopic, clock: Callable[[], int] = _now_ms) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.replica_manager = replica_manager
+        self.store = store
+        self.live_brokers = live_brokers
+        self.create_topic = create_topic
         self.clock = clock
         self.heartbeat_purgatory: DelayedOperationPurgatory[DelayedOperation] = \
             DelayedOperationPurgatory("Heartbeat", Timer())
@@ -137,7 +146,7 @@ class GroupCoordinator:
         self._drivers = [AsyncTimerDriver(self.heartbeat_purgatory.timer),
                          AsyncTimerDriver(self.rebalance_purgatory.timer)]
         self.manager = GroupMetadataManager(
-            broker.broker_id, lambda: self.broker.replica_manager, self.offsets_partition_count,
+            broker_id, replica_manager, self.offsets_partition_count,
             clock, commit_timeout_ms=self.config.offsets_commit_timeout_ms,
             load_buffer_size=self.config.offsets_load_buffer_size,
             max_metadata_size=self.config.offset_metadata_max_bytes,
@@ -157,18 +166,14 @@ class GroupCoordinator:
         worker and the expiration task. From now on leadership changes of `__consumer_offsets`
         partitions load and unload groups."""
         log.info("[GroupCoordinator %d]: Starting up.", self.broker_id)
-        store = self.broker.store
-        found = None if store is None else await store.get_or_none(
-            paths.topic_path(OFFSETS_TOPIC))
+        found = await self.store.get_or_none(paths.topic_path(OFFSETS_TOPIC))
         if found is not None:
             self._offsets_partition_count = len(
                 paths.decode_topic_assignment(found[0]).partitions)
         for d in self._drivers:
             d.start()
         self.manager.startup()
-        rm = self.broker.replica_manager
-        if rm is not None:
-            rm.role_listeners[OFFSETS_TOPIC] = self.on_offsets_partition_role
+        self.replica_manager.role_listeners[OFFSETS_TOPIC] = self.on_offsets_partition_role
         self._expiration_task = asyncio.create_task(
             self._expire_periodically(), name=f"delete-expired-group-metadata-{self.broker_id}")
         self.is_active = True
@@ -177,9 +182,7 @@ class GroupCoordinator:
     def shutdown(self) -> None:
         log.info("[GroupCoordinator %d]: Shutting down.", self.broker_id)
         self.is_active = False
-        rm = self.broker.replica_manager
-        if rm is not None:
-            rm.role_listeners.pop(OFFSETS_TOPIC, None)
+        self.replica_manager.role_listeners.pop(OFFSETS_TOPIC, None)
         self.manager.shutdown()
         for task in (self._expiration_task, self._creating_offsets_topic):
             if task is not None:
@@ -225,20 +228,18 @@ class GroupCoordinator:
         self._creating_offsets_topic = asyncio.ensure_future(self._create_offsets_topic())
 
     async def _create_offsets_topic(self) -> None:
-        broker = self.broker
-        store = broker.store
-        if store is None or await store.exists(paths.topic_path(OFFSETS_TOPIC)) is not None:
+        if await self.store.exists(paths.topic_path(OFFSETS_TOPIC)) is not None:
             return
-        brokers = sorted(broker.metadata_cache.brokers)
+        brokers = sorted(self.live_brokers())
         if not brokers:
             return
         rf = min(self.config.offsets_topic_replication_factor, len(brokers))
         assignment = asg.assign_replicas_to_brokers(
             brokers, self.config.offsets_topic_num_partitions, rf)
         try:
-            # AdminManager's write: the config node first, then the assignment.
-            await broker.admin._write_topic(OFFSETS_TOPIC, assignment,
-                                            self.config.offsets_topic_configs(), uuid.uuid4())
+            # The config node first, then the assignment.
+            await self.create_topic(OFFSETS_TOPIC, assignment,
+                                    self.config.offsets_topic_configs(), uuid.uuid4())
             log.info("Created internal topic %s with %d partitions and replication factor %d",
                      OFFSETS_TOPIC, len(assignment), rf)
         except NodeExistsError:

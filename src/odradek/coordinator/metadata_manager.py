@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -37,9 +37,7 @@ from .group import (
     TopicPartition,
 )
 from .offsets import OFFSETS_TOPIC, OffsetAndMetadata
-
-if TYPE_CHECKING:
-    from ..server.replica_manager import ReplicaManager
+from .replica_access import ReplicaAccess
 
 log = logging.getLogger("odradek.coordinator.metadata")
 
@@ -71,13 +69,13 @@ def _map_append_error(error: int, *, for_offsets: bool) -> int:
 
 
 class GroupMetadataManager:
-    def __init__(self, broker_id: int, replica_manager: Callable[[], ReplicaManager | None],
+    def __init__(self, broker_id: int, replica_manager: ReplicaAccess,
                  partition_count: Callable[[], int], clock: Callable[[], int], *,
                  commit_timeout_ms: int = 5000, load_buffer_size: int = 5 * 1024 * 1024,
                  max_metadata_size: int = 4096, retention_ms: int = 7 * 24 * 3600 * 1000
                  ) -> None:
         self.broker_id = broker_id
-        self._replica_manager = replica_manager
+        self.replica_manager = replica_manager
         self._partition_count = partition_count
         self.clock = clock
         self.commit_timeout_ms = commit_timeout_ms
@@ -126,13 +124,6 @@ class GroupMetadataManager:
         self._jobs.put_nowait(job)
 
     # -- ownership --------------------------------------------------------------------------------
-    @property
-    def replica_manager(self) -> ReplicaManager:
-        rm = self._replica_manager()
-        if rm is None:
-            raise RuntimeError("no replica manager")
-        return rm
-
     def partition_for(self, group_id: str) -> int:
         return schema.partition_for(group_id, self._partition_count())
 
@@ -175,8 +166,7 @@ class GroupMetadataManager:
         return (OFFSETS_TOPIC, self.partition_for(group_id))
 
     def _is_local(self, tp: TopicPartition) -> bool:
-        rm = self._replica_manager()
-        return rm is not None and tp in rm.partitions
+        return tp in self.replica_manager.partitions
 
     def _append(self, tp: TopicPartition, batch: bytes, acks: int,
                 callback: Callable[[int, int], None]) -> None:
@@ -352,16 +342,14 @@ class GroupMetadataManager:
                      OFFSETS_TOPIC, partition, self.clock() - start, epoch)
 
     def _leads(self, partition: int, epoch: int) -> bool:
-        rm = self._replica_manager()
-        p = None if rm is None else rm.partitions.get((OFFSETS_TOPIC, partition))
+        p = self.replica_manager.partitions.get((OFFSETS_TOPIC, partition))
         return (p is not None and p.is_leader and p.leader_epoch == epoch
                 and self.epoch_for_partition.get(partition) == epoch)
 
     async def _do_load(self, partition: int, epoch: int,
                        on_group_loaded: Callable[[GroupMetadata], None]) -> bool:
         """Read the partition's log to its end; False if leadership moved meanwhile."""
-        rm = self._replica_manager()
-        p = None if rm is None else rm.partitions.get((OFFSETS_TOPIC, partition))
+        p = self.replica_manager.partitions.get((OFFSETS_TOPIC, partition))
         if p is None:
             log.warning("Attempted to load offsets and group metadata from %s-%d, but found no "
                         "log", OFFSETS_TOPIC, partition)

@@ -10,28 +10,30 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..common import replica_assignment as asg
 from ..common.topic_id import topic_id_to_text
 from ..coordination import paths
-from ..coordination.store import NodeExistsError
+from ..coordination.store import CoordinationStore, NodeExistsError
 from ..storage.log_config import LogConfig
 from .broker_config_manager import (
     DEFAULT_ENTITY,
     DYNAMIC_BROKER_CONFIGS,
+    BrokerConfigManager,
     broker_config_path,
     validate_dynamic_broker_configs,
 )
-from .config import DEFS, TOPIC_CONFIG_SYNONYMS
+from .config import DEFS, TOPIC_CONFIG_SYNONYMS, KafkaConfig
+from .config_ops import ConfigOp, InvalidRequestError, UnknownTopicError, apply_incremental
+from .metadata_cache import MetadataCache
+from .topic_config_manager import TopicConfigManager
+from .topic_configs import TopicConfigs
 from .topic_names import INTERNAL_TOPICS, validate_topic_name
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 log = logging.getLogger("odradek.admin")
 
@@ -82,21 +84,29 @@ class ConfigEntry:
 
 
 class AdminManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """Kafka's ZkAdminManager: `config` is the static broker config (defaults for new topics),
+    `topic_configs` validates topic configs against the broker's defaults, and the two config
+    managers are reloaded after a write so this broker reads its own writes."""
 
-    @property
-    def store(self):
-        return self.broker.store
+    def __init__(self, config: KafkaConfig, store: CoordinationStore,
+                 metadata_cache: MetadataCache, topic_configs: TopicConfigs,
+                 topic_config_manager: TopicConfigManager,
+                 broker_configs: BrokerConfigManager) -> None:
+        self.config = config
+        self.store = store
+        self.metadata_cache = metadata_cache
+        self.topic_configs = topic_configs
+        self.topic_config_manager = topic_config_manager
+        self.broker_configs = broker_configs
 
     # -- create -----------------------------------------------------------------------------
     def _validate(self, spec: TopicSpec) -> tuple[dict[int, list[int]], dict[str, str]]:
-        cfg = self.broker.config
+        cfg = self.config
         validate_topic_name(spec.name)
-        brokers = sorted(self.broker.metadata_cache.brokers)
+        brokers = sorted(self.metadata_cache.brokers)
         configs = {k: v for k, v in spec.configs.items() if v is not None}
         # Raises InvalidConfigError (a ValueError) naming the key for unknown or invalid configs.
-        LogConfig.from_props(configs, base=self.broker.default_log_config)
+        self.topic_configs.validate(configs)
         if spec.assignments:
             if spec.num_partitions != -1 or spec.replication_factor != -1:
                 raise asg.InvalidReplicaAssignmentError(
@@ -130,7 +140,8 @@ class AdminManager:
                     raise NodeExistsError(f"Topic '{spec.name}' already exists.")
                 topic_id = uuid.uuid4()
                 if not validate_only:
-                    await self._write_topic(spec.name, assignment, configs, topic_id)
+                    await self.create_topic_with_assignment(spec.name, assignment, configs,
+                                                            topic_id)
                     created.append(spec.name)
                 results[spec.name] = TopicResult(
                     ErrorCode.none, None, topic_id, len(assignment), len(assignment[0]),
@@ -145,7 +156,7 @@ class AdminManager:
                         results[n].error = ErrorCode.request_timed_out
                         results[n].message = "Timed out waiting for the topic's leaders"
         for name in created:
-            info = self.broker.metadata_cache.topic(name)
+            info = self.metadata_cache.topic(name)
             if info is not None:
                 results[name].topic_id = info.topic_id
         return results
@@ -156,13 +167,16 @@ class AdminManager:
                 continue
             try:
                 assignment, _ = self._validate(TopicSpec(name))
-                await self._write_topic(name, assignment, {}, uuid.uuid4())
+                await self.create_topic_with_assignment(name, assignment, {}, uuid.uuid4())
                 log.info("Auto-created topic %s with %d partitions", name, len(assignment))
             except NodeExistsError:
                 pass
 
-    async def _write_topic(self, name: str, assignment: dict[int, list[int]],
-                           configs: dict[str, str], topic_id: uuid.UUID) -> None:
+    async def create_topic_with_assignment(self, name: str, assignment: dict[int, list[int]],
+                                           configs: dict[str, str], topic_id: uuid.UUID
+                                           ) -> None:
+        """Kafka's AdminZkClient.createTopicWithAssignment: the topic's config node, then its
+        assignment node (NodeExistsError if the topic exists)."""
         # Kafka writes the config first so the controller never sees a topic without it.
         config_path = paths.topic_config_path(name)
         data = paths.encode_entity_config(configs)
@@ -178,11 +192,11 @@ class AdminManager:
             makepath=True)
 
     def _has_leaders(self, name: str) -> bool:
-        info = self.broker.metadata_cache.topic(name)
+        info = self.metadata_cache.topic(name)
         return info is not None and bool(info.partitions) and all(
             p.leader >= 0 for p in info.partitions.values())
 
-    async def _wait(self, condition, timeout_ms: int) -> bool:
+    async def _wait(self, condition: Callable[[], bool], timeout_ms: int) -> bool:
         deadline = asyncio.get_running_loop().time() + max(0, timeout_ms) / 1000
         while not condition():
             if asyncio.get_running_loop().time() >= deadline:
@@ -199,7 +213,7 @@ class AdminManager:
             if await self.store.exists(paths.topic_path(name)) is None:
                 results[name] = (ErrorCode.unknown_topic_or_partition, None)
                 continue
-            if not self.broker.config["delete.topic.enable"]:
+            if not self.config["delete.topic.enable"]:
                 results[name] = (ErrorCode.topic_deletion_disabled,
                                  "Topic deletion is disabled.")
                 continue
@@ -208,7 +222,7 @@ class AdminManager:
             pending.append(name)
             results[name] = (ErrorCode.none, None)
         if pending:
-            cache = self.broker.metadata_cache
+            cache = self.metadata_cache
             ok = await self._wait(lambda: all(cache.topic(n) is None for n in pending), timeout_ms)
             if not ok:
                 for n in pending:
@@ -242,7 +256,7 @@ class AdminManager:
                             "assignments provided.")
                     manual = {len(existing) + i: a for i, a in enumerate(spec.assignments)}
                 new = asg.add_partitions(spec.name, existing,
-                                         sorted(self.broker.metadata_cache.brokers), spec.count,
+                                         sorted(self.metadata_cache.brokers), spec.count,
                                          replica_assignment=manual)
                 if not validate_only:
                     merged = {**{p: tuple(r) for p, r in existing.items()},
@@ -255,7 +269,7 @@ class AdminManager:
             except Exception as exc:
                 results[spec.name] = (_error_code(exc), str(exc))
         if changed:
-            cache = self.broker.metadata_cache
+            cache = self.metadata_cache
 
             def done() -> bool:
                 return all((t := cache.topic(n)) is not None and len(t.partitions) >= c
@@ -267,12 +281,10 @@ class AdminManager:
         return results
 
     # -- alter configs (AlterConfigs / IncrementalAlterConfigs) ------------------------------
-    async def alter_topic_config(self, topic: str, ops: list[Any], incremental: bool,
+    async def alter_topic_config(self, topic: str, ops: list[ConfigOp], incremental: bool,
                                  validate_only: bool) -> dict[str, str]:
         """Kafka's AdminZkClient.changeTopicConfig: validate the topic's new overrides, then
         write `/config/topics/<t>` and a change notification. Returns the new overrides."""
-        from .apis.alter_configs import UnknownTopicError, apply_incremental
-
         if await self.store.exists(paths.topic_path(topic)) is None:
             raise UnknownTopicError(f"Topic {topic} does not exist.")
         path = paths.topic_config_path(topic)
@@ -280,20 +292,18 @@ class AdminManager:
         current = paths.decode_entity_config(found[0]) if found else {}
         base = {} if not incremental else current
         new = apply_incremental(base, ops, TOPIC_LIST_DEFAULTS)
-        LogConfig.from_props(new, base=self.broker.default_log_config)  # raises naming the key
+        self.topic_configs.validate(new)  # raises naming the key
         if not validate_only:
             await self._write_entity_config(path, new, f"topics/{topic}")
             log.info("Updated topic %s configs: %s", topic, new)
             # read-your-writes on this broker; the others follow the notification
-            await self.broker.topic_configs.reload(topic)
+            await self.topic_config_manager.reload(topic)
         return new
 
-    async def alter_broker_config(self, name: str, ops: list[Any], incremental: bool,
+    async def alter_broker_config(self, name: str, ops: list[ConfigOp], incremental: bool,
                                   validate_only: bool) -> dict[str, str]:
         """Dynamic broker configs (KIP-226): "" is the cluster-wide default `<default>`,
         otherwise a broker id. Written to `/config/brokers/<entity>` + a notification."""
-        from .apis.alter_configs import InvalidRequestError, apply_incremental
-
         if name == "":
             entity = DEFAULT_ENTITY
         else:
@@ -310,8 +320,8 @@ class AdminManager:
         if not validate_only:
             await self._write_entity_config(path, new, f"brokers/{entity}")
             log.info("Updated broker %s configs: %s", entity, new)
-            if self.broker.broker_configs.on_change(entity):
-                await self.broker.broker_configs.reload()
+            if self.broker_configs.on_change(entity):
+                await self.broker_configs.reload()
         return new
 
     async def _write_entity_config(self, path: str, config: dict[str, str],
@@ -327,7 +337,7 @@ class AdminManager:
 
     # -- configs ----------------------------------------------------------------------------
     def _effective_configs(self, overrides: dict[str, str]) -> dict[str, tuple[str, int]]:
-        defaults = self.broker.broker_configs.effective.topic_defaults()
+        defaults = self.broker_configs.effective.topic_defaults()
         out = {k: (v, DEFAULT_CONFIG) for k, v in defaults.items()}
         for k, v in overrides.items():
             out[k] = (v, DYNAMIC_TOPIC_CONFIG)
@@ -339,17 +349,17 @@ class AdminManager:
         overrides are read from the store, so any broker answers for any topic."""
         found = await self.store.get_or_none(paths.topic_config_path(topic))
         overrides = paths.decode_entity_config(found[0]) if found else {}
-        return topic_config_entries(overrides, self.broker.broker_configs, self.broker.config)
+        return topic_config_entries(overrides, self.broker_configs, self.config)
 
     def describe_broker_config(self, name: str) -> list[ConfigEntry]:
         """"" (the cluster-wide default): the dynamic default configs only; this broker's id:
         every broker config with its source (Kafka's ConfigHelper)."""
-        bcm = self.broker.broker_configs
+        bcm = self.broker_configs
         if name == "":
             return [ConfigEntry(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG, read_only=False,
                                 synonyms=[(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG)])
                     for k, v in sorted(bcm.default_configs.items())]
-        static = self.broker.config
+        static = self.config
         entries = []
         for key in sorted(DEFS):
             synonyms = broker_synonyms(key, bcm.broker_configs, bcm.default_configs,

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import state_change
-from ..controller.controller import KafkaController
+from ..controller.controller import ControllerConfig, KafkaController
 from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
-from ..coordinator.group_coordinator import GroupCoordinator
+from ..coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
@@ -37,6 +37,7 @@ from .network import SocketServer
 from .producer_id_manager import ProducerIdManager
 from .replica_manager import ReplicaManager
 from .topic_config_manager import TopicConfigManager
+from .topic_configs import TopicConfigs
 
 log = logging.getLogger("odradek.broker")
 
@@ -48,69 +49,57 @@ def _now_ms() -> int:
 
 
 class Broker:
+    """The wiring (Kafka's KafkaServer): start() builds each component once its collaborators
+    exist, in dependency order, and hands each exactly what it uses. Until start() the
+    components are None; afterwards they are what tests and tools read (`replica_manager`,
+    `group_coordinator`, `controller`, ...)."""
+
     def __init__(self, config: KafkaConfig, *, embedded_zk: EmbeddedZooKeeper | None = None
                  ) -> None:
         self.config = config
         self.broker_id = config.broker_id
         self._embedded_zk = embedded_zk
         self._owns_embedded_zk = False
-        self.store: CoordinationStore | None = None
         self.metadata_cache = MetadataCache()
-        self.topic_overrides: dict[str, dict[str, str]] = {}
-        self._topic_configs: dict[str, LogConfig] = {}
-        self.default_log_config = LogConfig.from_props(config.topic_defaults(),
-                                                       allow_unknown=True)
+        self.store: CoordinationStore | None = None
         self.log_manager: LogManager | None = None
-        self.replica_manager: ReplicaManager | None = None  # type: ignore[assignment]
-        self.apis = KafkaApis(self)
-        self.admin = AdminManager(self)
-        self.topic_configs = TopicConfigManager(self)
-        self.dynamic_config: dict[str, str] = {}  # KIP-226: <default> then <id> overrides
-        self.broker_configs = BrokerConfigManager(self)
-        self.producer_ids: ProducerIdManager | None = None  # type: ignore[assignment]
+        self.log_configs: TopicConfigs | None = None  # the one owner of topic configuration
+        self.replica_manager: ReplicaManager | None = None
+        self.broker_configs: BrokerConfigManager | None = None
+        self.topic_configs: TopicConfigManager | None = None
+        self.admin: AdminManager | None = None
+        self.producer_ids: ProducerIdManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.controller: KafkaController | None = None
-        self.controller_epoch_seen = 0  # newest controller epoch seen in requests (S-5.3)
-        self.socket_server = SocketServer(self.apis.handle, config["socket.request.max.bytes"],
-                                          max_in_flight=min(config["queued.max.requests"], 64))
+        self.apis: KafkaApis | None = None
+        self.socket_server: SocketServer | None = None
         self.bound_ports: list[int] = []
         self._state_change_handler: logging.Handler | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 
-    # -- topic configs --------------------------------------------------------------------------
+    # -- what tests and tools read --------------------------------------------------------------
     def topic_config(self, topic: str) -> LogConfig:
-        cfg = self._topic_configs.get(topic)
-        if cfg is None:
-            overrides = self.topic_overrides.get(topic)
-            if not overrides:
-                return self.default_log_config
-            cfg = LogConfig.from_props(overrides, base=self.default_log_config,
-                                       allow_unknown=True)
-            self._topic_configs[topic] = cfg
-        return cfg
+        """The effective config of `topic` on this broker."""
+        if self.log_configs is None:
+            raise RuntimeError(f"broker {self.broker_id} is not started")
+        return self.log_configs.config(topic)
 
-    def set_topic_overrides(self, topic: str, overrides: dict[str, str] | None) -> None:
-        self._topic_configs.pop(topic, None)
-        if overrides:
-            self.topic_overrides[topic] = dict(overrides)
-        else:
-            self.topic_overrides.pop(topic, None)
-        if self.log_manager is not None:
-            self.log_manager.update_topic_config(topic, self.topic_config(topic)
-                                                 if overrides else None)
+    @property
+    def dynamic_config(self) -> dict[str, str]:
+        """KIP-226: the dynamic broker configs in force (<default> then <id> overrides)."""
+        return {} if self.broker_configs is None else self.broker_configs.dynamic_config
 
-    def set_default_log_config(self, config: LogConfig) -> None:
-        """New broker-level topic defaults (dynamic log.* configs): every log without its own
-        override, and every override's base, follows at once."""
-        self.default_log_config = config
-        self._topic_configs.clear()
-        if self.log_manager is not None:
-            self.log_manager.default_config = config
-            for topic in self.topic_overrides:
-                self.log_manager.update_topic_config(topic, self.topic_config(topic))
-            for log_ in self.log_manager.all_logs():
-                log_.config = self.log_manager.config_for(log_.topic)
+    @property
+    def controller_epoch_seen(self) -> int:
+        """The newest controller epoch seen in controller requests (S-5.3)."""
+        return 0 if self.replica_manager is None else self.replica_manager.controller_epoch
+
+    def _enable_unclean_leader_election(self, topic: str | None = None) -> None:
+        """A topic's (or, with None, the broker default's) unclean.leader.election.enable
+        became true: the active controller elects leaders for offline partitions at once."""
+        if self.controller is not None:
+            self.controller.enable_unclean_leader_election(topic)
 
     # -- lifecycle --------------------------------------------------------------------------------
     @property
@@ -136,36 +125,58 @@ class Broker:
         log_dirs = cfg.log_dirs
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.store = await self._connect_store()
-        await paths.create_top_level_paths(self.store)
+        store = self.store = await self._connect_store()
+        await paths.create_top_level_paths(store)
         cluster_id = await self._cluster_id()
         self.broker_id = self._check_meta_properties(log_dirs, cluster_id)
         self._state_change_handler = state_change.attach_file(self.broker_id, log_dirs[0])
-        self.metadata_cache.cluster_id = cluster_id
-        self.log_manager = LogManager(
-            log_dirs, self.default_log_config,
-            producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
-        self.log_manager.start_cleaner(cleaner_config_from(cfg))  # compaction (S-2.7)
+        cache = self.metadata_cache
+        cache.cluster_id = cluster_id
+        defaults = LogConfig.from_props(cfg.topic_defaults(), allow_unknown=True)
+        log_manager = self.log_manager = LogManager(
+            log_dirs, defaults, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+        log_manager.start_cleaner(cleaner_config_from(cfg))  # compaction (S-2.7)
         # many loaded logs: out of the cyclic GC's generations (server/gc_freeze.py)
-        freeze_long_lived(len(self.log_manager.all_logs()), collect=True, reason="loading logs")
+        freeze_long_lived(len(log_manager.all_logs()), collect=True, reason="loading logs")
         if process_owned():  # the checkpoint writer threads get the GIL back quickly
             lower_switch_interval()
-        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager, self.topic_config)
-        self.replica_manager.start()
-        self.replica_manager.start_replication(  # replica fetchers and ISR tasks (S-3)
+        log_configs = self.log_configs = TopicConfigs(defaults, log_manager)
+        rm = self.replica_manager = ReplicaManager(self.broker_id, log_manager, log_configs.config,
+                                                   metadata_cache=cache)
+        rm.start()
+        rm.start_replication(  # replica fetchers and ISR tasks (S-3)
             self.config, lambda: self.store,
-            lambda b: (i.host, i.port) if (i := self.metadata_cache.brokers.get(b)) else None)
-        self.producer_ids = ProducerIdManager(self.broker_id, self.store)
-        self.group_coordinator = GroupCoordinator(self)  # listens to LeaderAndIsr from now on
-        await self.group_coordinator.startup()
+            lambda b: (i.host, i.port) if (i := cache.brokers.get(b)) else None)
+        broker_configs = self.broker_configs = BrokerConfigManager(
+            self.broker_id, cfg, store, log_configs, rm, self._enable_unclean_leader_election)
+        topic_configs = self.topic_configs = TopicConfigManager(
+            self.broker_id, store, log_configs, rm, broker_configs,
+            self._enable_unclean_leader_election)
+        admin = self.admin = AdminManager(cfg, store, cache, log_configs, topic_configs,
+                                          broker_configs)
+        self.producer_ids = ProducerIdManager(self.broker_id, store)
+        coordinator = self.group_coordinator = GroupCoordinator(
+            self.broker_id, GroupConfig.from_config(cfg), rm, store, lambda: cache.brokers,
+            admin.create_topic_with_assignment)
+        await coordinator.startup()  # listens to LeaderAndIsr from now on
+        self.controller = KafkaController(
+            store, self.broker_id, ControllerConfig.from_broker_config(cfg), cache,
+            topic_configs, log_configs.config)
+        self.apis = KafkaApis(
+            broker_id=self.broker_id, config=cfg, replica_manager=rm, metadata_cache=cache,
+            group_coordinator=coordinator, admin_manager=admin, topic_config_manager=topic_configs,
+            producer_ids=self.producer_ids, controller=self.controller, store=store,
+            flush_checkpoints=log_manager.checkpoint_writer.flush)
+        socket_server = self.socket_server = SocketServer(
+            self.apis.handle, cfg["socket.request.max.bytes"],
+            max_in_flight=min(cfg["queued.max.requests"], 64))
         for ep in cfg.listeners:
-            self.bound_ports.append(await self.socket_server.start(ep.host, ep.port))
-        await self.broker_configs.start()
-        await self.topic_configs.start()
+            self.bound_ports.append(await socket_server.start(ep.host, ep.port))
+        await broker_configs.start()
+        await topic_configs.start()
         await self._register()
-        await self.socket_server.start_serving()  # registered: clients and controllers may come
-        self.store.add_session_listener(self._on_session_state)
-        self.controller = KafkaController(self)
+        await socket_server.start_serving()  # registered: clients and controllers may come
+        store.add_session_listener(self._on_session_state)
         await self.controller.startup()
         await self._await_cluster_metadata()
         self._start_periodic_tasks()
@@ -413,7 +424,8 @@ class Broker:
                     "shutdown attempts", self.broker_id)
 
     async def _stop_network_and_tasks(self) -> None:
-        await self.socket_server.stop()
+        if self.socket_server is not None:
+            await self.socket_server.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -423,7 +435,8 @@ class Broker:
         if self.controller is not None:
             await self.controller.shutdown()
             self.controller = None
-        self.topic_configs.stop()
+        if self.topic_configs is not None:
+            self.topic_configs.stop()
 
 
 def _new_cluster_id() -> str:

@@ -15,16 +15,15 @@ own override (Kafka's DynamicLogConfig), e.g. `log.retention.ms`, `message.max.b
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from ..coordination import paths
+from ..coordination.store import CoordinationStore
 from ..storage.log_config import LogConfig
 from .config import DEFS, TOPIC_CONFIG_SYNONYMS, ConfigError, KafkaConfig
+from .replica_manager import ReplicaManager
 from .replication_quota import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .topic_configs import TopicConfigs
 
 log = logging.getLogger("odradek.config")
 
@@ -96,54 +95,56 @@ def broker_config_path(entity: str) -> str:
 
 
 class BrokerConfigManager:
-    """Loads the dynamic broker configs and applies them to this broker."""
+    """Loads the dynamic broker configs and applies them to this broker: the replication
+    quotas of the replica manager and the topic defaults of `topic_configs`. A dynamic
+    unclean.leader.election.enable=true calls `on_unclean_leader_election_enabled()` (Kafka's
+    DynamicLogConfig: the active controller tries its offline partitions again at once)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, broker_id: int, config: KafkaConfig, store: CoordinationStore,
+                 topic_configs: TopicConfigs, replica_manager: ReplicaManager,
+                 on_unclean_leader_election_enabled: Callable[[], None]) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.store = store
+        self.topic_configs = topic_configs
+        self.replica_manager = replica_manager
+        self.on_unclean_leader_election_enabled = on_unclean_leader_election_enabled
         self.default_configs: dict[str, str] = {}
         self.broker_configs: dict[str, str] = {}
-        self.effective: KafkaConfig = broker.config
+        self.dynamic_config: dict[str, str] = {}  # KIP-226: <default> then <id> overrides
+        self.effective: KafkaConfig = config
 
     async def start(self) -> None:
         await self.reload()
 
     async def _read(self, entity: str) -> dict[str, str]:
-        store = self.broker.store
-        assert store is not None
-        found = await store.get_or_none(broker_config_path(entity))
+        found = await self.store.get_or_none(broker_config_path(entity))
         return paths.decode_entity_config(found[0]) if found else {}
 
     async def reload(self) -> None:
         self.default_configs = await self._read(DEFAULT_ENTITY)
-        self.broker_configs = await self._read(str(self.broker.broker_id))
+        self.broker_configs = await self._read(str(self.broker_id))
         self.apply()
 
     def on_change(self, entity: str) -> bool:
         """Whether a notification for `brokers/<entity>` concerns this broker."""
-        return entity in (DEFAULT_ENTITY, str(self.broker.broker_id))
+        return entity in (DEFAULT_ENTITY, str(self.broker_id))
 
     def apply(self) -> None:
-        broker = self.broker
         dynamic = merge_dynamic(self.default_configs, self.broker_configs)
-        broker.dynamic_config = dynamic
-        self.effective = effective_config(broker.config, dynamic)
+        self.dynamic_config = dynamic
+        self.effective = effective_config(self.config, dynamic)
         eff = self.effective
-        rm = broker.replica_manager
-        if rm is not None:
-            rm.leader_quota.update_quota(eff[LEADER_THROTTLED_RATE])
-            rm.follower_quota.update_quota(eff[FOLLOWER_THROTTLED_RATE])
+        rm = self.replica_manager
+        rm.leader_quota.update_quota(eff[LEADER_THROTTLED_RATE])
+        rm.follower_quota.update_quota(eff[FOLLOWER_THROTTLED_RATE])
         new_default = LogConfig.from_props(eff.topic_defaults(), allow_unknown=True)
-        if new_default != broker.default_log_config:
+        old_default = self.topic_configs.defaults
+        if new_default != old_default:
             unclean_enabled = (new_default.unclean_leader_election_enable
-                               and not broker.default_log_config.unclean_leader_election_enable)
-            broker.set_default_log_config(new_default)
+                               and not old_default.unclean_leader_election_enable)
+            self.topic_configs.set_defaults(new_default)
             if unclean_enabled:
-                self._enable_default_unclean_leader_election()
+                self.on_unclean_leader_election_enabled()
         log.info("[DynamicConfigManager broker=%d] Dynamic broker configs: %s",
-                 broker.broker_id, dynamic or "{}")
-
-    def _enable_default_unclean_leader_election(self) -> None:
-        """Kafka's DynamicLogConfig: a dynamic unclean.leader.election.enable=true makes the
-        active controller try its offline partitions again at once."""
-        if self.broker.controller is not None:
-            self.broker.controller.enable_unclean_leader_election()
+                 self.broker_id, dynamic or "{}")

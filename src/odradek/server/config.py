@@ -311,29 +311,15 @@ class KafkaConfig:
 
     def topic_defaults(self) -> dict[str, str]:
         """The broker-level defaults of topic configs, under the topic config names (Kafka's
-        LogConfig synonyms)."""
-        v = self.values
-        return {
-            "segment.bytes": str(v["log.segment.bytes"]),
-            "segment.ms": str(self.roll_ms),
-            "segment.index.bytes": str(v["log.index.size.max.bytes"]),
-            "index.interval.bytes": str(v["log.index.interval.bytes"]),
-            "flush.messages": str(v["log.flush.interval.messages"]),
-            "flush.ms": str(self.flush_ms),
-            "retention.ms": str(self.retention_ms),
-            "retention.bytes": str(v["log.retention.bytes"]),
-            "max.message.bytes": str(v["message.max.bytes"]),
-            "message.timestamp.type": str(v["log.message.timestamp.type"]),
-            "cleanup.policy": str(v["log.cleanup.policy"]),
-            "file.delete.delay.ms": str(v["log.segment.delete.delay.ms"]),
-            "min.insync.replicas": str(v["min.insync.replicas"]),
-            "unclean.leader.election.enable": str(v["unclean.leader.election.enable"]).lower(),
-            "compression.type": str(v["compression.type"]),
-            "delete.retention.ms": str(v["log.cleaner.delete.retention.ms"]),
-            "min.cleanable.dirty.ratio": str(v["log.cleaner.min.cleanable.ratio"]),
-            "min.compaction.lag.ms": str(v["log.cleaner.min.compaction.lag.ms"]),
-            "max.compaction.lag.ms": str(v["log.cleaner.max.compaction.lag.ms"]),
-        }
+        LogConfig synonyms): one entry per TOPIC_CONFIG_SYNONYMS pair, the broker configs with
+        fallbacks (log.roll.ms, log.flush.interval.ms, log.retention.ms) resolved."""
+        resolved = {"log.roll.ms": self.roll_ms, "log.flush.interval.ms": self.flush_ms,
+                    "log.retention.ms": self.retention_ms}
+        out: dict[str, str] = {}
+        for topic_key, broker_key in TOPIC_CONFIG_SYNONYMS.items():
+            value = resolved[broker_key] if broker_key in resolved else self.values[broker_key]
+            out[topic_key] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
 
 
 # Topic-level config -> the broker config it defaults from (DescribeConfigs synonyms).

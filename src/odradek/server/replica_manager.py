@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
+from ..protocol import interbroker as ib
 from ..protocol import records as rb
 from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..runtime.timer import AsyncTimerDriver, Timer
+from ..state_change import StateChangeLogger, leadership_text
 from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
@@ -39,6 +42,7 @@ from .fetcher import (
 )
 from .isr import IsrChangeManager
 from .leader_endpoint import EpochEndOffset
+from .metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from .partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     FencedLeaderEpochError,
@@ -57,6 +61,10 @@ log = logging.getLogger("odradek.replica_manager")
 # Kafka's FetchRequest.DEBUGGING_CONSUMER_ID: a consumer fetch (below the HW) that followers
 # answer too (replica-verification, S-6.4).
 DEBUGGING_CONSUMER_ID = -2
+
+# UpdateMetadata's leader of a partition whose topic is being deleted (Kafka's
+# LeaderAndIsr.LeaderDuringDelete).
+LEADER_DURING_DELETE = -2
 
 
 def _now_ms() -> int:
@@ -195,10 +203,15 @@ class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  topic_config: Callable[[str], LogConfig],
                  clock: Callable[[], int] = _now_ms,
-                 replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS) -> None:
+                 replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS, *,
+                 metadata_cache: MetadataCache | None = None) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.topic_config = topic_config
+        self.metadata_cache = metadata_cache if metadata_cache is not None else MetadataCache()
+        # The newest controller epoch seen in LeaderAndIsr/StopReplica/UpdateMetadata (S-5.3).
+        self.controller_epoch = 0
+        self.state_change = StateChangeLogger(broker_id)
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -289,6 +302,133 @@ class ReplicaManager:
         p = self.get_or_create_partition(topic, index)
         p.make_leader(leader_epoch, isr, replicas, self.clock())
         return p
+
+    # -- controller requests (LeaderAndIsr, StopReplica, UpdateMetadata) -----------------------
+    def _is_stale(self, controller_id: int, epoch: int, what: str) -> bool:
+        """S-5.3: a request from a controller older than the newest seen is refused
+        (STALE_CONTROLLER_EPOCH), so a deposed controller cannot move leadership."""
+        if epoch < self.controller_epoch:
+            self.state_change.broker(epoch, (
+                f"Ignoring {what} request from controller {controller_id} with epoch {epoch} "
+                f"since its epoch is older than the current controller epoch "
+                f"{self.controller_epoch}"), logging.WARNING)
+            return True
+        self.controller_epoch = epoch
+        return False
+
+    def _role(self, tp: TopicPartition) -> str:
+        p = self.partitions.get(tp)
+        if p is None:
+            return "NonExistent"
+        return "Leader" if p.is_leader else "Follower"
+
+    def become_leader_or_followers(self, req: ib.LeaderAndIsrRequest, correlation_id: int
+                                   ) -> tuple[ErrorCode, list[tuple[TopicPartition, ErrorCode]]]:
+        """Kafka's becomeLeaderOrFollower: the request's error (STALE_CONTROLLER_EPOCH from an
+        older controller) and each partition's, in the request's order."""
+        if self._is_stale(req.controller_id, req.controller_epoch, "LeaderAndIsr"):
+            return ErrorCode.stale_controller_epoch, []
+        live_leaders = {ll.broker_id: (ll.host_name, ll.port) for ll in req.live_leaders}
+        origin = f"(LeaderAndIsr correlationId {correlation_id} from controller " \
+                 f"{req.controller_id})"
+        errors: list[tuple[TopicPartition, ErrorCode]] = []
+        for s in req.partition_states():
+            tp = TopicPartition(s.topic_name, s.partition_index)
+            before = self._role(tp)
+            code = self.become_leader_or_follower(
+                tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas), s.partition_epoch,
+                live_leaders.get(s.leader))
+            if code == ErrorCode.none:
+                self.state_change.partition_change(
+                    req.controller_epoch, tp, before, self._role(tp),
+                    f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}",
+                    actor="Broker")
+            else:
+                self.state_change.broker(req.controller_epoch, (
+                    f"Ignored the state of partition {tp} with "
+                    f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}: "
+                    f"{code.name.upper()}"), logging.WARNING)
+            errors.append((tp, code))
+        return ErrorCode.none, errors
+
+    def stop_replicas(self, controller_id: int, controller_epoch: int,
+                      partitions: list[tuple[TopicPartition, int, bool]]
+                      ) -> tuple[ErrorCode, list[tuple[TopicPartition, ErrorCode]]]:
+        """Kafka's stopReplicas: (partition, leader epoch, delete) from a StopReplica; a deleted
+        partition leaves the metadata cache too. The request's error (STALE_CONTROLLER_EPOCH)
+        and each partition's."""
+        if self._is_stale(controller_id, controller_epoch, "StopReplica"):
+            return ErrorCode.stale_controller_epoch, []
+        errors: list[tuple[TopicPartition, ErrorCode]] = []
+        for tp, epoch, delete in partitions:
+            before = self._role(tp)
+            code = self.stop_replica_request(tp, epoch, delete)
+            self.state_change.partition_change(
+                controller_epoch, tp, before, "Deleted" if delete else "Stopped",
+                f"StopReplica (delete={str(delete).lower()}) from controller {controller_id}: "
+                f"{code.name.upper()}", actor="Broker")
+            if delete and code == ErrorCode.none:
+                self.metadata_cache.remove_partition(tp.topic, tp.partition)
+            errors.append((tp, code))
+        return ErrorCode.none, errors
+
+    def maybe_update_metadata_cache(self, req: ib.UpdateMetadataRequest,
+                                    correlation_id: int = -1) -> ErrorCode:
+        """Kafka's maybeUpdateMetadataCache: live brokers, controller and partition leadership
+        from an UpdateMetadata (STALE_CONTROLLER_EPOCH from an older controller)."""
+        if self._is_stale(req.controller_id, req.controller_epoch, "UpdateMetadata"):
+            return ErrorCode.stale_controller_epoch
+        cache = self.metadata_cache
+        cache.controller_id = req.controller_id
+        brokers: dict[int, BrokerInfo] = {}
+        for b in req.live_brokers:
+            ep = next(iter(getattr(b, "endpoints", ()) or ()), None)
+            host, port = (ep.host, ep.port) if ep is not None else (b.v0_host, b.v0_port)
+            brokers[b.id] = BrokerInfo(b.id, host, port, b.rack)
+        cache.brokers = brokers
+        topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
+        states = req.partition_states()
+        for s in states:
+            if s.leader == LEADER_DURING_DELETE:
+                cache.remove_partition(s.topic_name, s.partition_index)
+                continue
+            cache.update_partition(
+                s.topic_name, topic_ids.get(s.topic_name, uuid.UUID(int=0)), s.partition_index,
+                PartitionInfo(s.leader, s.leader_epoch, list(s.replicas), list(s.isr),
+                              list(s.offline_replicas), s.zk_version, s.controller_epoch),
+                internal=s.topic_name.startswith("__"))
+        # Kafka traces this per partition; one line per request says the same at DEBUG.
+        self.state_change.broker(req.controller_epoch, (
+            f"Cached live brokers {sorted(brokers)} and the leadership of "
+            f"{len(states)} partitions (UpdateMetadata correlationId "
+            f"{correlation_id} from controller {req.controller_id})"), logging.DEBUG)
+        cache.initialized.set()
+        return ErrorCode.none
+
+    # -- leadership -----------------------------------------------------------------------------
+    def leader_partition_or_error(self, tp: TopicPartition, current_leader_epoch: int = -1, *,
+                                  require_leader: bool = True
+                                  ) -> tuple[Partition | None, ErrorCode]:
+        """Kafka's getPartitionOrError + localLeaderOrException: the hosted partition and
+        ErrorCode.none if this broker leads it (or, without `require_leader`, hosts it) in the
+        request's current leader epoch (-1: any); else the error to answer (the partition, if
+        hosted, for the response's offsets). Not hosted: NOT_LEADER_OR_FOLLOWER if its log is
+        here, else UNKNOWN_TOPIC_OR_PARTITION."""
+        tp = (tp[0], tp[1])
+        p = self.partitions.get(tp)
+        if p is None:
+            return None, (ErrorCode.not_leader_or_follower
+                          if self.log_manager.get_log(*tp) is not None
+                          else ErrorCode.unknown_topic_or_partition)
+        if require_leader and not p.is_leader:
+            return p, ErrorCode.not_leader_or_follower
+        try:
+            p.check_leader_epoch(current_leader_epoch)
+        except FencedLeaderEpochError:
+            return p, ErrorCode.fenced_leader_epoch
+        except UnknownLeaderEpochError:
+            return p, ErrorCode.unknown_leader_epoch
+        return p, ErrorCode.none
 
     def become_leader_or_follower(self, tp: TopicPartition, leader: int, leader_epoch: int,
                                   isr: list[int], replicas: list[int], partition_epoch: int,
@@ -388,20 +528,9 @@ class ReplicaManager:
         """Kafka's lastOffsetForLeaderEpoch: the end offset of `leader_epoch` in the leader's
         log (the start offset of the next larger epoch, or the LEO for the latest), with the
         largest epoch <= the one asked. Only the leader answers."""
-        tp = (tp[0], tp[1])
-        p = self.partitions.get(tp)
-        if p is None:
-            code = (ErrorCode.not_leader_or_follower if self.log_manager.get_log(*tp)
-                    is not None else ErrorCode.unknown_topic_or_partition)
+        p, code = self.leader_partition_or_error(tp, current_leader_epoch)
+        if p is None or code != ErrorCode.none:
             return EpochEndOffset(code)
-        if not p.is_leader:
-            return EpochEndOffset(ErrorCode.not_leader_or_follower)
-        try:
-            p.check_leader_epoch(current_leader_epoch)
-        except FencedLeaderEpochError:
-            return EpochEndOffset(ErrorCode.fenced_leader_epoch)
-        except UnknownLeaderEpochError:
-            return EpochEndOffset(ErrorCode.unknown_leader_epoch)
         found = p.log.end_offset_for_epoch(leader_epoch)
         if found is None:
             return EpochEndOffset(ErrorCode.none)
@@ -514,17 +643,14 @@ class ReplicaManager:
         remaining = max_bytes
         min_one = True  # KIP-74: the first batch of the response is sent whole even if too large
         for tp, req in requests.items():
-            partition = self.partitions.get(tp)
-            if partition is None:
-                code = (ErrorCode.not_leader_or_follower
-                        if self.log_manager.get_log(*tp) is not None
-                        else ErrorCode.unknown_topic_or_partition)
-                results[tp] = FetchResult(code)
+            partition, code = self.leader_partition_or_error(
+                tp, req.current_leader_epoch,
+                require_leader=replica_id != DEBUGGING_CONSUMER_ID)
+            if partition is None or code != ErrorCode.none:
+                results[tp] = (FetchResult(code) if partition is None else FetchResult(
+                    code, partition.high_watermark, partition.log_start_offset))
                 continue
             try:
-                if not partition.is_leader and replica_id != DEBUGGING_CONSUMER_ID:
-                    raise NotLeaderError(f"not the leader of {tp[0]}-{tp[1]}")
-                partition.check_leader_epoch(req.current_leader_epoch)
                 limit = (partition.log_end_offset if replica_id >= 0
                          else partition.high_watermark)
                 if self.should_leader_throttle(partition, replica_id):

@@ -14,29 +14,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..coordination import paths
+from ..coordination.store import CoordinationStore
+from .broker_config_manager import BrokerConfigManager
+from .replica_manager import ReplicaManager
 from .replication_quota import throttled_partitions
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .topic_configs import TopicConfigs
 
 log = logging.getLogger("odradek.config")
 
 
 class TopicConfigManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """`on_unclean_leader_election_enabled(topic)` is called when a topic's
+    unclean.leader.election.enable is loaded as true (the broker hands it to the controller)."""
+
+    def __init__(self, broker_id: int, store: CoordinationStore, topic_configs: TopicConfigs,
+                 replica_manager: ReplicaManager, broker_configs: BrokerConfigManager,
+                 on_unclean_leader_election_enabled: Callable[[str], None]) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.topic_configs = topic_configs
+        self.replica_manager = replica_manager
+        self.broker_configs = broker_configs
+        self.on_unclean_leader_election_enabled = on_unclean_leader_election_enabled
         self.loaded: set[str] = set()
         self._seen_changes: set[str] = set()
         self._watch: Any = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        store = self.broker.store
-        assert store is not None
+        store = self.store
         self._seen_changes = set(await store.get_children(paths.CONFIG_CHANGES))
         self._watch = await store.watch_children(paths.CONFIG_CHANGES, self._on_changes)
 
@@ -53,11 +63,9 @@ class TopicConfigManager:
                 await self.reload(topic)
 
     async def reload(self, topic: str) -> None:
-        store = self.broker.store
-        assert store is not None
-        found = await store.get_or_none(paths.topic_config_path(topic))
+        found = await self.store.get_or_none(paths.topic_config_path(topic))
         overrides = paths.decode_entity_config(found[0]) if found else {}
-        self.broker.set_topic_overrides(topic, overrides)
+        self.topic_configs.set_overrides(topic, overrides)
         self.loaded.add(topic)
         self._update_throttles(topic)
         if overrides.get("unclean.leader.election.enable", "").strip().lower() == "true":
@@ -67,22 +75,17 @@ class TopicConfigManager:
         """Kafka's TopicConfigHandler: when a topic's unclean.leader.election.enable becomes
         true, the active controller elects leaders for its offline partitions at once
         (TopicUncleanLeaderElectionEnable), instead of waiting for the next broker change."""
-        if self.broker.controller is not None:
-            self.broker.controller.enable_unclean_leader_election(topic)
+        self.on_unclean_leader_election_enabled(topic)
 
     def forget(self, topic: str) -> None:
         self.loaded.discard(topic)
-        self.broker.set_topic_overrides(topic, None)
-        rm = self.broker.replica_manager
-        if rm is not None:
-            rm.update_throttled_replicas(topic, frozenset(), frozenset())
+        self.topic_configs.set_overrides(topic, None)
+        self.replica_manager.update_throttled_replicas(topic, frozenset(), frozenset())
 
     def _update_throttles(self, topic: str) -> None:
-        rm = self.broker.replica_manager
-        if rm is None:
-            return
-        cfg = self.broker.topic_config(topic)
-        broker_id = self.broker.broker_id
+        rm = self.replica_manager
+        cfg = self.topic_configs.config(topic)
+        broker_id = self.broker_id
         try:
             leader = throttled_partitions(cfg.leader_replication_throttled_replicas, broker_id)
             follower = throttled_partitions(cfg.follower_replication_throttled_replicas,
@@ -98,9 +101,7 @@ class TopicConfigManager:
         task.add_done_callback(self._tasks.discard)
 
     async def _process_changes(self) -> None:
-        store = self.broker.store
-        if store is None:
-            return
+        store = self.store
         children = set(await store.get_children(paths.CONFIG_CHANGES))
         for child in sorted(children - self._seen_changes):
             found = await store.get_or_none(f"{paths.CONFIG_CHANGES}/{child}")
@@ -111,7 +112,7 @@ class TopicConfigManager:
             if kind == "topics" and name:
                 log.info("Processing override for entity path %s", entity)
                 await self.reload(name)
-            elif kind == "brokers" and self.broker.broker_configs.on_change(name):
+            elif kind == "brokers" and self.broker_configs.on_change(name):
                 log.info("Processing override for entity path %s", entity)
-                await self.broker.broker_configs.reload()
+                await self.broker_configs.reload()
         self._seen_changes = children

@@ -1,74 +1,82 @@
 """Request dispatch by API key (Kafka's KafkaApis, split by area into small modules).
 
-`KafkaApis.handle(connection, payload)` parses the frame with the codec and calls the handler of
-that API key. A handler returns a response (bytes or parts), None (no response), or an awaitable
-of one. Unknown API keys and unparseable requests close the connection with a log line, as
-Kafka does; ApiVersions at an unsupported version is answered with UNSUPPORTED_VERSION (v0 body).
+`KafkaApis` is built with the broker's collaborators (replica manager, metadata cache, group
+coordinator, admin manager, config managers, producer id manager, controller, store), as Kafka's
+`KafkaApis(requestChannel, replicaManager, groupCoordinator, ...)`; each area module gets only
+what it uses. `KafkaApis.handle(connection, payload)` parses the frame with the codec and calls
+the handler of that API key. A handler returns a response (bytes or parts), None (no
+response), or an awaitable of one. Unknown API keys and unparseable requests close the
+connection with a log line, as Kafka does; ApiVersions at an unsupported version is answered
+with UNSUPPORTED_VERSION (v0 body).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ...controller.controller import KafkaController
+from ...coordination.store import CoordinationStore
+from ...coordinator.group_coordinator import GroupCoordinator
 from ...protocol import interbroker as ib
 from ...protocol.codec import MalformedRequest, UnsupportedVersion, decode_request, peek_api
+from ..admin_manager import AdminManager
+from ..config import KafkaConfig
+from ..metadata_cache import MetadataCache
 from ..network import CloseConnection, Connection, Response
-from . import (
-    admin,
-    alter_configs,
-    api_versions,
-    elect_leaders,
-    fetch,
-    find_coordinator,
-    groups,
-    interbroker,
-    list_offsets,
-    metadata,
-    offset_for_leader_epoch,
-    offsets,
-    produce,
-    producer_ids,
-    reassignments,
-)
-
-if TYPE_CHECKING:
-    from ..broker import Broker
+from ..producer_id_manager import ProducerIdManager
+from ..replica_manager import ReplicaManager
+from ..topic_config_manager import TopicConfigManager
+from .admin import AdminApis
+from .alter_configs import AlterConfigsApis
+from .api_versions import ApiVersionsApi
+from .elect_leaders import ElectLeadersApi
+from .fetch import FetchApi
+from .find_coordinator import FindCoordinatorApi
+from .groups import GroupApis
+from .interbroker import InterBrokerApis
+from .list_offsets import ListOffsetsApi
+from .metadata import MetadataApi
+from .offset_for_leader_epoch import OffsetForLeaderEpochApi
+from .offsets import OffsetApis
+from .produce import ProduceApi
+from .producer_ids import InitProducerIdApi
+from .reassignments import ReassignmentApis
 
 log = logging.getLogger("odradek.apis")
 
-HandlerFn = Callable[["Broker", Any, Any, Connection], "Response | Awaitable[Response]"]
+HandlerFn = Callable[[Any, Any, Connection], "Response | Awaitable[Response]"]
 
-# api key -> (name, min version, max version, handler)
-APIS: dict[int, tuple[str, int, int, HandlerFn]] = {
-    0: ("Produce", 3, 10, produce.handle),
-    1: ("Fetch", 4, 12, fetch.handle),
-    2: ("ListOffsets", 1, 7, list_offsets.handle),
-    3: ("Metadata", 0, 12, metadata.handle),
-    8: ("OffsetCommit", 2, 8, offsets.handle_offset_commit),
-    9: ("OffsetFetch", 1, 8, offsets.handle_offset_fetch),
-    10: ("FindCoordinator", 0, 4, find_coordinator.handle),
-    11: ("JoinGroup", 0, 7, groups.handle_join_group),
-    12: ("Heartbeat", 0, 4, groups.handle_heartbeat),
-    13: ("LeaveGroup", 0, 5, groups.handle_leave_group),
-    14: ("SyncGroup", 0, 5, groups.handle_sync_group),
-    15: ("DescribeGroups", 0, 5, groups.handle_describe_groups),
-    16: ("ListGroups", 0, 4, groups.handle_list_groups),
-    18: ("ApiVersions", 0, 3, api_versions.handle),
-    19: ("CreateTopics", 2, 7, admin.handle_create_topics),
-    20: ("DeleteTopics", 1, 6, admin.handle_delete_topics),
-    22: ("InitProducerId", 0, 4, producer_ids.handle),
-    23: ("OffsetForLeaderEpoch", 2, 4, offset_for_leader_epoch.handle),
-    32: ("DescribeConfigs", 1, 4, admin.handle_describe_configs),
-    33: ("AlterConfigs", 0, 2, alter_configs.handle_alter_configs),
-    37: ("CreatePartitions", 0, 3, admin.handle_create_partitions),
-    42: ("DeleteGroups", 0, 2, groups.handle_delete_groups),
-    43: ("ElectLeaders", 0, 2, elect_leaders.handle),
-    44: ("IncrementalAlterConfigs", 0, 1, alter_configs.handle_incremental_alter_configs),
-    45: ("AlterPartitionReassignments", 0, 0, reassignments.handle_alter),
-    46: ("ListPartitionReassignments", 0, 0, reassignments.handle_list),
-    47: ("OffsetDelete", 0, 0, offsets.handle_offset_delete),
+# api key -> (name, min version, max version)
+APIS: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 10),
+    1: ("Fetch", 4, 12),
+    2: ("ListOffsets", 1, 7),
+    3: ("Metadata", 0, 12),
+    8: ("OffsetCommit", 2, 8),
+    9: ("OffsetFetch", 1, 8),
+    10: ("FindCoordinator", 0, 4),
+    11: ("JoinGroup", 0, 7),
+    12: ("Heartbeat", 0, 4),
+    13: ("LeaveGroup", 0, 5),
+    14: ("SyncGroup", 0, 5),
+    15: ("DescribeGroups", 0, 5),
+    16: ("ListGroups", 0, 4),
+    18: ("ApiVersions", 0, 3),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 6),
+    22: ("InitProducerId", 0, 4),
+    23: ("OffsetForLeaderEpoch", 2, 4),
+    32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
+    37: ("CreatePartitions", 0, 3),
+    42: ("DeleteGroups", 0, 2),
+    43: ("ElectLeaders", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
+    45: ("AlterPartitionReassignments", 0, 0),
+    46: ("ListPartitionReassignments", 0, 0),
+    47: ("OffsetDelete", 0, 0),
 }
 
 # Advertised below what is handled (Kafka 4.0's KAFKA-18659): librdkafka before 2.10 compresses
@@ -84,14 +92,56 @@ INTERBROKER_APIS: dict[int, tuple[int, int]] = {
 
 
 class KafkaApis:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.apis = dict(APIS)
+    def __init__(self, *, broker_id: int, config: KafkaConfig,
+                 replica_manager: ReplicaManager, metadata_cache: MetadataCache,
+                 group_coordinator: GroupCoordinator, admin_manager: AdminManager,
+                 topic_config_manager: TopicConfigManager, producer_ids: ProducerIdManager,
+                 controller: KafkaController, store: CoordinationStore,
+                 flush_checkpoints: Callable[[], Awaitable[Any]]) -> None:
+        admin = AdminApis(broker_id, admin_manager, metadata_cache)
+        alter_configs = AlterConfigsApis(admin_manager)
+        groups = GroupApis(group_coordinator)
+        offsets = OffsetApis(group_coordinator, metadata_cache)
+        reassignments = ReassignmentApis(store)
+        self.api_versions = ApiVersionsApi(self.supported)
+        self.interbroker = InterBrokerApis(replica_manager, metadata_cache, topic_config_manager,
+                                           controller, flush_checkpoints)
+        self.handlers: dict[int, HandlerFn] = {
+            0: ProduceApi(replica_manager).handle,
+            1: FetchApi(replica_manager, config["fetch.max.bytes"]).handle,
+            2: ListOffsetsApi(replica_manager).handle,
+            3: MetadataApi(metadata_cache, config["auto.create.topics.enable"],
+                           admin_manager.auto_create_topics).handle,
+            8: offsets.handle_offset_commit,
+            9: offsets.handle_offset_fetch,
+            10: FindCoordinatorApi(group_coordinator, metadata_cache).handle,
+            11: groups.handle_join_group,
+            12: groups.handle_heartbeat,
+            13: groups.handle_leave_group,
+            14: groups.handle_sync_group,
+            15: groups.handle_describe_groups,
+            16: groups.handle_list_groups,
+            18: self.api_versions.handle,
+            19: admin.handle_create_topics,
+            20: admin.handle_delete_topics,
+            22: InitProducerIdApi(producer_ids).handle,
+            23: OffsetForLeaderEpochApi(replica_manager).handle,
+            32: admin.handle_describe_configs,
+            33: alter_configs.handle_alter_configs,
+            37: admin.handle_create_partitions,
+            42: groups.handle_delete_groups,
+            43: ElectLeadersApi(controller, metadata_cache).handle,
+            44: alter_configs.handle_incremental_alter_configs,
+            45: reassignments.handle_alter,
+            46: reassignments.handle_list,
+            47: offsets.handle_offset_delete,
+        }
+        assert self.handlers.keys() == APIS.keys()
 
     def supported(self) -> list[tuple[int, int, int]]:
         """The ranges ApiVersions advertises (see ADVERTISED_MIN_VERSION)."""
         ranges = [(k, min(lo, ADVERTISED_MIN_VERSION.get(k, lo)), hi)
-                  for k, (_, lo, hi, _) in self.apis.items()]
+                  for k, (_, lo, hi) in APIS.items()]
         ranges += [(k, lo, hi) for k, (lo, hi) in INTERBROKER_APIS.items()]
         return sorted(ranges)
 
@@ -104,21 +154,21 @@ class KafkaApis:
             lo, hi = INTERBROKER_APIS[key]
             if not lo <= version <= hi:
                 raise CloseConnection(f"unsupported inter-broker api {key} version {version}")
-            return interbroker.handle(self.broker, conn, payload)
-        entry = self.apis.get(key)
+            return self.interbroker.handle(conn, payload)
+        entry = APIS.get(key)
         if entry is None:
             raise CloseConnection(f"unknown API key {key} (correlation id {correlation_id})")
-        name, lo, hi, fn = entry
+        name, lo, hi = entry
         if log.isEnabledFor(logging.DEBUG):
             software = conn.attributes.get("client_software")
             log.debug("%s v%d (correlation id %d) from %s%s", name, version, correlation_id,
                       conn.peer, f" ({software[0]} {software[1]})" if software else "")
         if not lo <= version <= hi:
             if key == 18:
-                return api_versions.unsupported_version(self.broker, correlation_id)
+                return self.api_versions.unsupported_version(correlation_id)
             raise CloseConnection(f"unsupported {name} version {version} (supported {lo}-{hi})")
         try:
             header, request = decode_request(payload)
         except (MalformedRequest, UnsupportedVersion) as exc:
             raise CloseConnection(f"malformed {name} v{version} request: {exc}") from None
-        return fn(self.broker, header, request, conn)
+        return self.handlers[key](header, request, conn)

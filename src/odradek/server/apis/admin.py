@@ -4,30 +4,52 @@ which writes the coordination store's nodes as Kafka's AdminZkClient does."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
-from ..admin_manager import PartitionsSpec, TopicSpec
+from ..admin_manager import AdminManager, PartitionsSpec, TopicSpec
+from ..metadata_cache import MetadataCache
 from ..network import Connection
-
-if TYPE_CHECKING:
-    from ..broker import Broker
 
 
 def _ms(td: Any) -> int:
     return int(td.total_seconds() * 1000)
 
 
-async def handle_create_topics(broker: Broker, header: Any, request: Any,
-                               conn: Connection) -> bytes:
+class AdminApis:
+    def __init__(self, broker_id: int, admin_manager: AdminManager,
+                 metadata_cache: MetadataCache) -> None:
+        self.broker_id = broker_id
+        self.admin = admin_manager
+        self.metadata_cache = metadata_cache
+
+    async def handle_create_topics(self, header: Any, request: Any, conn: Connection
+                                   ) -> bytes:
+        return await _create_topics(self.admin, header, request)
+
+    async def handle_delete_topics(self, header: Any, request: Any, conn: Connection
+                                   ) -> bytes:
+        return await _delete_topics(self.admin, self.metadata_cache, header, request)
+
+    async def handle_create_partitions(self, header: Any, request: Any, conn: Connection
+                                       ) -> bytes:
+        return await _create_partitions(self.admin, header, request)
+
+    async def handle_describe_configs(self, header: Any, request: Any, conn: Connection
+                                      ) -> bytes:
+        return await _describe_configs(self.broker_id, self.admin, self.metadata_cache, header,
+                                       request)
+
+
+async def _create_topics(admin: AdminManager, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
     specs = [TopicSpec(
         name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
         assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
         configs={c.name: c.value for c in t.configs}) for t in request.topics]
-    results = await broker.admin.create_topics(specs, _ms(request.timeout),
+    results = await admin.create_topics(specs, _ms(request.timeout),
                                                getattr(request, "validate_only", False))
     topics = []
     for spec in specs:
@@ -46,8 +68,8 @@ async def handle_create_topics(broker: Broker, header: Any, request: Any,
                            make(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(topics)))
 
 
-async def handle_delete_topics(broker: Broker, header: Any, request: Any,
-                               conn: Connection) -> bytes:
+async def _delete_topics(admin: AdminManager, cache: MetadataCache, header: Any, request: Any
+                         ) -> bytes:
     mod = response_module(type(request))
     if hasattr(request, "topic_names"):
         names: list[str | None] = list(request.topic_names)
@@ -55,16 +77,16 @@ async def handle_delete_topics(broker: Broker, header: Any, request: Any,
         names = []
         for t in request.topics:
             if t.name is None and t.topic_id is not None:
-                info = broker.metadata_cache.topic_by_id(t.topic_id)
+                info = cache.topic_by_id(t.topic_id)
                 names.append(info.name if info else None)
             else:
                 names.append(t.name)
-    results = await broker.admin.delete_topics([n for n in names if n], _ms(request.timeout))
+    results = await admin.delete_topics([n for n in names if n], _ms(request.timeout))
     responses = []
     for n in names:
         error, message = results.get(n, (ErrorCode.unknown_topic_id, None)) if n else \
             (ErrorCode.unknown_topic_id, "unknown topic id")
-        info = broker.metadata_cache.topic(n) if n else None
+        info = cache.topic(n) if n else None
         responses.append(make(mod.DeletableTopicResult, name=n,
                               topic_id=info.topic_id if info else None,
                               error_code=error, error_message=message))
@@ -73,15 +95,14 @@ async def handle_delete_topics(broker: Broker, header: Any, request: Any,
                                 responses=tuple(responses)))
 
 
-async def handle_create_partitions(broker: Broker, header: Any, request: Any,
-                                   conn: Connection) -> bytes:
+async def _create_partitions(admin: AdminManager, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
     specs = [PartitionsSpec(t.name, t.count,
                             [list(a.broker_ids) for a in t.assignments]
                             if t.assignments is not None else None)
              for t in request.topics]
-    results = await broker.admin.create_partitions(specs, _ms(request.timeout),
-                                                   request.validate_only)
+    results = await admin.create_partitions(specs, _ms(request.timeout),
+                                            request.validate_only)
     out = tuple(make(mod.CreatePartitionsTopicResult, name=s.name, error_code=results[s.name][0],
                      error_message=results[s.name][1]) for s in specs)
     return encode_response(type(request), header.correlation_id,
@@ -91,25 +112,25 @@ async def handle_create_partitions(broker: Broker, header: Any, request: Any,
 TOPIC, BROKER = 2, 4
 
 
-async def handle_describe_configs(broker: Broker, header: Any, request: Any,
-                                  conn: Connection) -> bytes:
+async def _describe_configs(broker_id: int, admin: AdminManager, cache: MetadataCache,
+                            header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
     results = []
     for res in request.resources:
         keys = set(res.configuration_keys) if res.configuration_keys is not None else None
         error, message, entries = ErrorCode.none, None, []
         if res.resource_type == TOPIC:
-            if broker.metadata_cache.topic(res.resource_name) is None:
+            if cache.topic(res.resource_name) is None:
                 error, message = ErrorCode.unknown_topic_or_partition, None
             else:
-                entries = await broker.admin.describe_topic_config(res.resource_name)
+                entries = await admin.describe_topic_config(res.resource_name)
         elif res.resource_type == BROKER:
-            if res.resource_name not in ("", str(broker.broker_id)):
+            if res.resource_name not in ("", str(broker_id)):
                 error, message = ErrorCode.invalid_request, (
-                    f"Unexpected broker id, expected {broker.broker_id} or empty string, but "
+                    f"Unexpected broker id, expected {broker_id} or empty string, but "
                     f"received {res.resource_name}")
             else:
-                entries = broker.admin.describe_broker_config(res.resource_name)
+                entries = admin.describe_broker_config(res.resource_name)
         else:
             error, message = ErrorCode.invalid_request, \
                 f"unsupported resource type {res.resource_type}"

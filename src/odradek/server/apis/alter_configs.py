@@ -10,86 +10,38 @@ it. Errors as Kafka's: unknown topic UNKNOWN_TOPIC_OR_PARTITION, unknown config 
 INVALID_CONFIG, a bad value or a config not updatable at run time INVALID_REQUEST
 ("Invalid config value for resource ...").
 
-The decisions (`apply_incremental`, `error_for`) are pure functions.
+The decisions (`config_ops.apply_incremental`, `error_for`) are pure functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
 from ...storage.log_config import InvalidConfigError
+from ..admin_manager import AdminManager
 from ..broker_config_manager import NonDynamicConfigError, UnknownConfigError
+from ..config_ops import SET, ConfigOp, InvalidRequestError, UnknownTopicError, check_duplicates
 from ..network import Connection
 
-if TYPE_CHECKING:
-    from ..broker import Broker
-
 TOPIC, BROKER = 2, 4
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-OPERATIONS = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 RESOURCE_TYPES = {TOPIC: "TOPIC", BROKER: "BROKER"}
 
 
-class InvalidRequestError(ValueError):
-    """Maps to INVALID_REQUEST with the message as is."""
+class AlterConfigsApis:
+    def __init__(self, admin_manager: AdminManager) -> None:
+        self.admin = admin_manager
 
+    async def handle_alter_configs(self, header: Any, request: Any, conn: Connection) -> bytes:
+        results = await _alter(self.admin, request, incremental=False)
+        return _response(request, header, results, "AlterConfigsResponse")
 
-class UnknownTopicError(ValueError):
-    """Maps to UNKNOWN_TOPIC_OR_PARTITION."""
-
-
-@dataclass(frozen=True)
-class ConfigOp:
-    name: str
-    operation: int
-    value: str | None
-
-
-def check_duplicates(names: Iterable[str]) -> None:
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise InvalidRequestError("Error due to duplicate config keys")
-        seen.add(n)
-
-
-def apply_incremental(current: Mapping[str, str], ops: Iterable[ConfigOp],
-                      list_defaults: Mapping[str, str]) -> dict[str, str]:
-    """Kafka's prepareIncrementalConfigs: the resource's new dynamic configs. `list_defaults`
-    names the list-type configs (with their default value, used by APPEND / SUBTRACT when the
-    resource has no value of its own)."""
-    ops = list(ops)
-    check_duplicates(op.name for op in ops)
-    out = dict(current)
-    for op in ops:
-        if op.operation == SET:
-            if op.value is None:
-                raise InvalidRequestError(f"Null value not supported for : SET:{op.name}")
-            out[op.name] = op.value
-        elif op.operation == DELETE:
-            out.pop(op.name, None)
-        elif op.operation in (APPEND, SUBTRACT):
-            verb = "append" if op.operation == APPEND else "subtract"
-            if op.name not in list_defaults:
-                raise InvalidRequestError(
-                    f"Config value {verb} is not allowed for config key: {op.name}")
-            old = out.get(op.name, list_defaults[op.name])
-            old_items = [x.strip() for x in old.split(",") if x.strip()]
-            new_items = [x.strip() for x in (op.value or "").split(",") if x.strip()]
-            if op.operation == APPEND:
-                merged = list(dict.fromkeys(old_items + new_items))
-            else:
-                merged = [x for x in old_items if x not in new_items]
-            out[op.name] = ",".join(merged)
-        else:
-            raise InvalidRequestError(f"Unknown config operation {op.operation} for config "
-                                      f"key: {op.name}")
-    return out
+    async def handle_incremental_alter_configs(self, header: Any, request: Any,
+                                               conn: Connection) -> bytes:
+        results = await _alter(self.admin, request, incremental=True)
+        return _response(request, header, results, "IncrementalAlterConfigsResponse")
 
 
 def resource_text(resource_type: int, name: str) -> str:
@@ -123,7 +75,7 @@ def _response(request: Any, header: Any, results: list[tuple[Any, ErrorCode, str
                            make(getattr(mod, response_name), throttle_time=0, responses=out))
 
 
-async def _alter(broker: Broker, request: Any, incremental: bool
+async def _alter(admin: AdminManager, request: Any, incremental: bool
                  ) -> list[tuple[Any, ErrorCode, str | None]]:
     results: list[tuple[Any, ErrorCode, str | None]] = []
     for res in request.resources:
@@ -134,11 +86,11 @@ async def _alter(broker: Broker, request: Any, incremental: bool
                 check_duplicates(c.name for c in res.configs)
                 ops = [ConfigOp(c.name, SET, c.value) for c in res.configs]
             if res.resource_type == TOPIC:
-                await broker.admin.alter_topic_config(res.resource_name, ops, incremental,
-                                                      request.validate_only)
+                await admin.alter_topic_config(res.resource_name, ops, incremental,
+                                               request.validate_only)
             elif res.resource_type == BROKER:
-                await broker.admin.alter_broker_config(res.resource_name, ops, incremental,
-                                                       request.validate_only)
+                await admin.alter_broker_config(res.resource_name, ops, incremental,
+                                                request.validate_only)
             else:
                 raise InvalidRequestError(
                     "AlterConfigs is only supported for topics and brokers, but resource type "
@@ -148,15 +100,3 @@ async def _alter(broker: Broker, request: Any, incremental: bool
             code, message = error_for(exc, res.resource_type, res.resource_name)
             results.append((res, code, message))
     return results
-
-
-async def handle_alter_configs(broker: Broker, header: Any, request: Any,
-                               conn: Connection) -> bytes:
-    results = await _alter(broker, request, incremental=False)
-    return _response(request, header, results, "AlterConfigsResponse")
-
-
-async def handle_incremental_alter_configs(broker: Broker, header: Any, request: Any,
-                                           conn: Connection) -> bytes:
-    results = await _alter(broker, request, incremental=True)
-    return _response(request, header, results, "IncrementalAlterConfigsResponse")

@@ -12,11 +12,12 @@ REQUEST_TIMED_OUT for the partitions that did not get there in time.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...controller.context import TopicPartition
+from ...common import TopicPartition
+from ...controller.controller import KafkaController
 from ...controller.events import ControllerMovedError, PreferredReplicaLeaderElection
 from ...controller.preferred_election import (
     NONE,
@@ -25,10 +26,8 @@ from ...controller.preferred_election import (
     ElectionType,
 )
 from ...protocol.codec import encode_response, make, response_module
+from ..metadata_cache import MetadataCache
 from ..network import Connection
-
-if TYPE_CHECKING:
-    from ..broker import Broker
 
 INVALID_REQUEST = 42
 UNKNOWN_SERVER_ERROR = -1
@@ -36,20 +35,29 @@ UNKNOWN_SERVER_ERROR = -1
 Result = tuple[int, str | None, int]
 
 
-def _requested(broker: Broker, request: Any) -> list[TopicPartition]:
+class ElectLeadersApi:
+    def __init__(self, controller: KafkaController, metadata_cache: MetadataCache) -> None:
+        self.controller = controller
+        self.metadata_cache = metadata_cache
+
+    async def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return await _handle(self.controller, self.metadata_cache, header, request)
+
+
+def _requested(cache: MetadataCache, request: Any) -> list[TopicPartition]:
     if request.topic_partitions is None:
-        return sorted(TopicPartition(t.name, p) for t in broker.metadata_cache.topics.values()
+        return sorted(TopicPartition(t.name, p) for t in cache.topics.values()
                       for p in t.partitions)
     return [TopicPartition(t.topic, int(p)) for t in request.topic_partitions
             for p in t.partitions]
 
 
-async def _elect(broker: Broker, requested: list[TopicPartition], election_type: ElectionType,
+async def _elect(controller: KafkaController, cache: MetadataCache,
+                 requested: list[TopicPartition], election_type: ElectionType,
                  timeout: float) -> dict[TopicPartition, Result]:
-    controller = broker.controller
     not_controller = {tp: (NOT_CONTROLLER, "This is not the correct controller for this "
                            "cluster.", -1) for tp in requested}
-    if controller is None or not controller.is_active:
+    if not controller.is_active:
         return not_controller
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -75,7 +83,7 @@ async def _elect(broker: Broker, requested: list[TopicPartition], election_type:
     pending = {tp for tp, (code, _m, _l) in results.items() if code == NONE}
     while pending:
         pending = {tp for tp in pending
-                   if (p := broker.metadata_cache.partition(tp.topic, tp.partition)) is None
+                   if (p := cache.partition(tp.topic, tp.partition)) is None
                    or p.leader != results[tp][2]}
         if not pending or loop.time() >= deadline:
             break
@@ -86,16 +94,17 @@ async def _elect(broker: Broker, requested: list[TopicPartition], election_type:
     return results
 
 
-async def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+async def _handle(controller: KafkaController, cache: MetadataCache, header: Any, request: Any
+                  ) -> bytes:
     mod = response_module(type(request))
-    requested = _requested(broker, request)
+    requested = _requested(cache, request)
     raw_type = int(getattr(request, "election_type", 0))  # v0: always PREFERRED
     timeout = max(0.0, request.timeout.total_seconds())
     if raw_type not in (0, 1):
         results: dict[TopicPartition, Result] = {
             tp: (INVALID_REQUEST, f"Unknown election type {raw_type}", -1) for tp in requested}
     else:
-        results = await _elect(broker, requested, ElectionType(raw_type), timeout)
+        results = await _elect(controller, cache, requested, ElectionType(raw_type), timeout)
     by_topic: dict[str, list[Any]] = {}
     for tp in requested:
         code, message, _leader = results.get(tp, (NONE, None, -1))

@@ -8,20 +8,27 @@ response is encoded by hand so record data goes from the log files with sendfile
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.fetch_response import PartitionData, encode_fetch_response
 from ..network import Connection, Response
-from ..replica_manager import FetchRequestPartition, FetchResult
-
-if TYPE_CHECKING:
-    from ..broker import Broker
+from ..replica_manager import FetchRequestPartition, FetchResult, ReplicaManager
 
 
-def handle(broker: Broker, header: Any, request: Any, conn: Connection
-           ) -> Response | Awaitable[Response]:
+class FetchApi:
+    def __init__(self, replica_manager: ReplicaManager, fetch_max_bytes: int) -> None:
+        self.replica_manager = replica_manager
+        self.fetch_max_bytes = fetch_max_bytes
+
+    def handle(self, header: Any, request: Any, conn: Connection
+               ) -> Response | Awaitable[Response]:
+        return _handle(self.replica_manager, self.fetch_max_bytes, header, request)
+
+
+def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, request: Any
+            ) -> Response | Awaitable[Response]:
     version = header.request_api_version
     if getattr(request, "session_id", 0) != 0:
         return encode_fetch_response(version, header.correlation_id, [],
@@ -33,8 +40,8 @@ def handle(broker: Broker, header: Any, request: Any, conn: Connection
                 p.fetch_offset, p.partition_max_bytes,
                 getattr(p, "current_leader_epoch", -1), getattr(p, "log_start_offset", -1))
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-    max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config["fetch.max.bytes"])
-    outcome = broker.replica_manager.fetch_messages(
+    max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), fetch_max_bytes)
+    outcome = replica_manager.fetch_messages(
         request.replica_id, max_wait_ms, request.min_bytes, max_bytes, requests)
     if isinstance(outcome, dict):
         return _respond(version, header.correlation_id, outcome)

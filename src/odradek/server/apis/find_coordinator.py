@@ -10,22 +10,43 @@ broker-based group features) only when ApiVersions lists FindCoordinator.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...coordinator.group_coordinator import GroupCoordinator
 from ...coordinator.offsets import OFFSETS_TOPIC
 from ...protocol.codec import encode_response, make, response_module
+from ..metadata_cache import MetadataCache
 from ..network import Connection
-
-if TYPE_CHECKING:
-    from ..broker import Broker
 
 GROUP_KEY_TYPE = 0
 NOT_AVAILABLE = "The coordinator is not available."
 
 
-def find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
+class FindCoordinatorApi:
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache) -> None:
+        self.coordinator = coordinator
+        self.metadata_cache = metadata_cache
+
+    def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
+        mod = response_module(type(request))
+        key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+        if hasattr(request, "coordinator_keys"):
+            coordinators = tuple(make(mod.Coordinator, key=k, **self.find(key_type, k))
+                                 for k in request.coordinator_keys)
+            resp = make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
+        else:
+            resp = make(mod.FindCoordinatorResponse, throttle_time=0,
+                        **self.find(key_type, request.key))
+        return encode_response(type(request), header.correlation_id, resp)
+
+    def find(self, key_type: int, key: str) -> dict[str, Any]:
+        return find(self.coordinator, self.metadata_cache, key_type, key)
+
+
+def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key: str
+         ) -> dict[str, Any]:
     """error_code, error_message, node_id, host, port for one key."""
     def error(code: ErrorCode, message: str) -> dict[str, Any]:
         return {"error_code": code, "error_message": message, "node_id": -1, "host": "",
@@ -34,10 +55,8 @@ def find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
     if key_type != GROUP_KEY_TYPE:
         return error(ErrorCode.invalid_request,
                      f"Coordinator key type {key_type} is not supported (only groups: 0).")
-    coordinator = getattr(broker, "group_coordinator", None)
-    if coordinator is None or not coordinator.is_active:
+    if not coordinator.is_active:
         return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
-    cache = broker.metadata_cache
     topic = cache.topic(OFFSETS_TOPIC)
     if topic is None or not topic.partitions:
         coordinator.ensure_offsets_topic()
@@ -49,15 +68,3 @@ def find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
     return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
             "host": node.host, "port": node.port}
 
-
-def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
-    mod = response_module(type(request))
-    key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
-    if hasattr(request, "coordinator_keys"):
-        coordinators = tuple(make(mod.Coordinator, key=k, **find(broker, key_type, k))
-                             for k in request.coordinator_keys)
-        resp = make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
-    else:
-        resp = make(mod.FindCoordinatorResponse, throttle_time=0,
-                    **find(broker, key_type, request.key))
-    return encode_response(type(request), header.correlation_id, resp)

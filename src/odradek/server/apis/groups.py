@@ -16,17 +16,14 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.group import JoinGroupResult, SyncGroupResult
+from ...coordinator.group_coordinator import GroupCoordinator
 from ...protocol.codec import encode_response, make, response_module
 from ..network import Connection
-
-if TYPE_CHECKING:
-    from ...coordinator.group_coordinator import GroupCoordinator
-    from ..broker import Broker
 
 log = logging.getLogger("odradek.apis.groups")
 
@@ -47,8 +44,33 @@ def client_host(conn: Connection) -> str:
     return "/" + host
 
 
-def coordinator_of(broker: Broker) -> GroupCoordinator | None:
-    return getattr(broker, "group_coordinator", None)
+class GroupApis:
+    """The group membership APIs of one group coordinator (which answers
+    COORDINATOR_NOT_AVAILABLE while it is not active)."""
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def handle_join_group(self, header: Any, request: Any, conn: Connection) -> Any:
+        return _join_group(self.coordinator, header, request, conn)
+
+    def handle_sync_group(self, header: Any, request: Any, conn: Connection) -> Any:
+        return _sync_group(self.coordinator, header, request)
+
+    def handle_heartbeat(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return _heartbeat(self.coordinator, header, request)
+
+    def handle_leave_group(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return _leave_group(self.coordinator, header, request)
+
+    def handle_list_groups(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return _list_groups(self.coordinator, header, request)
+
+    def handle_describe_groups(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return _describe_groups(self.coordinator, header, request)
+
+    def handle_delete_groups(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return _delete_groups(self.coordinator, header, request)
 
 
 def when_done(future: asyncio.Future[T], build: Callable[[T], bytes]) -> Any:
@@ -70,7 +92,8 @@ def resolver(future: asyncio.Future[T]) -> Callable[[T], None]:
 
 # -- JoinGroup -------------------------------------------------------------------------------------
 
-def handle_join_group(broker: Broker, header: Any, request: Any, conn: Connection) -> Any:
+def _join_group(coordinator: GroupCoordinator, header: Any, request: Any, conn: Connection
+                ) -> Any:
     version = header.request_api_version
     mod = response_module(type(request))
 
@@ -85,11 +108,6 @@ def handle_join_group(broker: Broker, header: Any, request: Any, conn: Connectio
         return encode_response(type(request), header.correlation_id, resp)
 
     future: asyncio.Future[JoinGroupResult] = asyncio.get_running_loop().create_future()
-    coordinator = coordinator_of(broker)
-    if coordinator is None:
-        future.set_result(JoinGroupResult(request.member_id,
-                                          ErrorCode.coordinator_not_available))
-        return when_done(future, build)
     instance_id = getattr(request, "group_instance_id", None)
     session = ms(request.session_timeout)
     rebalance = ms(getattr(request, "rebalance_timeout", request.session_timeout))
@@ -103,7 +121,7 @@ def handle_join_group(broker: Broker, header: Any, request: Any, conn: Connectio
 
 # -- SyncGroup -------------------------------------------------------------------------------------
 
-def handle_sync_group(broker: Broker, header: Any, request: Any, conn: Connection) -> Any:
+def _sync_group(coordinator: GroupCoordinator, header: Any, request: Any) -> Any:
     version = header.request_api_version
     mod = response_module(type(request))
 
@@ -114,12 +132,9 @@ def handle_sync_group(broker: Broker, header: Any, request: Any, conn: Connectio
         return encode_response(type(request), header.correlation_id, resp)
 
     future: asyncio.Future[SyncGroupResult] = asyncio.get_running_loop().create_future()
-    coordinator = coordinator_of(broker)
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
-    if coordinator is None:
-        future.set_result(SyncGroupResult(ErrorCode.coordinator_not_available))
-    elif version >= 5 and (protocol_type is None or protocol_name is None):
+    if version >= 5 and (protocol_type is None or protocol_name is None):
         future.set_result(SyncGroupResult(ErrorCode.inconsistent_group_protocol))
     else:
         coordinator.handle_sync_group(
@@ -131,20 +146,18 @@ def handle_sync_group(broker: Broker, header: Any, request: Any, conn: Connectio
 
 # -- Heartbeat -------------------------------------------------------------------------------------
 
-def handle_heartbeat(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+def _heartbeat(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
-    coordinator = coordinator_of(broker)
-    error = (ErrorCode.coordinator_not_available if coordinator is None else
-             coordinator.handle_heartbeat(request.group_id, request.member_id,
-                                          getattr(request, "group_instance_id", None),
-                                          request.generation_id))
+    error = coordinator.handle_heartbeat(request.group_id, request.member_id,
+                                         getattr(request, "group_instance_id", None),
+                                         request.generation_id)
     resp = make(mod.HeartbeatResponse, throttle_time=0, error_code=ErrorCode(error))
     return encode_response(type(request), header.correlation_id, resp)
 
 
 # -- LeaveGroup ------------------------------------------------------------------------------------
 
-def handle_leave_group(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+def _leave_group(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
     version = header.request_api_version
     mod = response_module(type(request))
     if version <= 2:
@@ -156,11 +169,7 @@ def handle_leave_group(broker: Broker, header: Any, request: Any, conn: Connecti
             if reason:
                 log.info("Member %s of group %s is leaving: %s", m.member_id, request.group_id,
                          reason)
-    coordinator = coordinator_of(broker)
-    if coordinator is None:
-        error, results = ErrorCode.coordinator_not_available, []
-    else:
-        error, results = coordinator.handle_leave_group(request.group_id, members)
+    error, results = coordinator.handle_leave_group(request.group_id, members)
     if version <= 2:
         # One member, no member array: its error is the response's (LeaveGroupResponse).
         if error == ErrorCode.none:
@@ -177,14 +186,10 @@ def handle_leave_group(broker: Broker, header: Any, request: Any, conn: Connecti
 
 # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
 
-def handle_list_groups(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+def _list_groups(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
-    coordinator = coordinator_of(broker)
     states = set(getattr(request, "states_filter", None) or ())
-    if coordinator is None:
-        error, groups = ErrorCode.coordinator_not_available, []
-    else:
-        error, groups = coordinator.handle_list_groups(states)
+    error, groups = coordinator.handle_list_groups(states)
     resp = make(mod.ListGroupsResponse, throttle_time=0, error_code=ErrorCode(error),
                 groups=tuple(make(mod.ListedGroup, group_id=g.group_id,
                                   protocol_type=g.protocol_type, group_state=g.state)
@@ -192,21 +197,14 @@ def handle_list_groups(broker: Broker, header: Any, request: Any, conn: Connecti
     return encode_response(type(request), header.correlation_id, resp)
 
 
-def handle_describe_groups(broker: Broker, header: Any, request: Any, conn: Connection
-                           ) -> bytes:
+def _describe_groups(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
-    coordinator = coordinator_of(broker)
     described = []
     for group_id in request.groups:
-        if coordinator is None:
-            error: int = ErrorCode.coordinator_not_available
-            state = protocol_type = protocol = ""
-            members: list[Any] = []
-        else:
-            error, summary = coordinator.handle_describe_group(group_id)
-            state, protocol_type, protocol = (summary.state, summary.protocol_type,
-                                              summary.protocol)
-            members = summary.members
+        error, summary = coordinator.handle_describe_group(group_id)
+        state, protocol_type, protocol = (summary.state, summary.protocol_type,
+                                          summary.protocol)
+        members = summary.members
         described.append(make(
             mod.DescribedGroup, error_code=ErrorCode(error), group_id=group_id,
             group_state=state, protocol_type=protocol_type, protocol_data=protocol,
@@ -219,14 +217,10 @@ def handle_describe_groups(broker: Broker, header: Any, request: Any, conn: Conn
     return encode_response(type(request), header.correlation_id, resp)
 
 
-def handle_delete_groups(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+def _delete_groups(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
-    coordinator = coordinator_of(broker)
     names = list(dict.fromkeys(request.groups_names))
-    if coordinator is None:
-        errors: dict[str, int] = dict.fromkeys(names, ErrorCode.coordinator_not_available)
-    else:
-        errors = coordinator.handle_delete_groups(names)
+    errors = coordinator.handle_delete_groups(names)
     resp = make(mod.DeleteGroupsResponse, throttle_time=0,
                 results=tuple(make(mod.DeletableGroupResult, group_id=g,
                                    error_code=ErrorCode(errors[g])) for g in names))

@@ -3,50 +3,45 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
 from ..network import Connection
-from ..partition import FencedLeaderEpochError, UnknownLeaderEpochError
-
-if TYPE_CHECKING:
-    from ..broker import Broker
+from ..partition import Partition
+from ..replica_manager import ReplicaManager
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
-    mod = response_module(type(request))
-    rm = broker.replica_manager
-    topics = []
-    for t in request.topics:
-        parts = []
-        for p in t.partitions:
-            partition = rm.partitions.get((t.name, p.partition_index))
-            error, ts, offset, epoch = ErrorCode.none, -1, -1, -1
-            if partition is None:
-                error = ErrorCode.unknown_topic_or_partition
-            elif not partition.is_leader:
-                error = ErrorCode.not_leader_or_follower
-            else:
-                try:
-                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+class ListOffsetsApi:
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
+
+    def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
+        mod = response_module(type(request))
+        topics = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                partition, error = self.replica_manager.leader_partition_or_error(
+                    (t.name, p.partition_index), getattr(p, "current_leader_epoch", -1))
+                ts, offset, epoch = -1, -1, -1
+                if partition is not None and error == ErrorCode.none:
                     ts, offset, epoch = _lookup(partition, p.timestamp, request.replica_id)
-                except FencedLeaderEpochError:
-                    error = ErrorCode.fenced_leader_epoch
-                except UnknownLeaderEpochError:
-                    error = ErrorCode.unknown_leader_epoch
-            parts.append(make(mod.ListOffsetsPartitionResponse, partition_index=p.partition_index,
-                              error_code=error, timestamp=ts, offset=offset, leader_epoch=epoch,
-                              old_style_offsets=()))
-        topics.append(make(mod.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
-    return encode_response(type(request), header.correlation_id,
-                           make(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics)))
+                parts.append(make(mod.ListOffsetsPartitionResponse,
+                                  partition_index=p.partition_index, error_code=error,
+                                  timestamp=ts, offset=offset, leader_epoch=epoch,
+                                  old_style_offsets=()))
+            topics.append(make(mod.ListOffsetsTopicResponse, name=t.name,
+                               partitions=tuple(parts)))
+        return encode_response(type(request), header.correlation_id,
+                               make(mod.ListOffsetsResponse, throttle_time=0,
+                                    topics=tuple(topics)))
 
 
-def _lookup(partition: Any, timestamp: int, replica_id: int) -> tuple[int, int, int]:
+def _lookup(partition: Partition, timestamp: int, replica_id: int) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) for one ListOffsets query."""
     log = partition.log
     epoch = partition.leader_epoch

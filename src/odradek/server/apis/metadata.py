@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
+from ..metadata_cache import MetadataCache
 from ..network import Connection
 from ..topic_names import validate_topic_name
-
-if TYPE_CHECKING:
-    from ..broker import Broker
 
 log = logging.getLogger("odradek.apis.metadata")
 
@@ -28,21 +27,39 @@ UNAUTHORIZED_OPS = -2147483648
 INITIAL_METADATA_WAIT_S = 5.0  # normally milliseconds: UpdateMetadata follows registration
 
 
-def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> Any:
-    if not broker.metadata_cache.initialized.is_set():
-        return _answer_once_initialized(broker, header, request)
-    return _answer(broker, header, request)
+class MetadataApi:
+    def __init__(self, metadata_cache: MetadataCache, auto_create_topics_enable: bool,
+                 auto_create_topics: Callable[[list[str]], Awaitable[None]]) -> None:
+        self.metadata_cache = metadata_cache
+        self.auto_create_topics_enable = auto_create_topics_enable
+        self.auto_create_topics = auto_create_topics
+
+    def handle(self, header: Any, request: Any, conn: Connection) -> Any:
+        if not self.metadata_cache.initialized.is_set():
+            return self._answer_once_initialized(header, request)
+        return self._answer(header, request)
+
+    async def _answer_once_initialized(self, header: Any, request: Any) -> Any:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.metadata_cache.initialized.wait(),
+                                   INITIAL_METADATA_WAIT_S)
+        return self._answer(header, request)
+
+    def _answer(self, header: Any, request: Any) -> Any:
+        cache = self.metadata_cache
+        names, errors, to_create = _topics_to_answer(
+            cache, header.request_api_version, request, self.auto_create_topics_enable)
+        if to_create:
+            task = asyncio.ensure_future(self.auto_create_topics(to_create))
+            task.add_done_callback(_log_failure)
+        return encode_response(type(request), header.correlation_id,
+                               build_response(cache, request, names, errors))
 
 
-async def _answer_once_initialized(broker: Broker, header: Any, request: Any) -> Any:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(broker.metadata_cache.initialized.wait(), INITIAL_METADATA_WAIT_S)
-    return _answer(broker, header, request)
-
-
-def _answer(broker: Broker, header: Any, request: Any) -> Any:
-    version = header.request_api_version
-    cache = broker.metadata_cache
+def _topics_to_answer(cache: MetadataCache, version: int, request: Any,
+                      auto_create_topics_enable: bool
+                      ) -> tuple[list[str], dict[str, ErrorCode], list[str]]:
+    """The topics to describe, the errors of those unknown, and those to create."""
     if request.topics is None or (version == 0 and not request.topics):
         names = sorted(cache.topics)
         requested = False
@@ -60,16 +77,12 @@ def _answer(broker: Broker, header: Any, request: Any) -> Any:
         except ValueError:
             errors[name] = ErrorCode.invalid_topic_exception
             continue
-        if requested and allow_auto and broker.config["auto.create.topics.enable"]:
+        if requested and allow_auto and auto_create_topics_enable:
             to_create.append(name)
             errors[name] = ErrorCode.leader_not_available
         else:
             errors[name] = ErrorCode.unknown_topic_or_partition
-    if to_create:
-        task = asyncio.ensure_future(broker.admin.auto_create_topics(to_create))
-        task.add_done_callback(_log_failure)
-    return encode_response(type(request), header.correlation_id,
-                           build_response(broker, request, names, errors))
+    return names, errors, to_create
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:
@@ -77,10 +90,9 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
         log.warning("Auto topic creation failed: %s", task.exception())
 
 
-def build_response(broker: Broker, request: Any, names: list[str],
+def build_response(cache: MetadataCache, request: Any, names: list[str],
                    errors: dict[str, ErrorCode]) -> Any:
     mod = response_module(type(request))
-    cache = broker.metadata_cache
     brokers = tuple(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=b.host,
                          port=b.port, rack=b.rack)
                     for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id))

@@ -6,18 +6,23 @@ the request's current leader epoch is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEA
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...protocol.codec import encode_response, make, response_module
 from ..network import Connection
-
-if TYPE_CHECKING:
-    from ..broker import Broker
+from ..replica_manager import ReplicaManager
 
 
-def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+class OffsetForLeaderEpochApi:
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
+
+    def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return _handle(self.replica_manager, header, request)
+
+
+def _handle(rm: ReplicaManager, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
-    rm = broker.replica_manager
     topics = []
     for t in request.topics:
         parts = []

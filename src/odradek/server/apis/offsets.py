@@ -15,25 +15,42 @@ schemas) no longer has them, and no client odradek supports sends them.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...coordinator.group import TopicPartition
+from ...coordinator.group_coordinator import GroupCoordinator
 from ...coordinator.metadata_manager import OffsetFetchResult
 from ...coordinator.offsets import NO_LEADER_EPOCH, OffsetAndMetadata
 from ...protocol.codec import encode_response, make, response_module
+from ..metadata_cache import MetadataCache
 from ..network import Connection
-from .groups import coordinator_of, ms, resolver, when_done
-
-if TYPE_CHECKING:
-    from ..broker import Broker
+from .groups import ms, resolver, when_done
 
 DEFAULT_RETENTION_TIME = -1
 
 
-def _known(broker: Broker, tp: TopicPartition) -> bool:
-    return broker.metadata_cache.partition(tp[0], tp[1]) is not None
+class OffsetApis:
+    """Committed offsets of one group coordinator; partitions this broker's metadata does not
+    know are answered here."""
+
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache) -> None:
+        self.coordinator = coordinator
+        self.metadata_cache = metadata_cache
+
+    def handle_offset_commit(self, header: Any, request: Any, conn: Connection) -> Any:
+        return _offset_commit(self.coordinator, self.metadata_cache, header, request)
+
+    def handle_offset_fetch(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return _offset_fetch(self.coordinator, header, request)
+
+    def handle_offset_delete(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return _offset_delete(self.coordinator, self.metadata_cache, header, request)
+
+
+def _known(cache: MetadataCache, tp: TopicPartition) -> bool:
+    return cache.partition(tp[0], tp[1]) is not None
 
 
 def _by_topic(items: dict[TopicPartition, Any]) -> dict[str, dict[int, Any]]:
@@ -45,20 +62,20 @@ def _by_topic(items: dict[TopicPartition, Any]) -> dict[str, dict[int, Any]]:
 
 # -- OffsetCommit ----------------------------------------------------------------------------------
 
-def handle_offset_commit(broker: Broker, header: Any, request: Any, conn: Connection) -> Any:
+def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: Any,
+                   request: Any) -> Any:
     mod = response_module(type(request))
     order: list[TopicPartition] = []
     errors: dict[TopicPartition, int] = {}
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-    coordinator = coordinator_of(broker)
-    now = coordinator.clock() if coordinator is not None else 0
+    now = coordinator.clock()
     retention = ms(getattr(request, "retention_time", DEFAULT_RETENTION_TIME))
     expire = None if retention == DEFAULT_RETENTION_TIME else now + retention
     for topic in request.topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             order.append(tp)
-            if not _known(broker, tp):
+            if not _known(cache, tp):
                 errors[tp] = ErrorCode.unknown_topic_or_partition
                 continue
             offsets[tp] = OffsetAndMetadata(
@@ -81,8 +98,6 @@ def handle_offset_commit(broker: Broker, header: Any, request: Any, conn: Connec
         asyncio.get_running_loop().create_future()
     if not offsets:
         future.set_result({})
-    elif coordinator is None:
-        future.set_result(dict.fromkeys(offsets, ErrorCode.coordinator_not_available))
     else:
         coordinator.handle_commit_offsets(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None),
@@ -92,17 +107,14 @@ def handle_offset_commit(broker: Broker, header: Any, request: Any, conn: Connec
 
 # -- OffsetFetch -----------------------------------------------------------------------------------
 
-def _fetch_group(broker: Broker, group_id: str, topics: Any, require_stable: bool
-                 ) -> tuple[int, dict[TopicPartition, OffsetFetchResult]]:
+def _fetch_group(coordinator: GroupCoordinator, group_id: str, topics: Any,
+                 require_stable: bool) -> tuple[int, dict[TopicPartition, OffsetFetchResult]]:
     partitions = None if topics is None else [
         (t.name, i) for t in topics for i in t.partition_indexes]
-    coordinator = coordinator_of(broker)
-    if coordinator is None:
-        return ErrorCode.coordinator_not_available, {}
     return coordinator.handle_fetch_offsets(group_id, require_stable, partitions)
 
 
-def handle_offset_fetch(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+def _offset_fetch(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
     version = header.request_api_version
     mod = response_module(type(request))
     require_stable = bool(getattr(request, "require_stable", False))
@@ -119,7 +131,7 @@ def handle_offset_fetch(broker: Broker, header: Any, request: Any, conn: Connect
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, results = _fetch_group(broker, g.group_id, g.topics, require_stable)
+            error, results = _fetch_group(coordinator, g.group_id, g.topics, require_stable)
             groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id,
                                error_code=ErrorCode(error), topics=topics_of(
                                    results, mod.OffsetFetchResponseTopics,
@@ -127,7 +139,8 @@ def handle_offset_fetch(broker: Broker, header: Any, request: Any, conn: Connect
         resp = make(mod.OffsetFetchResponse, throttle_time=0, groups=tuple(groups))
         return encode_response(type(request), header.correlation_id, resp)
 
-    error, results = _fetch_group(broker, request.group_id, request.topics, require_stable)
+    error, results = _fetch_group(coordinator, request.group_id, request.topics,
+                                  require_stable)
     if error != ErrorCode.none:
         # v1 has no top-level error: every requested partition carries it.
         results = ({} if version >= 2 or request.topics is None else
@@ -141,23 +154,19 @@ def handle_offset_fetch(broker: Broker, header: Any, request: Any, conn: Connect
 
 # -- OffsetDelete ----------------------------------------------------------------------------------
 
-def handle_offset_delete(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+def _offset_delete(coordinator: GroupCoordinator, cache: MetadataCache, header: Any,
+                   request: Any) -> bytes:
     mod = response_module(type(request))
     errors: dict[TopicPartition, int] = {}
     wanted: list[TopicPartition] = []
     for topic in request.topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
-            if _known(broker, tp):
+            if _known(cache, tp):
                 wanted.append(tp)
             else:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
-    coordinator = coordinator_of(broker)
-    if coordinator is None:
-        group_error, partition_errors = ErrorCode.coordinator_not_available, {}
-    else:
-        group_error, partition_errors = coordinator.handle_delete_offsets(request.group_id,
-                                                                          wanted)
+    group_error, partition_errors = coordinator.handle_delete_offsets(request.group_id, wanted)
     topics: tuple[Any, ...] = ()
     if group_error == ErrorCode.none:
         errors.update(partition_errors)

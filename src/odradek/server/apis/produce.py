@@ -8,20 +8,26 @@ ISR has the data (DelayedProduce). Any other acks value is INVALID_REQUIRED_ACKS
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.produce_response import PartitionResult, encode_produce_response
 from ..network import CloseConnection, Connection, Response
-from ..replica_manager import ProduceResult
-
-if TYPE_CHECKING:
-    from ..broker import Broker
+from ..replica_manager import ProduceResult, ReplicaManager
 
 
-def handle(broker: Broker, header: Any, request: Any, conn: Connection
-           ) -> Response | Awaitable[Response]:
+class ProduceApi:
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
+
+    def handle(self, header: Any, request: Any, conn: Connection
+               ) -> Response | Awaitable[Response]:
+        return _handle(self.replica_manager, header, request)
+
+
+def _handle(replica_manager: ReplicaManager, header: Any, request: Any
+            ) -> Response | Awaitable[Response]:
     acks = request.acks
     entries: dict[tuple[str, int], bytes | None] = {}
     for topic in request.topic_data:
@@ -36,7 +42,7 @@ def handle(broker: Broker, header: Any, request: Any, conn: Connection
                    for tp in entries}
         return _respond(header, request, results)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    outcome = broker.replica_manager.append_records(acks, timeout_ms, entries)
+    outcome = replica_manager.append_records(acks, timeout_ms, entries)
     if acks == 0:
         failed = [tp for tp, r in outcome.items() if r.error != ErrorCode.none]  # type: ignore[union-attr]
         if failed:

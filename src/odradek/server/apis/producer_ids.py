@@ -6,20 +6,26 @@ reset its sequence numbers after an error."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
 from ..network import Connection
-
-if TYPE_CHECKING:
-    from ..broker import Broker
+from ..producer_id_manager import ProducerIdManager
 
 MAX_EPOCH = 32767
 
 
-async def handle(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+class InitProducerIdApi:
+    def __init__(self, producer_ids: ProducerIdManager) -> None:
+        self.producer_ids = producer_ids
+
+    async def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return await _handle(self.producer_ids, header, request)
+
+
+async def _handle(producer_ids: ProducerIdManager, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
     if request.transactional_id is not None:
         resp = make(mod.InitProducerIdResponse, throttle_time=0,
@@ -31,7 +37,7 @@ async def handle(broker: Broker, header: Any, request: Any, conn: Connection) ->
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         new_pid, new_epoch = pid, epoch + 1
     else:
-        new_pid, new_epoch = await broker.producer_ids.next_producer_id(), 0
+        new_pid, new_epoch = await producer_ids.next_producer_id(), 0
     resp = make(mod.InitProducerIdResponse, throttle_time=0, error_code=ErrorCode.none,
                 producer_id=new_pid, producer_epoch=new_epoch)
     return encode_response(type(request), header.correlation_id, resp)

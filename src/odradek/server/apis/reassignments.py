@@ -10,32 +10,36 @@ ongoing reassignment, the replica set during the move and the replicas being add
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...controller.context import TopicPartition
-from ...controller.reassignment import (
-    alter_admin_node,
-    original_replicas,
-    read_ongoing,
-    validate_target,
-)
+from ...common import TopicPartition
+from ...controller.reassignment import original_replicas, validate_target
 from ...coordination import paths
-from ...coordination.store import CoordinationError
+from ...coordination.admin_zk import alter_admin_node, read_ongoing
+from ...coordination.store import CoordinationError, CoordinationStore
 from ...protocol.codec import encode_response, make, response_module
 from ..network import Connection
-
-if TYPE_CHECKING:
-    from ..broker import Broker
 
 log = logging.getLogger("odradek.apis.reassignments")
 
 
-async def handle_alter(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+class ReassignmentApis:
+    """Both write or read the coordination store only; the controller acts on the node."""
+
+    def __init__(self, store: CoordinationStore) -> None:
+        self.store = store
+
+    async def handle_alter(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return await _alter(self.store, header, request)
+
+    async def handle_list(self, header: Any, request: Any, conn: Connection) -> bytes:
+        return await _list(self.store, header, request)
+
+
+async def _alter(store: CoordinationStore, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
-    store = broker.store
-    assert store is not None
     known = {int(b) for b in await store.get_children(paths.BROKER_IDS)}
     found = await store.get_or_none(paths.REASSIGN_PARTITIONS)
     pending = paths.decode_reassignment(found[0]) if found is not None else {}
@@ -97,10 +101,8 @@ async def handle_alter(broker: Broker, header: Any, request: Any, conn: Connecti
         error_message=top_message, responses=tuple(responses)))
 
 
-async def handle_list(broker: Broker, header: Any, request: Any, conn: Connection) -> bytes:
+async def _list(store: CoordinationStore, header: Any, request: Any) -> bytes:
     mod = response_module(type(request))
-    store = broker.store
-    assert store is not None
     wanted = None if request.topics is None else {
         t.name: set(t.partition_indexes) for t in request.topics}
     ongoing = await read_ongoing(store, wanted)
