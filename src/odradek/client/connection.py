@@ -15,22 +15,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import datetime
 import logging
 import struct
-from dataclasses import dataclass, fields
-from functools import cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    classify_field,
-)
 
 from .. import __version__
-from ..protocol.codec import decode_response, encode_request, request_class, response_class
+from ..protocol.codec import (
+    build,
+    decode_response,
+    encode_request,
+    request_class,
+    response_class,
+)
 from .errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
 log = logging.getLogger("odradek.client")
@@ -79,64 +77,8 @@ API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "Offs
              47: "OffsetDelete"}
 
 
-# ---------------------------------------------------------------------------------------------
-# Building kio requests for any version from one set of keyword arguments: nested entities are
-# given as dicts (or lists of dicts), fields a version lacks are dropped, milliseconds become the
-# timedelta kio wants. Fields a version requires and the caller did not give raise TypeError.
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _FieldInfo:
-    name: str
-    kind: str
-    nested: type | None
-    many: bool
-
-
-@cache
-def _field_infos(cls: type) -> dict[str, _FieldInfo]:
-    out = {}
-    for f in fields(cls):
-        c = classify_field(f)
-        nested = c.type_ if isinstance(c, EntityField | EntityTupleField) else None
-        many = isinstance(c, EntityTupleField) or (
-            nested is None and str(f.type).startswith("tuple"))
-        out[f.name] = _FieldInfo(f.name, f.metadata.get("kafka_type", ""), nested, many)
-    return out
-
-
-def _convert(info: _FieldInfo, value: Any) -> Any:
-    if value is None:
-        return None
-    if info.nested is not None:
-        if info.many:
-            return tuple(v if not isinstance(v, dict) else build(info.nested, **v) for v in value)
-        return value if not isinstance(value, dict) else build(info.nested, **value)
-    if info.many:
-        return tuple(value)
-    if info.kind.startswith("timedelta") and isinstance(value, int):
-        return datetime.timedelta(milliseconds=value)
-    return value
-
-
-def build(cls: type, **kwargs: Any) -> Any:
-    infos = _field_infos(cls)
-    return cls(**{k: _convert(infos[k], v) for k, v in kwargs.items() if k in infos})
-
-
-def has_field(cls: type, name: str) -> bool:
-    return name in _field_infos(cls)
-
-
-def ms(value: Any) -> int:
-    """Milliseconds of a kio timedelta field (or an int)."""
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
-    return int(value)
-
-
 def request_for(api_key: int, version: int, **kwargs: Any) -> Any:
+    """A request of any version from one set of keyword arguments (``codec.build``)."""
     return build(request_class(api_key, version), **kwargs)
 
 

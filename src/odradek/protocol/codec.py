@@ -8,9 +8,10 @@ on kio's primitive readers that skips unknown tags. Inter-broker APIs (keys 4-7)
 
 from __future__ import annotations
 
+import datetime
 import struct
 from collections.abc import Callable
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from typing import Any
 
@@ -412,8 +413,6 @@ def _field_kinds(cls: type) -> dict[str, str]:
 
 
 def make(cls: type, **kwargs: Any) -> Any:
-    import datetime
-
     kinds = _field_kinds(cls)
     out: dict[str, Any] = {}
     for name, value in kwargs.items():
@@ -428,6 +427,53 @@ def make(cls: type, **kwargs: Any) -> Any:
 
 def has_field(cls: type, name: str) -> bool:
     return name in _field_kinds(cls)
+
+
+# ---------------------------------------------------------------------------------------------
+# `build()` is `make()` for messages given as nested data (the client's requests): nested
+# entities may be dicts (or lists of dicts), sequences become the tuples kio holds, fields a
+# version lacks are dropped, milliseconds become timedeltas. Fields a version requires and the
+# caller did not give raise TypeError.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldInfo:
+    name: str
+    kind: str
+    nested: type | None
+    many: bool
+
+
+@cache
+def _field_infos(cls: type) -> dict[str, _FieldInfo]:
+    out = {}
+    for f in fields(cls):
+        c = classify_field(f)
+        nested = c.type_ if isinstance(c, EntityField | EntityTupleField) else None
+        many = isinstance(c, EntityTupleField) or (
+            nested is None and str(f.type).startswith("tuple"))
+        out[f.name] = _FieldInfo(f.name, f.metadata.get("kafka_type", ""), nested, many)
+    return out
+
+
+def _convert(info: _FieldInfo, value: Any) -> Any:
+    if value is None:
+        return None
+    if info.nested is not None:
+        if info.many:
+            return tuple(v if not isinstance(v, dict) else build(info.nested, **v) for v in value)
+        return value if not isinstance(value, dict) else build(info.nested, **value)
+    if info.many:
+        return tuple(value)
+    if info.kind.startswith("timedelta") and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    return value
+
+
+def build(cls: type, **kwargs: Any) -> Any:
+    infos = _field_infos(cls)
+    return cls(**{k: _convert(infos[k], v) for k, v in kwargs.items() if k in infos})
 
 
 @cache
