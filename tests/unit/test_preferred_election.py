@@ -22,9 +22,9 @@ from odradek.controller.preferred_election import (
     ElectionType,
     auto_rebalance_candidates,
     imbalance_ratios,
-    parse_election_json,
     plan_election,
 )
+from odradek.coordination.paths import parse_election_json
 from odradek.tools.command import ToolError
 from odradek.tools.leader_election import (
     election_report,
@@ -213,32 +213,35 @@ def test_reports() -> None:
 def test_auto_rebalance_timer_puts_the_event_and_is_cancelled_on_resign() -> None:
     """The timer half of auto.leader.rebalance.enable, on a real event manager."""
     import asyncio
-    from types import SimpleNamespace
 
+    from odradek.controller.context import ControllerContext
     from odradek.controller.events import (
         AutoPreferredReplicaLeaderElection,
         ControllerEvent,
         ControllerEventManager,
     )
-    from odradek.controller.preferred_election import (
-        cancel_auto_rebalance,
-        schedule_auto_rebalance,
-    )
+    from odradek.controller.preferred_election import ReplicaElectionManager
+    from odradek.state_change import StateChangeLogger
+
+    def manager(events: ControllerEventManager, enabled: bool) -> ReplicaElectionManager:
+        return ReplicaElectionManager(
+            0, ControllerContext(), None, None, None,  # type: ignore[arg-type]
+            StateChangeLogger(0), events.put, lambda: True, enabled, 10, 300.0)
 
     async def body() -> None:
         seen: list[ControllerEvent] = []
         events = ControllerEventManager(seen.append)
         events.start()
-        on = SimpleNamespace(config={"auto.leader.rebalance.enable": True}, events=events)
-        off = SimpleNamespace(config={"auto.leader.rebalance.enable": False}, events=events)
-        schedule_auto_rebalance(on, 0.05)  # type: ignore[arg-type]
-        schedule_auto_rebalance(on, 0.05)  # type: ignore[arg-type]  # replaces the pending one
-        schedule_auto_rebalance(off, 0.01)  # type: ignore[arg-type]
+        on = manager(events, True)
+        off = manager(events, False)
+        on.schedule_auto_rebalance(0.05)
+        on.schedule_auto_rebalance(0.05)  # replaces the pending one
+        off.schedule_auto_rebalance(0.01)
         await asyncio.sleep(0.3)
         await events.join()
         assert seen == [AutoPreferredReplicaLeaderElection()]
-        schedule_auto_rebalance(on, 0.05)  # type: ignore[arg-type]
-        cancel_auto_rebalance(on)  # type: ignore[arg-type]
+        on.schedule_auto_rebalance(0.05)
+        on.cancel_auto_rebalance()
         await asyncio.sleep(0.2)
         await events.join()
         assert len(seen) == 1

@@ -7,18 +7,17 @@ import json
 
 import pytest
 
-from odradek.controller.context import LeaderAndIsr, Reassignment, TopicPartition
+from odradek.controller.context import LeaderAndIsr, TopicPartition
 from odradek.controller.reassignment import (
     is_reassignment_complete,
     isr_without_removed,
     leader_move,
-    merge_requests,
-    ongoing_from,
     original_replicas,
     reassign_to,
     unneeded_replicas,
     validate_target,
 )
+from odradek.coordination.admin_zk import Reassignment, merge_requests, ongoing_from
 from odradek.tools import reassign_partitions as tool
 from odradek.tools.command import ToolError
 

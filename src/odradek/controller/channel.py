@@ -280,3 +280,19 @@ class RequestBatch:
                 lambda f: None if f.cancelled() or f.exception() else cb(broker, api_key,
                                                                            f.result()))
         return fut
+
+
+class RequestSender:
+    """Makes the per-event request batches of the controller and sends them on its channel
+    (the channel exists while the controller is active; nothing is sent otherwise)."""
+
+    def __init__(self, controller_id: int, context: Any) -> None:
+        self.controller_id = controller_id
+        self.context = context
+        self.channel: ControllerChannelManager | None = None
+
+    def new_batch(self) -> RequestBatch:
+        return RequestBatch(self.controller_id, self.context.epoch, self.context)
+
+    def send(self, batch: RequestBatch) -> list[asyncio.Future[Any]]:
+        return batch.send(self.channel) if self.channel is not None else []

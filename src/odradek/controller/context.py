@@ -4,7 +4,8 @@ The controller loads this from the coordination store at fail-over (S-5.6) and k
 step with every change it makes; all decisions read it, nothing here does I/O.  It also hosts
 the small value types everybody shares: :class:`TopicPartition`, :class:`PartitionAndReplica`,
 :class:`LeaderAndIsr` (the content of ``/brokers/topics/<t>/partitions/<p>/state``),
-:class:`BrokerEndpoint` and :class:`Reassignment` (OAR -> RAR, S-6.2).
+:class:`BrokerEndpoint` (a pending reassignment, OAR -> RAR, is coordination.admin_zk's
+:class:`Reassignment`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from odradek.controller.partition_states import PartitionState, PartitionStates
 from odradek.controller.replica_states import ReplicaStates
 
 from ..common import TopicPartition
+from ..coordination.admin_zk import Reassignment
 
 __all__ = [
     "EPOCH_DURING_DELETE",
@@ -31,7 +33,6 @@ __all__ = [
     "ControllerContext",
     "LeaderAndIsr",
     "PartitionAndReplica",
-    "Reassignment",
     "TopicPartition",
 ]
 
@@ -114,29 +115,6 @@ class BrokerEndpoint:
     security_protocol: int = 0
     """Kafka's SecurityProtocol id: 0 = PLAINTEXT."""
     rack: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Reassignment:
-    """A pending partition reassignment: OAR (original) -> RAR (target), S-6.2."""
-
-    original: tuple[int, ...]
-    target: tuple[int, ...]
-
-    @property
-    def full(self) -> tuple[int, ...]:
-        """AR during the reassignment: RAR followed by OAR - RAR (Kafka's ``reassignTo``)."""
-        return tuple(dict.fromkeys((*self.target, *self.original)))
-
-    @property
-    def adding(self) -> tuple[int, ...]:
-        """RAR - OAR: the replicas to create (LeaderAndIsr v3+ ``AddingReplicas``)."""
-        return tuple(r for r in self.target if r not in self.original)
-
-    @property
-    def removing(self) -> tuple[int, ...]:
-        """OAR - RAR: the replicas to delete at the end (``RemovingReplicas``)."""
-        return tuple(r for r in self.original if r not in self.target)
 
 
 @dataclass

@@ -14,42 +14,43 @@ data can be lost). Three triggers, named as in Kafka's ``ElectionTrigger``:
   ``leader.imbalance.per.broker.percentage``.
 
 The first half of this module is pure decisions (unit tested without sockets); the second half,
-:func:`process_election` and the timer helpers, is the controller's I/O for these events (it
-writes through the controller's fenced ``_elect_leader``, KafkaController.scala's
-``processReplicaLeaderElection`` / ``onReplicaElection`` / ``checkAndTriggerAutoLeaderRebalance``).
+:class:`ReplicaElectionManager`, is the controller's I/O for these events (it elects through
+the partition state machine, KafkaController.scala's ``processReplicaLeaderElection`` /
+``onReplicaElection`` / ``checkAndTriggerAutoLeaderRebalance``). The tools' JSON format is
+parsed by ``coordination.paths.parse_election_json``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import TYPE_CHECKING, Any
 
-from ..coordination.store import CoordinationError
+from ..coordination import paths
+from ..coordination.store import CoordinationError, DeleteOp
+from ..state_change import StateChangeLogger
 from . import leader_selectors as sel
-from .context import NO_LEADER, LeaderAndIsr, TopicPartition
-
-if TYPE_CHECKING:
-    from .controller import KafkaController
-    from .events import AutoPreferredReplicaLeaderElection, PreferredReplicaLeaderElection
+from .channel import RequestSender
+from .context import NO_LEADER, ControllerContext, LeaderAndIsr, TopicPartition
+from .events import (
+    AutoPreferredReplicaLeaderElection,
+    ControllerEvent,
+    ControllerMovedError,
+    PreferredReplicaLeaderElection,
+)
+from .state_machines import PartitionStateMachine
+from .zk_client import ControllerZkClient
 
 __all__ = [
     "ElectionPlan",
     "ElectionTrigger",
     "ElectionType",
+    "ReplicaElectionManager",
     "auto_rebalance_candidates",
-    "cancel_auto_rebalance",
     "imbalance_ratios",
-    "parse_election_json",
     "plan_election",
-    "process_auto_rebalance",
-    "process_election",
-    "schedule_auto_rebalance",
 ]
 
 log = logging.getLogger("odradek.controller")
@@ -196,203 +197,177 @@ def auto_rebalance_candidates(assignments: Mapping[TopicPartition, Sequence[int]
     return out
 
 
-def parse_election_json(text: str) -> list[TopicPartition]:
-    """The tools' ``--path-to-json-file`` (and the znode's) format:
-    ``{"partitions": [{"topic": "t", "partition": 0}, ...]}``.
-
-    Raises ValueError with Kafka's messages for empty data and duplicates.
-    """
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"The JSON is not valid: {exc}") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("partitions"), list):
-        raise ValueError('The JSON must be an object with a "partitions" array of '
-                         '{"topic": ..., "partition": ...}')
-    out: list[TopicPartition] = []
-    for item in obj["partitions"]:
-        if not isinstance(item, dict) or not isinstance(item.get("topic"), str) \
-                or not isinstance(item.get("partition"), int) \
-                or isinstance(item.get("partition"), bool):
-            raise ValueError(f"Invalid partition entry {json.dumps(item)}: expected "
-                             '{"topic": <string>, "partition": <int>}')
-        out.append(TopicPartition(item["topic"], item["partition"]))
-    if not out:
-        raise ValueError("Preferred replica election data is empty")
-    dups = sorted(tp for tp, n in Counter(out).items() if n > 1)
-    if dups:
-        raise ValueError("Preferred replica election data contains duplicate partitions: "
-                         + ",".join(str(tp) for tp in dups))
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # The controller's side (runs on its event queue).
 # ---------------------------------------------------------------------------------------------
 
-async def _run(controller: KafkaController, requested: Iterable[TopicPartition],
-               election_type: ElectionType, trigger: ElectionTrigger
-               ) -> dict[TopicPartition, tuple[int, str | None, int]]:
-    """Plan, elect, send LeaderAndIsr/UpdateMetadata; ``tp -> (error, message, leader)``."""
-    ctx = controller.ctx
-    requested = sorted(set(requested))
-    assignments = {tp: ctx.partition_replica_assignment(tp) for tp in ctx.all_partitions()}
-    # As Kafka's doElectLeaderForPartitions: decide on the stored state, not the context's
-    # (an ISR expansion may not have been notified yet).
-    for tp in requested:
-        if tp in assignments:
-            await controller._refresh_leadership(tp)
-    leadership = {tp: la for tp in assignments if (la := ctx.leader_and_isr(tp)) is not None}
-    plan = plan_election(requested, election_type, trigger, assignments, leadership,
-                         ctx.live_broker_ids, ctx.topics_to_be_deleted,
-                         set(ctx.partitions_being_reassigned))
-    name = election_type.name
-    results: dict[TopicPartition, tuple[int, str | None, int]] = {}
-    for tp, (code, message) in plan.results.items():
-        la = leadership.get(tp)
-        results[tp] = (code, message, la.leader if la else NO_LEADER)
-        if code == ELECTION_NOT_NEEDED:
-            continue
-        controller.sc.controller(ctx.epoch, (
-            f"Skipping replica leader election ({name}) for partition {tp} by {trigger.value}: "
-            f"{message or 'error ' + str(code)}; assigned replicas {list(assignments.get(tp, []))}"
-            f", isr {list(la.isr) if la else []}, live brokers {sorted(ctx.live_broker_ids)}"),
-            logging.WARNING)
-    if not plan.electable:
-        return results
-    controller.sc.controller(ctx.epoch, (
-        f"Starting replica leader election ({name}) for partitions "
-        f"{','.join(str(tp) for tp in plan.electable)} triggered by {trigger.value}"))
-    batch = controller._batch()
-    strategy = "preferred" if election_type is ElectionType.PREFERRED else "unclean"
-    elected: list[TopicPartition] = []
-    for tp in plan.electable:
-        if await controller._elect_leader(tp, batch, strategy):
-            la2 = ctx.leader_and_isr(tp)
-            results[tp] = (NONE, None, la2.leader if la2 else NO_LEADER)
-            elected.append(tp)
-        else:
-            results[tp] = (failed_error(election_type), f"Failed to elect leader for partition "
-                           f"{tp} under strategy {strategy_name(election_type)}", NO_LEADER)
-    batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, elected)
-    if controller.channel is not None:
-        batch.send(controller.channel)
-    return results
-
-
-async def process_election(controller: KafkaController,
-                           event: PreferredReplicaLeaderElection) -> None:
-    """``PreferredReplicaLeaderElection`` on the active controller.
-
-    ``partitions is None``: ZK-triggered, read ``/admin/preferred_replica_election``, elect,
-    then delete the node (also when nothing could be elected, as Kafka does).  Otherwise an
-    admin request: elect and answer ``event.reply`` with ``tp -> (error, message, leader)``.
-    """
-    from ..coordination import paths
-
-    election_type = ElectionType(event.election_type)
-    if event.partitions is not None:
-        from .controller import _ControllerMoved
-        from .events import ControllerMovedError
-
-        try:
-            results = await _run(controller, event.partitions, election_type,
-                                 ElectionTrigger.ADMIN)
-        except BaseException as exc:
-            if event.reply is not None and not event.reply.done():
-                if isinstance(exc, Exception):
-                    event.reply.set_exception(ControllerMovedError(str(exc)) if isinstance(
-                        exc, _ControllerMoved) else exc)
-                else:
-                    event.reply.cancel()
-            raise
-        if event.reply is not None and not event.reply.done():
-            event.reply.set_result(results)  # type: ignore[arg-type]
-        return
-    found = await controller.store.get_or_none(paths.PREFERRED_REPLICA_ELECTION)
-    if found is None:
-        return
-    try:
-        requested = paths.decode_preferred_replica_election(found[0])
-    except ValueError as exc:
-        log.error("[Controller id=%d] Ignoring invalid %s: %s", controller.broker_id,
-                  paths.PREFERRED_REPLICA_ELECTION, exc)
-        requested = set()
-    try:
-        await _run(controller, (TopicPartition(t, p) for t, p in requested),
-                   ElectionType.PREFERRED, ElectionTrigger.ZK)
-    except CoordinationError as exc:  # the session expired or the connection dropped midway
-        log.warning("[Controller id=%d] Preferred replica election from %s interrupted: %s",
-                    controller.broker_id, paths.PREFERRED_REPLICA_ELECTION, exc)
-    finally:
-        await _delete_election_node(controller)
-
-
-async def _delete_election_node(controller: KafkaController) -> None:
-    """Delete the znode, fenced by the controller epoch's version (Kafka's
-    deletePreferredReplicaElection(expectedControllerEpochZkVersion)): a controller that lost
-    its place meanwhile must not delete a successor's request."""
-    from ..coordination import paths
-    from ..coordination.store import CheckVersionOp, CoordinationError, DeleteOp
-
-    if not controller.is_active:
-        return
-    try:
-        await controller.store.multi([
-            CheckVersionOp(paths.CONTROLLER_EPOCH, controller.ctx.epoch_zk_version),
-            DeleteOp(paths.PREFERRED_REPLICA_ELECTION)])
-    except CoordinationError as exc:
-        log.info("[Controller id=%d] Did not remove %s: %s", controller.broker_id,
-                 paths.PREFERRED_REPLICA_ELECTION, exc)
-        return
-    log.info("[Controller id=%d] Removed %s", controller.broker_id,
-             paths.PREFERRED_REPLICA_ELECTION)
-
-
-async def process_auto_rebalance(controller: KafkaController,
-                                 _event: AutoPreferredReplicaLeaderElection) -> None:
-    """The periodic imbalance check (only on the active controller), then the next timer."""
-    config = controller.config
-    if not config["auto.leader.rebalance.enable"]:
-        return
-    try:
-        ctx = controller.ctx
-        assignments = {tp: ctx.partition_replica_assignment(tp) for tp in ctx.all_partitions()}
-        leadership = {tp: la for tp in assignments
-                      if (la := ctx.leader_and_isr(tp)) is not None}
-        candidates = auto_rebalance_candidates(
-            assignments, leadership, ctx.live_broker_ids,
-            int(config["leader.imbalance.per.broker.percentage"]), ctx.topics_to_be_deleted,
-            set(ctx.partitions_being_reassigned))
-        if candidates:
-            await _run(controller, candidates, ElectionType.PREFERRED, ElectionTrigger.AUTO)
-    except CoordinationError as exc:
-        # A controller whose session expired (SIGSTOP, a long pause) resigns right after; a
-        # lost connection is retried by the next check. One line, not a traceback.
-        log.warning("[Controller id=%d] Auto leader rebalance interrupted: %s",
-                    controller.broker_id, exc)
-    finally:
-        if controller.is_active:
-            schedule_auto_rebalance(controller,
-                                    float(config["leader.imbalance.check.interval.seconds"]))
-
-
 FIRST_AUTO_REBALANCE_DELAY_S = 5.0  # KafkaController.onControllerFailover's first schedule
 
 
-def schedule_auto_rebalance(controller: KafkaController, delay: float) -> None:
-    """Put an ``AutoPreferredReplicaLeaderElection`` on the queue after ``delay`` seconds."""
-    from .events import AutoPreferredReplicaLeaderElection
+class ReplicaElectionManager:
+    """Replica leader elections on the active controller (KafkaController.scala's
+    ``processReplicaLeaderElection`` / ``onReplicaElection`` /
+    ``checkAndTriggerAutoLeaderRebalance``) and the auto-rebalance timer."""
 
-    cancel_auto_rebalance(controller)
-    if not controller.config["auto.leader.rebalance.enable"]:
-        return
-    handle = asyncio.get_running_loop().call_later(
-        delay, controller.events.put, AutoPreferredReplicaLeaderElection())
-    controller.__dict__["_auto_rebalance_timer"] = handle
+    def __init__(self, broker_id: int, context: ControllerContext, zk: ControllerZkClient,
+                 partitions: PartitionStateMachine, requests: RequestSender,
+                 state_change: StateChangeLogger,
+                 put_event: Callable[[ControllerEvent], None], is_active: Callable[[], bool],
+                 auto_leader_rebalance_enable: bool,
+                 leader_imbalance_per_broker_percentage: int,
+                 leader_imbalance_check_interval_seconds: float) -> None:
+        self.broker_id = broker_id
+        self.ctx = context
+        self.zk = zk
+        self.partitions = partitions
+        self.requests = requests
+        self.sc = state_change
+        self.put_event = put_event
+        self.is_active = is_active
+        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
+        self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
+        self.leader_imbalance_check_interval_seconds = leader_imbalance_check_interval_seconds
+        self.auto_rebalance_timer: asyncio.TimerHandle | None = None
 
+    async def _run(self, requested: Iterable[TopicPartition], election_type: ElectionType,
+                   trigger: ElectionTrigger
+                   ) -> dict[TopicPartition, tuple[int, str | None, int]]:
+        """Plan, elect, send LeaderAndIsr/UpdateMetadata; ``tp -> (error, message, leader)``."""
+        ctx = self.ctx
+        requested = sorted(set(requested))
+        assignments = {tp: ctx.partition_replica_assignment(tp) for tp in ctx.all_partitions()}
+        # As Kafka's doElectLeaderForPartitions: decide on the stored state, not the context's
+        # (an ISR expansion may not have been notified yet).
+        for tp in requested:
+            if tp in assignments:
+                await self.zk.refresh_leadership(tp)
+        leadership = {tp: la for tp in assignments if (la := ctx.leader_and_isr(tp)) is not None}
+        plan = plan_election(requested, election_type, trigger, assignments, leadership,
+                             ctx.live_broker_ids, ctx.topics_to_be_deleted,
+                             set(ctx.partitions_being_reassigned))
+        name = election_type.name
+        results: dict[TopicPartition, tuple[int, str | None, int]] = {}
+        for tp, (code, message) in plan.results.items():
+            la = leadership.get(tp)
+            results[tp] = (code, message, la.leader if la else NO_LEADER)
+            if code == ELECTION_NOT_NEEDED:
+                continue
+            self.sc.controller(ctx.epoch, (
+                f"Skipping replica leader election ({name}) for partition {tp} by "
+                f"{trigger.value}: {message or 'error ' + str(code)}; assigned replicas "
+                f"{list(assignments.get(tp, []))}, isr {list(la.isr) if la else []}, live "
+                f"brokers {sorted(ctx.live_broker_ids)}"), logging.WARNING)
+        if not plan.electable:
+            return results
+        self.sc.controller(ctx.epoch, (
+            f"Starting replica leader election ({name}) for partitions "
+            f"{','.join(str(tp) for tp in plan.electable)} triggered by {trigger.value}"))
+        batch = self.requests.new_batch()
+        strategy = "preferred" if election_type is ElectionType.PREFERRED else "unclean"
+        elected: list[TopicPartition] = []
+        for tp in plan.electable:
+            if await self.partitions.elect_leader(tp, batch, strategy):
+                la2 = ctx.leader_and_isr(tp)
+                results[tp] = (NONE, None, la2.leader if la2 else NO_LEADER)
+                elected.append(tp)
+            else:
+                results[tp] = (failed_error(election_type), f"Failed to elect leader for "
+                               f"partition {tp} under strategy {strategy_name(election_type)}",
+                               NO_LEADER)
+        batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, elected)
+        self.requests.send(batch)
+        return results
 
-def cancel_auto_rebalance(controller: KafkaController) -> None:
-    handle: Any = controller.__dict__.pop("_auto_rebalance_timer", None)
-    if handle is not None:
-        handle.cancel()
+    async def process_election(self, event: PreferredReplicaLeaderElection) -> None:
+        """``PreferredReplicaLeaderElection`` on the active controller.
+
+        ``partitions is None``: ZK-triggered, read ``/admin/preferred_replica_election``,
+        elect, then delete the node (also when nothing could be elected, as Kafka does).
+        Otherwise an admin request: elect and answer ``event.reply`` with
+        ``tp -> (error, message, leader)``.
+        """
+        election_type = ElectionType(event.election_type)
+        if event.partitions is not None:
+            try:
+                results = await self._run(event.partitions, election_type,
+                                          ElectionTrigger.ADMIN)
+            except BaseException as exc:
+                if event.reply is not None and not event.reply.done():
+                    if isinstance(exc, Exception):
+                        event.reply.set_exception(exc)
+                    else:
+                        event.reply.cancel()
+                raise
+            if event.reply is not None and not event.reply.done():
+                event.reply.set_result(results)  # type: ignore[arg-type]
+            return
+        found = await self.zk.store.get_or_none(paths.PREFERRED_REPLICA_ELECTION)
+        if found is None:
+            return
+        try:
+            requested = paths.decode_preferred_replica_election(found[0])
+        except ValueError as exc:
+            log.error("[Controller id=%d] Ignoring invalid %s: %s", self.broker_id,
+                      paths.PREFERRED_REPLICA_ELECTION, exc)
+            requested = set()
+        try:
+            await self._run((TopicPartition(t, p) for t, p in requested),
+                            ElectionType.PREFERRED, ElectionTrigger.ZK)
+        except CoordinationError as exc:  # the session expired or the connection dropped
+            log.warning("[Controller id=%d] Preferred replica election from %s interrupted: %s",
+                        self.broker_id, paths.PREFERRED_REPLICA_ELECTION, exc)
+        finally:
+            await self._delete_election_node()
+
+    async def _delete_election_node(self) -> None:
+        """Delete the znode, fenced by the controller epoch's version (Kafka's
+        deletePreferredReplicaElection(expectedControllerEpochZkVersion)): a controller that
+        lost its place meanwhile must not delete a successor's request."""
+        if not self.is_active():
+            return
+        try:
+            await self.zk.fenced([DeleteOp(paths.PREFERRED_REPLICA_ELECTION)])
+        except (CoordinationError, ControllerMovedError) as exc:
+            log.info("[Controller id=%d] Did not remove %s: %s", self.broker_id,
+                     paths.PREFERRED_REPLICA_ELECTION, exc)
+            return
+        log.info("[Controller id=%d] Removed %s", self.broker_id,
+                 paths.PREFERRED_REPLICA_ELECTION)
+
+    async def process_auto_rebalance(self, _event: AutoPreferredReplicaLeaderElection) -> None:
+        """The periodic imbalance check (only on the active controller), then the next timer."""
+        if not self.auto_leader_rebalance_enable:
+            return
+        try:
+            ctx = self.ctx
+            assignments = {tp: ctx.partition_replica_assignment(tp)
+                           for tp in ctx.all_partitions()}
+            leadership = {tp: la for tp in assignments
+                          if (la := ctx.leader_and_isr(tp)) is not None}
+            candidates = auto_rebalance_candidates(
+                assignments, leadership, ctx.live_broker_ids,
+                self.leader_imbalance_per_broker_percentage, ctx.topics_to_be_deleted,
+                set(ctx.partitions_being_reassigned))
+            if candidates:
+                await self._run(candidates, ElectionType.PREFERRED, ElectionTrigger.AUTO)
+        except CoordinationError as exc:
+            # A controller whose session expired (SIGSTOP, a long pause) resigns right after;
+            # a lost connection is retried by the next check. One line, not a traceback.
+            log.warning("[Controller id=%d] Auto leader rebalance interrupted: %s",
+                        self.broker_id, exc)
+        finally:
+            if self.is_active():
+                self.schedule_auto_rebalance(self.leader_imbalance_check_interval_seconds)
+
+    def schedule_auto_rebalance(self, delay: float) -> None:
+        """Put an ``AutoPreferredReplicaLeaderElection`` on the queue after ``delay`` s."""
+        self.cancel_auto_rebalance()
+        if not self.auto_leader_rebalance_enable:
+            return
+        self.auto_rebalance_timer = asyncio.get_running_loop().call_later(
+            delay, self.put_event, AutoPreferredReplicaLeaderElection())
+
+    def cancel_auto_rebalance(self) -> None:
+        handle, self.auto_rebalance_timer = self.auto_rebalance_timer, None
+        if handle is not None:
+            handle.cancel()

@@ -34,39 +34,30 @@ stopped and deleted at once. Cancelling (AlterPartitionReassignments with null r
 reassignment back to OAR.
 
 The decisions are pure functions (unit-tested in tests/unit/test_reassignment.py); the
-:class:`ReassignmentManager` applies them through the controller's fenced writes and batches.
+:class:`ReassignmentManager` applies them through the state machines, the fenced writes of
+zk_client.py and the request batches. The admin side (writing and listing the admin node) is
+coordination/admin_zk.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..coordination import paths
-from ..coordination.store import (
-    BadVersionError,
-    CheckVersionOp,
-    DeleteOp,
-    NodeExistsError,
-    NoNodeError,
-    SetDataOp,
-)
-from ..state_change import leadership_text
+from ..coordination.admin_zk import Reassignment
+from ..state_change import StateChangeLogger, leadership_text
 from . import leader_selectors as sel
-from .context import LeaderAndIsr, PartitionAndReplica, Reassignment, TopicPartition
-from .events import TopicDeletion
+from .channel import RequestBatch, RequestSender
+from .context import ControllerContext, LeaderAndIsr, TopicPartition
+from .events import ControllerEvent, TopicDeletion
 from .partition_states import PartitionState
 from .replica_states import ReplicaState
-
-if TYPE_CHECKING:
-    from ..coordination.store import CoordinationStore
-    from .channel import RequestBatch
-    from .context import ControllerContext
-    from .controller import KafkaController
+from .state_machines import PartitionStateMachine, ReplicaStateMachine
+from .zk_client import DELETE_NODE, ControllerZkClient
 
 __all__ = [
     "LeaderMove",
@@ -74,7 +65,6 @@ __all__ = [
     "is_reassignment_complete",
     "isr_without_removed",
     "leader_move",
-    "merge_requests",
     "original_replicas",
     "reassign_to",
     "stray_replicas",
@@ -187,28 +177,24 @@ def isr_without_removed(current: LeaderAndIsr, removing: Collection[int]) -> Lea
     return current.new_leader_and_isr(leader, isr)
 
 
-def merge_requests(current: Mapping[tuple[str, int], Sequence[int]],
-                   changes: Mapping[tuple[str, int], Sequence[int] | None]
-                   ) -> dict[tuple[str, int], tuple[int, ...]]:
-    """The admin node after an AlterPartitionReassignments: new targets replace old ones,
-    ``None`` drops the partition (the caller turns a cancel into a target of OAR first)."""
-    merged = {k: tuple(v) for k, v in current.items()}
-    for k, v in changes.items():
-        if v is None:
-            merged.pop(k, None)
-        else:
-            merged[k] = tuple(v)
-    return merged
-
-
 # ---- the controller side -----------------------------------------------------------------------
 
 
 class ReassignmentManager:
     """Runs the steps on the controller's event loop (every method is called from an event)."""
 
-    def __init__(self, controller: KafkaController) -> None:
-        self.c = controller
+    def __init__(self, broker_id: int, context: ControllerContext, zk: ControllerZkClient,
+                 partitions: PartitionStateMachine, replicas: ReplicaStateMachine,
+                 requests: RequestSender, state_change: StateChangeLogger,
+                 put_event: Callable[[ControllerEvent], None]) -> None:
+        self.broker_id = broker_id
+        self.ctx = context
+        self.zk = zk
+        self.partitions = partitions
+        self.replicas = replicas
+        self.requests = requests
+        self.sc = state_change
+        self.put_event = put_event
         # B5 on a broker that was down: its replica was never deleted. Removed-replica
         # partitions per broker, deleted when the broker comes back (as Kafka's topic deletion
         # retries ReplicaDeletionIneligible replicas); without this a broker killed while its
@@ -217,10 +203,6 @@ class ReassignmentManager:
         # The controller epoch of the last read of the admin node: the first read of a term
         # resumes what earlier controllers accepted (see on_admin_node_change).
         self._read_in_epoch: int | None = None
-
-    @property
-    def ctx(self) -> ControllerContext:
-        return self.c.ctx
 
     # -- triggers ---------------------------------------------------------------------------------
     async def on_admin_node_change(self) -> None:
@@ -235,13 +217,13 @@ class ReassignmentManager:
         partition from the admin node and the move never happened."""
         resuming = self._read_in_epoch != self.ctx.epoch
         self._read_in_epoch = self.ctx.epoch
-        found = await self.c.store.get_or_none(paths.REASSIGN_PARTITIONS)
+        found = await self.zk.store.get_or_none(paths.REASSIGN_PARTITIONS)
         if found is None:
             return
         try:
             requested = paths.decode_reassignment(found[0])
         except ValueError as exc:
-            log.error("[Controller id=%d] Ignoring %s: %s", self.c.broker_id,
+            log.error("[Controller id=%d] Ignoring %s: %s", self.broker_id,
                       paths.REASSIGN_PARTITIONS, exc)
             return
         invalid: list[tuple[str, int]] = []
@@ -276,15 +258,15 @@ class ReassignmentManager:
     def _delete_strays(self, brokers: Iterable[int]) -> None:
         """StopReplica with deletion to brokers back up for the replicas B5 could not delete
         while they were down (unless the broker is a replica of the partition again)."""
-        c, ctx = self.c, self.ctx
-        batch = c._batch()
+        ctx = self.ctx
+        batch = self.requests.new_batch()
         for b in sorted(brokers):
             stray = stray_replicas(self.undeleted.pop(b, ()), b,
                                    ctx.partition_replica_assignment)
             for tp in stray:
                 batch.add_stop_replica([b], tp, delete=True, leader_epoch=ctx.leader_epoch(tp))
             if stray:
-                c.sc.controller(ctx.epoch, (
+                self.sc.controller(ctx.epoch, (
                     f"Deleting the replicas of broker {b} removed by reassignments while it was "
                     f"down: {', '.join(str(tp) for tp in stray)}"))
         self._send(batch)
@@ -294,7 +276,7 @@ class ReassignmentManager:
                        resuming: bool = False) -> bool:
         """onPartitionReassignment for one partition; False if the request is refused.
         ``resuming``: a target accepted before this controller's term (no liveness check)."""
-        c, ctx = self.c, self.ctx
+        ctx = self.ctx
         assigned = ctx.partition_replica_assignment(tp)
         current = ctx.partitions_being_reassigned.get(tp)
         if current is None and assigned:
@@ -308,11 +290,11 @@ class ReassignmentManager:
         error = validate_target(tp, target, assigned, ctx.live_broker_ids, fresh,
                                 ctx.is_topic_queued_up_for_deletion(tp.topic))
         if error is not None:
-            c.sc.controller(ctx.epoch, f"Failed completing reassignment of partition {tp} to "
+            self.sc.controller(ctx.epoch, f"Failed completing reassignment of partition {tp} to "
                                        f"{list(target)}: {error}", logging.ERROR)
             return False
         log.info("[Controller id=%d] Handling reassignment of partition %s: OAR %s -> RAR %s "
-                 "(AR during the move %s, adding %s, removing %s)", c.broker_id, tp,
+                 "(AR during the move %s, adding %s, removing %s)", self.broker_id, tp,
                  list(new.original), list(new.target), list(new.full), list(new.adding),
                  list(new.removing))
         # A1: AR = OAR + RAR, in the store first, then in memory.
@@ -329,19 +311,20 @@ class ReassignmentManager:
         # A1: leader epoch + 1 so that the leader takes the new replicas as followers.
         await self._bump_leader_epoch(tp, list(new.full))
         # A2: RAR - OAR -> NewReplica.
-        fresh = [r for r in new.adding if ctx.replica_states.state(PartitionAndReplica(tp, r))
-                 is R.NonExistentReplica]
-        c._move_replicas(tp, fresh, R.NewReplica)
+        fresh = [r for r in new.adding
+                 if self.replicas.state(tp, r) is R.NonExistentReplica]
+        self.replicas.transition(tp, fresh, R.NewReplica)
         return True
 
     async def _complete(self, tp: TopicPartition, r: Reassignment) -> None:
         """Steps B1-B8, once RAR is in the ISR."""
-        c, ctx = self.c, self.ctx
+        ctx = self.ctx
         leadership = ctx.leader_and_isr(tp)
         if leadership is None:
             return
         # B1
-        c._move_replicas(tp, [x for x in r.adding if x in ctx.live_brokers], R.OnlineReplica)
+        self.replicas.transition(tp, [x for x in r.adding if x in ctx.live_brokers],
+                                 R.OnlineReplica)
         # B2
         ctx.update_partition_replica_assignment(tp, r.target)
         # B3
@@ -357,101 +340,98 @@ class ReassignmentManager:
         # B7
         await self._remove_from_admin_node([(tp.topic, tp.partition)])
         # B8
-        batch = c._batch()
+        batch = self.requests.new_batch()
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, [tp])
         self._send(batch)
         current = ctx.leader_and_isr(tp)
-        c.sc.controller(ctx.epoch, (
+        self.sc.controller(ctx.epoch, (
             f"Completed reassignment of partition {tp}: AR {list(r.target)}"
             + ("" if current is None else
                f", {leadership_text(current.leader, current.leader_epoch, current.isr)}")))
         log.info("[Controller id=%d] Reassignment of partition %s to %s completed",
-                 c.broker_id, tp, list(r.target))
+                 self.broker_id, tp, list(r.target))
         if ctx.is_topic_queued_up_for_deletion(tp.topic) and not any(
                 p.topic == tp.topic for p in ctx.partitions_being_reassigned):
-            c.events.put(TopicDeletion())  # the deletion this move held back may go on
+            self.put_event(TopicDeletion())  # the deletion this move held back may go on
 
     async def _move_leader_if_required(self, tp: TopicPartition, r: Reassignment) -> bool:
-        c, ctx = self.c, self.ctx
-        for _ in range(10):
-            current = ctx.leader_and_isr(tp)
-            if current is None:
-                return False
+        ctx = self.ctx
+        moves: list[LeaderMove] = []
+
+        def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
             move = leader_move(r.target, current, ctx.live_broker_ids)
             if move.leadership is None:
-                c.sc.controller(ctx.epoch, (
+                self.sc.controller(ctx.epoch, (
                     f"No replica of {list(r.target)} in the ISR {list(current.isr)} of "
                     f"partition {tp} is alive to lead; the reassignment waits"), logging.ERROR)
-                return False
-            stored = await c._write_state(tp, move.leadership)
-            if stored is None:
-                await c._refresh_leadership(tp)
-                continue
-            if move.elect:
-                c._move(tp, PartitionState.OnlinePartition, stored)
-            batch = c._batch()
-            batch.add_leader_and_isr([x for x in r.target if x in ctx.live_brokers], tp, stored,
-                                     list(r.target))
-            self._send(batch)
-            return True
-        return False
+            moves.append(move)
+            return move.leadership
+
+        stored = await self.zk.update_leader_and_isr(tp, compute)
+        if stored is None:
+            return False
+        if moves[-1].elect:
+            self.partitions.transition(tp, PartitionState.OnlinePartition, stored)
+        batch = self.requests.new_batch()
+        batch.add_leader_and_isr([x for x in r.target if x in ctx.live_brokers], tp, stored,
+                                 list(r.target))
+        self._send(batch)
+        return True
 
     async def _bump_leader_epoch(self, tp: TopicPartition, replicas: list[int]) -> None:
         """Kafka's updateLeaderEpochAndSendRequest: same leader and ISR, epoch + 1, sent to
         every live replica of ``replicas`` (with ``replicas`` as AR)."""
-        c, ctx = self.c, self.ctx
-        for _ in range(10):
-            current = ctx.leader_and_isr(tp)
-            if current is None or current.leader < 0:
-                c.sc.controller(ctx.epoch, (
+        ctx = self.ctx
+
+        def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
+            if current.leader < 0:
+                self.sc.controller(ctx.epoch, (
                     f"Partition {tp} has no leader; the replicas of its reassignment start "
                     f"once it has one"), logging.WARNING)
-                return
-            stored = await c._write_state(tp, current.new_epoch())
-            if stored is None:
-                await c._refresh_leadership(tp)
-                continue
-            c.sc.controller(ctx.epoch, (
-                f"Updated leader epoch for partition {tp} being reassigned to {replicas}: "
-                f"{leadership_text(stored.leader, stored.leader_epoch, stored.isr)}"))
-            batch = c._batch()
-            batch.add_leader_and_isr([x for x in replicas if x in ctx.live_brokers], tp, stored,
-                                     replicas)
-            self._send(batch)
+                return None
+            return current.new_epoch()
+
+        if ctx.leader_and_isr(tp) is None:
+            self.sc.controller(ctx.epoch, (
+                f"Partition {tp} has no leader; the replicas of its reassignment start "
+                f"once it has one"), logging.WARNING)
             return
+        stored = await self.zk.update_leader_and_isr(tp, compute)
+        if stored is None:
+            return
+        self.sc.controller(ctx.epoch, (
+            f"Updated leader epoch for partition {tp} being reassigned to {replicas}: "
+            f"{leadership_text(stored.leader, stored.leader_epoch, stored.isr)}"))
+        batch = self.requests.new_batch()
+        batch.add_leader_and_isr([x for x in replicas if x in ctx.live_brokers], tp, stored,
+                                 replicas)
+        self._send(batch)
 
     async def _stop_removed_replicas(self, tp: TopicPartition, removing: Sequence[int]) -> None:
         """B4: OfflineReplica (out of the ISR, StopReplica); B5: ReplicaDeletionStarted
         (StopReplica with deletion), ReplicaDeletionSuccessful, NonExistentReplica."""
-        c, ctx = self.c, self.ctx
+        ctx = self.ctx
         live_removing = [x for x in removing if x in ctx.live_or_shutting_down_broker_ids]
         for x in removing:
             if x not in live_removing:
                 self.undeleted.setdefault(x, set()).add(tp)
-        stop = c._batch()
+        stop = self.requests.new_batch()
         stop.add_stop_replica(live_removing, tp, delete=False)
-        c._move_replicas(tp, removing, R.OfflineReplica)
-        for _ in range(10):
-            current = ctx.leader_and_isr(tp)
-            new = None if current is None else isr_without_removed(current, removing)
-            if new is None:
-                break
-            stored = await c._write_state(tp, new)
-            if stored is None:
-                await c._refresh_leadership(tp)
-                continue
-            c.sc.controller(ctx.epoch, (
+        self.replicas.transition(tp, removing, R.OfflineReplica)
+        stored = await self.zk.update_leader_and_isr(
+            tp, lambda current: isr_without_removed(current, removing))
+        if stored is not None:
+            self.sc.controller(ctx.epoch, (
                 f"Removed replicas {list(removing)} from the ISR of partition {tp}: "
                 f"{leadership_text(stored.leader, stored.leader_epoch, stored.isr)}"))
             remaining = [x for x in ctx.partition_replica_assignment(tp) if x not in removing]
             stop.add_leader_and_isr([x for x in remaining if x in ctx.live_brokers], tp, stored,
                                     remaining)
-            break
         self._send(stop)
-        delete = c._batch()
+        delete = self.requests.new_batch()
         delete.add_stop_replica(live_removing, tp, delete=True,
                                 leader_epoch=ctx.leader_epoch(tp))
-        c._move_replicas(tp, removing, R.ReplicaDeletionStarted)
+        self.replicas.transition(tp, removing, R.ReplicaDeletionStarted)
         sent = self._send(delete)
         if sent:
             # The assignment in the store moves on (B6) once the deletions are answered, so a
@@ -459,17 +439,17 @@ class ReassignmentManager:
             # the znode and its successor deletes them. Bounded: a paused broker must not stall
             # the controller (its request stays queued and is delivered when it wakes).
             await asyncio.wait(sent, timeout=DELETE_ACK_WAIT_S)
-        c._move_replicas(tp, removing, R.ReplicaDeletionSuccessful)
-        c._move_replicas(tp, removing, R.NonExistentReplica)
+        self.replicas.transition(tp, removing, R.ReplicaDeletionSuccessful)
+        self.replicas.transition(tp, removing, R.NonExistentReplica)
 
     def _send(self, batch: RequestBatch) -> list[asyncio.Future[Any]]:
-        return batch.send(self.c.channel) if self.c.channel is not None else []
+        return self.requests.send(batch)
 
     # -- store ------------------------------------------------------------------------------------
     async def _recorded_reassignment(self, tp: TopicPartition, assigned: Sequence[int]
                                      ) -> Reassignment | None:
         """The reassignment a topic znode records (KIP-455 fields), if any."""
-        found = await self.c.store.get_or_none(paths.topic_path(tp.topic))
+        found = await self.zk.store.get_or_none(paths.topic_path(tp.topic))
         if found is None:
             return None
         assignment = paths.decode_topic_assignment(found[0])
@@ -485,14 +465,9 @@ class ReassignmentManager:
                                 adding: Sequence[int], removing: Sequence[int]) -> None:
         """One partition's AR (and adding/removing replicas) in ``/brokers/topics/<topic>``,
         fenced by the controller epoch."""
-        from .controller import _ControllerMoved
 
-        path = paths.topic_path(tp.topic)
-        for _ in range(10):
-            found = await self.c.store.get_or_none(path)
-            if found is None:
-                return
-            old = paths.decode_topic_assignment(found[0])
+        def compute(data: bytes) -> bytes | None:
+            old = paths.decode_topic_assignment(data)
             partitions = dict(old.partitions)
             partitions[tp.partition] = tuple(replicas)
             adds = {p: v for p, v in old.adding_replicas.items() if p != tp.partition}
@@ -501,118 +476,24 @@ class ReassignmentManager:
                 adds[tp.partition] = tuple(adding)
             if removing:
                 rems[tp.partition] = tuple(removing)
-            data = paths.encode_topic_assignment(paths.TopicAssignment(
+            new = paths.encode_topic_assignment(paths.TopicAssignment(
                 partitions, adds, rems, old.topic_id))
-            if data == found[0]:
-                return
-            try:
-                await self.c.store.multi([
-                    CheckVersionOp(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version),
-                    SetDataOp(path, data, found[1].version)])
-                return
-            except (BadVersionError, NoNodeError) as exc:
-                if getattr(exc, "op_index", None) == 0:
-                    raise _ControllerMoved() from None
-        log.error("Giving up writing the assignment of %s after repeated version conflicts", tp)
+            return None if new == data else new
+
+        await self.zk.update_node(paths.topic_path(tp.topic), compute)
 
     async def _remove_from_admin_node(self, done: Iterable[tuple[str, int]]) -> None:
         """B7: drop partitions from ``/admin/reassign_partitions``; the last one deletes it."""
-        from .controller import _ControllerMoved
-
         drop = set(done)
-        for _ in range(10):
-            found = await self.c.store.get_or_none(paths.REASSIGN_PARTITIONS)
-            if found is None:
-                return
+
+        def compute(data: bytes) -> bytes | None:
             try:
-                current = paths.decode_reassignment(found[0])
+                current = paths.decode_reassignment(data)
             except ValueError:
                 current = {}
             left = {k: v for k, v in current.items() if k not in drop}
-            check = CheckVersionOp(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
             if left == current and current:
-                return
-            op = (DeleteOp(paths.REASSIGN_PARTITIONS, found[1].version) if not left else
-                  SetDataOp(paths.REASSIGN_PARTITIONS, paths.encode_reassignment(left),
-                            found[1].version))
-            try:
-                await self.c.store.multi([check, op])
-                return
-            except (BadVersionError, NoNodeError) as exc:
-                if getattr(exc, "op_index", None) == 0:
-                    raise _ControllerMoved() from None
+                return None
+            return paths.encode_reassignment(left) if left else DELETE_NODE
 
-
-# ---- the admin side (AlterPartitionReassignments, ListPartitionReassignments) ----------------
-
-
-@dataclass(frozen=True, slots=True)
-class OngoingReassignment:
-    """One partition's reassignment as ListPartitionReassignments reports it."""
-
-    replicas: tuple[int, ...]
-    adding: tuple[int, ...]
-    removing: tuple[int, ...]
-
-
-def ongoing_from(assigned: Sequence[int], adding: Sequence[int], removing: Sequence[int],
-                 target: Sequence[int]) -> OngoingReassignment:
-    """What List reports: the recorded adding/removing replicas once the controller started
-    the move, else what it will do (AR = RAR + OAR - RAR)."""
-    if adding or removing:
-        return OngoingReassignment(tuple(assigned), tuple(adding), tuple(removing))
-    r = Reassignment(original=tuple(assigned), target=tuple(target))
-    return OngoingReassignment(r.full, r.adding, r.removing)
-
-
-async def read_ongoing(store: CoordinationStore,
-                       topics: Mapping[str, Collection[int] | None] | None
-                       ) -> dict[TopicPartition, OngoingReassignment]:
-    """The ongoing reassignments (filtered to ``topics``: name -> partitions or None = all)."""
-    found = await store.get_or_none(paths.REASSIGN_PARTITIONS)
-    requested = paths.decode_reassignment(found[0]) if found is not None else {}
-    out: dict[TopicPartition, OngoingReassignment] = {}
-    assignments: dict[str, paths.TopicAssignment | None] = {}
-    for (topic, p), target in sorted(requested.items()):
-        if topics is not None:
-            if topic not in topics:
-                continue
-            wanted = topics[topic]
-            if wanted is not None and p not in wanted:
-                continue
-        if topic not in assignments:
-            node = await store.get_or_none(paths.topic_path(topic))
-            assignments[topic] = None if node is None else paths.decode_topic_assignment(node[0])
-        a = assignments[topic]
-        if a is None or p not in a.partitions:
-            continue
-        out[TopicPartition(topic, p)] = ongoing_from(
-            a.partitions[p], a.adding_replicas.get(p, ()), a.removing_replicas.get(p, ()), target)
-    return out
-
-
-async def alter_admin_node(store: CoordinationStore,
-                           changes: Mapping[tuple[str, int], tuple[int, ...] | None]
-                           ) -> None:
-    """Merge targets into ``/admin/reassign_partitions`` (version-checked, created if absent,
-    deleted when it would be empty)."""
-    for _ in range(20):
-        found = await store.get_or_none(paths.REASSIGN_PARTITIONS)
-        current = {} if found is None else paths.decode_reassignment(found[0])
-        merged = merge_requests(current, changes)
-        try:
-            if found is None:
-                if merged:
-                    await store.create(paths.REASSIGN_PARTITIONS,
-                                       paths.encode_reassignment(merged), makepath=True)
-                return
-            if not merged:
-                with contextlib.suppress(NoNodeError):
-                    await store.delete(paths.REASSIGN_PARTITIONS, version=found[1].version)
-                return
-            await store.set(paths.REASSIGN_PARTITIONS, paths.encode_reassignment(merged),
-                            version=found[1].version)
-            return
-        except (BadVersionError, NodeExistsError, NoNodeError):
-            continue
-    raise RuntimeError("could not update /admin/reassign_partitions: too many concurrent changes")
+        await self.zk.update_node(paths.REASSIGN_PARTITIONS, compute)

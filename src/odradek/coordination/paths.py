@@ -34,10 +34,12 @@ import contextlib
 import json
 import re
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from odradek.common import TopicPartition
 from odradek.coordination.store import NodeExistsError
 
 if TYPE_CHECKING:
@@ -106,6 +108,7 @@ __all__ = [
     "encode_topic_assignment",
     "isr_change_path",
     "log_dir_event_path",
+    "parse_election_json",
     "partition_state_path",
     "sequence_number",
     "topic_config_path",
@@ -609,6 +612,36 @@ def decode_preferred_replica_election(data: bytes | None) -> set[tuple[str, int]
     """Parse ``/admin/preferred_replica_election`` into a set of ``(topic, partition)``."""
     obj = _loads(data, "preferred replica election")
     return set() if obj is None else _decode_partitions_list(obj, "preferred replica election")
+
+
+def parse_election_json(text: str) -> list[TopicPartition]:
+    """The tools' ``--path-to-json-file`` (and the znode's) format:
+    ``{"partitions": [{"topic": "t", "partition": 0}, ...]}``.
+
+    Raises ValueError with Kafka's messages for empty data and duplicates.
+    """
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"The JSON is not valid: {exc}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("partitions"), list):
+        raise ValueError('The JSON must be an object with a "partitions" array of '
+                         '{"topic": ..., "partition": ...}')
+    out: list[TopicPartition] = []
+    for item in obj["partitions"]:
+        if not isinstance(item, dict) or not isinstance(item.get("topic"), str) \
+                or not isinstance(item.get("partition"), int) \
+                or isinstance(item.get("partition"), bool):
+            raise ValueError(f"Invalid partition entry {json.dumps(item)}: expected "
+                             '{"topic": <string>, "partition": <int>}')
+        out.append(TopicPartition(item["topic"], item["partition"]))
+    if not out:
+        raise ValueError("Preferred replica election data is empty")
+    dups = sorted(tp for tp, n in Counter(out).items() if n > 1)
+    if dups:
+        raise ValueError("Preferred replica election data contains duplicate partitions: "
+                         + ",".join(str(tp) for tp in dups))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..common import TopicPartition
-from ..controller.preferred_election import parse_election_json
+from ..coordination.paths import parse_election_json
 from .command import Subcommands, ToolError, prefixed, read_properties, reader_gone, run_tool
 
 if TYPE_CHECKING:

@@ -328,7 +328,7 @@ class ZooKeeperBackend:
         return {int(b) for b in await self.store.get_children(paths.BROKER_IDS)}
 
     async def ongoing(self, partitions: Iterable[TP] | None = None) -> Ongoing:
-        from ..controller.reassignment import read_ongoing
+        from ..coordination.admin_zk import read_ongoing
 
         wanted: dict[str, set[int] | None] | None = None
         if partitions is not None:
@@ -340,8 +340,8 @@ class ZooKeeperBackend:
                 for tp, o in found.items()}
 
     async def alter(self, changes: Mapping[TP, list[int] | None]) -> dict[TP, str]:
-        from ..controller.reassignment import alter_admin_node
         from ..coordination import paths
+        from ..coordination.admin_zk import alter_admin_node
 
         if any(v is None for v in changes.values()):
             raise ToolError("--cancel requires --bootstrap-server")

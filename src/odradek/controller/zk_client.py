@@ -1,0 +1,191 @@
+"""The controller's writes to the coordination store, fenced by ``/controller_epoch`` (S-5.3).
+
+Kafka's KafkaZkClient takes ``expectedControllerEpochZkVersion`` on every controller write and
+runs it as a ZooKeeper transaction with a check of ``/controller_epoch``'s version: a
+controller that was paused past its session cannot write after a successor took over.
+:meth:`ControllerZkClient.fenced` is the one place that adds the check; every controller write
+(state nodes, topic assignments, admin nodes, notification and topic znode deletes) goes
+through it. The controller's election itself (``/controller``, the epoch increment) is the
+only write outside it: it establishes the epoch the others are fenced by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..common import TopicPartition
+from ..coordination import paths
+from ..coordination.optimistic_update import VersionConflict, optimistic_update
+from ..coordination.store import (
+    BadVersionError,
+    CheckVersionOp,
+    CoordinationStore,
+    CreateOp,
+    DeleteOp,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    Op,
+    SetDataOp,
+    Stat,
+    parent_path,
+)
+from .context import ControllerContext, LeaderAndIsr
+from .events import ControllerMovedError
+
+__all__ = ["DELETE_NODE", "ControllerZkClient"]
+
+DELETE_NODE = b"\x00delete"
+"""What an :meth:`ControllerZkClient.update_node` computation returns to delete the node."""
+
+_MAX_OPS = 1000  # znodes per transaction of a recursive delete (ZooKeeper's 1 MB request cap)
+
+
+class ControllerZkClient:
+    """Fenced, version-checked writes of the active controller (one per controller)."""
+
+    def __init__(self, store: CoordinationStore, context: ControllerContext) -> None:
+        self.store = store
+        self.ctx = context
+
+    async def fenced(self, ops: Sequence[Op]) -> list[Any]:
+        """Run ``ops`` in one transaction with the check of ``/controller_epoch``'s version.
+
+        Returns the results of ``ops``. A failed check raises :class:`ControllerMovedError`;
+        another op's error is raised as the store raised it (its ``op_index`` counts the check
+        as op 0)."""
+        check = CheckVersionOp(paths.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
+        try:
+            results = await self.store.multi([check, *ops])
+        except (BadVersionError, NoNodeError) as exc:
+            if exc.op_index == 0:
+                raise ControllerMovedError("Controller epoch zkVersion check fails") from None
+            raise
+        return results[1:]
+
+    # -- znodes ---------------------------------------------------------------------------------
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` (and missing ancestors) as empty persistent znodes if absent."""
+        try:
+            await self.fenced([CreateOp(path, b"")])
+        except NodeExistsError:
+            return
+        except NoNodeError:
+            await self.ensure_path(parent_path(path))
+            try:
+                await self.fenced([CreateOp(path, b"")])
+            except NodeExistsError:
+                return
+
+    async def delete(self, path: str) -> bool:
+        """Delete a childless znode; False if it was gone already."""
+        try:
+            await self.fenced([DeleteOp(path)])
+        except NoNodeError:
+            return False
+        return True
+
+    async def delete_recursive(self, path: str) -> None:
+        """Delete ``path`` and its subtree (children first), fenced (Kafka's deleteRecursive
+        with the epoch check); nothing if it is gone. A subtree that changed meanwhile is read
+        again."""
+        while True:
+            nodes = await self._subtree(path)
+            if not nodes:
+                return
+            try:
+                for i in range(0, len(nodes), _MAX_OPS):
+                    await self.fenced([DeleteOp(n) for n in nodes[i:i + _MAX_OPS]])
+                return
+            except (NoNodeError, NotEmptyError):
+                continue
+
+    async def _subtree(self, path: str) -> list[str]:
+        try:
+            children = await self.store.get_children(path)
+        except NoNodeError:
+            return []
+        out: list[str] = []
+        for child in children:
+            out += await self._subtree(f"{path}/{child}")
+        return [*out, path]
+
+    async def update_node(self, path: str, compute: Callable[[bytes], bytes | None]
+                          ) -> Stat | None:
+        """Read-compute-write of an existing znode (``compute(data)``: the new data, None for
+        nothing to do, :data:`DELETE_NODE` to delete it), version-checked and fenced, retried
+        on a concurrent change (:func:`optimistic_update`). Nothing if the node is absent."""
+
+        def decide(found: tuple[bytes, Stat]) -> bytes | None:
+            return compute(found[0])
+
+        async def write(found: tuple[bytes, Stat], data: bytes) -> Stat | None:
+            op: Op = (DeleteOp(path, found[1].version) if data == DELETE_NODE
+                      else SetDataOp(path, data, found[1].version))
+            try:
+                return (await self.fenced([op]))[0]
+            except (BadVersionError, NoNodeError):
+                raise VersionConflict() from None
+
+        return await optimistic_update(lambda: self.store.get_or_none(path), decide, write)
+
+    # -- partition state nodes (/brokers/topics/<t>/partitions/<p>/state) -----------------------
+    async def write_leader_and_isr(self, tp: TopicPartition, new: LeaderAndIsr,
+                                   create: bool = False) -> LeaderAndIsr | None:
+        """Write a partition state node conditionally on its version (``new.zk_version``) or,
+        with ``create``, create it. Returns the stored value (with its new version, also put
+        in the context), or None if the node moved, exists or is gone (S-4.2)."""
+        path = paths.partition_state_path(tp.topic, tp.partition)
+        data = paths.encode_partition_state(paths.LeaderIsrAndControllerEpoch(
+            new.leader, new.leader_epoch, tuple(new.isr), self.ctx.epoch))
+        try:
+            if create:
+                await self.ensure_path(paths.topic_partition_path(tp.topic, tp.partition))
+                await self.fenced([CreateOp(path, data)])
+                version = 0
+            else:
+                version = (await self.fenced([SetDataOp(path, data, new.zk_version)]))[0].version
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return None
+        stored = LeaderAndIsr(new.leader, new.leader_epoch, tuple(new.isr), version,
+                              self.ctx.epoch)
+        self.ctx.put_leader_and_isr(tp, stored)
+        return stored
+
+    async def refresh_leadership(self, tp: TopicPartition) -> LeaderAndIsr | None:
+        """Read a partition's state node into the context; a value written by a newer
+        controller raises :class:`ControllerMovedError`."""
+        found = await self.store.get_or_none(paths.partition_state_path(tp.topic, tp.partition))
+        if found is None:
+            return None
+        decoded = paths.decode_partition_state(found[0])
+        if decoded is None:
+            return None
+        value = LeaderAndIsr(decoded.leader, decoded.leader_epoch, tuple(decoded.isr),
+                             found[1].version, decoded.controller_epoch)
+        if decoded.controller_epoch > self.ctx.epoch:
+            raise ControllerMovedError("A newer controller wrote the partition state")
+        self.ctx.put_leader_and_isr(tp, value)
+        return value
+
+    async def update_leader_and_isr(
+            self, tp: TopicPartition, compute: Callable[[LeaderAndIsr], LeaderAndIsr | None]
+    ) -> LeaderAndIsr | None:
+        """The optimistic update of a partition's leadership: ``compute`` from the context's
+        value, version-checked write; on a conflict the stored value is read into the context
+        and ``compute`` decides again. None when ``compute`` has nothing to write or the node
+        is gone."""
+        async def read() -> LeaderAndIsr | None:
+            return self.ctx.leader_and_isr(tp)
+
+        async def write(_current: LeaderAndIsr, new: LeaderAndIsr) -> LeaderAndIsr | None:
+            stored = await self.write_leader_and_isr(tp, new)
+            if stored is None:
+                if await self.refresh_leadership(tp) is None:
+                    return None  # the node is gone: nothing to retry
+                raise VersionConflict()
+            return stored
+
+        return await optimistic_update(read, compute, write)
+
