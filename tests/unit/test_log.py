@@ -25,8 +25,9 @@ from odradek.storage.errors import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from odradek.storage.log import Log, follower_append_runs
+from odradek.storage.log import Log
 from odradek.storage.log_config import InvalidConfigError, LogConfig
+from odradek.storage.log_validator import follower_append_runs
 
 NOW = 1_700_000_000_000
 

@@ -33,28 +33,28 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..protocol.records import (
-    LOG_OVERHEAD,
     BatchHeader,
-    InvalidRecordError,
     assign_offsets,
-    check_batch,
     set_log_append_time,
 )
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import fsync_dir
 from .errors import (
-    InvalidTimestampError,
     OffsetOutOfRangeError,
-    RecordBatchTooLargeError,
-    RecordTooLargeError,
     StorageError,
-    UnexpectedAppendOffsetError,
 )
 from .index import NO_TIMESTAMP
 from .leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochFileCache
-from .log_config import LONG_MAX, LogConfig
+from .log_config import LogConfig
 from .log_loader import LogLoader, rebuild_producer_state
 from .log_segments import LogSegments, segment_kwargs
+from .log_validator import (
+    check_follower_offsets,
+    check_timestamps,
+    follower_append_runs,
+    read_follower_batches,
+    validate_leader_batches,
+)
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from .segment import DELETED_SUFFIX, SWAP_SUFFIX, FileHandleCache, FileRegion, LogSegment
 
@@ -157,21 +157,6 @@ def fsync_files(plan: FlushPlan) -> None:
             os.close(fd)
     if plan.directory is not None:
         fsync_dir(plan.directory)
-
-
-def follower_append_runs(ends: list[int], segment_bytes: int) -> list[tuple[int, int]]:
-    """Split batches (given by their end positions in one buffer) into consecutive runs
-    [lo, hi) whose total size is at most `segment_bytes`; a batch larger than that forms a run
-    of its own. Every batch is in exactly one run, in order."""
-    runs: list[tuple[int, int]] = []
-    lo, start = 0, 0
-    for i, end in enumerate(ends):
-        if i > lo and end - start > segment_bytes:
-            runs.append((lo, i))
-            lo, start = i, ends[i - 1]
-    if ends:
-        runs.append((lo, len(ends)))
-    return runs
 
 
 class Log:
@@ -307,28 +292,12 @@ class Log:
         idempotent producers, roll if needed, write with one write. Raises
         RecordTooLargeError, RecordBatchTooLargeError, InvalidTimestampError,
         OutOfOrderSequenceError, InvalidProducerEpochError."""
-        if not headers:
-            raise InvalidRecordError("empty record set")
         cfg = self.config
         size = len(buf)
-        max_message = cfg.max_message_bytes
-        has_producer = False
-        for h in headers:
-            if h.size > max_message:
-                raise RecordTooLargeError(
-                    f"message batch size is {h.size} bytes in append to {self.name}, which "
-                    f"exceeds the maximum configured size of {max_message}"
-                )
-            if h.producer_id >= 0:
-                has_producer = True
-        if size > cfg.segment_bytes:
-            raise RecordBatchTooLargeError(
-                f"message batch size is {size} bytes in append to {self.name}, which exceeds "
-                f"the maximum configured segment size of {cfg.segment_bytes}"
-            )
+        has_producer = validate_leader_batches(headers, size, cfg, self.name)
         log_append = cfg.log_append_time
         if not log_append:
-            self._check_timestamps(headers, now_ms)
+            check_timestamps(headers, now_ms, cfg, self.name)
         psm = self.producer_state
         if has_producer:
             dup = psm.check_batches(headers)
@@ -370,23 +339,6 @@ class Log:
         return AppendInfo(first, last_offset, now_ms if log_append else NO_TIMESTAMP,
                           self.log_start_offset, max_ts, shallow, valid_bytes=size)
 
-    def _check_timestamps(self, headers: Sequence[BatchHeader], now_ms: int) -> None:
-        cfg = self.config
-        before = cfg.message_timestamp_before_max_ms
-        after = cfg.message_timestamp_after_max_ms
-        if before == LONG_MAX:
-            before = cfg.message_timestamp_difference_max_ms
-        if after == LONG_MAX:
-            after = cfg.message_timestamp_difference_max_ms
-        if before == LONG_MAX and after == LONG_MAX:
-            return
-        for h in headers:
-            if h.max_timestamp - now_ms > after or now_ms - h.base_timestamp > before:
-                raise InvalidTimestampError(
-                    f"timestamp of a batch in {self.name} is out of range "
-                    f"[now - {before}, now + {after}]"
-                )
-
     def append_as_follower(self, data: bytes | bytearray | memoryview,
                            now_ms: int | None = None) -> AppendInfo | None:
         """Append batches fetched from the leader, keeping their offsets (Kafka's
@@ -394,33 +346,12 @@ class Log:
         trailing partial batch is ignored. Epoch cache and producer state follow the batches.
         None when `data` holds no complete batch."""
         view = memoryview(data)
-        limit = len(view)
-        headers: list[BatchHeader] = []
-        ends: list[int] = []  # the end position of each batch in `view`
-        pos = 0
-        while limit - pos >= LOG_OVERHEAD:
-            batch_length = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
-            if pos + batch_length + LOG_OVERHEAD > limit:
-                break  # partial batch at the end of a fetch response
-            headers.append(check_batch(view, pos, limit))
-            pos += batch_length + LOG_OVERHEAD
-            ends.append(pos)
+        headers, ends = read_follower_batches(view)
         if not headers:
             return None
         first = headers[0].base_offset
-        if first < self._leo:
-            raise UnexpectedAppendOffsetError(
-                f"unexpected offset in append to {self.name}: first offset {first} is less than "
-                f"the next offset {self._leo}"
-            )
-        prev = self._leo - 1
-        max_ts, shallow = NO_TIMESTAMP, first
-        for h in headers:
-            if h.base_offset <= prev or h.last_offset_delta < 0:
-                raise InvalidRecordError(f"out of order offsets in append to {self.name}")
-            prev = h.last_offset
-            if h.max_timestamp > max_ts:
-                max_ts, shallow = h.max_timestamp, h.last_offset
+        prev, max_ts, shallow = check_follower_offsets(headers, self._leo, self.name)
+        pos = ends[-1]
         now = self.clock() if now_ms is None else now_ms
         # One fetch may carry more bytes than a segment holds (every batch was accepted by the
         # leader, one by one): append it in runs of whole batches that each fit a segment, so
@@ -883,7 +814,6 @@ __all__ = [
     "FlushPlan",
     "Log",
     "OffsetAndTimestamp",
-    "follower_append_runs",
     "fsync_files",
     "parse_topic_partition",
 ]
