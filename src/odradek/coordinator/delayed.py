@@ -13,13 +13,34 @@ on the broker's loop, so there are no group locks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
     from .group import GroupMetadata
-    from .group_coordinator import GroupCoordinator
+
+
+class GroupCallbacks(Protocol):
+    """The coordinator's decisions the delayed operations call back into (GroupCoordinator
+    implements them)."""
+
+    def try_complete_join(self, group: GroupMetadata, force_complete: Callable[[], bool]
+                          ) -> bool: ...
+
+    def on_complete_join(self, group: GroupMetadata) -> None: ...
+
+    def try_complete_pending_sync(self, group: GroupMetadata, generation_id: int,
+                                  force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_expire_pending_sync(self, group: GroupMetadata, generation_id: int) -> None: ...
+
+    def try_complete_heartbeat(self, group: GroupMetadata, member_id: str, is_pending: bool,
+                               force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_expire_heartbeat(self, group: GroupMetadata, member_id: str,
+                            is_pending: bool) -> None: ...
 
 
 def join_key(group_id: str) -> tuple[str, str]:
@@ -38,7 +59,7 @@ class DelayedJoin(DelayedOperation):
     """Completes once all known members have rejoined (or at the rebalance timeout): then the
     coordinator starts the next generation."""
 
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata,
+    def __init__(self, coordinator: GroupCallbacks, group: GroupMetadata,
                  rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
         self.coordinator = coordinator
@@ -56,7 +77,7 @@ class InitialDelayedJoin(DelayedJoin):
     (up to the rebalance timeout) while new members keep arriving, so that a group starting
     many consumers at once does not rebalance once per consumer (KIP-134)."""
 
-    def __init__(self, coordinator: GroupCoordinator,
+    def __init__(self, coordinator: GroupCallbacks,
                  purgatory: DelayedOperationPurgatory[DelayedOperation], group: GroupMetadata,
                  configured_delay_ms: int, delay_ms: int, remaining_ms: int) -> None:
         super().__init__(coordinator, group, delay_ms)
@@ -86,7 +107,7 @@ class DelayedSync(DelayedOperation):
     """After a join phase, members that do not send SyncGroup within the rebalance timeout are
     removed (KAFKA-13406's pending-sync expiry)."""
 
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, generation_id: int,
+    def __init__(self, coordinator: GroupCallbacks, group: GroupMetadata, generation_id: int,
                  rebalance_timeout_ms: int) -> None:
         super().__init__(rebalance_timeout_ms)
         self.coordinator = coordinator
@@ -108,7 +129,7 @@ class DelayedHeartbeat(DelayedOperation):
     """A member's session: completed by a heartbeat (or leaving), else it expires the member.
     `pending_member`: a member id handed out with MEMBER_ID_REQUIRED, not joined yet."""
 
-    def __init__(self, coordinator: GroupCoordinator, group: GroupMetadata, member_id: str,
+    def __init__(self, coordinator: GroupCallbacks, group: GroupMetadata, member_id: str,
                  is_pending: bool, timeout_ms: int) -> None:
         super().__init__(timeout_ms)
         self.coordinator = coordinator

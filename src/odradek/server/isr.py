@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..common import TopicPartition
 from ..coordination import paths
@@ -31,14 +31,28 @@ from .partition import Partition, fmt_isr
 
 if TYPE_CHECKING:
     from ..coordination.store import CoordinationStore
-    from .replica_manager import ReplicaManager
 
 log = logging.getLogger("odradek.isr")
 
 
 
+class IsrReplicaManager(Protocol):
+    """What the ISR tasks ask of the replica manager: its partitions and lag limit, and the two
+    notifications (HW or ISR moved; leadership lost)."""
+
+    @property
+    def replica_lag_time_max_ms(self) -> int: ...
+
+    @property
+    def partitions(self) -> Mapping[TopicPartition, Partition]: ...
+
+    def on_high_watermark_moved(self, tp: TopicPartition) -> None: ...
+
+    def on_leadership_lost(self, tp: TopicPartition) -> None: ...
+
+
 class IsrChangeManager:
-    def __init__(self, broker_id: int, replica_manager: ReplicaManager,
+    def __init__(self, broker_id: int, replica_manager: IsrReplicaManager,
                  store: Callable[[], CoordinationStore | None], clock: Callable[[], int], *,
                  check_interval_ms: int = 100, linger_ms: int = 100,
                  max_delay_ms: int = 500) -> None:
