@@ -24,7 +24,6 @@ from .config import ADMIN, build_config, parse_servers
 from .errors import ConfigException, KafkaConnectionError, KafkaError, KafkaTimeoutError
 from .group import parse_offset_fetch
 from .types import (
-    BrokerDescription,
     ClusterDescription,
     ConfigEntry,
     ConfigResource,
@@ -32,6 +31,7 @@ from .types import (
     GroupListing,
     MemberDescription,
     NewTopic,
+    Node,
     OffsetAndMetadata,
     PartitionDescription,
     PartitionReassignment,
@@ -54,6 +54,14 @@ def _raise_first(results: Mapping[Any, KafkaError | None], raise_errors: bool) -
         for err in results.values():
             if err is not None:
                 raise err
+
+
+def _topic_errors(results: Iterable[Any]) -> dict[str, KafkaError | None]:
+    """Per-topic results (CreateTopics, DeleteTopics, CreatePartitions): name -> None or the
+    KafkaError of its error code and message."""
+    return {r.name: None if r.error_code == ErrorCode.none else KafkaError.for_code(
+        r.error_code, getattr(r, "error_message", None), context=f"topic {r.name}")
+        for r in results}
 
 
 def bootstrap_failure_message(reasons: list[str | None], fallback: str) -> str:
@@ -191,12 +199,8 @@ class AsyncAdmin:
                 "configs": [{"name": k, "value": str(v)} for k, v in t.config.items()],
             } for t in topics]}
 
-        def results_of(resp: Any) -> dict[str, KafkaError | None]:
-            return {t.name: None if t.error_code == ErrorCode.none else KafkaError.for_code(
-                t.error_code, getattr(t, "error_message", None), context=f"topic {t.name}")
-                for t in resp.topics}
-
-        results = await self._retry_not_controller(19, timeout, build, results_of)
+        results = await self._retry_not_controller(19, timeout, build,
+                                                   lambda resp: _topic_errors(resp.topics))
         _raise_first(results, raise_errors)
         return results
 
@@ -232,12 +236,8 @@ class AsyncAdmin:
             return {"timeout": int(timeout * 1000), "topic_names": names,
                     "topics": [{"name": n, "topic_id": None} for n in names]}
 
-        def results_of(resp: Any) -> dict[str, KafkaError | None]:
-            return {r.name: None if r.error_code == ErrorCode.none else KafkaError.for_code(
-                r.error_code, getattr(r, "error_message", None), context=f"topic {r.name}")
-                for r in resp.responses}
-
-        results = await self._retry_not_controller(20, timeout, build, results_of)
+        results = await self._retry_not_controller(20, timeout, build,
+                                                   lambda resp: _topic_errors(resp.responses))
         _raise_first(results, raise_errors)
         return results
 
@@ -254,11 +254,8 @@ class AsyncAdmin:
                                 [{"broker_ids": list(b)} for b in assignments[t]]}
                                for t, n in new_counts.items()]}
 
-        def results_of(resp: Any) -> dict[str, KafkaError | None]:
-            return {r.name: None if r.error_code == ErrorCode.none else KafkaError.for_code(
-                r.error_code, r.error_message, context=f"topic {r.name}") for r in resp.results}
-
-        results = await self._retry_not_controller(37, timeout, build, results_of)
+        results = await self._retry_not_controller(37, timeout, build,
+                                                   lambda resp: _topic_errors(resp.results))
         _raise_first(results, raise_errors)
         return results
 
@@ -372,7 +369,7 @@ class AsyncAdmin:
     async def describe_cluster(self) -> ClusterDescription:
         md = await self.client.refresh_metadata()
         return ClusterDescription(md.cluster_id, md.controller_id, [
-            BrokerDescription(b.node_id, b.host, b.port, b.rack)
+            Node(b.node_id, b.host, b.port, b.rack)
             for b in sorted(md.brokers.values(), key=lambda b: b.node_id)])
 
     # -- configs ---------------------------------------------------------------------------------
@@ -572,11 +569,11 @@ class AsyncAdmin:
                     raise KafkaError.for_code(p.error_code, context=f"OffsetCommit({group_id}) "
                                               f"{t.name}-{p.partition_index}")
 
-    async def find_coordinator(self, group_id: str) -> BrokerDescription:
+    async def find_coordinator(self, group_id: str) -> Node:
         """The broker coordinating a group (FindCoordinator)."""
         node = await self._coordinator(group_id)
         b = self.client.metadata.brokers.get(node)
-        return BrokerDescription(node, b.host if b else "", b.port if b else -1,
+        return Node(node, b.host if b else "", b.port if b else -1,
                                  b.rack if b else None)
 
     async def list_offsets(self, specs: Mapping[TopicPartition, int], *,

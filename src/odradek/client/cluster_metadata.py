@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from .config import parse_servers
 from .connection import BrokerConnection
 from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
-from .types import TopicPartition
+from .types import Node, TopicPartition
 
 log = logging.getLogger("odradek.client")
 
@@ -34,14 +34,6 @@ REFRESH_ERRORS = frozenset(int(e) for e in (
     ErrorCode.replica_not_available, ErrorCode.network_exception,
     ErrorCode.not_enough_replicas, ErrorCode.unknown_topic_id,
 ))
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerMetadata:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +58,7 @@ class TopicMetadata:
 
 @dataclass(slots=True)
 class ClusterMetadata:
-    brokers: dict[int, BrokerMetadata] = field(default_factory=dict)
+    brokers: dict[int, Node] = field(default_factory=dict)
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     cluster_id: str | None = None
     controller_id: int = -1
@@ -101,7 +93,7 @@ class ClusterMetadata:
     @classmethod
     def from_response(cls, resp: Any, previous: ClusterMetadata | None,
                       all_topics: bool) -> ClusterMetadata:
-        brokers = {b.node_id: BrokerMetadata(b.node_id, b.host, b.port,
+        brokers = {b.node_id: Node(b.node_id, b.host, b.port,
                                              getattr(b, "rack", None)) for b in resp.brokers}
         # A response for some topics keeps what we knew of the others.
         topics = {} if all_topics or previous is None else dict(previous.topics)

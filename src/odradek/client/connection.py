@@ -22,13 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from .. import __version__
-from ..protocol.codec import (
-    build,
-    decode_response,
-    encode_request,
-    request_class,
-    response_class,
-)
+from ..protocol.codec import build, decode_response, encode_request, request_class, response_class
 from .errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 
 log = logging.getLogger("odradek.client")

@@ -96,7 +96,10 @@ class TopicDescription:
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerDescription:
+class Node:
+    """A broker as clients know it (Kafka's Node): in the metadata, a cluster description, a
+    group's coordinator."""
+
     node_id: int
     host: str
     port: int
@@ -107,7 +110,7 @@ class BrokerDescription:
 class ClusterDescription:
     cluster_id: str | None
     controller_id: int
-    brokers: list[BrokerDescription]
+    brokers: list[Node]
 
 
 @dataclass(frozen=True, slots=True)

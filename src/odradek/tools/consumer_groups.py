@@ -26,7 +26,6 @@ that printed an error exits with status 1.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import re
 import sys
@@ -35,8 +34,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .command import Subcommands, ToolError, run_tool
-from .topics import admin_config, error_message, failure_text, java_error, open_admin
+from .command import Subcommands, ToolError
+from .topics import admin_config, error_message, java_error, open_admin, run_admin_command
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
@@ -482,16 +481,9 @@ def add_parser(subparsers: Subcommands) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    def body() -> int:
-        check_args(args)
-        return asyncio.run(run(args))
-
-    def failed(exc: BaseException) -> int:
-        print_error(f"Executing consumer group command failed due to {failure_text(exc)}")
-        return 1
-
-    # as Kafka's tool: any failure is reported, never a traceback
-    return run_tool(body, failures=(Exception,), failed=failed)
+    return run_admin_command(
+        args, check_args, run,
+        lambda text: print_error(f"Executing consumer group command failed due to {text}"))
 
 
 def print_error(msg: str) -> None:

@@ -225,13 +225,19 @@ def check_offset_entry(headers_by_position: dict[int, int], headers: list[rb.Bat
     return first.last_offset
 
 
-def dump_offset_index(path: Path, opts: DumpOptions, report: DumpReport) -> Iterator[str]:
-    base = base_offset_of(path)
-    data = path.read_bytes()
+def _index_with_log(path: Path) -> tuple[int, bytes, list[rb.BatchHeader] | None]:
+    """An index file's base offset and bytes, and the batch headers of its log segment (None
+    when there is no segment next to it to verify the entries against)."""
     log_path = path.with_suffix(".log")
-    headers = _log_headers(log_path) if log_path.exists() else None
+    return (base_offset_of(path), path.read_bytes(),
+            _log_headers(log_path) if log_path.exists() else None)
+
+
+def dump_offset_index(path: Path, opts: DumpOptions, report: DumpReport) -> Iterator[str]:
+    base, data, headers = _index_with_log(path)
     if headers is None:
-        yield f"No log segment {log_path.name} next to {path.name}: entries are not verified"
+        yield f"No log segment {path.with_suffix('.log').name} next to {path.name}: entries are " \
+              "not verified"
     by_position = {h.position: i for i, h in enumerate(headers or [])}
     if len(data) % _OFFSET_ENTRY.size:
         report.other.append(f"Index file {path} has {len(data) % _OFFSET_ENTRY.size} bytes "
@@ -250,12 +256,10 @@ def dump_offset_index(path: Path, opts: DumpOptions, report: DumpReport) -> Iter
 
 
 def dump_time_index(path: Path, opts: DumpOptions, report: DumpReport) -> Iterator[str]:
-    base = base_offset_of(path)
-    data = path.read_bytes()
-    log_path = path.with_suffix(".log")
-    headers = _log_headers(log_path) if log_path.exists() else None
+    base, data, headers = _index_with_log(path)
     if headers is None:
-        yield f"No log segment {log_path.name} next to {path.name}: entries are not verified"
+        yield f"No log segment {path.with_suffix('.log').name} next to {path.name}: entries are " \
+              "not verified"
     by_last = {h.last_offset: h for h in headers or []}
     if len(data) % _TIME_ENTRY.size:
         report.other.append(f"Time index file {path} has {len(data) % _TIME_ENTRY.size} bytes "

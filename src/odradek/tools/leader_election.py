@@ -72,41 +72,36 @@ def _outcomes(results: Mapping[TopicPartition, KafkaError | None]
     return done, noop, failed
 
 
-def election_report(election_type: str, results: Mapping[TopicPartition, KafkaError | None]
-                    ) -> tuple[list[str], list[str]]:
-    """Kafka's LeaderElectionCommand output: (stdout lines, stderr lines); stderr non-empty
-    means some election failed."""
+def _report(results: Mapping[TopicPartition, KafkaError | None], elected: str, already: str,
+            failed_for: str, replicas: str) -> tuple[list[str], list[str]]:
+    """(stdout lines, stderr lines) of an election's results; stderr non-empty means some
+    election failed."""
     done, noop, failed = _outcomes(results)
     out: list[str] = []
-    err: list[str] = []
     if done:
-        out.append(f"Successfully completed leader election ({election_type}) for partitions "
-                   f"{_tps(done)}")
+        out.append(f"{elected} for partitions {_tps(done)}")
     if noop:
-        out.append(f"Valid replica already elected for partitions {_tps(noop)}")
+        out.append(f"{already} for partitions {_tps(noop)}")
     for tp in sorted(failed):
-        out.append(f"Error completing leader election ({election_type}) for partition: {tp}: "
-                   f"{exception_text(failed[tp])}")
-    if failed:
-        err.append(f"Error: {len(failed)} replica(s) could not be elected")
+        out.append(f"{failed_for} for partition: {tp}: {exception_text(failed[tp])}")
+    err = [f"Error: {len(failed)} {replicas} could not be elected"] if failed else []
     return out, err
+
+
+def election_report(election_type: str, results: Mapping[TopicPartition, KafkaError | None]
+                    ) -> tuple[list[str], list[str]]:
+    """Kafka's LeaderElectionCommand output."""
+    return _report(results, f"Successfully completed leader election ({election_type})",
+                   "Valid replica already elected",
+                   f"Error completing leader election ({election_type})", "replica(s)")
 
 
 def preferred_report(results: Mapping[TopicPartition, KafkaError | None]
                      ) -> tuple[list[str], list[str]]:
     """kafka-preferred-replica-election's output in --bootstrap-server mode."""
-    done, noop, failed = _outcomes(results)
-    out: list[str] = []
-    if done:
-        out.append(f"Successfully completed preferred leader election for partitions "
-                   f"{_tps(done)}")
-    if noop:
-        out.append(f"Preferred replica already elected for partitions {_tps(noop)}")
-    for tp in sorted(failed):
-        out.append(f"Failed to elect preferred leader for partition: {tp}: "
-                   f"{exception_text(failed[tp])}")
-    err = [f"Error: {len(failed)} preferred replica(s) could not be elected"] if failed else []
-    return out, err
+    return _report(results, "Successfully completed preferred leader election",
+                   "Preferred replica already elected", "Failed to elect preferred leader",
+                   "preferred replica(s)")
 
 
 def read_json_file(path: str) -> list[TopicPartition]:

@@ -31,7 +31,7 @@ import argparse
 import asyncio
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -429,15 +429,25 @@ def add_parser(subparsers: Subcommands) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    return run_admin_command(
+        args, check_args, run,
+        lambda text: print(f"Error while executing topic command : {text}"))
+
+
+def run_admin_command(args: argparse.Namespace, check: Callable[[argparse.Namespace], None],
+                      run: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
+                      report: Callable[[str], None]) -> int:
+    """How Kafka's TopicCommand and ConsumerGroupCommand end: a bad command line is printed on
+    stderr (exit 1); any failure is reported, never a traceback: `report(failure_text)`, exit 1.
+    """
     def body() -> int:
-        check_args(args)
+        check(args)
         return asyncio.run(run(args))
 
     def failed(exc: BaseException) -> int:
-        print(f"Error while executing topic command : {failure_text(exc)}")
+        report(failure_text(exc))
         return 1
 
-    # as Kafka's tool: any failure is reported, never a traceback
     return run_tool(body, failures=(Exception,), failed=failed)
 
 
