@@ -18,24 +18,11 @@ from odradek.protocol.compression import Codec
 from odradek.protocol.records import build_batch, decode_records, iter_headers, validate_batches
 from odradek.storage.checkpoints import OffsetCheckpointFile
 from odradek.storage.cleaner import (
-    INT_MAX,
-    LONG_MAX,
     Cleaner,
     CleanerConfig,
     CleanerStats,
-    LogToClean,
     OffsetMap,
-    OffsetsToClean,
-    SegmentView,
-    calculate_cleanable_bytes,
     clean_log,
-    cleanable_offsets,
-    filthiest,
-    group_segments_by_size,
-    is_cleanable,
-    log_to_clean,
-    max_compaction_delay,
-    plan_cleaning,
     swap_in,
 )
 from odradek.storage.cleaner_manager import (
@@ -43,8 +30,21 @@ from odradek.storage.cleaner_manager import (
     LogCleaner,
     LogCleanerManager,
 )
+from odradek.storage.cleaning_plan import (
+    LogToClean,
+    OffsetsToClean,
+    SegmentView,
+    calculate_cleanable_bytes,
+    cleanable_offsets,
+    filthiest,
+    group_segments_by_size,
+    is_cleanable,
+    log_to_clean,
+    max_compaction_delay,
+    plan_cleaning,
+)
 from odradek.storage.log import Log
-from odradek.storage.log_config import LogConfig
+from odradek.storage.log_config import INT_MAX, LONG_MAX, LogConfig
 from odradek.storage.log_manager import LogManager
 
 NOW = 1_700_000_000_000

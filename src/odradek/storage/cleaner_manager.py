@@ -32,15 +32,17 @@ from .cleaner import (
     CleanerConfig,
     CleanResult,
     LogCleaningAbortedError,
-    LogToClean,
     Work,
     clean_steps,
-    filthiest,
     format_stats,
+    run_steps,
+)
+from .cleaning_plan import (
+    LogToClean,
+    filthiest,
     log_to_clean,
     max_compaction_delay,
     offsets_to_clean,
-    run_steps,
     segment_views,
 )
 from .log import Log
