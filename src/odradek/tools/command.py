@@ -28,6 +28,17 @@ class Subcommands(Protocol):
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 
+def add_admin_command(subcommands: Subcommands, name: str, help: str, description: str | None
+                      ) -> argparse.ArgumentParser:
+    """The parser of a tool on the admin API (Kafka's kafka-topics, -configs,
+    -consumer-groups), with the options they all take: --bootstrap-server, --command-config."""
+    p = subcommands.add_parser(name, help=help, description=description,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bootstrap-server", help="REQUIRED: the server(s) to connect to")
+    p.add_argument("--command-config", help="properties file of admin client configs")
+    return p
+
+
 def reader_gone() -> int:
     """stdout's reader went away (`odradek ... | head`): stop quietly, without a traceback at
     exit (stdout now goes to /dev/null), exit status 0."""

@@ -30,7 +30,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .command import Subcommands, ToolError, read_properties, run_tool
+from .command import Subcommands, ToolError, add_admin_command, read_properties, run_tool
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
@@ -247,11 +247,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: Subcommands) -> None:
-    p = subparsers.add_parser("configs", help="describe or change topic and broker configs "
-                              "(Kafka's kafka-configs)", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bootstrap-server", help="REQUIRED: the server(s) to connect to")
-    p.add_argument("--command-config", help="properties file of admin client configs")
+    p = add_admin_command(subparsers, "configs", "describe or change topic and broker configs "
+                          "(Kafka's kafka-configs)", __doc__)
     p.add_argument("--entity-type", help="type of entity (topics/brokers)")
     p.add_argument("--entity-name", help="name of entity (topic name/broker id)")
     p.add_argument("--entity-default", action="store_true",

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .command import Subcommands, ToolError
+from .command import Subcommands, ToolError, add_admin_command
 from .topics import admin_config, error_message, java_error, open_admin, run_admin_command
 
 if TYPE_CHECKING:
@@ -439,12 +439,9 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def add_parser(subparsers: Subcommands) -> None:
-    p = subparsers.add_parser("consumer-groups", help="list, describe, delete consumer groups "
-                              "and reset their offsets (Kafka's kafka-consumer-groups)",
-                              description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bootstrap-server", help="REQUIRED: the server(s) to connect to")
-    p.add_argument("--command-config", help="properties file of admin client configs")
+    p = add_admin_command(subparsers, "consumer-groups", "list, describe, delete consumer "
+                          "groups and reset their offsets (Kafka's kafka-consumer-groups)",
+                          __doc__)
     p.add_argument("--timeout", type=int, default=5000,
                    help="ms to wait for group operations (default 5000)")
     for action, text in (("list", "List all consumer groups."),

@@ -35,7 +35,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .command import Subcommands, ToolError, read_properties, run_tool
+from .command import Subcommands, ToolError, add_admin_command, read_properties, run_tool
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
@@ -388,11 +388,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def add_parser(subparsers: Subcommands) -> None:
-    p = subparsers.add_parser("topics", help="create, delete, describe or change topics "
-                              "(Kafka's kafka-topics)", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bootstrap-server", help="REQUIRED: the server(s) to connect to")
-    p.add_argument("--command-config", help="properties file of admin client configs")
+    p = add_admin_command(subparsers, "topics", "create, delete, describe or change topics "
+                          "(Kafka's kafka-topics)", __doc__)
     for action, text in (("create", "Create a new topic."), ("delete", "Delete a topic."),
                          ("list", "List all available topics."),
                          ("describe", "List details for the given topics."),
