@@ -8,6 +8,7 @@ import struct
 import pytest
 
 from odradek.coordinator import offsets as o
+from odradek.protocol.primitives import SchemaError
 
 
 def s16(text: str | None) -> bytes:
@@ -78,9 +79,9 @@ def test_group_metadata_key_v2_golden() -> None:
 
 
 def test_unknown_key_version() -> None:
-    with pytest.raises(o.SchemaError):
+    with pytest.raises(SchemaError):
         o.read_message_key(b"\x00\x03\x00\x01g")
-    with pytest.raises(o.SchemaError):
+    with pytest.raises(SchemaError):
         o.read_message_key(b"\x00\x01\x00\x05gr")  # truncated
 
 
@@ -118,9 +119,9 @@ def test_offset_values_v0_and_v2_are_read() -> None:
 def test_tombstones_and_bad_values() -> None:
     assert o.read_offset_value(None) is None
     assert o.read_group_value(None) is None
-    with pytest.raises(o.SchemaError):
+    with pytest.raises(SchemaError):
         o.read_offset_value(b"\x00\x04" + bytes(20))
-    with pytest.raises(o.SchemaError):
+    with pytest.raises(SchemaError):
         o.read_offset_value(b"\x00\x03\x00")
 
 
