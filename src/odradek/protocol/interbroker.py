@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields, replace
 from functools import cache
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 __all__ = [
     "API_NAMES",
@@ -1010,32 +1010,41 @@ def read_message(cls: type, version: int, flexible: bool, buf: Buffer,
 # Public entry points
 # --------------------------------------------------------------------------------------------
 
+_Side = Literal["request", "response"]
+
+
+def _encode_body(api_key: int, version: int, msg: Any, side: _Side) -> bytes:
+    api = _api(api_key, version)
+    cls: type = getattr(api, side)
+    if not isinstance(msg, cls):
+        raise TypeError(f"{api.name} {side} must be {cls.__name__}")
+    return write_message(msg, version, version >= api.first_flexible)
+
+
+def _decode_body(api_key: int, version: int, side: _Side, buf: Buffer, offset: int) -> Any:
+    api = _api(api_key, version)
+    return read_message(getattr(api, side), version, version >= api.first_flexible, buf,
+                        offset)[0]
+
+
 def encode_request(api_key: int, version: int, msg: Any) -> bytes:
     """The request body (no header) of ``msg`` at ``version``."""
-    api = _api(api_key, version)
-    if not isinstance(msg, api.request):
-        raise TypeError(f"{api.name} request must be {api.request.__name__}")
-    return write_message(msg, version, version >= api.first_flexible)
+    return _encode_body(api_key, version, msg, "request")
 
 
 def decode_request(api_key: int, version: int, buf: Buffer, offset: int = 0) -> Any:
     """Parse a request body starting at ``offset`` (just after the request header)."""
-    api = _api(api_key, version)
-    return read_message(api.request, version, version >= api.first_flexible, buf, offset)[0]
+    return _decode_body(api_key, version, "request", buf, offset)
 
 
 def encode_response(api_key: int, version: int, msg: Any) -> bytes:
     """The response body (no header) of ``msg`` at ``version``."""
-    api = _api(api_key, version)
-    if not isinstance(msg, api.response):
-        raise TypeError(f"{api.name} response must be {api.response.__name__}")
-    return write_message(msg, version, version >= api.first_flexible)
+    return _encode_body(api_key, version, msg, "response")
 
 
 def decode_response(api_key: int, version: int, buf: Buffer, offset: int = 0) -> Any:
     """Parse a response body starting at ``offset`` (just after the response header)."""
-    api = _api(api_key, version)
-    return read_message(api.response, version, version >= api.first_flexible, buf, offset)[0]
+    return _decode_body(api_key, version, "response", buf, offset)
 
 
 # --------------------------------------------------------------------------------------------
