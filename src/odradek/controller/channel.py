@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import struct
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -222,9 +221,8 @@ class RequestBatch:
                 ib.LeaderAndIsrLiveLeader(broker_id=b, host_name=ctx.live_brokers[b].host,
                                           port=ctx.live_brokers[b].port)
                 for b in sorted(leaders) if b in ctx.live_brokers)
-            topics: dict[str, list[ib.LeaderAndIsrPartitionState]] = defaultdict(list)
-            for tp, s in sorted(states.items()):
-                topics[tp.topic].append(s)
+            ordered = sorted(states.items())
+            for tp, s in ordered:
                 state_change_log.info(
                     "[Controller id=%d epoch=%d] Sending LeaderAndIsr request to broker %d for "
                     "partition %s: leader=%d leader_epoch=%d isr=%s replicas=%s",
@@ -232,9 +230,9 @@ class RequestBatch:
                     list(s.isr), list(s.replicas), extra={"broker_id": self.controller_id})
             msg = ib.LeaderAndIsrRequest(
                 controller_id=self.controller_id, controller_epoch=self.epoch,
-                topic_states=tuple(ib.LeaderAndIsrTopicState(
-                    topic_name=t, topic_id=ctx.topic_ids.get(t, uuid.UUID(int=0)),
-                    partition_states=tuple(ps)) for t, ps in topics.items()),
+                topic_states=ib.group_topic_states(
+                    ib.LeaderAndIsrTopicState, ((tp.topic, s) for tp, s in ordered),
+                    ctx.topic_ids),
                 live_leaders=live_leaders)
             futures.append(self._send(channel, broker, LEADER_AND_ISR, LEADER_AND_ISR_VERSION, msg))
         if self.update_metadata_brokers:
@@ -243,14 +241,12 @@ class RequestBatch:
                     port=e.port, host=e.host, listener=e.listener_name, security_protocol=0),),
                     rack=e.rack)
                 for b, e in sorted(ctx.live_brokers.items()))
-            topics_um: dict[str, list[ib.UpdateMetadataPartitionState]] = defaultdict(list)
-            for tp, s in sorted(self.update_metadata_partitions.items()):
-                topics_um[tp.topic].append(s)
             msg_um = ib.UpdateMetadataRequest(
                 controller_id=self.controller_id, controller_epoch=self.epoch,
-                topic_states=tuple(ib.UpdateMetadataTopicState(
-                    topic_name=t, topic_id=ctx.topic_ids.get(t, uuid.UUID(int=0)),
-                    partition_states=tuple(ps)) for t, ps in topics_um.items()),
+                topic_states=ib.group_topic_states(
+                    ib.UpdateMetadataTopicState,
+                    ((tp.topic, s) for tp, s in sorted(self.update_metadata_partitions.items())),
+                    ctx.topic_ids),
                 live_brokers=brokers)
             for b in sorted(self.update_metadata_brokers):
                 if b in ctx.live_or_shutting_down_broker_ids:
@@ -259,15 +255,12 @@ class RequestBatch:
         for broker, parts in self.stop_replica.items():
             if broker not in ctx.live_or_shutting_down_broker_ids:
                 continue
-            by_topic: dict[str, list[ib.StopReplicaPartitionState]] = defaultdict(list)
-            for tp, (epoch, delete) in sorted(parts.items()):
-                by_topic[tp.topic].append(ib.StopReplicaPartitionState(
-                    partition_index=tp.partition, leader_epoch=epoch, delete_partition=delete))
             msg_sr = ib.StopReplicaRequest(
                 controller_id=self.controller_id, controller_epoch=self.epoch,
-                topic_states=tuple(
-                    ib.StopReplicaTopicState(topic_name=t, partition_states=tuple(ps))
-                    for t, ps in by_topic.items()))
+                topic_states=ib.group_topic_states(ib.StopReplicaTopicState, (
+                    (tp.topic, ib.StopReplicaPartitionState(
+                        partition_index=tp.partition, leader_epoch=epoch, delete_partition=delete))
+                    for tp, (epoch, delete) in sorted(parts.items()))))
             futures.append(self._send(channel, broker, STOP_REPLICA, STOP_REPLICA_VERSION, msg_sr))
         return futures
 

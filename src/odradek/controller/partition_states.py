@@ -24,6 +24,7 @@ __all__ = [
     "PartitionStates",
     "StateChange",
     "TableStates",
+    "check_table_transition",
     "check_transition",
     "describe_subject",
 ]
@@ -88,14 +89,20 @@ def check_transition(current: PartitionState, target: PartitionState,
 
     ``subject`` (e.g. a ``TopicPartition``) only makes the message clearer.
     """
-    allowed = VALID_PREVIOUS_STATES[target]
-    if current not in allowed:
-        raise IllegalStateTransition(describe_subject("Partition", subject), current, target,
-                                     allowed)
+    check_table_transition(VALID_PREVIOUS_STATES, "Partition", current, target, subject)
 
 
 K = TypeVar("K", bound=Hashable)
 S = TypeVar("S", bound=Enum)
+
+
+def check_table_transition(table: Mapping[S, frozenset[S]], kind: str, current: S, target: S,
+                           subject: object | None = None) -> None:
+    """Raise :class:`IllegalStateTransition` unless ``table`` lets ``current`` move to
+    ``target`` (the check of both state machines; ``kind`` names the subject)."""
+    allowed = table[target]
+    if current not in allowed:
+        raise IllegalStateTransition(describe_subject(kind, subject), current, target, allowed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +172,7 @@ class TableStates(Generic[K, S]):
     def transition(self, subject: K, target: S) -> StateChange[K, S]:
         """Move ``subject`` to ``target`` or raise :class:`IllegalStateTransition`."""
         current = self.state(subject)
-        allowed = self._table[target]
-        if current not in allowed:
-            raise IllegalStateTransition(describe_subject(self._kind, subject), current, target,
-                                         allowed)
+        check_table_transition(self._table, self._kind, current, target, subject)
         if target == self._absent and self._forget_on_absent:
             self._states.pop(subject, None)
         else:

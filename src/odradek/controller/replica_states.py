@@ -17,7 +17,7 @@ from odradek.controller.partition_states import (
     IllegalStateTransition,
     StateChange,
     TableStates,
-    describe_subject,
+    check_table_transition,
 )
 
 __all__ = [
@@ -72,9 +72,7 @@ VALID_PREVIOUS_STATES: Mapping[ReplicaState, frozenset[ReplicaState]] = {
 def check_transition(current: ReplicaState, target: ReplicaState,
                      subject: object | None = None) -> None:
     """Raise :class:`IllegalStateTransition` unless ``current -> target`` is in the table."""
-    allowed = VALID_PREVIOUS_STATES[target]
-    if current not in allowed:
-        raise IllegalStateTransition(describe_subject("Replica", subject), current, target, allowed)
+    check_table_transition(VALID_PREVIOUS_STATES, "Replica", current, target, subject)
 
 
 K = TypeVar("K", bound=Hashable)

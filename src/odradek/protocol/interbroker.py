@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields, replace
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 __all__ = [
     "API_NAMES",
@@ -70,6 +70,7 @@ __all__ = [
     "encode_request_frame",
     "encode_response",
     "encode_response_frame",
+    "group_topic_states",
     "is_flexible",
     "read_message",
     "request_header_version",
@@ -245,9 +246,7 @@ class LeaderAndIsrRequest:
 
     def partition_states(self) -> list[LeaderAndIsrPartitionState]:
         """Every partition state with ``topic_name`` filled, whatever the layout."""
-        return [*self.ungrouped_partition_states,
-                *(replace(ps, topic_name=ts.topic_name)
-                  for ts in self.topic_states for ps in ts.partition_states)]
+        return _ungrouped(self.ungrouped_partition_states, self.topic_states)
 
     def for_version(self, version: int,
                     topic_ids: Mapping[str, uuid.UUID] | None = None) -> LeaderAndIsrRequest:
@@ -255,12 +254,8 @@ class LeaderAndIsrRequest:
         states = self.partition_states()
         if version <= 1:
             return replace(self, ungrouped_partition_states=tuple(states), topic_states=())
-        ids = {ts.topic_name: ts.topic_id for ts in self.topic_states}
-        ids.update(topic_ids or {})
-        return replace(self, ungrouped_partition_states=(), topic_states=tuple(
-            LeaderAndIsrTopicState(topic_name=t, topic_id=ids.get(t, ZERO_UUID),
-                                   partition_states=tuple(ps))
-            for t, ps in _group_by_topic(states).items()))
+        return replace(self, ungrouped_partition_states=(), topic_states=_regrouped(
+            LeaderAndIsrTopicState, states, self.topic_states, topic_ids))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -385,13 +380,8 @@ class StopReplicaRequest:
         """Re-lay out for ``version``; v0-2 need one ``delete_partitions`` for all partitions."""
         states = self.partition_states()
         if version >= 3:
-            grouped: dict[str, list[StopReplicaPartitionState]] = {}
-            for topic, ps in states:
-                grouped.setdefault(topic, []).append(ps)
             return replace(self, delete_partitions=False, ungrouped_partitions=(), topics=(),
-                           topic_states=tuple(StopReplicaTopicState(
-                               topic_name=t, partition_states=tuple(ps))
-                               for t, ps in grouped.items()))
+                           topic_states=group_topic_states(StopReplicaTopicState, states))
         deletes = {ps.delete_partition for _, ps in states}
         if len(deletes) > 1:
             raise UnsupportedVersionError(
@@ -530,9 +520,7 @@ class UpdateMetadataRequest:
 
     def partition_states(self) -> list[UpdateMetadataPartitionState]:
         """Every partition state with ``topic_name`` filled, whatever the layout."""
-        return [*self.ungrouped_partition_states,
-                *(replace(ps, topic_name=ts.topic_name)
-                  for ts in self.topic_states for ps in ts.partition_states)]
+        return _ungrouped(self.ungrouped_partition_states, self.topic_states)
 
     def for_version(self, version: int,
                     topic_ids: Mapping[str, uuid.UUID] | None = None) -> UpdateMetadataRequest:
@@ -546,13 +534,9 @@ class UpdateMetadataRequest:
         if version <= 4:
             return replace(self, ungrouped_partition_states=tuple(states), topic_states=(),
                            live_brokers=brokers)
-        ids = {ts.topic_name: ts.topic_id for ts in self.topic_states}
-        ids.update(topic_ids or {})
         return replace(self, ungrouped_partition_states=(), live_brokers=brokers,
-                       topic_states=tuple(
-                           UpdateMetadataTopicState(topic_name=t, topic_id=ids.get(t, ZERO_UUID),
-                                                    partition_states=tuple(ps))
-                           for t, ps in _group_by_topic(states).items()))
+                       topic_states=_regrouped(UpdateMetadataTopicState, states,
+                                               self.topic_states, topic_ids))
 
 
 def _broker_for_version(broker: UpdateMetadataBroker, version: int) -> UpdateMetadataBroker:
@@ -614,11 +598,38 @@ class ControlledShutdownResponse:
     )
 
 
-def _group_by_topic(states: Iterable[Any]) -> dict[str, list[Any]]:
+_T = TypeVar("_T")
+
+
+def group_topic_states(cls: Callable[..., _T], states: Iterable[tuple[str, Any]],
+                       topic_ids: Mapping[str, uuid.UUID] | None = None) -> tuple[_T, ...]:
+    """One ``cls(topic_name=, partition_states=)`` per topic of the (topic, partition state)
+    pairs, topics in first-seen order; given ``topic_ids``, each also gets its ``topic_id``
+    (``ZERO_UUID`` if unknown).  The topic layout of LeaderAndIsr v2+, UpdateMetadata v5+ and
+    StopReplica v3+."""
     grouped: dict[str, list[Any]] = {}
-    for ps in states:
-        grouped.setdefault(ps.topic_name, []).append(replace(ps, topic_name=""))
-    return grouped
+    for topic, ps in states:
+        grouped.setdefault(topic, []).append(ps)
+    if topic_ids is None:
+        return tuple(cls(topic_name=t, partition_states=tuple(ps)) for t, ps in grouped.items())
+    return tuple(cls(topic_name=t, topic_id=topic_ids.get(t, ZERO_UUID),
+                     partition_states=tuple(ps)) for t, ps in grouped.items())
+
+
+def _ungrouped(ungrouped: tuple[_T, ...], topic_states: Iterable[Any]) -> list[_T]:
+    """The partition states of both layouts, with ``topic_name`` filled in the grouped ones."""
+    return [*ungrouped, *(replace(ps, topic_name=ts.topic_name)
+                          for ts in topic_states for ps in ts.partition_states)]
+
+
+def _regrouped(cls: Callable[..., _T], states: Iterable[Any], old: Iterable[Any],
+               topic_ids: Mapping[str, uuid.UUID] | None) -> tuple[_T, ...]:
+    """``states`` (``topic_name`` filled) grouped by topic, ``topic_name`` cleared in each; topic
+    ids from ``topic_ids``, else from the ``old`` topic states."""
+    ids = {ts.topic_name: ts.topic_id for ts in old}
+    ids.update(topic_ids or {})
+    return group_topic_states(cls, ((ps.topic_name, replace(ps, topic_name="")) for ps in states),
+                              ids)
 
 
 # --------------------------------------------------------------------------------------------
@@ -739,12 +750,14 @@ Reader = Callable[[memoryview, int], tuple[Any, int]]
 Writer = Callable[[bytearray, Any], None]
 
 
-def _int_codec(kind: str) -> tuple[Reader, Writer]:
+def _int_codec(kind: str, what: str | None = None) -> tuple[Reader, Writer]:
+    """Big-endian ``kind``; a truncated read names ``what`` (default: the kind)."""
     st = _INT[kind]
+    what = what or kind
 
     def read(buf: memoryview, pos: int) -> tuple[int, int]:
         if pos + st.size > len(buf):
-            raise DecodeError(f"truncated {kind} at offset {pos}")
+            raise DecodeError(f"truncated {what} at offset {pos}")
         return st.unpack_from(buf, pos)[0], pos + st.size
 
     def write(out: bytearray, value: int) -> None:
@@ -782,16 +795,7 @@ def _length_codec(flexible: bool, array: bool) -> tuple[Reader, Writer]:
         def write(out: bytearray, n: int) -> None:
             _write_uvarint(out, n + 1)
         return read, write
-    st = _I32 if array else _I16
-
-    def read_legacy(buf: memoryview, pos: int) -> tuple[int, int]:
-        if pos + st.size > len(buf):
-            raise DecodeError(f"truncated length at offset {pos}")
-        return st.unpack_from(buf, pos)[0], pos + st.size
-
-    def write_legacy(out: bytearray, n: int) -> None:
-        out += st.pack(n)
-    return read_legacy, write_legacy
+    return _int_codec("int32" if array else "int16", "length")
 
 
 def _string_codec(flexible: bool, nullable: bool, name: str) -> tuple[Reader, Writer]:
@@ -1006,32 +1010,41 @@ def read_message(cls: type, version: int, flexible: bool, buf: Buffer,
 # Public entry points
 # --------------------------------------------------------------------------------------------
 
+_Side = Literal["request", "response"]
+
+
+def _encode_body(api_key: int, version: int, msg: Any, side: _Side) -> bytes:
+    api = _api(api_key, version)
+    cls: type = getattr(api, side)
+    if not isinstance(msg, cls):
+        raise TypeError(f"{api.name} {side} must be {cls.__name__}")
+    return write_message(msg, version, version >= api.first_flexible)
+
+
+def _decode_body(api_key: int, version: int, side: _Side, buf: Buffer, offset: int) -> Any:
+    api = _api(api_key, version)
+    return read_message(getattr(api, side), version, version >= api.first_flexible, buf,
+                        offset)[0]
+
+
 def encode_request(api_key: int, version: int, msg: Any) -> bytes:
     """The request body (no header) of ``msg`` at ``version``."""
-    api = _api(api_key, version)
-    if not isinstance(msg, api.request):
-        raise TypeError(f"{api.name} request must be {api.request.__name__}")
-    return write_message(msg, version, version >= api.first_flexible)
+    return _encode_body(api_key, version, msg, "request")
 
 
 def decode_request(api_key: int, version: int, buf: Buffer, offset: int = 0) -> Any:
     """Parse a request body starting at ``offset`` (just after the request header)."""
-    api = _api(api_key, version)
-    return read_message(api.request, version, version >= api.first_flexible, buf, offset)[0]
+    return _decode_body(api_key, version, "request", buf, offset)
 
 
 def encode_response(api_key: int, version: int, msg: Any) -> bytes:
     """The response body (no header) of ``msg`` at ``version``."""
-    api = _api(api_key, version)
-    if not isinstance(msg, api.response):
-        raise TypeError(f"{api.name} response must be {api.response.__name__}")
-    return write_message(msg, version, version >= api.first_flexible)
+    return _encode_body(api_key, version, msg, "response")
 
 
 def decode_response(api_key: int, version: int, buf: Buffer, offset: int = 0) -> Any:
     """Parse a response body starting at ``offset`` (just after the response header)."""
-    api = _api(api_key, version)
-    return read_message(api.response, version, version >= api.first_flexible, buf, offset)[0]
+    return _decode_body(api_key, version, "response", buf, offset)
 
 
 # --------------------------------------------------------------------------------------------
