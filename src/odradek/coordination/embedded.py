@@ -534,9 +534,7 @@ class EmbeddedZooKeeper:
                     else:
                         raise TypeError(f"not a multi op: {op!r}")
                 except CoordinationError as exc:
-                    exc.op_index = index
-                    exc.op = op
-                    exc.args = (f"multi op #{index} {op!r} failed: {exc.code}",)
+                    exc.failed_op(index, op)
                     raise
             return results
 
@@ -585,21 +583,10 @@ class EmbeddedStore(CoordinationStore):
         super().__init__()
         self.server = server
         self._loop = loop
-        self._state: SessionState | None = None
-        self._session_id: int | None = None
         self._session_expired = False  # expired while disconnected: reported on reconnect
         self._held: list[tuple[WatchHandle, WatchEvent]] = []
-        self._handles: list[WatchHandle] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
-
-    @property
-    def session_id(self) -> int | None:
-        return self._session_id
-
-    @property
-    def state(self) -> SessionState | None:
-        return self._state
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -622,9 +609,7 @@ class EmbeddedStore(CoordinationStore):
             return
         session_id, self._session_id = self._session_id, None
         self._state = None
-        for handle in self._handles:
-            handle.cancel()
-        self._handles.clear()
+        self._cancel_watches()
         self._held.clear()
         self.server._unregister_client(self)
         if session_id is not None:
@@ -752,12 +737,6 @@ class EmbeddedStore(CoordinationStore):
 
     # -- watches ----------------------------------------------------------------------------
 
-    async def watch_data(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return await self._watch("data", path, callback)
-
-    async def watch_children(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return await self._watch("children", path, callback)
-
     async def _watch(
         self, kind: Literal["data", "children"], path: str, callback: WatchCallback
     ) -> WatchHandle:
@@ -768,7 +747,3 @@ class EmbeddedStore(CoordinationStore):
         self._handles.append(handle)
         return handle
 
-    def __repr__(self) -> str:
-        state = self._state.value if self._state else "closed"
-        sid = f"0x{self._session_id:x}" if self._session_id else "-"
-        return f"<EmbeddedStore session={sid} {state}>"
