@@ -25,6 +25,8 @@ import sys
 from array import array
 from pathlib import Path
 
+from .checkpoints import fsync_path
+
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
 _U32_MAX = 0xFFFFFFFF
 _INT_MAX = 0x7FFFFFFF
@@ -130,11 +132,7 @@ class _Index:
         if self._fd is not None:
             os.fsync(self._fd)
         elif self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.path)
         self._dirty = False
 
     def delete(self) -> None:
