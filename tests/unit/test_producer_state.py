@@ -14,8 +14,8 @@ from odradek.storage.errors import (
     UnknownProducerIdError,
 )
 from odradek.storage.log import Log
-from odradek.storage.log_config import LogConfig
-from odradek.storage.producer_state import INT_MAX, ProducerStateManager
+from odradek.storage.log_config import INT_MAX, LogConfig
+from odradek.storage.producer_state import ProducerStateManager
 
 NOW = 1_700_000_000_000
 PID = 4242

@@ -44,11 +44,11 @@ from .errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
+from .log_config import INT_MAX
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
-INT_MAX = 0x7FFFFFFF
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
