@@ -384,12 +384,18 @@ class EmbeddedZooKeeper:
         txn.child_touched[parent_name] = None
         return actual
 
-    def _do_set(self, txn: _Txn, path: str, data: bytes, version: int) -> Stat:
+    def _node_at(self, path: str, version: int) -> _Node:
+        """The znode at ``path``, whose version must match ``version`` (any with ANY_VERSION):
+        else NoNodeError / BadVersionError, as a conditional ZooKeeper write checks."""
         node = self._nodes.get(validate_path(path))
         if node is None:
             raise NoNodeError(path=path)
         if version != ANY_VERSION and version != node.version:
             raise BadVersionError(path=path)
+        return node
+
+    def _do_set(self, txn: _Txn, path: str, data: bytes, version: int) -> Stat:
+        self._node_at(path, version)
         node = self._save(txn, path)
         assert node is not None
         node.data = data
@@ -399,13 +405,10 @@ class EmbeddedZooKeeper:
         return node.stat()
 
     def _do_delete(self, txn: _Txn, path: str, version: int) -> None:
-        node = self._nodes.get(validate_path(path))
-        if node is None:
-            raise NoNodeError(path=path)
+        # The root and ZooKeeper's system znodes always exist: BADARGUMENTS, never NONODE.
         if path == "/" or path in _SYSTEM_PATHS:
             raise CoordinationError(f"BADARGUMENTS: cannot delete {path}", path=path)
-        if version != ANY_VERSION and version != node.version:
-            raise BadVersionError(path=path)
+        node = self._node_at(path, version)
         if node.children:
             raise NotEmptyError(path=path)
         parent_name = parent_path(path)
@@ -420,11 +423,7 @@ class EmbeddedZooKeeper:
         txn.child_touched[path] = None
 
     def _do_check(self, path: str, version: int) -> None:
-        node = self._nodes.get(validate_path(path))
-        if node is None:
-            raise NoNodeError(path=path)
-        if version != ANY_VERSION and version != node.version:
-            raise BadVersionError(path=path)
+        self._node_at(path, version)
 
     def _commit(self, txn: _Txn) -> None:
         """Fire the watches of a successful transaction (deliveries are scheduled, not run)."""
@@ -501,11 +500,7 @@ class EmbeddedZooKeeper:
 
         def run(txn: _Txn) -> None:
             if recursive:
-                node = self._nodes.get(path)
-                if node is None:
-                    raise NoNodeError(path=path)
-                if version != ANY_VERSION and version != node.version:
-                    raise BadVersionError(path=path)
+                self._node_at(path, version)
                 prefix = path.rstrip("/") + "/"
                 for p in sorted((p for p in self._nodes if p.startswith(prefix)), reverse=True):
                     self._do_delete(txn, p, ANY_VERSION)
