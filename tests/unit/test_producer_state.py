@@ -8,15 +8,14 @@ from pathlib import Path
 import pytest
 
 from odradek.protocol.records import BatchHeader, build_batch, read_header, validate_batches
-from odradek.storage.log import Log
-from odradek.storage.log_config import LogConfig
-from odradek.storage.producer_state import (
-    INT_MAX,
+from odradek.storage.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
-    ProducerStateManager,
     UnknownProducerIdError,
 )
+from odradek.storage.log import Log
+from odradek.storage.log_config import INT_MAX, LogConfig
+from odradek.storage.producer_state import ProducerStateManager
 
 NOW = 1_700_000_000_000
 PID = 4242

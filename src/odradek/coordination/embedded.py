@@ -384,12 +384,18 @@ class EmbeddedZooKeeper:
         txn.child_touched[parent_name] = None
         return actual
 
-    def _do_set(self, txn: _Txn, path: str, data: bytes, version: int) -> Stat:
+    def _node_at(self, path: str, version: int) -> _Node:
+        """The znode at ``path``, whose version must match ``version`` (any with ANY_VERSION):
+        else NoNodeError / BadVersionError, as a conditional ZooKeeper write checks."""
         node = self._nodes.get(validate_path(path))
         if node is None:
             raise NoNodeError(path=path)
         if version != ANY_VERSION and version != node.version:
             raise BadVersionError(path=path)
+        return node
+
+    def _do_set(self, txn: _Txn, path: str, data: bytes, version: int) -> Stat:
+        self._node_at(path, version)
         node = self._save(txn, path)
         assert node is not None
         node.data = data
@@ -399,13 +405,10 @@ class EmbeddedZooKeeper:
         return node.stat()
 
     def _do_delete(self, txn: _Txn, path: str, version: int) -> None:
-        node = self._nodes.get(validate_path(path))
-        if node is None:
-            raise NoNodeError(path=path)
+        # The root and ZooKeeper's system znodes always exist: BADARGUMENTS, never NONODE.
         if path == "/" or path in _SYSTEM_PATHS:
             raise CoordinationError(f"BADARGUMENTS: cannot delete {path}", path=path)
-        if version != ANY_VERSION and version != node.version:
-            raise BadVersionError(path=path)
+        node = self._node_at(path, version)
         if node.children:
             raise NotEmptyError(path=path)
         parent_name = parent_path(path)
@@ -420,11 +423,7 @@ class EmbeddedZooKeeper:
         txn.child_touched[path] = None
 
     def _do_check(self, path: str, version: int) -> None:
-        node = self._nodes.get(validate_path(path))
-        if node is None:
-            raise NoNodeError(path=path)
-        if version != ANY_VERSION and version != node.version:
-            raise BadVersionError(path=path)
+        self._node_at(path, version)
 
     def _commit(self, txn: _Txn) -> None:
         """Fire the watches of a successful transaction (deliveries are scheduled, not run)."""
@@ -501,11 +500,7 @@ class EmbeddedZooKeeper:
 
         def run(txn: _Txn) -> None:
             if recursive:
-                node = self._nodes.get(path)
-                if node is None:
-                    raise NoNodeError(path=path)
-                if version != ANY_VERSION and version != node.version:
-                    raise BadVersionError(path=path)
+                self._node_at(path, version)
                 prefix = path.rstrip("/") + "/"
                 for p in sorted((p for p in self._nodes if p.startswith(prefix)), reverse=True):
                     self._do_delete(txn, p, ANY_VERSION)
@@ -534,9 +529,7 @@ class EmbeddedZooKeeper:
                     else:
                         raise TypeError(f"not a multi op: {op!r}")
                 except CoordinationError as exc:
-                    exc.op_index = index
-                    exc.op = op
-                    exc.args = (f"multi op #{index} {op!r} failed: {exc.code}",)
+                    exc.failed_op(index, op)
                     raise
             return results
 
@@ -585,21 +578,10 @@ class EmbeddedStore(CoordinationStore):
         super().__init__()
         self.server = server
         self._loop = loop
-        self._state: SessionState | None = None
-        self._session_id: int | None = None
         self._session_expired = False  # expired while disconnected: reported on reconnect
         self._held: list[tuple[WatchHandle, WatchEvent]] = []
-        self._handles: list[WatchHandle] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
-
-    @property
-    def session_id(self) -> int | None:
-        return self._session_id
-
-    @property
-    def state(self) -> SessionState | None:
-        return self._state
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -622,9 +604,7 @@ class EmbeddedStore(CoordinationStore):
             return
         session_id, self._session_id = self._session_id, None
         self._state = None
-        for handle in self._handles:
-            handle.cancel()
-        self._handles.clear()
+        self._cancel_watches()
         self._held.clear()
         self.server._unregister_client(self)
         if session_id is not None:
@@ -752,12 +732,6 @@ class EmbeddedStore(CoordinationStore):
 
     # -- watches ----------------------------------------------------------------------------
 
-    async def watch_data(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return await self._watch("data", path, callback)
-
-    async def watch_children(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return await self._watch("children", path, callback)
-
     async def _watch(
         self, kind: Literal["data", "children"], path: str, callback: WatchCallback
     ) -> WatchHandle:
@@ -768,7 +742,3 @@ class EmbeddedStore(CoordinationStore):
         self._handles.append(handle)
         return handle
 
-    def __repr__(self) -> str:
-        state = self._state.value if self._state else "closed"
-        sid = f"0x{self._session_id:x}" if self._session_id else "-"
-        return f"<EmbeddedStore session={sid} {state}>"

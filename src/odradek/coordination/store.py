@@ -97,6 +97,13 @@ class CoordinationError(Exception):
             message = self.code if path is None else f"{self.code}: {path}"
         super().__init__(message)
 
+    def failed_op(self, index: int, op: Op) -> None:
+        """Mark this error as the failure of ``op``, operation ``index`` of a
+        :meth:`CoordinationStore.multi`."""
+        self.op_index = index
+        self.op = op
+        self.args = (f"multi op #{index} {op!r} failed: {self.code}",)
+
 
 class NoNodeError(CoordinationError):
     """The znode (or, for a create, its parent) does not exist (ZooKeeper NONODE)."""
@@ -434,6 +441,9 @@ class CoordinationStore(abc.ABC):
 
     def __init__(self) -> None:
         self._session_listeners: list[SessionListener] = []
+        self._state: SessionState | None = None
+        self._session_id: int | None = None
+        self._handles: list[WatchHandle] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -446,14 +456,14 @@ class CoordinationStore(abc.ABC):
         """Close the session: its ephemeral znodes are deleted at once; watches stop."""
 
     @property
-    @abc.abstractmethod
     def session_id(self) -> int | None:
         """The current session id (ZooKeeper's 64-bit id; ``None`` when not connected yet)."""
+        return self._session_id
 
     @property
-    @abc.abstractmethod
     def state(self) -> SessionState | None:
         """The last session state (``None`` before :meth:`start` or after :meth:`close`)."""
+        return self._state
 
     async def __aenter__(self) -> CoordinationStore:
         await self.start()
@@ -518,21 +528,34 @@ class CoordinationStore(abc.ABC):
 
     # -- watches ----------------------------------------------------------------------------
 
-    @abc.abstractmethod
     async def watch_data(self, path: str, callback: WatchCallback) -> WatchHandle:
         """Watch a znode's existence and data (it may not exist yet) until cancelled.
 
         Events: ``CREATED``, ``CHANGED``, ``DELETED``. The watch survives connection loss and
         session expiry (it is re-registered; a change missed meanwhile is reported once).
         """
+        return await self._watch("data", path, callback)
 
-    @abc.abstractmethod
     async def watch_children(self, path: str, callback: WatchCallback) -> WatchHandle:
         """Watch a znode's child list until cancelled or the znode is deleted.
 
         The znode must exist (:class:`NoNodeError`). Events: ``CHILD`` with the new sorted child
         list, then ``DELETED`` (final) if the znode goes away.
         """
+        return await self._watch("children", path, callback)
+
+    @abc.abstractmethod
+    async def _watch(
+        self, kind: Literal["data", "children"], path: str, callback: WatchCallback
+    ) -> WatchHandle:
+        """Register a persistent watch of ``kind`` on ``path`` (the backend's half of
+        :meth:`watch_data` / :meth:`watch_children`)."""
+
+    def _cancel_watches(self) -> None:
+        """Cancel every watch this store registered (on close)."""
+        for handle in self._handles:
+            handle.cancel()
+        self._handles.clear()
 
     # -- conveniences ---------------------------------------------------------------------------
 
@@ -568,3 +591,12 @@ class CoordinationStore(abc.ABC):
                 listener(state)
             except Exception:
                 log.exception("session listener %r failed on %s", listener, state.value)
+
+    def _repr_target(self) -> str:
+        """What :meth:`__repr__` shows before the session (a backend's address, or nothing)."""
+        return ""
+
+    def __repr__(self) -> str:
+        state = self._state.value if self._state else "closed"
+        sid = f"0x{self._session_id:x}" if self._session_id else "-"
+        return f"<{type(self).__name__}{self._repr_target()} session={sid} {state}>"

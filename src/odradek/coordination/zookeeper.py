@@ -247,22 +247,11 @@ class ZooKeeperStore(CoordinationStore):
         )
         self._loop = loop
         self._client: KazooClient | None = None
-        self._state: SessionState | None = None
-        self._session_id: int | None = None
         self._expired_reported = False
         self._closing = False
-        self._handles: list[WatchHandle] = []
         self._children_watchers: list[_ChildrenWatcher] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
-
-    @property
-    def session_id(self) -> int | None:
-        return self._session_id
-
-    @property
-    def state(self) -> SessionState | None:
-        return self._state
 
     @property
     def client_id(self) -> tuple[int, bytes] | None:
@@ -339,9 +328,7 @@ class ZooKeeperStore(CoordinationStore):
         if client is None:
             return
         self._closing = True
-        for handle in self._handles:
-            handle.cancel()
-        self._handles.clear()
+        self._cancel_watches()
         for watcher in self._children_watchers:
             watcher.stop()
         self._children_watchers.clear()
@@ -548,9 +535,7 @@ class ZooKeeperStore(CoordinationStore):
             error = _map_error(exc, op.path)
             if not isinstance(error, CoordinationError):
                 error = CoordinationError(str(exc), path=op.path)
-            error.op_index = index
-            error.op = op
-            error.args = (f"multi op #{index} {op!r} failed: {error.code}",)
+            error.failed_op(index, op)
             raise error
         out: list[Any] = []
         for op, result in zip(ops, results, strict=True):
@@ -563,12 +548,6 @@ class ZooKeeperStore(CoordinationStore):
         return out
 
     # -- watches ----------------------------------------------------------------------------
-
-    async def watch_data(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return await self._watch("data", path, callback)
-
-    async def watch_children(self, path: str, callback: WatchCallback) -> WatchHandle:
-        return await self._watch("children", path, callback)
 
     async def _watch(
         self, kind: Literal["data", "children"], path: str, callback: WatchCallback
@@ -642,7 +621,5 @@ class ZooKeeperStore(CoordinationStore):
         handle.initial_children = watcher.initial
         return watcher
 
-    def __repr__(self) -> str:
-        state = self._state.value if self._state else "closed"
-        sid = f"0x{self._session_id:x}" if self._session_id else "-"
-        return f"<ZooKeeperStore {self.connect} session={sid} {state}>"
+    def _repr_target(self) -> str:
+        return f" {self.connect}"

@@ -16,6 +16,7 @@ as no entries (Kafka creates empty checkpoint files on start).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -39,18 +40,21 @@ class CheckpointError(OSError):
     """A checkpoint file that cannot be parsed (Kafka raises an IOException)."""
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so that a rename or a new file in it survives a power loss."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
+def fsync_path(path: Path, flags: int = 0) -> None:
+    """fsync a file (or, with ``O_DIRECTORY`` in ``flags``, a directory) by its path; it is
+    opened read-only, which is all fsync needs."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | flags)
     try:
         os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that a rename or a new file in it survives a power loss (best
+    effort: a directory that cannot be opened or fsynced is passed over)."""
+    with contextlib.suppress(OSError):
+        fsync_path(path, getattr(os, "O_DIRECTORY", 0))
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -37,11 +37,37 @@ class UnexpectedAppendOffsetError(StorageError):
     error_code = 2  # reported as CORRUPT_MESSAGE, as Kafka's follower treats it
 
 
+class ProducerStateError(StorageError):
+    """A batch the producer state rejects (Kafka's ProducerStateManager validation)."""
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    """OUT_OF_ORDER_SEQUENCE_NUMBER (45)."""
+
+    error_code = 45
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    """INVALID_PRODUCER_EPOCH (47): the batch's producer epoch is older than the known one."""
+
+    error_code = 47
+
+
+class UnknownProducerIdError(OutOfOrderSequenceError):
+    """UNKNOWN_PRODUCER_ID (59), only with strict_unknown_producer (Kafka 2.0-2.4)."""
+
+    error_code = 59
+
+
 __all__ = [
+    "InvalidProducerEpochError",
     "InvalidTimestampError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "ProducerStateError",
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "StorageError",
     "UnexpectedAppendOffsetError",
+    "UnknownProducerIdError",
 ]

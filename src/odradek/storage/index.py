@@ -25,14 +25,16 @@ import sys
 from array import array
 from pathlib import Path
 
+from ..protocol.primitives import INT64 as _Q
+from ..protocol.records import NO_TIMESTAMP
+from .checkpoints import fsync_path
+from .log_config import INT_MAX as _INT_MAX
+
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
 _U32_MAX = 0xFFFFFFFF
-_INT_MAX = 0x7FFFFFFF
 _U32 = struct.Struct(">I")
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
-_Q = struct.Struct(">q")
-NO_TIMESTAMP = -1
 
 
 class CorruptIndexError(Exception):
@@ -130,11 +132,7 @@ class _Index:
         if self._fd is not None:
             os.fsync(self._fd)
         elif self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.path)
         self._dirty = False
 
     def delete(self) -> None:

@@ -24,7 +24,7 @@ reference to the open file and POSIX keeps an unlinked file readable while it is
 from __future__ import annotations
 
 import bisect
-import os
+import contextlib
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +38,7 @@ from ..protocol.records import (
     set_log_append_time,
 )
 from .checkpoint_writer import CheckpointWriter
-from .checkpoints import fsync_dir
+from .checkpoints import fsync_dir, fsync_path
 from .errors import (
     OffsetOutOfRangeError,
     StorageError,
@@ -147,14 +147,8 @@ def fsync_files(plan: FlushPlan) -> None:
     """The plan's fsyncs (any thread). A file removed meanwhile (retention, truncation) needs
     none; other errors propagate."""
     for path in plan.files:
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            fsync_path(path)
     if plan.directory is not None:
         fsync_dir(plan.directory)
 

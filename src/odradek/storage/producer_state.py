@@ -39,11 +39,16 @@ from crc32c import crc32c
 
 from ..protocol.records import BatchHeader
 from .checkpoints import write_atomically
+from .errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    UnknownProducerIdError,
+)
+from .log_config import INT_MAX
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
-INT_MAX = 0x7FFFFFFF
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
@@ -51,28 +56,6 @@ SNAPSHOT_VERSION = 1
 _SNAP_HEAD = struct.Struct(">hI")
 _SNAP_COUNT = struct.Struct(">i")
 _SNAP_ENTRY = struct.Struct(">qhiqiqiq")
-
-
-class ProducerStateError(Exception):
-    error_code = -1
-
-
-class OutOfOrderSequenceError(ProducerStateError):
-    """OUT_OF_ORDER_SEQUENCE_NUMBER (45)."""
-
-    error_code = 45
-
-
-class InvalidProducerEpochError(ProducerStateError):
-    """INVALID_PRODUCER_EPOCH (47): the batch's producer epoch is older than the known one."""
-
-    error_code = 47
-
-
-class UnknownProducerIdError(OutOfOrderSequenceError):
-    """UNKNOWN_PRODUCER_ID (59), only with strict_unknown_producer (Kafka 2.0-2.4)."""
-
-    error_code = 59
 
 
 class CorruptSnapshotError(ValueError):

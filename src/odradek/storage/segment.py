@@ -52,7 +52,6 @@ SWAP_SUFFIX = ".swap"
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 _SCAN_CHUNK = 16 * 1024
 _RECOVERY_CHUNK = 1024 * 1024
-_INT_MAX = 0x7FFFFFFF
 # The v2 batch header (see protocol.records); parsed here with the batch's *file* position.
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
