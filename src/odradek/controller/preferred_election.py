@@ -204,30 +204,24 @@ def auto_rebalance_candidates(assignments: Mapping[TopicPartition, Sequence[int]
 FIRST_AUTO_REBALANCE_DELAY_S = 5.0  # KafkaController.onControllerFailover's first schedule
 
 
+@dataclass(eq=False, repr=False)
 class ReplicaElectionManager:
     """Replica leader elections on the active controller (KafkaController.scala's
     ``processReplicaLeaderElection`` / ``onReplicaElection`` /
     ``checkAndTriggerAutoLeaderRebalance``) and the auto-rebalance timer."""
 
-    def __init__(self, broker_id: int, context: ControllerContext, zk: ControllerZkClient,
-                 partitions: PartitionStateMachine, requests: RequestSender,
-                 state_change: StateChangeLogger,
-                 put_event: Callable[[ControllerEvent], None], is_active: Callable[[], bool],
-                 auto_leader_rebalance_enable: bool,
-                 leader_imbalance_per_broker_percentage: int,
-                 leader_imbalance_check_interval_seconds: float) -> None:
-        self.broker_id = broker_id
-        self.ctx = context
-        self.zk = zk
-        self.partitions = partitions
-        self.requests = requests
-        self.sc = state_change
-        self.put_event = put_event
-        self.is_active = is_active
-        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
-        self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
-        self.leader_imbalance_check_interval_seconds = leader_imbalance_check_interval_seconds
-        self.auto_rebalance_timer: asyncio.TimerHandle | None = None
+    broker_id: int
+    ctx: ControllerContext
+    zk: ControllerZkClient
+    partitions: PartitionStateMachine
+    requests: RequestSender
+    sc: StateChangeLogger
+    put_event: Callable[[ControllerEvent], None]
+    is_active: Callable[[], bool]
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_per_broker_percentage: int
+    leader_imbalance_check_interval_seconds: float
+    auto_rebalance_timer: asyncio.TimerHandle | None = field(init=False, default=None)
 
     async def _run(self, requested: Iterable[TopicPartition], election_type: ElectionType,
                    trigger: ElectionTrigger

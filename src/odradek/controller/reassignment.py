@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import paths
@@ -180,29 +180,26 @@ def isr_without_removed(current: LeaderAndIsr, removing: Collection[int]) -> Lea
 # ---- the controller side -----------------------------------------------------------------------
 
 
+@dataclass(eq=False, repr=False)
 class ReassignmentManager:
     """Runs the steps on the controller's event loop (every method is called from an event)."""
 
-    def __init__(self, broker_id: int, context: ControllerContext, zk: ControllerZkClient,
-                 partitions: PartitionStateMachine, replicas: ReplicaStateMachine,
-                 requests: RequestSender, state_change: StateChangeLogger,
-                 put_event: Callable[[ControllerEvent], None]) -> None:
-        self.broker_id = broker_id
-        self.ctx = context
-        self.zk = zk
-        self.partitions = partitions
-        self.replicas = replicas
-        self.requests = requests
-        self.sc = state_change
-        self.put_event = put_event
-        # B5 on a broker that was down: its replica was never deleted. Removed-replica
-        # partitions per broker, deleted when the broker comes back (as Kafka's topic deletion
-        # retries ReplicaDeletionIneligible replicas); without this a broker killed while its
-        # replica was being moved away keeps the stray log for good.
-        self.undeleted: dict[int, set[TopicPartition]] = {}
-        # The controller epoch of the last read of the admin node: the first read of a term
-        # resumes what earlier controllers accepted (see on_admin_node_change).
-        self._read_in_epoch: int | None = None
+    broker_id: int
+    ctx: ControllerContext
+    zk: ControllerZkClient
+    partitions: PartitionStateMachine
+    replicas: ReplicaStateMachine
+    requests: RequestSender
+    sc: StateChangeLogger
+    put_event: Callable[[ControllerEvent], None]
+    # B5 on a broker that was down: its replica was never deleted. Removed-replica
+    # partitions per broker, deleted when the broker comes back (as Kafka's topic deletion
+    # retries ReplicaDeletionIneligible replicas); without this a broker killed while its
+    # replica was being moved away keeps the stray log for good.
+    undeleted: dict[int, set[TopicPartition]] = field(init=False, default_factory=dict)
+    # The controller epoch of the last read of the admin node: the first read of a term
+    # resumes what earlier controllers accepted (see on_admin_node_change).
+    _read_in_epoch: int | None = field(init=False, default=None)
 
     # -- triggers ---------------------------------------------------------------------------------
     async def on_admin_node_change(self) -> None:

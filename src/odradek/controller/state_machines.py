@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from ..state_change import StateChangeLogger, leadership_text
 from . import leader_selectors as sel
@@ -87,17 +88,15 @@ class ReplicaStateMachine:
                                   and r != replica], tp, stored, replicas)
 
 
+@dataclass(eq=False, repr=False)
 class PartitionStateMachine:
     """Partition states (TopicPartition -> PartitionState) and their store-side effects."""
 
-    def __init__(self, context: ControllerContext, zk: ControllerZkClient,
-                 replicas: ReplicaStateMachine, state_change: StateChangeLogger,
-                 unclean_leader_election_enable: Callable[[str], bool]) -> None:
-        self.ctx = context
-        self.zk = zk
-        self.replicas = replicas
-        self.sc = state_change
-        self.unclean_leader_election_enable = unclean_leader_election_enable
+    ctx: ControllerContext
+    zk: ControllerZkClient
+    replicas: ReplicaStateMachine
+    sc: StateChangeLogger
+    unclean_leader_election_enable: Callable[[str], bool]
 
     def initialize(self, partitions: Iterable[TopicPartition]) -> None:
         """Kafka's initializePartitionState at failover: states are read off the stored

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..coordination import paths
 from ..coordination.store import NoNodeError
@@ -40,24 +40,21 @@ class TopicDeletionStopped(ControllerEvent):
     ok: bool = False
 
 
+@dataclass(eq=False, repr=False)
 class TopicDeletionManager:
     """Runs topic deletions on the controller's event loop (every method is called from an
     event, except :meth:`cancel`)."""
 
-    def __init__(self, broker_id: int, context: ControllerContext, zk: ControllerZkClient,
-                 partitions: PartitionStateMachine, replicas: ReplicaStateMachine,
-                 requests: RequestSender, put_event: Callable[[ControllerEvent], None],
-                 forget_topic: Callable[[str], None], delete_topic_enable: bool) -> None:
-        self.broker_id = broker_id
-        self.ctx = context
-        self.zk = zk
-        self.partitions = partitions
-        self.replicas = replicas
-        self.requests = requests
-        self.put_event = put_event
-        self.forget_topic = forget_topic
-        self.delete_topic_enable = delete_topic_enable
-        self.tasks: set[asyncio.Task[None]] = set()
+    broker_id: int
+    ctx: ControllerContext
+    zk: ControllerZkClient
+    partitions: PartitionStateMachine
+    replicas: ReplicaStateMachine
+    requests: RequestSender
+    put_event: Callable[[ControllerEvent], None]
+    forget_topic: Callable[[str], None]
+    delete_topic_enable: bool
+    tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
 
     def cancel(self) -> None:
         """Stop waiting for StopReplica answers (the controller resigns)."""

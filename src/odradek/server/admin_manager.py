@@ -83,21 +83,18 @@ class ConfigEntry:
     config_type: int = 0
 
 
+@dataclass(eq=False, repr=False)
 class AdminManager:
     """Kafka's ZkAdminManager: `config` is the static broker config (defaults for new topics),
     `topic_configs` validates topic configs against the broker's defaults, and the two config
     managers are reloaded after a write so this broker reads its own writes."""
 
-    def __init__(self, config: KafkaConfig, store: CoordinationStore,
-                 metadata_cache: MetadataCache, topic_configs: TopicConfigs,
-                 topic_config_manager: TopicConfigManager,
-                 broker_configs: BrokerConfigManager) -> None:
-        self.config = config
-        self.store = store
-        self.metadata_cache = metadata_cache
-        self.topic_configs = topic_configs
-        self.topic_config_manager = topic_config_manager
-        self.broker_configs = broker_configs
+    config: KafkaConfig
+    store: CoordinationStore
+    metadata_cache: MetadataCache
+    topic_configs: TopicConfigs
+    topic_config_manager: TopicConfigManager
+    broker_configs: BrokerConfigManager
 
     # -- create -----------------------------------------------------------------------------
     def _validate(self, spec: TopicSpec) -> tuple[dict[int, list[int]], dict[str, str]]:

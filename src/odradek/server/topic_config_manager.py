@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import paths
@@ -27,23 +28,21 @@ from .topic_configs import TopicConfigs
 log = logging.getLogger("odradek.config")
 
 
+@dataclass(eq=False, repr=False)
 class TopicConfigManager:
     """`on_unclean_leader_election_enabled(topic)` is called when a topic's
     unclean.leader.election.enable is loaded as true (the broker hands it to the controller)."""
 
-    def __init__(self, broker_id: int, store: CoordinationStore, topic_configs: TopicConfigs,
-                 replica_manager: ReplicaManager, broker_configs: BrokerConfigManager,
-                 on_unclean_leader_election_enabled: Callable[[str], None]) -> None:
-        self.broker_id = broker_id
-        self.store = store
-        self.topic_configs = topic_configs
-        self.replica_manager = replica_manager
-        self.broker_configs = broker_configs
-        self.on_unclean_leader_election_enabled = on_unclean_leader_election_enabled
-        self.loaded: set[str] = set()
-        self._seen_changes: set[str] = set()
-        self._watch: Any = None
-        self._tasks: set[asyncio.Task[None]] = set()
+    broker_id: int
+    store: CoordinationStore
+    topic_configs: TopicConfigs
+    replica_manager: ReplicaManager
+    broker_configs: BrokerConfigManager
+    on_unclean_leader_election_enabled: Callable[[str], None]
+    loaded: set[str] = field(init=False, default_factory=set)
+    _seen_changes: set[str] = field(init=False, default_factory=set)
+    _watch: Any = field(init=False, default=None)
+    _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
 
     async def start(self) -> None:
         store = self.store
