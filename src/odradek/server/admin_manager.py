@@ -207,7 +207,10 @@ class AdminManager:
         results: dict[str, tuple[ErrorCode, str | None]] = {}
         pending: list[str] = []
         for name in names:
-            if await self.store.exists(paths.topic_path(name)) is None:
+            # Kafka answers from the metadata cache, which drops a topic as its deletion
+            # starts: a topic on its way out is unknown, not deleted a second time
+            if self.metadata_cache.topic(name) is None or \
+                    await self.store.exists(paths.topic_path(name)) is None:
                 results[name] = (ErrorCode.unknown_topic_or_partition, None)
                 continue
             if not self.config["delete.topic.enable"]:
