@@ -79,7 +79,7 @@ def _setting(config: Any, key: str, default: Any) -> Any:
     values = getattr(config, "values", {})
     if key in values and values[key] is not None:
         return values[key]
-    raw = getattr(config, "raw", {}) or {}
+    raw = getattr(config, "originals", {}) or {}
     return raw.get(key, default)
 
 
