@@ -124,6 +124,7 @@ TOOL_MODULES = [
     "console_consumer",
     "topics",
     "configs",
+    "acls",
     "consumer_groups",
     "leader_election",
     "reassign_partitions",

@@ -50,6 +50,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
     22: (0, 4),    # InitProducerId
+    29: (1, 2),    # DescribeAcls
+    30: (1, 2),    # CreateAcls
+    31: (1, 2),    # DeleteAcls
     32: (1, 4),    # DescribeConfigs
     33: (0, 2),    # AlterConfigs
     37: (0, 3),    # CreatePartitions
@@ -65,6 +68,7 @@ API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "Offs
              9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
              13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
              18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+             29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls",
              32: "DescribeConfigs", 33: "AlterConfigs", 37: "CreatePartitions",
              42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",

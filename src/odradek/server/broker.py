@@ -23,12 +23,14 @@ from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
 from ..coordinator.group_coordinator import GroupConfig, GroupCoordinator
+from ..security.authorizer import ALLOW_ALL, Authorizer
 from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
 from .apis import KafkaApis
+from .authorizer import authorizer_from_config
 from .broker_config_manager import BrokerConfigManager
 from .config import ConfigError, KafkaConfig
 from .gc_freeze import freeze_long_lived, process_owned
@@ -72,6 +74,7 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.controller: KafkaController | None = None
         self.apis: KafkaApis | None = None
+        self.authorizer: Authorizer = ALLOW_ALL
         self.socket_server: SocketServer | None = None
         self.bound_ports: list[int] = []
         self._state_change_handler: logging.Handler | None = None
@@ -162,11 +165,14 @@ class Broker:
         self.controller = KafkaController(
             store, self.broker_id, ControllerConfig.from_broker_config(cfg), cache,
             topic_configs, log_configs.config)
+        self.authorizer = authorizer_from_config(cfg, store, self.broker_id, log_dirs[0])
+        if self.authorizer.enabled:
+            await self.authorizer.start()  # type: ignore[attr-defined]
         self.apis = KafkaApis(
             broker_id=self.broker_id, config=cfg, replica_manager=rm, metadata_cache=cache,
             group_coordinator=coordinator, admin_manager=admin, topic_config_manager=topic_configs,
             producer_ids=self.producer_ids, controller=self.controller, store=store,
-            flush_checkpoints=log_manager.checkpoint_writer.flush)
+            flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer)
         socket_server = self.socket_server = SocketServer(
             self.apis.handle, cfg["socket.request.max.bytes"],
             max_in_flight=min(cfg["queued.max.requests"], 64))
@@ -376,6 +382,8 @@ class Broker:
         self.started = False
 
     async def _close_store(self) -> None:
+        if self.authorizer.enabled:
+            self.authorizer.stop()  # type: ignore[attr-defined]
         if self._state_change_handler is not None:
             state_change.detach(self._state_change_handler)
             self._state_change_handler = None
