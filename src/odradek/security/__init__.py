@@ -1,0 +1,1 @@
+"""Kafka's security model: listeners' protocols, TLS, SASL, principals, ACLs (layer 3)."""
