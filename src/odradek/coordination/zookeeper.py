@@ -47,6 +47,7 @@ from kazoo.security import ACL, Id
 
 from odradek.coordination.store import (
     ANY_VERSION,
+    AuthFailedError,
     BadVersionError,
     CheckVersionOp,
     ConnectionLossError,
@@ -55,10 +56,9 @@ from odradek.coordination.store import (
     CreateOp,
     DeleteOp,
     EventType,
+    NoAuthError,
     NoChildrenForEphemeralsError,
     NodeExistsError,
-    AuthFailedError,
-    NoAuthError,
     NoNodeError,
     NotEmptyError,
     Op,

@@ -38,10 +38,28 @@ from typing import NamedTuple
 from .jaas import JaasEntry, parse_jaas_config
 
 __all__ = [
-    "ALL", "ADMIN", "CONSUMERS_PATH", "CREATE", "DELETE", "DIGEST_LOGIN_MODULE", "LOGIN_CONFIG_KEY",
-    "OPEN_ACL", "READ", "SENSITIVE_ROOT_PATHS", "WORLD_READ", "WRITE", "ZkAcl",
-    "ZkDigestIdentity", "ZkSecurity", "ZooKeeperLoginError", "default_acls", "generate_digest",
-    "is_sensitive_path", "jaas_file_sections", "login_config_path", "zookeeper_identity",
+    "ADMIN",
+    "ALL",
+    "CONSUMERS_PATH",
+    "CREATE",
+    "DELETE",
+    "DIGEST_LOGIN_MODULE",
+    "LOGIN_CONFIG_KEY",
+    "OPEN_ACL",
+    "READ",
+    "SENSITIVE_ROOT_PATHS",
+    "WORLD_READ",
+    "WRITE",
+    "ZkAcl",
+    "ZkDigestIdentity",
+    "ZkSecurity",
+    "ZooKeeperLoginError",
+    "default_acls",
+    "generate_digest",
+    "is_sensitive_path",
+    "jaas_file_sections",
+    "login_config_path",
+    "zookeeper_identity",
 ]
 
 # ZooKeeper's ZooDefs.Perms bits.
@@ -201,9 +219,9 @@ def _identity_from_file(path: str) -> ZkDigestIdentity | None:
     return zookeeper_identity(text)
 
 
-_COMMENTS = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/|//[^\n]*|#[^\n]*', re.S)
-_SECTION = re.compile(r"\s*(?P<name>[A-Za-z0-9_.\-]+)\s*\{(?P<body>(?:[^{}\"]|\"(?:[^\"\\]|\\.)*\")*)"
-                      r"\}\s*;", re.S)
+_COMMENTS = re.compile(r'("(?:[^"\\]|\\.)*")|/\*.*?\*/|//[^\n]*', re.S)
+_SECTION = re.compile(r"\s*(?P<name>[A-Za-z0-9_.\-]+)\s*\{"
+                      r"(?P<body>(?:[^{}\"]|\"(?:[^\"\\]|\\.)*\")*)\}\s*;", re.S)
 _ENTRY = re.compile(r'(?:[^;"]|"(?:[^"\\]|\\.)*")+;', re.S)
 
 
