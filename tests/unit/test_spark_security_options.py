@@ -7,7 +7,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from odradek.spark.offsets import kafka_params, lower_keys
 from odradek.spark.reader import RangeReader
-from odradek.spark.sink import _Writer
+from odradek.spark.sink import OdradekBatchWriter
 from odradek.spark.source import OdradekDataSource
 
 JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
@@ -38,5 +38,5 @@ def test_source_passes_security_options_to_the_client() -> None:
 
 def test_sink_passes_security_options_to_the_producer() -> None:
     schema = StructType([StructField("value", BinaryType())])
-    writer = _Writer(lower_keys({"topic": "t", **SECURITY}), schema)
+    writer = OdradekBatchWriter(lower_keys({"topic": "t", **SECURITY}), schema)
     assert writer.producer_config == CLIENT

@@ -108,7 +108,7 @@ def test_login_config_from_kafka_opts(tmp_path: Path) -> None:
 
 
 def test_broker_requires_a_login_with_set_acl(tmp_path: Path) -> None:
-    with pytest.raises(ZooKeeperLoginError, match="zookeeper.set.acl is true"):
+    with pytest.raises(ZooKeeperLoginError, match=r"zookeeper\.set\.acl is true"):
         ZkSecurity.for_broker(True, None, {})
     bare = tmp_path / "bare.conf"
     bare.write_text("KafkaServer { a.B required; };")
