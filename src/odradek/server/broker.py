@@ -194,9 +194,13 @@ class Broker:
         connect = self.config["zookeeper.connect"]
         if connect:
             from ..coordination.zookeeper import ZooKeeperStore
+            from ..security.zk_auth import ZkSecurity
 
+            zk_security = ZkSecurity.for_broker(  # zookeeper.set.acl: the JAAS Client login
+                self.config["zookeeper.set.acl"], self.config["java.security.auth.login.config"])
             store: CoordinationStore = ZooKeeperStore(
-                connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
+                connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"],
+                auth_data=zk_security.auth_data, acls=zk_security.acl_provider)
         else:
             if self._embedded_zk is None:
                 # A standalone broker keeps its coordination data beside its logs.

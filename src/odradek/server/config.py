@@ -81,6 +81,8 @@ DEFS: dict[str, Def] = {
     "zookeeper.connect": Def(_str, None),
     "zookeeper.session.timeout.ms": Def(_int, 18000, _at_least(1), ">= 1"),
     "zookeeper.connection.timeout.ms": Def(_int, None),
+    "zookeeper.set.acl": Def(_bool, False),
+    "java.security.auth.login.config": Def(_str, None),
     "num.partitions": Def(_int, 1, _at_least(1), ">= 1"),
     "default.replication.factor": Def(_int, 1, _at_least(1), ">= 1"),
     "auto.create.topics.enable": Def(_bool, True),
@@ -180,7 +182,7 @@ IGNORED = {
     "inter.broker.protocol.version", "log.message.format.version",
     "group.coordinator.rebalance.protocols", "listener.security.protocol.map",
     "inter.broker.listener.name", "security.inter.broker.protocol",
-    "zookeeper.set.acl", "metric.reporters", "metrics.num.samples", "connections.max.idle.ms",
+    "metric.reporters", "metrics.num.samples", "connections.max.idle.ms",
     "confluent.support.metrics.enable",
 }
 
