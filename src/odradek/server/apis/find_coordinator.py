@@ -33,21 +33,22 @@ class FindCoordinatorApi:
         mod = response_module(type(request))
         key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
         if hasattr(request, "coordinator_keys"):
-            coordinators = tuple(make(mod.Coordinator, key=k, **self.find(key_type, k))
-                                 for k in request.coordinator_keys)
+            coordinators = tuple(make(mod.Coordinator, key=k, **self.find(
+                key_type, k, conn.listener_name)) for k in request.coordinator_keys)
             resp = make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
         else:
             resp = make(mod.FindCoordinatorResponse, throttle_time=0,
-                        **self.find(key_type, request.key))
+                        **self.find(key_type, request.key, conn.listener_name))
         return encode_response(type(request), header.correlation_id, resp)
 
-    def find(self, key_type: int, key: str) -> dict[str, Any]:
-        return find(self.coordinator, self.metadata_cache, key_type, key)
+    def find(self, key_type: int, key: str, listener: str = "PLAINTEXT") -> dict[str, Any]:
+        return find(self.coordinator, self.metadata_cache, key_type, key, listener)
 
 
-def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key: str
-         ) -> dict[str, Any]:
-    """error_code, error_message, node_id, host, port for one key."""
+def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key: str,
+         listener: str = "PLAINTEXT") -> dict[str, Any]:
+    """error_code, error_message, node_id, host, port for one key (the coordinator's endpoint
+    on `listener`, the one the request came in on)."""
     def error(code: ErrorCode, message: str) -> dict[str, Any]:
         return {"error_code": code, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
@@ -62,9 +63,9 @@ def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key
         coordinator.ensure_offsets_topic()
         return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
     partition = topic.partitions.get(coordinator.partition_for(key))
-    node = None if partition is None else cache.brokers.get(partition.leader)
+    node = None if partition is None else cache.broker_endpoint(partition.leader, listener)
     if node is None:
         return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
-    return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
-            "host": node.host, "port": node.port}
+    return {"error_code": ErrorCode.none, "error_message": None,
+            "node_id": partition.leader, "host": node.host, "port": node.port}
 

@@ -35,17 +35,18 @@ class MetadataApi:
         self.auto_create_topics = auto_create_topics
 
     def handle(self, header: Any, request: Any, conn: Connection) -> Any:
+        listener = getattr(conn, "listener_name", "PLAINTEXT")
         if not self.metadata_cache.initialized.is_set():
-            return self._answer_once_initialized(header, request)
-        return self._answer(header, request)
+            return self._answer_once_initialized(header, request, listener)
+        return self._answer(header, request, listener)
 
-    async def _answer_once_initialized(self, header: Any, request: Any) -> Any:
+    async def _answer_once_initialized(self, header: Any, request: Any, listener: str) -> Any:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.metadata_cache.initialized.wait(),
                                    INITIAL_METADATA_WAIT_S)
-        return self._answer(header, request)
+        return self._answer(header, request, listener)
 
-    def _answer(self, header: Any, request: Any) -> Any:
+    def _answer(self, header: Any, request: Any, listener: str = "PLAINTEXT") -> Any:
         cache = self.metadata_cache
         names, errors, to_create = _topics_to_answer(
             cache, header.request_api_version, request, self.auto_create_topics_enable)
@@ -53,7 +54,7 @@ class MetadataApi:
             task = asyncio.ensure_future(self.auto_create_topics(to_create))
             task.add_done_callback(_log_failure)
         return encode_response(type(request), header.correlation_id,
-                               build_response(cache, request, names, errors))
+                               build_response(cache, request, names, errors, listener))
 
 
 def _topics_to_answer(cache: MetadataCache, version: int, request: Any,
@@ -91,11 +92,14 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
 
 
 def build_response(cache: MetadataCache, request: Any, names: list[str],
-                   errors: dict[str, ErrorCode]) -> Any:
+                   errors: dict[str, ErrorCode], listener: str = "PLAINTEXT") -> Any:
+    """The answer on `listener`: each broker's endpoint on that listener (brokers without it
+    are left out, as Kafka does)."""
     mod = response_module(type(request))
-    brokers = tuple(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=b.host,
-                         port=b.port, rack=b.rack)
-                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id))
+    brokers = tuple(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=ep.host,
+                         port=ep.port, rack=b.rack)
+                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+                    if (ep := b.endpoint(listener)) is not None)
     topics = []
     for name in names:
         info = cache.topics.get(name)
