@@ -78,6 +78,8 @@ def validate(props: Mapping[str, Any]) -> None:
     if auth is not None and auth.strip().lower() not in CLIENT_AUTH:
         raise SslConfigError(f"ssl.client.auth: {auth!r} is not one of none, requested, required")
     protocols = _get(props, "ssl.enabled.protocols")
+    if protocols is None and "ssl.enabled.protocols" in props:
+        raise SslConfigError("ssl.enabled.protocols: no protocol enabled")
     if protocols is not None:
         for p in _list(protocols):
             if p not in TLS_VERSIONS:
