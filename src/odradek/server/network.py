@@ -95,6 +95,10 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._drained: asyncio.Future[None] | None = None
+        # TLS: bytes decrypted before start_tls() returned the TLS transport (asyncio hands
+        # them over at once after the handshake); processed once the transport is known
+        self._tls_pending = False
+        self._early: list[bytes] = []
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Future[Any]] = set()
         self._sending = False
@@ -115,6 +119,7 @@ class Connection(asyncio.Protocol):
                 "ssl_object") is None:
             # TLS first: nothing is read as a request until the handshake is done
             transport.pause_reading()
+            self._tls_pending = True
             task = asyncio.ensure_future(self._start_tls(transport))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -139,6 +144,7 @@ class Connection(asyncio.Protocol):
             self.server.connections.discard(self)
             return
         self.transport = tls
+        self._tls_pending = False
         ssl_object = tls.get_extra_info("ssl_object")
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         try:
@@ -150,8 +156,16 @@ class Connection(asyncio.Protocol):
             return
         log.debug("TLS connection from %s on listener %s: principal %s", self.peer,
                   listener.name, self.principal)
+        early, self._early = self._early, []
+        for data in early:
+            if self._closed:
+                break
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        if self._tls_pending:
+            self._early.append(data)
+            return
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
