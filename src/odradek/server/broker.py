@@ -129,7 +129,7 @@ class Broker:
                                       cfg.security_protocol(ep.listener).value))
         return out
 
-    def _listener(self, name: str) -> Listener:
+    def make_listener(self, name: str) -> Listener:
         """A listener's security: its TLS context (read from its ssl.* configs now, so a bad
         key store stops start-up with the key named) and its principal mapping rules."""
         cfg = self.config
@@ -193,7 +193,7 @@ class Broker:
         socket_server = self.socket_server = SocketServer(
             self.apis.handle, cfg["socket.request.max.bytes"],
             max_in_flight=min(cfg["queued.max.requests"], 64))
-        listeners = [self._listener(ep.listener) for ep in cfg.listeners]
+        listeners = [self.make_listener(ep.listener) for ep in cfg.listeners]
         for ep, listener in zip(cfg.listeners, listeners, strict=True):
             port = await socket_server.start(ep.host, ep.port, listener)
             self.bound_ports.append(port)
