@@ -417,6 +417,11 @@ class KafkaConfig:
                         "sasl.mechanism.inter.broker.protocol: must be included in "
                         f"sasl.enabled.mechanisms when SASL is used for inter-broker "
                         f"communication (got {mech}, enabled {', '.join(mechanisms)})")
+                if self.sasl_jaas_config(listener, mech) is None:
+                    raise ConfigError(
+                        f"listener.name.{listener.lower()}.{mech.lower()}.sasl.jaas.config: "
+                        "needed for the inter-broker SASL listener (the username and password "
+                        "this broker logs in with)")
 
     def _listener_key(self, listener: str, message: str) -> str:
         """Name the listener-prefixed key when the value came from one."""
