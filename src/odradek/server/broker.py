@@ -144,6 +144,9 @@ class Broker:
 
     async def start(self) -> None:
         cfg = self.config
+        # listeners' TLS contexts first: a bad key store stops start-up before anything opens
+        listeners = [self.make_listener(ep.listener) for ep in cfg.listeners]
+        cfg.inter_broker_client_security()  # the same for the inter-broker client side
         log_dirs = cfg.log_dirs
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -193,7 +196,6 @@ class Broker:
         socket_server = self.socket_server = SocketServer(
             self.apis.handle, cfg["socket.request.max.bytes"],
             max_in_flight=min(cfg["queued.max.requests"], 64))
-        listeners = [self.make_listener(ep.listener) for ep in cfg.listeners]
         for ep, listener in zip(cfg.listeners, listeners, strict=True):
             port = await socket_server.start(ep.host, ep.port, listener)
             self.bound_ports.append(port)
