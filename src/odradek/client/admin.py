@@ -28,6 +28,7 @@ from ..security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from ..security.connector import ClientSecurity, open_connection
 from ._loop import LoopThread
 from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
 from .cluster_metadata import KafkaClient
@@ -88,7 +89,8 @@ async def explain_bootstrap_failure(client: KafkaClient,
     """The error to show when `client` could not bootstrap: why each bootstrap server failed
     (unresolvable name, refused or timed-out connection) instead of the bare "no broker
     answered Metadata"."""
-    reasons = [await _probe_bootstrap(i, host, port, client.connect_timeout_ms / 1000)
+    reasons = [await _probe_bootstrap(i, host, port, client.connect_timeout_ms / 1000,
+                                      getattr(client, "security", None))
                for i, (host, port) in enumerate(client.bootstrap)]
     servers = ",".join(f"{host}:{port}" for host, port in client.bootstrap)
     detail = str(exc)
@@ -100,7 +102,8 @@ async def explain_bootstrap_failure(client: KafkaClient,
     return KafkaConnectionError(bootstrap_failure_message(reasons, fallback))
 
 
-async def _probe_bootstrap(index: int, host: str, port: int, timeout: float) -> str | None:
+async def _probe_bootstrap(index: int, host: str, port: int, timeout: float,
+                           security: ClientSecurity | None = None) -> str | None:
     """Why bootstrap server `index` cannot be reached (None when a TCP connection succeeds)."""
     loop = asyncio.get_running_loop()
     try:
@@ -109,13 +112,16 @@ async def _probe_bootstrap(index: int, host: str, port: int, timeout: float) -> 
         return (f"Couldn't resolve server {host}:{port} from bootstrap.servers as DNS "
                 f"resolution failed for {host}")
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        _, writer = await open_connection(host, port, security, timeout=timeout,
+                                          client_id="odradek-probe")
     except (OSError, TimeoutError) as exc:
         why = ("connection refused" if isinstance(exc, ConnectionRefusedError)
                else "timed out" if isinstance(exc, TimeoutError)
                else getattr(exc, "strerror", None) or type(exc).__name__)
         return (f"Connection to node {-1 - index} ({host}:{port}) could not be established. "
                 f"Broker may not be available. ({why})")
+    except Exception as exc:  # SASL refused the credentials
+        return f"Authentication with node {-1 - index} ({host}:{port}) failed: {exc}"
     writer.close()
     return None
 

@@ -23,7 +23,8 @@ from kio.schema.errors import ErrorCode
 
 from .. import __version__
 from ..protocol.codec import build, decode_response, encode_request, request_class, response_class
-from .errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from ..security.connector import ClientSecurity, open_connection
+from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
 
 log = logging.getLogger("odradek.client")
 
@@ -87,9 +88,11 @@ class BrokerConnection:
     """A connection to one broker. `await connect()` opens it and negotiates versions."""
 
     def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str = "odradek",
-                 request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000) -> None:
+                 request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
+        self.security = security  # TLS / SASL (security.protocol and friends); None: PLAINTEXT
         self.node_id = node_id
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
@@ -117,13 +120,19 @@ class BrokerConnection:
 
     async def connect(self) -> None:
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.connect_timeout)
-        except (TimeoutError, OSError) as exc:
+            self._reader, self._writer = await open_connection(
+                self.host, self.port, self.security, timeout=self.connect_timeout,
+                client_id=self.client_id)
+        except (TimeoutError, OSError) as exc:  # TLS handshake failures are OSErrors too
             self._closed_exc = exc
             raise KafkaConnectionError(
                 f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {exc!r}"
             ) from None
+        except Exception as exc:  # SASL authentication refused: not retriable
+            self._closed_exc = exc
+            raise KafkaError(
+                f"authentication with node {self.node_id} at {self.host}:{self.port} failed: "
+                f"{exc}", ErrorCode.sasl_authentication_failed, retriable=False) from None
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         self.connected = True
         try:

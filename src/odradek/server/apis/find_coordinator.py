@@ -58,12 +58,14 @@ class FindCoordinatorApi:
                 key, request_name="FindCoordinator"):
             return {"error_code": ErrorCode.transactional_id_authorization_failed,
                     "error_message": None, "node_id": -1, "host": "", "port": -1}
-        return find(self.coordinator, self.metadata_cache, key_type, key)
+        listener = conn.listener_name if conn is not None else "PLAINTEXT"
+        return find(self.coordinator, self.metadata_cache, key_type, key, listener)
 
 
-def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key: str
-         ) -> dict[str, Any]:
-    """error_code, error_message, node_id, host, port for one key."""
+def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key: str,
+         listener: str = "PLAINTEXT") -> dict[str, Any]:
+    """error_code, error_message, node_id, host, port for one key (the coordinator's endpoint
+    on `listener`, the one the request came in on)."""
     def error(code: ErrorCode, message: str) -> dict[str, Any]:
         return {"error_code": code, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
@@ -78,9 +80,9 @@ def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key
         coordinator.ensure_offsets_topic()
         return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
     partition = topic.partitions.get(coordinator.partition_for(key))
-    node = None if partition is None else cache.brokers.get(partition.leader)
+    node = None if partition is None else cache.broker_endpoint(partition.leader, listener)
     if node is None:
         return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
-    return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
-            "host": node.host, "port": node.port}
+    return {"error_code": ErrorCode.none, "error_message": None,
+            "node_id": partition.leader, "host": node.host, "port": node.port}
 

@@ -89,7 +89,8 @@ class MetadataApi:
             task.add_done_callback(_log_failure)
         return encode_response(type(request), header.correlation_id,
                                build_response(cache, request, names, errors, hidden,
-                                              topic_ops, cluster_ops))
+                                              topic_ops, cluster_ops,
+                                              listener=getattr(conn, "listener_name", "PLAINTEXT")))
 
     def _authorize(self, conn: Any, request: Any, names: list[str], errors: dict[str, ErrorCode],
                    to_create: list[str]) -> tuple[list[str], list[str], set[str]]:
@@ -155,11 +156,14 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
 def build_response(cache: MetadataCache, request: Any, names: list[str],
                    errors: dict[str, ErrorCode], hidden: set[str] | None = None,
                    topic_ops: Callable[[str], int] | None = None,
-                   cluster_ops: int | None = None) -> Any:
+                   cluster_ops: int | None = None, listener: str = "PLAINTEXT") -> Any:
+    """The answer on `listener`: each broker's endpoint on that listener (brokers without it
+    are left out, as Kafka does)."""
     mod = response_module(type(request))
-    brokers = tuple(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=b.host,
-                         port=b.port, rack=b.rack)
-                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id))
+    brokers = tuple(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=ep.host,
+                         port=ep.port, rack=b.rack)
+                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+                    if (ep := b.endpoint(listener)) is not None)
     topics = []
     for name in names:
         info = None if hidden and name in hidden else cache.topics.get(name)
