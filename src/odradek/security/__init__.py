@@ -1,0 +1,1 @@
+"""Security: listeners' protocols, principals, SSL, SASL and ACLs (Kafka's common.security)."""
