@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..protocol.framing import FrameDecoder, FrameError
+from ..security.principal import ANONYMOUS, KafkaPrincipal
+from ..security.protocol import SecurityProtocol
 
 log = logging.getLogger("odradek.network")
 
@@ -52,9 +54,18 @@ class _Slot:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, server: SocketServer) -> None:
+    def __init__(self, server: SocketServer, listener_name: str = "PLAINTEXT",
+                 security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT) -> None:
         self.server = server
         self.decoder = FrameDecoder(server.max_request_size)
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
+        self.principal: KafkaPrincipal = ANONYMOUS
+        self.authenticated = not security_protocol.uses_sasl
+        self.sasl: Any = None  # the SASL authenticator's state, None until a handshake
+        if not self.authenticated:  # frames are bounded until the client is authenticated
+            self.decoder.set_limit(min(server.max_request_size, server.sasl_max_receive_size),
+                                   "sasl.server.max.receive.size")
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._slots: deque[_Slot] = deque()
@@ -229,19 +240,21 @@ class SocketServer:
         self.handler = handler
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
+        self.sasl_max_receive_size = 524288
         self.connections: set[Connection] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self.bound_ports: list[int] = []
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, listener_name: str = "PLAINTEXT",
+                    security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT) -> int:
         """Bind a listener and return its port. It accepts no connection until
         :meth:`start_serving`: the broker binds first (its registration advertises the port)
         and serves once registered, as Kafka starts its processors only at the end of start-up,
         so no client gets answers from a broker that has not joined the cluster yet."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: Connection(self), host or None, port,
-                                          reuse_address=True, backlog=256,
-                                          start_serving=False)
+        server = await loop.create_server(
+            lambda: Connection(self, listener_name, security_protocol), host or None, port,
+            reuse_address=True, backlog=256, start_serving=False)
         self._servers.append(server)
         bound = server.sockets[0].getsockname()[1]
         self.bound_ports.append(bound)
