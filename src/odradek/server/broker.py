@@ -23,6 +23,7 @@ from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
 from ..coordinator.group_coordinator import GroupConfig, GroupCoordinator
+from ..security.protocol import SecurityProtocol
 from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
@@ -31,6 +32,7 @@ from .admin_manager import AdminManager
 from .apis import KafkaApis
 from .broker_config_manager import BrokerConfigManager
 from .config import ConfigError, KafkaConfig
+from .credential_cache import CredentialCache
 from .gc_freeze import freeze_long_lived, process_owned
 from .metadata_cache import BrokerInfo, MetadataCache
 from .network import SocketServer
@@ -72,6 +74,7 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.controller: KafkaController | None = None
         self.apis: KafkaApis | None = None
+        self.credential_cache: CredentialCache | None = None
         self.socket_server: SocketServer | None = None
         self.bound_ports: list[int] = []
         self._state_change_handler: logging.Handler | None = None
@@ -117,7 +120,8 @@ class Broker:
             elif port == 0 and self.bound_ports:
                 port = self.bound_ports[0]
             host = ep.host or (listeners[0].host if listeners and listeners[0].host else "")
-            out.append(paths.Endpoint(ep.listener, host or "localhost", port))
+            out.append(paths.Endpoint(ep.listener, host or "localhost", port,
+                                      self.config.security_protocol(ep.listener)))
         return out
 
     async def start(self) -> None:
@@ -162,16 +166,20 @@ class Broker:
         self.controller = KafkaController(
             store, self.broker_id, ControllerConfig.from_broker_config(cfg), cache,
             topic_configs, log_configs.config)
+        credentials = self.credential_cache = CredentialCache(store)  # SCRAM users (SB)
+        await credentials.start()
         self.apis = KafkaApis(
             broker_id=self.broker_id, config=cfg, replica_manager=rm, metadata_cache=cache,
             group_coordinator=coordinator, admin_manager=admin, topic_config_manager=topic_configs,
             producer_ids=self.producer_ids, controller=self.controller, store=store,
-            flush_checkpoints=log_manager.checkpoint_writer.flush)
+            flush_checkpoints=log_manager.checkpoint_writer.flush, credential_cache=credentials)
         socket_server = self.socket_server = SocketServer(
             self.apis.handle, cfg["socket.request.max.bytes"],
             max_in_flight=min(cfg["queued.max.requests"], 64))
         for ep in cfg.listeners:
-            self.bound_ports.append(await socket_server.start(ep.host, ep.port))
+            protocol = SecurityProtocol(cfg.security_protocol(ep.listener))  # (SA's stand-in)
+            self.bound_ports.append(await socket_server.start(ep.host, ep.port, ep.listener,
+                                                              protocol))
         await broker_configs.start()
         await topic_configs.start()
         await self._register()
@@ -437,6 +445,8 @@ class Broker:
             self.controller = None
         if self.topic_configs is not None:
             self.topic_configs.stop()
+        if self.credential_cache is not None:
+            self.credential_cache.stop()
 
 
 def _new_cluster_id() -> str:
