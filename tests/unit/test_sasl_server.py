@@ -112,3 +112,24 @@ def test_wrong_states() -> None:
     auth.evaluate(plain("alice", "alice-secret"))
     with pytest.raises(errors.IllegalSaslStateError):
         auth.handshake("PLAIN", 1)
+
+
+def test_scram_accepts_librdkafkas_doubled_nonce() -> None:
+    """librdkafka before 2.2 sends `r=<client nonce><client nonce><server nonce>`; Kafka accepts
+    it (it checks that the nonce ends with the combined one), so must we; the proof is real."""
+    from scramp import core
+
+    auth = SaslAuthenticator(ALL)
+    auth.handshake("SCRAM-SHA-256", 1)
+    c_nonce = "fyko+d2lbbFgONRv9qkxdawL"
+    client_first_bare = f"n=bob,r={c_nonce}"
+    server_first = auth.evaluate(f"n,,{client_first_bare}".encode()).decode()
+    fields = dict(item.split("=", 1) for item in server_first.split(","))
+    mech = core.ScramMechanism("SCRAM-SHA-256")
+    doubled = core.Nonce(c_nonce + fields["r"])
+    _, final = core._get_client_final(
+        mech.hf, core.Password("bob-secret"), core.Salt.from_str(fields["s"]),
+        core.IterationCount(int(fields["i"])), doubled, client_first_bare,
+        server_first, None, core.Gs2Header("n", None))
+    assert auth.evaluate(str(final).encode()).startswith(b"v=")
+    assert auth.complete and auth.principal_name == "bob"

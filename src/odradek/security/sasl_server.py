@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import enum
 import hmac
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import scramp
+from scramp import core as scramp_core
 
 from .errors import (
     IllegalSaslStateError,
@@ -27,6 +29,8 @@ from .errors import (
 )
 from .jaas import JaasEntry, JaasError, load_jaas_section, parse_jaas_config
 from .scram import SCRAM_MECHANISMS, ScramCredential
+
+log = logging.getLogger("odradek.security")
 
 IMPLEMENTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -189,6 +193,15 @@ class ScramServer:
         self._username = username
         return credential.auth_info()
 
+    def _accept_kafka_nonce(self, client_final: str) -> None:
+        """Kafka's ScramSaslServer accepts a client-final nonce that ends with the combined
+        nonce (it checks endsWith), and librdkafka before 2.2 sends the client nonce twice;
+        the proof is still checked over the message as sent."""
+        server = self._server
+        sent = scramp_core.ClientFinal(client_final)["r"]
+        if str(sent) != str(server.nonce) and str(sent).endswith(str(server.nonce)):
+            server.nonce = sent
+
     def evaluate(self, token: bytes) -> bytes:
         server = self._server
         try:
@@ -199,12 +212,14 @@ class ScramServer:
                 return server.get_server_first().encode()
             if self._step == 1:
                 self._step = 2
+                self._accept_kafka_nonce(message)
                 server.set_client_final(message)
                 final = server.get_server_final()
                 self.authorization_id = self._username
                 self.complete = True
                 return final.encode()
-        except (scramp.ScramException, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        except (scramp.ScramException, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            log.debug("%s exchange failed at step %d: %s", self.mechanism, self._step, exc)
             raise SaslAuthenticationError(invalid_credentials_message(self.mechanism)) from None
         raise IllegalSaslStateError("Authentication exchange has completed")
 
