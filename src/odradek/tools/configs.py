@@ -130,12 +130,13 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.entity_type not in ENTITY_TYPES:
         raise ToolError(f"Invalid entity type {args.entity_type}, the entity type must be one "
                         f"of {', '.join(ENTITY_TYPES)}")
-    if args.zookeeper and args.bootstrap_server:
+    zookeeper = getattr(args, "zookeeper", None)
+    if zookeeper and args.bootstrap_server:
         raise ToolError("Only one of --bootstrap-server or --zookeeper must be specified")
-    if args.zookeeper and args.entity_type != "users":
+    if zookeeper and args.entity_type != "users":
         raise ToolError("--zookeeper is only supported with --entity-type users (SCRAM "
                         "credentials); use --bootstrap-server")
-    if not args.bootstrap_server and not args.zookeeper:
+    if not args.bootstrap_server and not zookeeper:
         raise ToolError("Missing required argument \"[bootstrap-server]\"")
     if args.entity_type == "users" and (args.entity_default or args.all
                                         or args.add_config_file):
@@ -240,13 +241,16 @@ async def run(args: argparse.Namespace) -> list[str]:
     from ..client import AsyncAdmin
     from . import user_credentials
 
-    if args.zookeeper:
-        return await user_credentials.run_zookeeper(args.zookeeper, args)
+    changes = user_credentials.scram_changes(
+        [parse_add_config(t) for t in args.add_config], parse_delete_config(args.delete_config)
+    ) if args.entity_type == "users" and args.alter else ([], [])
+    if getattr(args, "zookeeper", None):
+        return await user_credentials.run_zookeeper(args.zookeeper, args, changes)
     cfg: dict[str, Any] = read_properties(args.command_config) if args.command_config else {}
     cfg["bootstrap.servers"] = args.bootstrap_server
     async with AsyncAdmin(cfg) as admin:
         if args.entity_type == "users":
-            return await user_credentials.run_admin(admin, args)
+            return await user_credentials.run_admin(admin, args, changes)
         if args.describe:
             return await describe(admin, args)
         return await alter(admin, args)

@@ -65,12 +65,14 @@ def parse_scram_config(key: str, value: str) -> tuple[str, str, int]:
     return mechanism, fields["password"], iterations
 
 
-def _changes(args: argparse.Namespace) -> tuple[list[tuple[str, str, int]], list[str]]:
-    from .configs import parse_add_config, parse_delete_config
+# (mechanism, password, iterations) of each upsertion, and the mechanisms to delete
+Changes = tuple[list[tuple[str, str, int]], list[str]]
 
-    adds = [parse_scram_config(k, v) for text in args.add_config
-            for k, v in parse_add_config(text).items()]
-    deletes = [m.upper() for m in parse_delete_config(args.delete_config)]
+
+def scram_changes(to_add: list[dict[str, str]], to_delete: list[str]) -> Changes:
+    """The credential changes of parsed `--add-config` items and `--delete-config` keys."""
+    adds = [parse_scram_config(k, v) for items in to_add for k, v in items.items()]
+    deletes = [m.upper() for m in to_delete]
     bad = [m for m in deletes if m not in SCRAM_MECHANISMS]
     if bad:
         raise ToolError(f"Invalid config(s): {','.join(bad)}")
@@ -78,7 +80,8 @@ def _changes(args: argparse.Namespace) -> tuple[list[tuple[str, str, int]], list
 
 
 # -- through the admin API ----------------------------------------------------------------------
-async def run_admin(admin: AsyncAdmin, args: argparse.Namespace) -> list[str]:
+async def run_admin(admin: AsyncAdmin, args: argparse.Namespace, changes: Changes
+                    ) -> list[str]:
     if args.describe:
         users = None if args.entity_name is None else [args.entity_name]
         found = await admin.describe_user_scram_credentials(users, raise_errors=False)
@@ -91,7 +94,7 @@ async def run_admin(admin: AsyncAdmin, args: argparse.Namespace) -> list[str]:
             lines.append(f"SCRAM credential configs for user-principal '{user}' are "
                          + ", ".join(f"{m}=iterations={i}" for m, i in infos))
         return lines
-    adds, deletes = _changes(args)
+    adds, deletes = changes
     user = args.entity_name
     results = await admin.alter_user_scram_credentials(
         [(user, m, p, i) for m, p, i in adds], [(user, m) for m in deletes], raise_errors=False)
@@ -106,7 +109,8 @@ def user_config_path(user: str) -> str:
     return paths.config_entity_path("users", sanitize_user(user))
 
 
-async def run_zookeeper(connect: str, args: argparse.Namespace) -> list[str]:
+async def run_zookeeper(connect: str, args: argparse.Namespace, changes: Changes
+                        ) -> list[str]:
     from ..coordination.zookeeper import ZooKeeperStore
 
     store = ZooKeeperStore(connect)
@@ -114,7 +118,7 @@ async def run_zookeeper(connect: str, args: argparse.Namespace) -> list[str]:
     try:
         if args.describe:
             return await _describe_zk(store, args.entity_name)
-        adds, deletes = _changes(args)
+        adds, deletes = changes
         user = args.entity_name
         await _alter_zk(store, user, adds, deletes)
         return [f"Completed updating config for entity: user-principal '{user}'."]
