@@ -25,7 +25,12 @@ from kio.schema.errors import ErrorCode
 from ...protocol.codec import encode_response, make, peek_api, response_module
 from ...security.errors import IllegalSaslStateError, SaslAuthenticationError, SaslError
 from ...security.principal import KafkaPrincipal
-from ...security.sasl_server import SaslAuthenticator, SaslServerConfig, SaslState
+from ...security.sasl_server import (
+    IMPLEMENTED_MECHANISMS,
+    SaslAuthenticator,
+    SaslServerConfig,
+    SaslState,
+)
 from ..network import CloseConnection, Connection, Response
 
 log = logging.getLogger("odradek.security")
@@ -179,6 +184,20 @@ def sasl_server_configs(props: Mapping[str, str], listeners: list[str],
                         lookup: Any) -> dict[str, SaslServerConfig]:
     """The settings of every SASL_PLAINTEXT / SASL_SSL listener (raises ValueError on a bad
     JAAS configuration, so the broker refuses to start)."""
-    return {name: SaslServerConfig.for_listener(props, name, lookup)
-            for name, protocol in listener_security_protocols(props, listeners).items()
-            if protocol.startswith("SASL_")}
+    configs = {name: SaslServerConfig.for_listener(props, name, lookup)
+               for name, protocol in listener_security_protocols(props, listeners).items()
+               if protocol.startswith("SASL_")}
+    for name, config in configs.items():
+        refused = [m for m in config.enabled_mechanisms if m not in IMPLEMENTED_MECHANISMS]
+        if refused:
+            log.warning("Listener %s enables SASL mechanism(s) %s, which odradek does not "
+                        "implement: handshakes for them are refused with "
+                        "UNSUPPORTED_SASL_MECHANISM. Set listener.name.%s."
+                        "sasl.enabled.mechanisms (or sasl.enabled.mechanisms; Kafka's default "
+                        "is GSSAPI) to some of %s", name, ", ".join(refused), name.lower(),
+                        ", ".join(IMPLEMENTED_MECHANISMS))
+        if "PLAIN" in config.enabled_mechanisms and not config.plain_users:
+            log.warning("Listener %s enables PLAIN but its PlainLoginModule lists no "
+                        "user_<name>=\"<password>\" options: every PLAIN login will fail",
+                        name)
+    return configs

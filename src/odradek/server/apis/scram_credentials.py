@@ -5,7 +5,7 @@ Credentials live in `/config/users/<user>` under the mechanism's name; an altera
 user's config and a change notification `users/<user>`, so every broker's CredentialCache
 reloads it (this broker's at once). Errors are per user: DUPLICATE_RESOURCE (a user and
 mechanism twice in one request), UNSUPPORTED_SASL_MECHANISM, UNACCEPTABLE_CREDENTIAL (empty
-name, too few or too many iterations, empty salt or salted password), RESOURCE_NOT_FOUND
+name, too few or too many iterations), RESOURCE_NOT_FOUND
 (deleting a credential that does not exist); a user with any error has none of its changes made.
 """
 
@@ -68,26 +68,23 @@ class ScramCredentialApis:
         mod = response_module(type(request))
         requested = [u.name for u in request.users or ()]
         describe_all = not requested
-        users = await self._all_users() if describe_all else requested
         counts = Counter(requested)
         results = []
-        seen: set[str] = set()
-        for user in users:
-            if user in seen:
-                continue
-            seen.add(user)
+        for user in (await self._all_users() if describe_all else list(dict.fromkeys(requested))):
             code, message, infos = ErrorCode.none, None, ()
-            if counts[user] > 1:
+            if not user:
+                code, message = ErrorCode(errors.RESOURCE_NOT_FOUND), "Username must not be empty"
+            elif counts[user] > 1:
                 code = ErrorCode(errors.DUPLICATE_RESOURCE)
                 message = ("Cannot describe SCRAM credentials for the same user twice in a "
-                           "single request")
+                           f"single request: {user}")
             else:
                 creds = user_credentials(await read_user_config(self.store, user))
                 if not creds:
                     if describe_all:
                         continue
                     code = ErrorCode(errors.RESOURCE_NOT_FOUND)
-                    message = "Attempt to describe a user credential that does not exist"
+                    message = f"Attempt to describe a user credential that does not exist: {user}"
                 infos = tuple(make(mod.CredentialInfo,
                                    mechanism=ScramMechanism.from_name(m).value,
                                    iterations=c.iterations)
@@ -100,29 +97,23 @@ class ScramCredentialApis:
 
     async def handle_alter(self, header: Any, request: Any, conn: Connection) -> bytes:
         mod = response_module(type(request))
-        pairs = Counter([(d.name, d.mechanism) for d in request.deletions]
-                        + [(u.name, u.mechanism) for u in request.upsertions])
-        users = list(dict.fromkeys([n for n, _ in pairs]))
+        users = list(dict.fromkeys([d.name for d in request.deletions]
+                                   + [u.name for u in request.upsertions]))
         failures: dict[str, tuple[int, str]] = {}
-        for (user, _), n in pairs.items():
-            if n > 1:
-                failures.setdefault(user, (errors.DUPLICATE_RESOURCE, "A user credential cannot "
-                                           "be altered twice in the same request"))
-        for d in request.deletions:
-            error = alteration_error(ScramMechanism.from_type(d.mechanism), None)
+        # empty names, unknown mechanisms, iterations out of range (an upsertion's error wins)
+        checks = ([(d.name, d.mechanism, None) for d in request.deletions]
+                  + [(u.name, u.mechanism, u.iterations) for u in request.upsertions])
+        for name, mechanism, iterations in checks:
+            error = ((errors.UNACCEPTABLE_CREDENTIAL, "Username must not be empty") if not name
+                     else alteration_error(ScramMechanism.from_type(mechanism), iterations))
             if error:
-                failures.setdefault(d.name, error)
-        for u in request.upsertions:
-            error = alteration_error(ScramMechanism.from_type(u.mechanism), u.iterations)
-            if error is None and (not u.salt or not u.salted_password):
-                error = (errors.UNACCEPTABLE_CREDENTIAL,
-                         "Salt and salted password must not be empty")
-            if error:
-                failures.setdefault(u.name, error)
-        for user in users:
-            if not user:
-                failures.setdefault(user, (errors.UNACCEPTABLE_CREDENTIAL,
-                                           "Username must not be empty"))
+                failures[name] = error
+        # a user and mechanism twice among the remaining alterations
+        pairs = Counter((n, m) for n, m, _ in checks if n not in failures)
+        for (name, _), count in pairs.items():
+            if count > 1:
+                failures[name] = (errors.DUPLICATE_RESOURCE,
+                                  "A user credential cannot be altered twice in the same request")
         results = []
         for user in users:
             if user not in failures:
