@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -29,6 +30,8 @@ from ..security.acl import (
     ResourceType,
 )
 from ..security.connector import ClientSecurity, open_connection
+from ..security.errors import UnsupportedSaslMechanismError
+from ..security.scram import ScramMechanism, salted_password
 from ._loop import LoopThread
 from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
 from .cluster_metadata import KafkaClient
@@ -55,6 +58,20 @@ log = logging.getLogger("odradek.client.admin")
 
 # IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+class ScramCredentialInfo(NamedTuple):
+    """A user's credential for one mechanism (Kafka's ScramCredentialInfo)."""
+
+    mechanism: str
+    iterations: int
+
+
+def _scram_type(mechanism: str) -> int:
+    try:
+        return ScramMechanism.from_name(mechanism).value
+    except UnsupportedSaslMechanismError:
+        return ScramMechanism.UNKNOWN.value  # the broker answers UNSUPPORTED_SASL_MECHANISM
 
 
 def _resource(r: ConfigResource | tuple[str, str]) -> ConfigResource:
@@ -667,6 +684,52 @@ class AsyncAdmin:
                 results[tp] = None if p.error_code == ErrorCode.none else KafkaError.for_code(
                     p.error_code, context=f"OffsetDelete({group_id}) {tp}")
         return top, results
+
+    # -- SCRAM credentials (KIP-554) --------------------------------------------------------
+    async def describe_user_scram_credentials(
+            self, users: Iterable[str] | None = None, *, raise_errors: bool = True
+    ) -> dict[str, list[ScramCredentialInfo] | KafkaError]:
+        """{user: [(mechanism, iterations)]} (DescribeUserScramCredentials); all users with a
+        credential when `users` is None. A user without one is RESOURCE_NOT_FOUND."""
+        names = None if users is None else [{"name": u} for u in users]
+        resp = await self._send_to(None, 50, users=names)
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError.for_code(resp.error_code, resp.error_message,
+                                      context="DescribeUserScramCredentials")
+        out: dict[str, list[ScramCredentialInfo] | KafkaError] = {}
+        for r in resp.results:
+            if r.error_code != ErrorCode.none:
+                err = KafkaError.for_code(r.error_code, r.error_message, context=f"user {r.user}")
+                if raise_errors:
+                    raise err
+                out[r.user] = err
+                continue
+            out[r.user] = [ScramCredentialInfo(ScramMechanism.from_type(c.mechanism)
+                                               .mechanism_name, c.iterations)
+                           for c in r.credential_infos]
+        return out
+
+    async def alter_user_scram_credentials(
+            self, upsertions: Iterable[tuple[str, str, str, int]] = (),
+            deletions: Iterable[tuple[str, str]] = (), *, raise_errors: bool = True
+    ) -> dict[str, KafkaError | None]:
+        """Add or replace credentials, [(user, mechanism, password, iterations)], and delete
+        them, [(user, mechanism)] (AlterUserScramCredentials). The password never leaves this
+        process: a random salt and the salted password are sent, as Kafka's admin client does."""
+        ups = []
+        for user, mechanism, password, iterations in upsertions:
+            salt, kind = os.urandom(32), _scram_type(mechanism)
+            ups.append({"name": user, "mechanism": kind, "iterations": iterations, "salt": salt,
+                        "salted_password": salted_password(mechanism, password, salt,
+                                                           max(iterations, 1)) if kind else b""})
+        dels = [{"name": u, "mechanism": _scram_type(m)} for u, m in deletions]
+        resp = await self._send_to(None, 51, deletions=dels, upsertions=ups)
+        results: dict[str, KafkaError | None] = {
+            r.user: None if r.error_code == ErrorCode.none
+            else KafkaError.for_code(r.error_code, r.error_message, context=f"user {r.user}")
+            for r in resp.results}
+        _raise_first(results, raise_errors)
+        return results
 
     # -- ACLs (any broker answers; every broker learns of changes) ------------------------------
     async def create_acls(self, bindings: Iterable[AclBinding], *, raise_errors: bool = True

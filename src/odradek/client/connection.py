@@ -63,6 +63,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     45: (0, 0),    # AlterPartitionReassignments
     46: (0, 0),    # ListPartitionReassignments
     47: (0, 0),    # OffsetDelete
+    50: (0, 0),    # DescribeUserScramCredentials
+    51: (0, 0),    # AlterUserScramCredentials
 }
 
 API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
@@ -73,7 +75,8 @@ API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "Offs
              32: "DescribeConfigs", 33: "AlterConfigs", 37: "CreatePartitions",
              42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",
-             47: "OffsetDelete"}
+             47: "OffsetDelete", 50: "DescribeUserScramCredentials",
+             51: "AlterUserScramCredentials"}
 
 
 def request_for(api_key: int, version: int, **kwargs: Any) -> Any:

@@ -34,6 +34,7 @@ from .apis import KafkaApis
 from .authorizer import authorizer_from_config
 from .broker_config_manager import BrokerConfigManager
 from .config import ConfigError, KafkaConfig
+from .credential_cache import CredentialCache
 from .gc_freeze import freeze_long_lived, process_owned
 from .metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
 from .network import Listener, SocketServer
@@ -76,6 +77,7 @@ class Broker:
         self.controller: KafkaController | None = None
         self.apis: KafkaApis | None = None
         self.authorizer: Authorizer = ALLOW_ALL
+        self.credential_cache: CredentialCache | None = None
         self.socket_server: SocketServer | None = None
         self.bound_ports: list[int] = []  # in the order of `listeners`
         self.listener_ports: dict[str, int] = {}  # listener name -> bound port
@@ -194,11 +196,14 @@ class Broker:
         self.authorizer = authorizer_from_config(cfg, store, self.broker_id, log_dirs[0])
         if self.authorizer.enabled:
             await self.authorizer.start()  # type: ignore[attr-defined]
+        credentials = self.credential_cache = CredentialCache(store)  # SCRAM users (SB)
+        await credentials.start()
         self.apis = KafkaApis(
             broker_id=self.broker_id, config=cfg, replica_manager=rm, metadata_cache=cache,
             group_coordinator=coordinator, admin_manager=admin, topic_config_manager=topic_configs,
             producer_ids=self.producer_ids, controller=self.controller, store=store,
-            flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer)
+            flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer,
+            credential_cache=credentials)
         socket_server = self.socket_server = SocketServer(
             self.apis.handle, cfg["socket.request.max.bytes"],
             max_in_flight=min(cfg["queued.max.requests"], 64))
@@ -482,6 +487,8 @@ class Broker:
             self.controller = None
         if self.topic_configs is not None:
             self.topic_configs.stop()
+        if self.credential_cache is not None:
+            self.credential_cache.stop()
 
 
 def _new_cluster_id() -> str:

@@ -92,6 +92,9 @@ class Connection(asyncio.Protocol):
         self.authenticated: bool = not listener.security_protocol.uses_sasl
         self.sasl: Any = None  # the SASL exchange's state (security.sasl_server), once begun
         self.decoder = FrameDecoder(server.max_request_size)
+        if not self.authenticated:  # frames are bounded until the client is authenticated
+            self.decoder.set_limit(min(server.max_request_size, server.sasl_max_receive_size),
+                                   "sasl.server.max.receive.size")
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._drained: asyncio.Future[None] | None = None
@@ -355,6 +358,7 @@ class SocketServer:
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
         self.ssl_handshake_timeout = ssl_handshake_timeout
+        self.sasl_max_receive_size = 524288
         self.connections: set[Connection] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self.bound_ports: list[int] = []
