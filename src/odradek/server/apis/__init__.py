@@ -123,7 +123,7 @@ class KafkaApis:
         cache = credential_cache or CredentialCache(store)  # SASL (SB)
         self.sasl = SaslApis(sasl_server_configs(
             config.originals, [ep.listener for ep in config.listeners], cache.get))
-        scram = ScramCredentialApis(store, cache)
+        scram = ScramCredentialApis(store, cache, auth)
         self.interbroker = InterBrokerApis(replica_manager, metadata_cache, topic_config_manager,
                                            controller, flush_checkpoints, auth)
         self.handlers: dict[int, HandlerFn] = {

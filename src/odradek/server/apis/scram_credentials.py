@@ -20,6 +20,8 @@ from ...coordination import paths
 from ...coordination.store import CoordinationStore, NodeExistsError, NoNodeError
 from ...protocol.codec import encode_response, make, response_module
 from ...security import errors
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ...security.scram import (
     ScramCredential,
     ScramMechanism,
@@ -32,6 +34,7 @@ from ...security.scram import (
 )
 from ..credential_cache import USERS, CredentialCache, user_config_path
 from ..network import Connection
+from .authz import allowed
 
 
 async def read_user_config(store: CoordinationStore, user: str) -> dict[str, str]:
@@ -53,9 +56,14 @@ async def write_user_config(store: CoordinationStore, user: str, config: dict[st
 
 
 class ScramCredentialApis:
-    def __init__(self, store: CoordinationStore, cache: CredentialCache) -> None:
+    """Kafka's handleDescribeUserScramCredentialsRequest (DESCRIBE on the cluster) and
+    handleAlterUserScramCredentialsRequest (ALTER on the cluster)."""
+
+    def __init__(self, store: CoordinationStore, cache: CredentialCache,
+                 authorizer: Authorizer = ALLOW_ALL) -> None:
         self.store = store
         self.cache = cache
+        self.authorizer = authorizer
 
     async def _all_users(self) -> list[str]:
         try:
@@ -66,6 +74,12 @@ class ScramCredentialApis:
 
     async def handle_describe(self, header: Any, request: Any, conn: Connection) -> bytes:
         mod = response_module(type(request))
+        if not allowed(self.authorizer, conn, AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                       request_name="DescribeUserScramCredentials"):
+            resp = make(mod.DescribeUserScramCredentialsResponse, throttle_time=0,
+                        error_code=ErrorCode.cluster_authorization_failed,
+                        error_message=None, results=())
+            return encode_response(type(request), header.correlation_id, resp)
         requested = [u.name for u in request.users or ()]
         describe_all = not requested
         counts = Counter(requested)
@@ -99,6 +113,13 @@ class ScramCredentialApis:
         mod = response_module(type(request))
         users = list(dict.fromkeys([d.name for d in request.deletions]
                                    + [u.name for u in request.upsertions]))
+        if not allowed(self.authorizer, conn, AclOperation.ALTER, ResourceType.CLUSTER,
+                       request_name="AlterUserScramCredentials"):
+            resp = make(mod.AlterUserScramCredentialsResponse, throttle_time=0, results=tuple(
+                make(mod.AlterUserScramCredentialsResult, user=user,
+                     error_code=ErrorCode.cluster_authorization_failed, error_message=None)
+                for user in users))
+            return encode_response(type(request), header.correlation_id, resp)
         failures: dict[str, tuple[int, str]] = {}
         # empty names, unknown mechanisms, iterations out of range (an upsertion's error wins)
         checks = ([(d.name, d.mechanism, None) for d in request.deletions]
