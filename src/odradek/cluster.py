@@ -460,7 +460,16 @@ class AsyncCluster:
                 cfg.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(files.ca)})
             else:
                 cfg["ssl.ca.location"] = str(files.ca)
-            if user is not None and user in security.client_certificates:
+            if protocol == "SSL" and user in (None, BROKER_CERT_NAME):
+                # the brokers' own certificate (CN=broker): what an operator's tools use on a
+                # listener that requires client certificates
+                if style == "java":
+                    cfg.update({"ssl.keystore.type": "PEM",
+                                "ssl.keystore.location": str(files.server)})
+                else:
+                    cfg.update({"ssl.certificate.location": str(files.server),
+                                "ssl.key.location": str(files.server)})
+            elif user is not None and user in security.client_certificates:
                 if style == "java":
                     cfg.update({"ssl.keystore.type": "PEM",
                                 "ssl.keystore.location": str(files.client_cert(user))})

@@ -26,7 +26,8 @@ from odradek.cluster import (
     scram_user_znodes,
     security_broker_props,
 )
-from tests.integration.broker_harness import broker_config, run
+from odradek.server.config import KafkaConfig
+from tests.integration.broker_harness import run
 from tests.security_support import (
     require_secured_brokers,
     secure_cluster,  # noqa: F401  (a fixture)
@@ -121,8 +122,10 @@ def test_brokers_on_zookeeper_with_only_sasl_ssl_and_zk_acls(
     zk = ZkSecurity(ZkDigestIdentity("kafka", "zk-secret"), set_acl=True)
 
     def make(i: int) -> Broker:
-        return Broker(broker_config(tmp_path / f"b{i}", **{
+        # (not broker_config(**kw): it turns the "_" of "listener.name.sasl_ssl..." into ".")
+        return Broker(KafkaConfig.from_properties({
             "broker.id": str(i), "listeners": "SASL_SSL://127.0.0.1:0",
+            "log.dirs": str(tmp_path / f"b{i}"),
             "zookeeper.connect": zookeeper_connect, "zookeeper.set.acl": "true",
             "java.security.auth.login.config": str(jaas),
             **security_broker_props(security, files)}))
