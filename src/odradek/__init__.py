@@ -20,9 +20,11 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "AsyncCluster": "odradek.cluster",
     "Cluster": "odradek.cluster",
+    "ClusterAcl": "odradek.cluster",
+    "ClusterSecurity": "odradek.cluster",
 }
 
-__all__ = ["AsyncCluster", "Cluster", "__version__"]
+__all__ = ["AsyncCluster", "Cluster", "ClusterAcl", "ClusterSecurity", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

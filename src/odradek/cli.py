@@ -2,6 +2,9 @@
 
   odradek broker --config server.properties [--override key=value ...]
   odradek cluster --brokers N [--base-port P] [--data-dir D]   N brokers in one process
+          [--security-protocol SASL_SSL --sasl-mechanism SCRAM-SHA-256 --user alice:secret
+           --super-user admin --acl User:alice,Read,Topic,events ...]   secured (prints the
+           client properties files it wrote)
   odradek standalone [--port 9092] [--data-dir DIR]   a one-broker cluster, printing its bootstrap
   odradek zookeeper [--port P] [--data-dir D]         a local Debian ZooKeeper in the foreground
   odradek dump-log --files ...                        Kafka's DumpLogSegments
@@ -23,6 +26,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .common.properties import parse_properties
 from .server.config import ConfigError, KafkaConfig
@@ -81,15 +85,70 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, announce=True))
 
 
+def cluster_security_from_args(args: argparse.Namespace) -> Any:
+    """`odradek cluster`'s security flags as a ClusterSecurity (None: a PLAINTEXT cluster)."""
+    from .cluster import ClusterAcl, ClusterSecurity
+
+    if not args.security_protocol:
+        if args.user or args.super_user or args.acl or args.sasl_mechanism:
+            raise SystemExit("odradek cluster: --user, --super-user, --acl and --sasl-mechanism "
+                             "need --security-protocol")
+        return None
+    users = {}
+    for spec in args.user:
+        name, sep, password = spec.partition(":")
+        if not sep or not name:
+            raise SystemExit(f"odradek cluster: --user takes NAME:PASSWORD, got {spec!r}")
+        users[name] = password
+    acls = []
+    for spec in args.acl:
+        fields = spec.split(",")
+        if len(fields) < 3 or len(fields) > 7:
+            raise SystemExit("odradek cluster: --acl takes PRINCIPAL,OPERATION,RESOURCE_TYPE"
+                             f"[,NAME[,PATTERN[,PERMISSION[,HOST]]]], got {spec!r}")
+        acls.append(ClusterAcl(*fields))
+    try:
+        return ClusterSecurity(
+            listeners=tuple(args.security_protocol),
+            sasl_mechanisms=tuple(args.sasl_mechanism or ["SCRAM-SHA-256"]),
+            users=users, super_users=tuple(args.super_user), acls=acls,
+            client_auth=args.ssl_client_auth, client_certificates=tuple(args.client_cert))
+    except ValueError as exc:
+        raise SystemExit(f"odradek cluster: {exc}") from None
+
+
+def _write_client_properties(cluster: Any, security: Any, data_dir: Path) -> list[str]:
+    """A client properties file per listener and principal: the brokers' super user on every
+    listener, each SASL user on the SASL listeners, each certificate's user on SSL."""
+    lines = []
+    for listener in security.listeners:
+        names: list[str | None] = [None]
+        if listener.startswith("SASL_"):
+            names += list(security.users)
+        elif listener == "SSL":
+            names += list(security.client_certificates)
+        for name in names:
+            suffix = ("" if name is None else f"-{name}") + (
+                "" if listener == security.listeners[0] else f"-{listener.lower()}")
+            path = cluster.write_client_properties(
+                data_dir / f"client{suffix}.properties", name, listener=listener)
+            who = name or (f"{security.broker_user} (super user)"
+                           if listener.startswith("SASL_") else "anonymous")
+            lines.append(f"client properties for {who} on {listener}: {path}")
+    return lines
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     from .cluster import AsyncCluster
 
+    security = cluster_security_from_args(args)
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-cluster-"))
     _setup_logging(args.log_level)
 
     async def serve() -> int:
         cluster = AsyncCluster(args.brokers, data_dir=data_dir, base_port=args.base_port,
-                               host=args.host, overrides=_overrides(args.override))
+                               host=args.host, overrides=_overrides(args.override),
+                               security=security)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -98,6 +157,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         print(f"odradek cluster of {args.brokers} brokers ready (controller: broker "
               f"{cluster.controller_id()}, data in {data_dir}); "
               f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+        if security is not None:
+            for line in _write_client_properties(cluster, security, data_dir):
+                print(line, flush=True)
         await stop.wait()
         await cluster.stop()
         return 0
@@ -124,6 +186,7 @@ TOOL_MODULES = [
     "console_consumer",
     "topics",
     "configs",
+    "acls",
     "consumer_groups",
     "leader_election",
     "reassign_partitions",
@@ -160,6 +223,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a server.properties setting for every broker")
     p.add_argument("--log-level", default="INFO")
+    security = p.add_argument_group(
+        "security", "a secured cluster: one listener per --security-protocol (the first is the "
+        "inter-broker one; listener k of broker i on base-port + i + 100k), certificates "
+        "generated under DATA_DIR/security, a client properties file per user written in "
+        "DATA_DIR and its path printed")
+    security.add_argument("--security-protocol", action="append", default=[],
+                          choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+                          help="a listener (repeatable)")
+    security.add_argument("--sasl-mechanism", action="append", default=[],
+                          choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+                          help="enabled SASL mechanism (repeatable; default SCRAM-SHA-256)")
+    security.add_argument("--user", action="append", default=[], metavar="NAME:PASSWORD",
+                          help="a SASL user (repeatable); the brokers log in as admin")
+    security.add_argument("--super-user", action="append", default=[], metavar="NAME",
+                          help="a super user (repeatable; turns the ACL authorizer on)")
+    security.add_argument("--acl", action="append", default=[],
+                          metavar="PRINCIPAL,OPERATION,TYPE[,NAME[,PATTERN[,PERMISSION[,HOST]]]]",
+                          help="an ACL, e.g. User:alice,Read,Topic,events (repeatable; turns the "
+                               "ACL authorizer on)")
+    security.add_argument("--ssl-client-auth", default="none",
+                          choices=["none", "requested", "required"],
+                          help="ssl.client.auth of the SSL listener")
+    security.add_argument("--client-cert", action="append", default=[], metavar="NAME",
+                          help="a client certificate with CN=NAME (repeatable)")
     p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("zookeeper", help="run a local ZooKeeper (Debian's package)")

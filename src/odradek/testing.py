@@ -8,6 +8,17 @@
 
 `odradek_cluster_factory(brokers=..., **kwargs)` starts more clusters inside one test; all are
 stopped at teardown.
+
+A secured cluster (certificates generated for the test, users and ACLs declared in code):
+
+    @pytest.mark.odradek_cluster(brokers=3, security=ClusterSecurity(
+        listeners=("SASL_SSL",), users={"alice": "alice-secret"},
+        acls=[ClusterAcl("User:alice", "Write", "Topic", "events")]))
+    def test_secured(odradek_cluster):
+        producer = Producer(odradek_cluster.client_config("alice", style="librdkafka"))
+
+`odradek_secure_cluster` is the same with a default: 3 brokers, one SASL_SSL listener with
+SCRAM-SHA-256, users alice and bob, no authorizer (override it with the marker's ``security``).
 """
 
 from __future__ import annotations
@@ -18,7 +29,11 @@ from typing import Any
 
 import pytest
 
-from .cluster import Cluster
+from .cluster import Cluster, ClusterSecurity
+
+#: `odradek_secure_cluster`'s default security.
+DEFAULT_SECURITY = ClusterSecurity(listeners=("SASL_SSL",), sasl_mechanisms=("SCRAM-SHA-256",),
+                                   users={"alice": "alice-secret", "bob": "bob-secret"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,4 +61,14 @@ def odradek_cluster(request: pytest.FixtureRequest,
                     odradek_cluster_factory: Callable[..., Cluster]) -> Cluster:
     marker = request.node.get_closest_marker("odradek_cluster")
     kwargs = dict(marker.kwargs) if marker else {}
+    return odradek_cluster_factory(**kwargs)
+
+
+@pytest.fixture
+def odradek_secure_cluster(request: pytest.FixtureRequest,
+                           odradek_cluster_factory: Callable[..., Cluster]) -> Cluster:
+    """A secured cluster: `DEFAULT_SECURITY` unless the odradek_cluster marker gives one."""
+    marker = request.node.get_closest_marker("odradek_cluster")
+    kwargs = dict(marker.kwargs) if marker else {}
+    kwargs.setdefault("security", DEFAULT_SECURITY)
     return odradek_cluster_factory(**kwargs)

@@ -179,7 +179,7 @@ def test_log_dirs_and_listeners() -> None:
         ("listeners", "PLAINTEXT://host"),
         ("listeners", "PLAINTEXT://host:99999"),
         ("listeners", "SSL://:9093"),
-        ("listeners", "PLAINTEXT://:9092,SASL_PLAINTEXT://:9093"),
+        ("listeners", "PLAINTEXT://:9092,SSL://:9093"),  # (SB: SASL_PLAINTEXT now valid)
         ("listeners", "PLAINTEXT://:9092,PLAINTEXT://:9093"),
         ("advertised.listeners", "nonsense"),
         ("auto.create.topics.enable", "yes"),

@@ -209,7 +209,12 @@ def _args(**kw: object) -> argparse.Namespace:
 @pytest.mark.parametrize(("kw", "message"), [
     ({}, "exactly one action"),
     ({"describe": True, "alter": True}, "exactly one action"),
-    ({"describe": True, "entity_type": "users"}, "Invalid entity type users"),
+    ({"describe": True, "entity_type": "clients"}, "Invalid entity type clients"),
+    ({"describe": True, "entity_type": "users", "entity_default": True},
+     "not supported with --entity-type users"),
+    ({"describe": True, "bootstrap_server": None, "zookeeper": "zk:2181"},
+     "--zookeeper is only supported with --entity-type users"),
+    ({"describe": True, "entity_type": "users", "zookeeper": "zk:2181"}, "Only one of"),
     ({"describe": True, "entity_default": True}, "only supported with --entity-type brokers"),
     ({"alter": True, "entity_name": "t"}, "At least one of --add-config"),
     ({"alter": True, "add_config": ["a=1"]}, "an entity name must be specified"),

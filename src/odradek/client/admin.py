@@ -11,12 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from ..security.acl import (
+    ANY_BINDING,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from ..security.connector import ClientSecurity, open_connection
+from ..security.errors import UnsupportedSaslMechanismError
+from ..security.scram import ScramMechanism, salted_password
 from ._loop import LoopThread
 from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
 from .cluster_metadata import KafkaClient
@@ -43,6 +58,20 @@ log = logging.getLogger("odradek.client.admin")
 
 # IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+class ScramCredentialInfo(NamedTuple):
+    """A user's credential for one mechanism (Kafka's ScramCredentialInfo)."""
+
+    mechanism: str
+    iterations: int
+
+
+def _scram_type(mechanism: str) -> int:
+    try:
+        return ScramMechanism.from_name(mechanism).value
+    except UnsupportedSaslMechanismError:
+        return ScramMechanism.UNKNOWN.value  # the broker answers UNSUPPORTED_SASL_MECHANISM
 
 
 def _resource(r: ConfigResource | tuple[str, str]) -> ConfigResource:
@@ -77,7 +106,8 @@ async def explain_bootstrap_failure(client: KafkaClient,
     """The error to show when `client` could not bootstrap: why each bootstrap server failed
     (unresolvable name, refused or timed-out connection) instead of the bare "no broker
     answered Metadata"."""
-    reasons = [await _probe_bootstrap(i, host, port, client.connect_timeout_ms / 1000)
+    reasons = [await _probe_bootstrap(i, host, port, client.connect_timeout_ms / 1000,
+                                      getattr(client, "security", None))
                for i, (host, port) in enumerate(client.bootstrap)]
     servers = ",".join(f"{host}:{port}" for host, port in client.bootstrap)
     detail = str(exc)
@@ -89,7 +119,8 @@ async def explain_bootstrap_failure(client: KafkaClient,
     return KafkaConnectionError(bootstrap_failure_message(reasons, fallback))
 
 
-async def _probe_bootstrap(index: int, host: str, port: int, timeout: float) -> str | None:
+async def _probe_bootstrap(index: int, host: str, port: int, timeout: float,
+                           security: ClientSecurity | None = None) -> str | None:
     """Why bootstrap server `index` cannot be reached (None when a TCP connection succeeds)."""
     loop = asyncio.get_running_loop()
     try:
@@ -98,13 +129,16 @@ async def _probe_bootstrap(index: int, host: str, port: int, timeout: float) -> 
         return (f"Couldn't resolve server {host}:{port} from bootstrap.servers as DNS "
                 f"resolution failed for {host}")
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        _, writer = await open_connection(host, port, security, timeout=timeout,
+                                          client_id="odradek-probe")
     except (OSError, TimeoutError) as exc:
         why = ("connection refused" if isinstance(exc, ConnectionRefusedError)
                else "timed out" if isinstance(exc, TimeoutError)
                else getattr(exc, "strerror", None) or type(exc).__name__)
         return (f"Connection to node {-1 - index} ({host}:{port}) could not be established. "
                 f"Broker may not be available. ({why})")
+    except Exception as exc:  # SASL refused the credentials
+        return f"Authentication with node {-1 - index} ({host}:{port}) failed: {exc}"
     writer.close()
     return None
 
@@ -650,6 +684,119 @@ class AsyncAdmin:
                 results[tp] = None if p.error_code == ErrorCode.none else KafkaError.for_code(
                     p.error_code, context=f"OffsetDelete({group_id}) {tp}")
         return top, results
+
+    # -- SCRAM credentials (KIP-554) --------------------------------------------------------
+    async def describe_user_scram_credentials(
+            self, users: Iterable[str] | None = None, *, raise_errors: bool = True
+    ) -> dict[str, list[ScramCredentialInfo] | KafkaError]:
+        """{user: [(mechanism, iterations)]} (DescribeUserScramCredentials); all users with a
+        credential when `users` is None. A user without one is RESOURCE_NOT_FOUND."""
+        names = None if users is None else [{"name": u} for u in users]
+        resp = await self._send_to(None, 50, users=names)
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError.for_code(resp.error_code, resp.error_message,
+                                      context="DescribeUserScramCredentials")
+        out: dict[str, list[ScramCredentialInfo] | KafkaError] = {}
+        for r in resp.results:
+            if r.error_code != ErrorCode.none:
+                err = KafkaError.for_code(r.error_code, r.error_message, context=f"user {r.user}")
+                if raise_errors:
+                    raise err
+                out[r.user] = err
+                continue
+            out[r.user] = [ScramCredentialInfo(ScramMechanism.from_type(c.mechanism)
+                                               .mechanism_name, c.iterations)
+                           for c in r.credential_infos]
+        return out
+
+    async def alter_user_scram_credentials(
+            self, upsertions: Iterable[tuple[str, str, str, int]] = (),
+            deletions: Iterable[tuple[str, str]] = (), *, raise_errors: bool = True
+    ) -> dict[str, KafkaError | None]:
+        """Add or replace credentials, [(user, mechanism, password, iterations)], and delete
+        them, [(user, mechanism)] (AlterUserScramCredentials). The password never leaves this
+        process: a random salt and the salted password are sent, as Kafka's admin client does."""
+        ups = []
+        for user, mechanism, password, iterations in upsertions:
+            salt, kind = os.urandom(32), _scram_type(mechanism)
+            ups.append({"name": user, "mechanism": kind, "iterations": iterations, "salt": salt,
+                        "salted_password": salted_password(mechanism, password, salt,
+                                                           max(iterations, 1)) if kind else b""})
+        dels = [{"name": u, "mechanism": _scram_type(m)} for u, m in deletions]
+        resp = await self._send_to(None, 51, deletions=dels, upsertions=ups)
+        results: dict[str, KafkaError | None] = {
+            r.user: None if r.error_code == ErrorCode.none
+            else KafkaError.for_code(r.error_code, r.error_message, context=f"user {r.user}")
+            for r in resp.results}
+        _raise_first(results, raise_errors)
+        return results
+
+    # -- ACLs (any broker answers; every broker learns of changes) ------------------------------
+    async def create_acls(self, bindings: Iterable[AclBinding], *, raise_errors: bool = True
+                          ) -> dict[AclBinding, KafkaError | None]:
+        """CreateAcls: store each binding (Kafka's Admin.createAcls)."""
+        items = list(bindings)
+        resp = await self.client.send_any(30, creations=[{
+            "resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
+            "resource_pattern_type": int(b.pattern.pattern_type),
+            "principal": b.entry.principal, "host": b.entry.host,
+            "operation": int(b.entry.operation),
+            "permission_type": int(b.entry.permission_type)} for b in items])
+        results: dict[AclBinding, KafkaError | None] = {
+            b: None if r.error_code == ErrorCode.none else KafkaError.for_code(
+                r.error_code, r.error_message, context=f"CreateAcls {b}")
+            for b, r in zip(items, resp.results, strict=False)}
+        _raise_first(results, raise_errors)
+        return results
+
+    async def describe_acls(self, filt: AclBindingFilter = ANY_BINDING) -> list[AclBinding]:
+        """DescribeAcls: the bindings matching the filter (Kafka's Admin.describeAcls)."""
+        resp = await self.client.send_any(29, **_filter_fields(filt))
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError.for_code(resp.error_code, resp.error_message,
+                                      context="DescribeAcls")
+        return [AclBinding(
+            ResourcePattern(ResourceType.from_code(r.resource_type),  # type: ignore[arg-type]
+                            r.resource_name,
+                            PatternType.from_code(getattr(r, "pattern_type", 3))),  # type: ignore[arg-type]
+            _entry(a)) for r in resp.resources for a in r.acls]
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter], *,
+                          raise_errors: bool = True
+                          ) -> dict[AclBindingFilter, list[AclBinding] | KafkaError]:
+        """DeleteAcls: per filter, the bindings deleted (or the error)."""
+        items = list(filters)
+        resp = await self.client.send_any(31, filters=[_filter_fields(f) for f in items])
+        out: dict[AclBindingFilter, list[AclBinding] | KafkaError] = {}
+        for f, r in zip(items, resp.filter_results, strict=False):
+            if r.error_code != ErrorCode.none:
+                out[f] = KafkaError.for_code(r.error_code, r.error_message,
+                                             context="DeleteAcls")
+                continue
+            out[f] = [AclBinding(
+                ResourcePattern(ResourceType.from_code(m.resource_type),  # type: ignore[arg-type]
+                                m.resource_name,
+                                PatternType.from_code(m.pattern_type)),  # type: ignore[arg-type]
+                _entry(m)) for m in r.matching_acls]
+        if raise_errors:
+            first = next((e for e in out.values() if isinstance(e, KafkaError)), None)
+            if first is not None:
+                raise first
+        return out
+
+
+def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
+    return {"resource_type_filter": int(f.pattern.resource_type),
+            "resource_name_filter": f.pattern.name,
+            "pattern_type_filter": int(f.pattern.pattern_type),
+            "principal_filter": f.entry.principal, "host_filter": f.entry.host,
+            "operation": int(f.entry.operation), "permission_type": int(f.entry.permission_type)}
+
+
+def _entry(a: Any) -> AccessControlEntry:
+    return AccessControlEntry(a.principal, a.host,
+                              AclOperation.from_code(a.operation),  # type: ignore[arg-type]
+                              AclPermissionType.from_code(a.permission_type))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------

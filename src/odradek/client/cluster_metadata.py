@@ -19,6 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..security.connector import ClientSecurity
 from .config import parse_servers
 from .connection import BrokerConnection
 from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
@@ -131,6 +132,7 @@ class KafkaClient:
         self.reconnect_backoff = int(config["reconnect.backoff.ms"]) / 1000
         self.reconnect_backoff_max = int(config["reconnect.backoff.max.ms"]) / 1000
         self.connect_timeout_ms = int(config["socket.connection.setup.timeout.ms"])
+        self.security = ClientSecurity.from_client_props(config)  # TLS / SASL, if configured
         # Topics to keep metadata for; None: all topics (admin).
         self.topics: set[str] | None = set()
         self._conns: dict[tuple[int, str], BrokerConnection] = {}
@@ -376,7 +378,8 @@ class KafkaClient:
                     await asyncio.sleep(wait)
             conn = BrokerConnection(host, port, node_id=node_id, client_id=self.client_id,
                                     request_timeout_ms=self.request_timeout_ms,
-                                    connect_timeout_ms=self.connect_timeout_ms)
+                                    connect_timeout_ms=self.connect_timeout_ms,
+                                    security=self.security)
             try:
                 await conn.connect()
             except KafkaError as exc:

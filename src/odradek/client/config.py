@@ -20,6 +20,23 @@ COMMON: dict[str, Any] = {
     "reconnect.backoff.max.ms": 1000,
     "socket.connection.setup.timeout.ms": 10000,
     "allow.auto.create.topics": True,
+    # security (the Java client's names; librdkafka's ssl.ca.location,
+    # ssl.certificate.location, ssl.key.location, sasl.mechanisms, sasl.username and
+    # sasl.password are read too): see security/connector.ClientSecurity.from_client_props
+    "security.protocol": "PLAINTEXT",
+    "ssl.truststore.location": None,
+    "ssl.truststore.type": None,
+    "ssl.truststore.password": None,
+    "ssl.truststore.certificates": None,
+    "ssl.keystore.location": None,
+    "ssl.keystore.type": None,
+    "ssl.keystore.password": None,
+    "ssl.keystore.certificate.chain": None,
+    "ssl.keystore.key": None,
+    "ssl.key.password": None,
+    "ssl.endpoint.identification.algorithm": "https",
+    "sasl.mechanism": None,
+    "sasl.jaas.config": None,
 }
 
 PRODUCER: dict[str, Any] = {

@@ -23,7 +23,8 @@ from kio.schema.errors import ErrorCode
 
 from .. import __version__
 from ..protocol.codec import build, decode_response, encode_request, request_class, response_class
-from .errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from ..security.connector import ClientSecurity, open_connection
+from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
 
 log = logging.getLogger("odradek.client")
 
@@ -50,6 +51,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
     22: (0, 4),    # InitProducerId
+    29: (1, 2),    # DescribeAcls
+    30: (1, 2),    # CreateAcls
+    31: (1, 2),    # DeleteAcls
     32: (1, 4),    # DescribeConfigs
     33: (0, 2),    # AlterConfigs
     37: (0, 3),    # CreatePartitions
@@ -59,16 +63,20 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     45: (0, 0),    # AlterPartitionReassignments
     46: (0, 0),    # ListPartitionReassignments
     47: (0, 0),    # OffsetDelete
+    50: (0, 0),    # DescribeUserScramCredentials
+    51: (0, 0),    # AlterUserScramCredentials
 }
 
 API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
              9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
              13: "LeaveGroup", 14: "SyncGroup", 15: "DescribeGroups", 16: "ListGroups",
              18: "ApiVersions", 19: "CreateTopics", 20: "DeleteTopics", 22: "InitProducerId",
+             29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls",
              32: "DescribeConfigs", 33: "AlterConfigs", 37: "CreatePartitions",
              42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",
-             47: "OffsetDelete"}
+             47: "OffsetDelete", 50: "DescribeUserScramCredentials",
+             51: "AlterUserScramCredentials"}
 
 
 def request_for(api_key: int, version: int, **kwargs: Any) -> Any:
@@ -83,9 +91,11 @@ class BrokerConnection:
     """A connection to one broker. `await connect()` opens it and negotiates versions."""
 
     def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str = "odradek",
-                 request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000) -> None:
+                 request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
+        self.security = security  # TLS / SASL (security.protocol and friends); None: PLAINTEXT
         self.node_id = node_id
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
@@ -113,13 +123,19 @@ class BrokerConnection:
 
     async def connect(self) -> None:
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.connect_timeout)
-        except (TimeoutError, OSError) as exc:
+            self._reader, self._writer = await open_connection(
+                self.host, self.port, self.security, timeout=self.connect_timeout,
+                client_id=self.client_id)
+        except (TimeoutError, OSError) as exc:  # TLS handshake failures are OSErrors too
             self._closed_exc = exc
             raise KafkaConnectionError(
                 f"cannot connect to node {self.node_id} at {self.host}:{self.port}: {exc!r}"
             ) from None
+        except Exception as exc:  # SASL authentication refused: not retriable
+            self._closed_exc = exc
+            raise KafkaError(
+                f"authentication with node {self.node_id} at {self.host}:{self.port} failed: "
+                f"{exc}", ErrorCode.sasl_authentication_failed, retriable=False) from None
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         self.connected = True
         try:

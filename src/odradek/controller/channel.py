@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import interbroker as ib
+from ..security.connector import ClientSecurity, open_connection
 from .context import BrokerEndpoint, LeaderAndIsr, TopicPartition
 
 log = logging.getLogger("odradek.controller.channel")
@@ -48,10 +49,12 @@ class _BrokerQueue:
 
 
 async def send_one(host: str, port: int, api_key: int, version: int, message: Any,
-                   correlation_id: int, client_id: str, timeout: float) -> Any:
-    """Open a connection, send one inter-broker request, return the decoded response."""
-    async with asyncio.timeout(timeout):
-        reader, writer = await asyncio.open_connection(host, port)
+                   correlation_id: int, client_id: str, timeout: float,
+                   security: ClientSecurity | None = None) -> Any:
+    """Open a connection (with the inter-broker `security`), send one inter-broker request,
+    return the decoded response."""
+    reader, writer = await open_connection(host, port, security, timeout=timeout,
+                                           client_id=client_id)
     try:
         writer.write(ib.encode_request_frame(api_key, version, message, correlation_id, client_id))
         async with asyncio.timeout(timeout):
@@ -70,8 +73,9 @@ async def read_response(reader: asyncio.StreamReader, api_key: int, version: int
 
 class ControllerChannelManager:
     def __init__(self, controller_id: int, timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, security: ClientSecurity | None = None) -> None:
         self.controller_id = controller_id
+        self.security = security  # the inter-broker listener's (TLS, SASL)
         self.timeout = timeout_ms / 1000
         self.backoff = retry_backoff_ms / 1000
         self._brokers: dict[int, _BrokerQueue] = {}
@@ -127,9 +131,10 @@ class ControllerChannelManager:
                         # that lands as the result arrives (CPython gh-86296), which left a
                         # removed broker's sender waiting forever and hung resignation.
                         if writer is None:
-                            async with asyncio.timeout(self.timeout):
-                                reader, writer = await asyncio.open_connection(
-                                    q.endpoint.host, q.endpoint.port)
+                            reader, writer = await open_connection(
+                                q.endpoint.host, q.endpoint.port, self.security,
+                                timeout=self.timeout,
+                                client_id=f"controller-{self.controller_id}")
                         self._correlation += 1
                         writer.write(ib.encode_request_frame(
                             pending.api_key, pending.version, pending.message, self._correlation,
@@ -139,8 +144,7 @@ class ControllerChannelManager:
                             response = await read_response(reader, pending.api_key,
                                                            pending.version)
                         pending.future.set_result(response)
-                    except (TimeoutError, OSError, asyncio.IncompleteReadError,
-                            ib.DecodeError) as exc:
+                    except Exception as exc:  # network, TLS, SASL: retried
                         log.warning("Controller %d's connection to broker %d (%s:%d) failed: %s;"
                                     " retrying", self.controller_id, broker_id, q.endpoint.host,
                                     q.endpoint.port, exc or type(exc).__name__)
@@ -237,8 +241,11 @@ class RequestBatch:
             futures.append(self._send(channel, broker, LEADER_AND_ISR, LEADER_AND_ISR_VERSION, msg))
         if self.update_metadata_brokers:
             brokers = tuple(
-                ib.UpdateMetadataBroker(id=b, endpoints=(ib.UpdateMetadataEndpoint(
-                    port=e.port, host=e.host, listener=e.listener_name, security_protocol=0),),
+                ib.UpdateMetadataBroker(id=b, endpoints=tuple(
+                    ib.UpdateMetadataEndpoint(port=port, host=host, listener=name,
+                                              security_protocol=protocol)
+                    for name, host, port, protocol in (e.listeners or (
+                        (e.listener_name, e.host, e.port, e.security_protocol),))),
                     rack=e.rack)
                 for b, e in sorted(ctx.live_brokers.items()))
             msg_um = ib.UpdateMetadataRequest(

@@ -115,6 +115,9 @@ class BrokerEndpoint:
     security_protocol: int = 0
     """Kafka's SecurityProtocol id: 0 = PLAINTEXT."""
     rack: str | None = None
+    listeners: tuple[tuple[str, str, int, int], ...] = ()
+    """All its endpoints, (listener name, host, port, security protocol id), for UpdateMetadata;
+    host/port above are the inter-broker listener's, which the controller connects to."""
 
 
 @dataclass

@@ -33,6 +33,7 @@ from ..coordination.store import (
     NoNodeError,
     SessionState,
 )
+from ..security.protocol import SecurityProtocol
 from ..state_change import StateChangeLogger
 from .channel import ControllerChannelManager, RequestSender
 from .context import BrokerEndpoint, ControllerContext, LeaderAndIsr, TopicPartition
@@ -85,10 +86,15 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: float = 300.0
+    inter_broker_listener: str = "PLAINTEXT"
+    inter_broker_security: Any = None  # security.connector.ClientSecurity (None: PLAINTEXT)
 
     @classmethod
     def from_broker_config(cls, config: ConfigValues) -> ControllerConfig:
+        security = getattr(config, "inter_broker_client_security", None)
         return cls(
+            inter_broker_listener=getattr(config, "inter_broker_listener_name", "PLAINTEXT"),
+            inter_broker_security=security() if security is not None else None,
             socket_timeout_ms=int(config["controller.socket.timeout.ms"]),
             delete_topic_enable=bool(config["delete.topic.enable"]),
             auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
@@ -339,7 +345,8 @@ class KafkaController:
                 paths.REASSIGN_PARTITIONS, lambda e: None if e.type is EventType.DELETED
                 else put(PartitionReassignment())),
         ]
-        channel = ControllerChannelManager(self.broker_id, self.config.socket_timeout_ms)
+        channel = ControllerChannelManager(self.broker_id, self.config.socket_timeout_ms,
+                                           security=self.config.inter_broker_security)
         self.requests.channel = channel
         await self._load_context()
         self.partition_state_machine.initialize(self.ctx.all_partitions())
@@ -405,8 +412,13 @@ class KafkaController:
         if found is None:
             return None
         reg = paths.decode_broker_registration(broker_id, found[0])
-        ep = reg.plaintext_endpoint or reg.endpoints[0]
-        return BrokerEndpoint(ep.host, ep.port, ep.listener_name, rack=reg.rack)
+        ep = (reg.endpoint(self.config.inter_broker_listener) or reg.plaintext_endpoint
+              or reg.endpoints[0])
+        listeners = tuple((e.listener_name, e.host, e.port, _protocol_id(e.security_protocol))
+                          for e in reg.endpoints)
+        return BrokerEndpoint(ep.host, ep.port, ep.listener_name,
+                              _protocol_id(ep.security_protocol), rack=reg.rack,
+                              listeners=listeners)
 
     async def _load_context(self) -> None:
         ctx = self.ctx
@@ -619,3 +631,11 @@ class _Call(ControllerEvent):
 
     def __init__(self, fn: Any) -> None:
         object.__setattr__(self, "fn", fn)
+
+
+def _protocol_id(name: str) -> int:
+    """A registration's security protocol name as its wire id (unknown names: PLAINTEXT)."""
+    try:
+        return SecurityProtocol.for_name(name).id
+    except ValueError:
+        return 0

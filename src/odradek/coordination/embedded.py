@@ -570,7 +570,10 @@ class EmbeddedZooKeeper:
 
 
 class EmbeddedStore(CoordinationStore):
-    """One client session of an :class:`EmbeddedZooKeeper` (one per broker)."""
+    """One client session of an :class:`EmbeddedZooKeeper` (one per broker).
+
+    It has no ACLs: ``zookeeper.set.acl`` and the brokers' ZooKeeper login are ignored, since
+    nothing outside the brokers' own process can reach an embedded store."""
 
     def __init__(
         self, server: EmbeddedZooKeeper, *, loop: asyncio.AbstractEventLoop | None = None

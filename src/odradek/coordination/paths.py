@@ -734,3 +734,103 @@ def decode_cluster_id(data: bytes) -> str:
         return str(obj["id"])
     except KeyError as exc:
         raise ValueError(f"malformed cluster id: {data!r}") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# ACLs (Kafka's ZkAclStore / ZkAclChangeStore; written by the AclAuthorizer)
+#
+#   /kafka-acl/<ResourceType>/<name>                      literal patterns
+#   /kafka-acl-extended/prefixed/<ResourceType>/<name>    prefixed patterns
+#       {"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow",
+#                             "operation":"Read","host":"*"}]}
+#   /kafka-acl-changes/acl_changes_<seq>                  "TOPIC:foo" (literal changes)
+#   /kafka-acl-extended-changes/acl_changes_<seq>         {"version":1,"resourceType":"TOPIC",
+#                                                          "name":"foo","patternType":"PREFIXED"}
+# Resource types are PascalCase in paths (SecurityUtils.resourceTypeName) and upper-case in the
+# change notifications (Java's enum names); readers accept either spelling.
+# ---------------------------------------------------------------------------------------------
+
+ACL = "/kafka-acl"
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED = "/kafka-acl-extended"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+ACL_VERSION = 1
+
+
+def acl_store_path(pattern_type: str) -> str:
+    """The root of a pattern type's ACL znodes: ``/kafka-acl`` for LITERAL,
+    ``/kafka-acl-extended/<pattern type, lower case>`` for the others (PREFIXED)."""
+    kind = pattern_type.upper()
+    if kind == "LITERAL":
+        return ACL
+    if kind == "PREFIXED":
+        return f"{ACL_EXTENDED}/prefixed"
+    raise ValueError(f"Invalid pattern type: {pattern_type}")
+
+
+def acl_change_path(pattern_type: str, sequence: str = "") -> str:
+    """``/kafka-acl-changes/acl_changes_<seq>`` (LITERAL) or
+    ``/kafka-acl-extended-changes/acl_changes_<seq>``; without ``sequence``, the prefix."""
+    root = ACL_CHANGES if pattern_type.upper() == "LITERAL" else ACL_EXTENDED_CHANGES
+    return f"{root}/{ACL_CHANGE_PREFIX}{sequence}"
+
+
+def acl_resource_path(pattern_type: str, resource_type: str, name: str) -> str:
+    """``/kafka-acl/Topic/foo``, ``/kafka-acl-extended/prefixed/Group/app-``..."""
+    return (f"{acl_store_path(pattern_type)}/{_name(resource_type, 'resource type')}/"
+            f"{_name(name, 'resource name')}")
+
+
+def encode_acls(entries: Iterable[Mapping[str, str]]) -> bytes:
+    """A resource's ACL znode: entries as ``{"principal","permissionType","operation","host"}``
+    with Kafka's PascalCase names (``Allow``, ``Read``, ``IdempotentWrite``)."""
+    acls = sorted(({"principal": e["principal"], "permissionType": e["permissionType"],
+                    "operation": e["operation"], "host": e["host"]} for e in entries),
+                  key=lambda d: (d["principal"], d["permissionType"], d["operation"], d["host"]))
+    return _dumps({"version": ACL_VERSION, "acls": acls})
+
+
+def decode_acls(data: bytes | None) -> list[dict[str, str]]:
+    """The entries of a resource's ACL znode (empty for a node without data)."""
+    obj = _loads(data, "acls")
+    if obj is None:
+        return []
+    try:
+        return [{"principal": str(a["principal"]), "permissionType": str(a["permissionType"]),
+                 "operation": str(a["operation"]), "host": str(a["host"])}
+                for a in obj["acls"]]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed acls: {data!r}") from exc
+
+
+def encode_literal_acl_change(resource_type: str, name: str) -> bytes:
+    """A literal ACL change notification: ``TOPIC:foo`` (Kafka writes the Java enum name)."""
+    return f"{resource_type}:{name}".encode()
+
+
+def decode_literal_acl_change(data: bytes | None) -> tuple[str, str]:
+    """(resource type as written, name) of a literal ACL change notification."""
+    text = (data or b"").decode("utf-8", "replace")
+    kind, sep, name = text.partition(":")
+    if not sep:
+        raise ValueError(f"expected a string in format ResourceType:ResourceName but got {text}")
+    return kind, name
+
+
+def encode_extended_acl_change(resource_type: str, name: str, pattern_type: str) -> bytes:
+    """An extended (prefixed) ACL change notification."""
+    return _dumps({"version": ACL_VERSION, "resourceType": resource_type, "name": name,
+                   "patternType": pattern_type})
+
+
+def decode_extended_acl_change(data: bytes | None) -> tuple[str, str, str]:
+    """(resource type, name, pattern type) of an extended ACL change notification."""
+    obj = _require(_loads(data, "acl change event"), "acl change event", data)
+    try:
+        if int(obj["version"]) > ACL_VERSION:
+            raise ValueError(f"Acl change event received for unsupported version: "
+                             f"{obj['version']}")
+        return str(obj["resourceType"]), str(obj["name"]), str(obj["patternType"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed acl change event: {data!r}") from exc

@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Literal
 
 __all__ = [
     "ANY_VERSION",
+    "AuthFailedError",
     "BadVersionError",
     "CheckVersionOp",
     "ConnectionLossError",
@@ -47,6 +48,7 @@ __all__ = [
     "CreateOp",
     "DeleteOp",
     "EventType",
+    "NoAuthError",
     "NoChildrenForEphemeralsError",
     "NoNodeError",
     "NodeExistsError",
@@ -133,6 +135,19 @@ class NoChildrenForEphemeralsError(CoordinationError):
     """Ephemeral znodes cannot have children (ZooKeeper NOCHILDRENFOREPHEMERALS)."""
 
     code = "NOCHILDRENFOREPHEMERALS"
+
+
+class NoAuthError(CoordinationError):
+    """The znode's ACL refuses this session the operation (ZooKeeper NOAUTH). Only the ZooKeeper
+    backend raises it: the embedded store has no ACLs."""
+
+    code = "NOAUTH"
+
+
+class AuthFailedError(CoordinationError):
+    """The server refused the session's credentials (ZooKeeper AUTHFAILED)."""
+
+    code = "AUTHFAILED"
 
 
 class SessionExpiredError(CoordinationError):

@@ -19,6 +19,12 @@ loop per broker. The bridge:
 
 The connect string is Kafka's ``zookeeper.connect``: ``host:port[,host:port...][/chroot]``; a
 missing chroot path is created first, as Kafka does.
+
+Security (Kafka's ``zookeeper.set.acl``): ``auth_data`` is what the session sends as ``addauth``
+(``[("digest", "user:password")]``) before its first request, on every new session; ``acls`` gives
+the ACL of each znode this store creates (``create``, ``makepath`` parents, ``multi`` creates, the
+chroot) as ``(perms, scheme, id)`` triples, ZooKeeper's; odradek.security.zk_auth builds both from
+the brokers' JAAS ``Client`` login. Without them znodes are open to all, as before.
 """
 
 from __future__ import annotations
@@ -37,9 +43,11 @@ from kazoo.protocol.states import EventType as KzEventType
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, Id
 
 from odradek.coordination.store import (
     ANY_VERSION,
+    AuthFailedError,
     BadVersionError,
     CheckVersionOp,
     ConnectionLossError,
@@ -48,6 +56,7 @@ from odradek.coordination.store import (
     CreateOp,
     DeleteOp,
     EventType,
+    NoAuthError,
     NoChildrenForEphemeralsError,
     NodeExistsError,
     NoNodeError,
@@ -67,7 +76,10 @@ from odradek.coordination.store import (
     validate_path,
 )
 
-__all__ = ["ZooKeeperStore", "parse_connect_string"]
+__all__ = ["AclProvider", "ZooKeeperStore", "parse_connect_string"]
+
+#: The ACL of a new znode by its path: ``(perms, scheme, id)`` triples (ZooKeeper's ACL entries).
+AclProvider = Callable[[str], Sequence[tuple[int, str, str]]]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +96,8 @@ _ERRORS: dict[type[BaseException], type[CoordinationError]] = {
     kz.ConnectionLoss: ConnectionLossError,
     kz.OperationTimeoutError: ConnectionLossError,
     kz.SessionMovedError: ConnectionLossError,
+    kz.NoAuthError: NoAuthError,
+    kz.AuthFailedError: AuthFailedError,
     KazooTimeoutError: ConnectionLossError,
 }
 # Results kazoo puts for the non-failing ops of a failed transaction.
@@ -237,8 +251,12 @@ class ZooKeeperStore(CoordinationStore):
         *,
         connection_timeout_ms: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        auth_data: Sequence[tuple[str, str]] = (),
+        acls: AclProvider | None = None,
     ) -> None:
         super().__init__()
+        self.auth_data = list(auth_data)
+        self._acl_provider = acls
         self.connect = connect
         self.hosts, self.chroot = parse_connect_string(connect)
         self.session_timeout_ms = session_timeout_ms
@@ -266,12 +284,20 @@ class ZooKeeperStore(CoordinationStore):
         return self._client
 
     def _new_client(self, hosts: str) -> KazooClient:
+        # kazoo sends auth_data on every (re)connection, before anything else.
         return KazooClient(
             hosts=hosts,
             timeout=self.session_timeout_ms / 1000.0,
             connection_retry=_retry_policy(),
             command_retry=_retry_policy(),
+            auth_data=self.auth_data or None,
         )
+
+    def acl_for(self, path: str) -> list[ACL] | None:
+        """kazoo ACLs of a znode created at ``path`` (``None``: kazoo's default, open)."""
+        if self._acl_provider is None:
+            return None
+        return [ACL(perms, Id(scheme, ident)) for perms, scheme, ident in self._acl_provider(path)]
 
     async def start(self) -> None:
         if self._client is not None:
@@ -310,7 +336,7 @@ class ZooKeeperStore(CoordinationStore):
         client = self._new_client(self.hosts)
         try:
             client.start(self.connection_timeout_ms / 1000.0)
-            client.ensure_path(self.chroot)
+            client.ensure_path(self.chroot, acl=self.acl_for(self.chroot))
         except (KazooTimeoutError, kz.KazooException) as exc:
             raise _map_error(exc, self.chroot) from exc
         finally:
@@ -431,10 +457,26 @@ class ZooKeeperStore(CoordinationStore):
     ) -> str:
         client, _ = self._require()
         validate_create_path(path, sequence)
+        if makepath and self._acl_provider is not None:
+            # kazoo gives parents the child's ACL: create them one by one with their own.
+            await self._ensure_parents(path)
         result = client.create_async(
-            path, as_bytes(data), ephemeral=ephemeral, sequence=sequence, makepath=makepath
+            path, as_bytes(data), acl=self.acl_for(path), ephemeral=ephemeral,
+            sequence=sequence, makepath=makepath
         )
         return await self._await(result, path)
+
+    async def _ensure_parents(self, path: str) -> None:
+        client, _ = self._require()
+        parts = path.strip("/").split("/")[:-1]
+        parent = ""
+        for part in parts:
+            parent = f"{parent}/{part}"
+            if await self._await(client.exists_async(parent), parent) is not None:
+                continue
+            with contextlib.suppress(NodeExistsError):
+                await self._await(
+                    client.create_async(parent, b"", acl=self.acl_for(parent)), parent)
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
         client, _ = self._require()
@@ -508,7 +550,8 @@ class ZooKeeperStore(CoordinationStore):
             if isinstance(op, CreateOp):
                 validate_create_path(op.path, op.sequence)
                 txn.create(
-                    op.path, as_bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence
+                    op.path, as_bytes(op.data), acl=self.acl_for(op.path),
+                    ephemeral=op.ephemeral, sequence=op.sequence
                 )
             elif isinstance(op, SetDataOp):
                 validate_path(op.path)

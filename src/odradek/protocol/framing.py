@@ -20,12 +20,20 @@ class FrameError(ValueError):
 class FrameDecoder:
     """Accumulates received bytes and yields whole frames (payload without the size prefix)."""
 
-    __slots__ = ("_buf", "_max_size", "_need")
+    __slots__ = ("_buf", "_max_size", "_need", "limit_name", "min_size")
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, limit_name: str = "socket.request.max.bytes") -> None:
         self._buf = bytearray()
         self._max_size = max_size
         self._need = -1  # size of the frame being received, -1 while reading the prefix
+        self.limit_name = limit_name  # named in the error of a frame over the limit
+        self.min_size = MIN_REQUEST_SIZE  # 0 while bare SASL tokens are expected (KIP-152)
+
+    def set_limit(self, max_size: int, limit_name: str) -> None:
+        """Change the largest frame accepted from the next size prefix on (a SASL listener
+        bounds frames by sasl.server.max.receive.size until the client is authenticated)."""
+        self._max_size = max_size
+        self.limit_name = limit_name
 
     @property
     def buffered(self) -> int:
@@ -57,11 +65,11 @@ class FrameDecoder:
                 if end - pos < 4:
                     return pos
                 (size,) = _SIZE.unpack_from(view, pos)
-                if size < MIN_REQUEST_SIZE:
+                if size < self.min_size:
                     raise FrameError(f"invalid frame size {size}")
                 if size > self._max_size:
                     raise FrameError(
-                        f"frame of {size} bytes is larger than socket.request.max.bytes "
+                        f"frame of {size} bytes is larger than {self.limit_name} "
                         f"({self._max_size})"
                     )
                 self._need = size

@@ -28,7 +28,7 @@ from .broker_config_manager import (
     broker_config_path,
     validate_dynamic_broker_configs,
 )
-from .config import DEFS, TOPIC_CONFIG_SYNONYMS, KafkaConfig
+from .config import DEFS, SENSITIVE, TOPIC_CONFIG_SYNONYMS, KafkaConfig
 from .config_ops import ConfigOp, InvalidRequestError, UnknownTopicError, apply_incremental
 from .metadata_cache import MetadataCache
 from .topic_config_manager import TopicConfigManager
@@ -365,6 +365,8 @@ class AdminManager:
             synonyms = broker_synonyms(key, bcm.broker_configs, bcm.default_configs,
                                        static.originals)
             text = _text(bcm.effective.values[key])
+            if key in SENSITIVE:  # passwords and keys are never shown (Kafka: null)
+                text, synonyms = None, [(n, None, src) for n, _v, src in synonyms]
             source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
             entries.append(ConfigEntry(key, text, source,
                                        read_only=key not in DYNAMIC_BROKER_CONFIGS,

@@ -23,17 +23,21 @@ from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
 from ..coordinator.group_coordinator import GroupConfig, GroupCoordinator
+from ..security import ssl_factory
+from ..security.authorizer import ALLOW_ALL, Authorizer
 from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
 from .apis import KafkaApis
+from .authorizer import authorizer_from_config
 from .broker_config_manager import BrokerConfigManager
 from .config import ConfigError, KafkaConfig
+from .credential_cache import CredentialCache
 from .gc_freeze import freeze_long_lived, process_owned
-from .metadata_cache import BrokerInfo, MetadataCache
-from .network import SocketServer
+from .metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
+from .network import Listener, SocketServer
 from .producer_id_manager import ProducerIdManager
 from .replica_manager import ReplicaManager
 from .topic_config_manager import TopicConfigManager
@@ -72,8 +76,11 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.controller: KafkaController | None = None
         self.apis: KafkaApis | None = None
+        self.authorizer: Authorizer = ALLOW_ALL
+        self.credential_cache: CredentialCache | None = None
         self.socket_server: SocketServer | None = None
-        self.bound_ports: list[int] = []
+        self.bound_ports: list[int] = []  # in the order of `listeners`
+        self.listener_ports: dict[str, int] = {}  # listener name -> bound port
         self._state_change_handler: logging.Handler | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
@@ -107,21 +114,44 @@ class Broker:
         ep = self.advertised_endpoints()[0]
         return f"{ep.host}:{ep.port}"
 
+    def bootstrap_for(self, listener: str) -> str:
+        """host:port of this broker's advertised endpoint on `listener`."""
+        for ep in self.advertised_endpoints():
+            if ep.listener_name == listener.upper():
+                return f"{ep.host}:{ep.port}"
+        raise KeyError(f"broker {self.broker_id} has no listener {listener}")
+
     def advertised_endpoints(self) -> list[paths.Endpoint]:
-        listeners = self.config.listeners
+        """Each advertised listener's endpoint (port 0: the port its listener bound; no host:
+        its listener's host, else localhost) with its security protocol."""
+        cfg = self.config
+        bound_host = {ep.listener: ep.host for ep in cfg.listeners}
         out = []
-        for i, ep in enumerate(self.config.advertised_listeners):
-            port = ep.port
-            if port == 0 and i < len(self.bound_ports):
-                port = self.bound_ports[i]
-            elif port == 0 and self.bound_ports:
-                port = self.bound_ports[0]
-            host = ep.host or (listeners[0].host if listeners and listeners[0].host else "")
-            out.append(paths.Endpoint(ep.listener, host or "localhost", port))
+        for ep in cfg.advertised_listeners:
+            port = ep.port or self.listener_ports.get(ep.listener, 0)
+            host = ep.host or bound_host.get(ep.listener, "")
+            out.append(paths.Endpoint(ep.listener, host or "localhost", port,
+                                      cfg.security_protocol(ep.listener).value))
         return out
+
+    def make_listener(self, name: str) -> Listener:
+        """A listener's security: its TLS context (read from its ssl.* configs now, so a bad
+        key store stops start-up with the key named) and its principal mapping rules."""
+        cfg = self.config
+        protocol = cfg.security_protocol(name)
+        context = None
+        if protocol.uses_ssl:
+            try:
+                context = ssl_factory.server_ssl_context(cfg.listener_props(name))
+            except (ssl_factory.SslConfigError, OSError) as exc:
+                raise ConfigError(f"listener {name}: {exc}") from None
+        return Listener(name, protocol, context, cfg.principal_mapper(name))
 
     async def start(self) -> None:
         cfg = self.config
+        # listeners' TLS contexts first: a bad key store stops start-up before anything opens
+        listeners = [self.make_listener(ep.listener) for ep in cfg.listeners]
+        cfg.inter_broker_client_security()  # the same for the inter-broker client side
         log_dirs = cfg.log_dirs
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -144,9 +174,10 @@ class Broker:
         rm = self.replica_manager = ReplicaManager(self.broker_id, log_manager, log_configs.config,
                                                    metadata_cache=cache)
         rm.start()
-        rm.start_replication(  # replica fetchers and ISR tasks (S-3)
+        inter_broker = cfg.inter_broker_listener_name
+        rm.start_replication(  # replica fetchers and ISR tasks (S-3), on the inter-broker listener
             self.config, lambda: self.store,
-            lambda b: (i.host, i.port) if (i := cache.brokers.get(b)) else None)
+            lambda b: (e.host, e.port) if (e := cache.broker_endpoint(b, inter_broker)) else None)
         broker_configs = self.broker_configs = BrokerConfigManager(
             self.broker_id, cfg, store, log_configs, rm, self._enable_unclean_leader_election)
         topic_configs = self.topic_configs = TopicConfigManager(
@@ -162,16 +193,24 @@ class Broker:
         self.controller = KafkaController(
             store, self.broker_id, ControllerConfig.from_broker_config(cfg), cache,
             topic_configs, log_configs.config)
+        self.authorizer = authorizer_from_config(cfg, store, self.broker_id, log_dirs[0])
+        if self.authorizer.enabled:
+            await self.authorizer.start()  # type: ignore[attr-defined]
+        credentials = self.credential_cache = CredentialCache(store)  # SCRAM users (SB)
+        await credentials.start()
         self.apis = KafkaApis(
             broker_id=self.broker_id, config=cfg, replica_manager=rm, metadata_cache=cache,
             group_coordinator=coordinator, admin_manager=admin, topic_config_manager=topic_configs,
             producer_ids=self.producer_ids, controller=self.controller, store=store,
-            flush_checkpoints=log_manager.checkpoint_writer.flush)
+            flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer,
+            credential_cache=credentials)
         socket_server = self.socket_server = SocketServer(
             self.apis.handle, cfg["socket.request.max.bytes"],
             max_in_flight=min(cfg["queued.max.requests"], 64))
-        for ep in cfg.listeners:
-            self.bound_ports.append(await socket_server.start(ep.host, ep.port))
+        for ep, listener in zip(cfg.listeners, listeners, strict=True):
+            port = await socket_server.start(ep.host, ep.port, listener)
+            self.bound_ports.append(port)
+            self.listener_ports[ep.listener] = port
         await broker_configs.start()
         await topic_configs.start()
         await self._register()
@@ -188,9 +227,13 @@ class Broker:
         connect = self.config["zookeeper.connect"]
         if connect:
             from ..coordination.zookeeper import ZooKeeperStore
+            from ..security.zk_auth import ZkSecurity
 
+            zk_security = ZkSecurity.for_broker(  # zookeeper.set.acl: the JAAS Client login
+                self.config["zookeeper.set.acl"], self.config["java.security.auth.login.config"])
             store: CoordinationStore = ZooKeeperStore(
-                connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
+                connect, session_timeout_ms=self.config["zookeeper.session.timeout.ms"],
+                auth_data=zk_security.auth_data, acls=zk_security.acl_provider)
         else:
             if self._embedded_zk is None:
                 # A standalone broker keeps its coordination data beside its logs.
@@ -270,7 +313,10 @@ class Broker:
                 await asyncio.sleep(0.5)
         ep = endpoints[0]
         self.metadata_cache.brokers[self.broker_id] = BrokerInfo(
-            self.broker_id, ep.host, ep.port, self.config["broker.rack"])
+            self.broker_id, ep.host, ep.port, self.config["broker.rack"], tuple(
+                ListenerEndpoint(e.listener_name, e.host, e.port,
+                                 self.config.security_protocol(e.listener_name).id)
+                for e in endpoints))
         log.info("Registered broker %d at path %s with addresses: %s", self.broker_id,
                  paths.broker_path(self.broker_id), [e.connection_string for e in endpoints])
 
@@ -376,6 +422,8 @@ class Broker:
         self.started = False
 
     async def _close_store(self) -> None:
+        if self.authorizer.enabled:
+            self.authorizer.stop()  # type: ignore[attr-defined]
         if self._state_change_handler is not None:
             state_change.detach(self._state_change_handler)
             self._state_change_handler = None
@@ -396,7 +444,8 @@ class Broker:
         backoff = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
         for attempt in range(retries + 1):
             cache = self.metadata_cache
-            controller = cache.brokers.get(cache.controller_id)
+            controller = cache.broker_endpoint(cache.controller_id,
+                                               self.config.inter_broker_listener_name)
             if controller is None:
                 log.info("[KafkaServer id=%d] No controller known for controlled shutdown",
                          self.broker_id)
@@ -406,8 +455,9 @@ class Broker:
                     controller.host, controller.port, 7, 3,
                     ib.ControlledShutdownRequest(broker_id=self.broker_id),
                     correlation_id=attempt, client_id=f"broker-{self.broker_id}",
-                    timeout=self.config["controller.socket.timeout.ms"] / 1000)
-            except (TimeoutError, OSError, ib.DecodeError) as exc:
+                    timeout=self.config["controller.socket.timeout.ms"] / 1000,
+                    security=self.config.inter_broker_client_security())
+            except Exception as exc:  # network, TLS, SASL: retried
                 log.warning("[KafkaServer id=%d] Controlled shutdown request failed: %s",
                             self.broker_id, exc)
             else:
@@ -437,6 +487,8 @@ class Broker:
             self.controller = None
         if self.topic_configs is not None:
             self.topic_configs.stop()
+        if self.credential_cache is not None:
+            self.credential_cache.stop()
 
 
 def _new_cluster_id() -> str:

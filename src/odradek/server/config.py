@@ -3,7 +3,15 @@
 `KafkaConfig.from_properties(text_or_dict, overrides)` parses and validates; an invalid value is a
 `ConfigError` naming the key; an unknown key is kept and reported in `unknown_keys` (the broker
 logs a warning, as Kafka does). Keys that Kafka has but odradek does not act on (thread counts,
-SASL, ...) are listed in IGNORED so that they are accepted quietly.
+...) are listed in IGNORED so that they are accepted quietly.
+
+Security (Kafka's names): named listeners (`listeners`, `advertised.listeners`,
+`listener.security.protocol.map`, `inter.broker.listener.name` or
+`security.inter.broker.protocol`), TLS (`ssl.*`), SASL (`sasl.enabled.mechanisms`,
+`sasl.mechanism.inter.broker.protocol`) and the listener-prefixed forms
+`listener.name.<listener>.<key>` (ssl.* and sasl.enabled.mechanisms) and
+`listener.name.<listener>.<mechanism>.sasl.jaas.config`, listener names in lower case: see
+`listener_props` and `sasl_jaas_config`.
 """
 
 from __future__ import annotations
@@ -15,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..common.properties import parse_properties
+from ..security import ssl_factory
+from ..security.principal import SslPrincipalMapper
+from ..security.protocol import SecurityProtocol
 
 LONG_MAX = 2**63 - 1
 
@@ -52,6 +63,38 @@ def _str(v: str) -> str:
 
 def _list(v: str) -> list[str]:
     return [x.strip() for x in v.split(",") if x.strip()]
+
+
+def _semicolon_list(v: str) -> list[str]:
+    """super.users: principals separated by semicolons (User:alice;User:bob)."""
+    return [x.strip() for x in v.split(";") if x.strip()]
+
+
+class ProtocolMap(dict[str, str]):
+    """listener.security.protocol.map's value; str() is Kafka's NAME:PROTOCOL,... form."""
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}:{v}" for k, v in self.items())
+
+
+def _protocol_map(v: str) -> ProtocolMap:
+    """listener.security.protocol.map: NAME:PROTOCOL,... (names upper-cased)."""
+    out = ProtocolMap()
+    for item in _list(v):
+        name, sep, protocol = item.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"{item!r} is not of the form LISTENER_NAME:SECURITY_PROTOCOL")
+        out[name.strip().upper()] = SecurityProtocol.for_name(protocol).value
+    return out
+
+
+def _protocol(v: str) -> str:
+    return SecurityProtocol.for_name(v).value
+
+
+def _principal_rules(v: str) -> str:
+    SslPrincipalMapper.from_rules(v)  # ValueError names the bad rule
+    return v.strip()
 
 
 @dataclass(frozen=True)
@@ -169,7 +212,60 @@ DEFS: dict[str, Def] = {
     "reserved.broker.max.id": Def(_int, 1000, _at_least(0), ">= 0"),
     "broker.id.generation.enable": Def(_bool, True),
     "request.timeout.ms": Def(_int, 30000),
+    # -- security: listeners ------------------------------------------------------------------
+    "listener.security.protocol.map": Def(_protocol_map, ProtocolMap(
+        {p.value: p.value for p in SecurityProtocol})),
+    "inter.broker.listener.name": Def(_str, None),
+    "security.inter.broker.protocol": Def(_protocol, "PLAINTEXT"),
+    # -- TLS (security/ssl_factory.py checks the values; listener.name.<l>.ssl.* override) --
+    "ssl.keystore.type": Def(_str, "JKS"),
+    "ssl.keystore.location": Def(_str, None),
+    "ssl.keystore.password": Def(_str, None),
+    "ssl.key.password": Def(_str, None),
+    "ssl.keystore.certificate.chain": Def(_str, None),
+    "ssl.keystore.key": Def(_str, None),
+    "ssl.truststore.type": Def(_str, "JKS"),
+    "ssl.truststore.location": Def(_str, None),
+    "ssl.truststore.password": Def(_str, None),
+    "ssl.truststore.certificates": Def(_str, None),
+    "ssl.client.auth": Def(_str, "none", _one_of("none", "requested", "required"),
+                           "none, requested or required"),
+    "ssl.enabled.protocols": Def(_list, ["TLSv1.2", "TLSv1.3"],
+                                 lambda v: bool(v) and all(
+                                     p in ssl_factory.TLS_VERSIONS for p in v),
+                                 "a list of TLSv1.2, TLSv1.3"),
+    "ssl.protocol": Def(_str, "TLSv1.3", lambda v: v in ssl_factory.SSL_PROTOCOLS,
+                        "TLS, TLSv1.2 or TLSv1.3"),
+    "ssl.cipher.suites": Def(_list, []),
+    "ssl.endpoint.identification.algorithm": Def(_str, "https", _one_of("https", ""),
+                                                 "https or empty"),
+    "ssl.principal.mapping.rules": Def(_principal_rules, "DEFAULT"),
+    # -- SASL ---------------------------------------------------------------------------------
+    "sasl.enabled.mechanisms": Def(_list, ["GSSAPI"]),
+    "sasl.mechanism.inter.broker.protocol": Def(_str, "GSSAPI"),
+    "connection.failed.authentication.delay.ms": Def(_int32, 100, _at_least(0), ">= 0"),
+    "java.security.auth.login.config": Def(_str, None),  # a JAAS file (KafkaServer, Client)
+    # -- authorization ------------------------------------------------------------------------
+    "authorizer.class.name": Def(_str, "", _one_of(
+        "", "kafka.security.authorizer.AclAuthorizer", "odradek.security.AclAuthorizer"),
+        "empty, kafka.security.authorizer.AclAuthorizer or odradek.security.AclAuthorizer"),
+    "super.users": Def(_str, ""),  # principals separated by ";" (see KafkaConfig.super_users)
+    "allow.everyone.if.no.acl.found": Def(_bool, False),
+    "zookeeper.set.acl": Def(_bool, False),
 }
+
+# Values never shown (DescribeConfigs answers null for them, as Kafka does for PASSWORD types).
+SENSITIVE = frozenset({
+    "ssl.keystore.password", "ssl.key.password", "ssl.truststore.password", "ssl.keystore.key",
+})
+
+SUPPORTED_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+# The keys a listener may override as listener.name.<listener>.<key>
+LISTENER_KEYS = frozenset(k for k in DEFS if k.startswith("ssl.")) | {"sasl.enabled.mechanisms"}
+
+_LISTENER_PREFIXED = re.compile(r"^listener\.name\.([^.]+)\.(.+)$")
+_MECHANISM_PREFIXED = re.compile(r"^([A-Za-z0-9-]+)\.(sasl\.[a-z.]+)$")
 
 # Kafka keys accepted without effect in odradek (threads and pools: one asyncio loop does it all;
 # security: PLAINTEXT only).
@@ -178,13 +274,25 @@ IGNORED = {
     "background.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
     "log.preallocate",
     "inter.broker.protocol.version", "log.message.format.version",
-    "group.coordinator.rebalance.protocols", "listener.security.protocol.map",
-    "inter.broker.listener.name", "security.inter.broker.protocol",
-    "zookeeper.set.acl", "metric.reporters", "metrics.num.samples", "connections.max.idle.ms",
+    "group.coordinator.rebalance.protocols", "metric.reporters",
+    "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.provider",
+    "ssl.secure.random.implementation", "ssl.engine.factory.class",
+    "ssl.truststore.certificates.type", "metrics.num.samples", "connections.max.idle.ms",
     "confluent.support.metrics.enable",
 }
 
 _LISTENER = re.compile(r"^(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)://)(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
+
+
+def _parse_value(d: Def, key: str, text: str) -> Any:
+    try:
+        value = d.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"Invalid value {text!r} for configuration {key}: {exc}") from None
+    if not d.check(value):
+        raise ConfigError(
+            f"Invalid value {text!r} for configuration {key}: must be {d.why or 'valid'}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -230,33 +338,190 @@ class KafkaConfig:
         for key, text in raw.items():
             d = DEFS.get(key)
             if d is None:
-                if key not in IGNORED:
+                prefixed = _LISTENER_PREFIXED.match(key)
+                if prefixed is not None:
+                    suffix = prefixed.group(2)
+                    if suffix in LISTENER_KEYS:
+                        _parse_value(DEFS[suffix], key, text)
+                    elif not _MECHANISM_PREFIXED.match(suffix):
+                        unknown.append(key)
+                elif key not in IGNORED:
                     unknown.append(key)
                 continue
-            try:
-                value = d.parse(text)
-            except ValueError as exc:
-                raise ConfigError(
-                    f"Invalid value {text!r} for configuration {key}: {exc}") from None
-            if not d.check(value):
-                raise ConfigError(
-                    f"Invalid value {text!r} for configuration {key}: must be {d.why or 'valid'}"
-                )
-            values[key] = value
+            values[key] = _parse_value(d, key, text)
         cfg = cls(values, raw, unknown)
         cfg._validate()
         return cfg
 
     def _validate(self) -> None:
+        protocol_map = self.values["listener.security.protocol.map"]
+        for key, endpoints in (("listeners", self.listeners),
+                               ("advertised.listeners", self.advertised_listeners)):
+            names = [ep.listener for ep in endpoints]
+            if len(set(names)) != len(names):
+                raise ConfigError(f"{key}: each listener name must appear once")
+            for name in names:
+                if name not in protocol_map:
+                    raise ConfigError(
+                        f"{key}: no security protocol defined for listener {name} (add it to "
+                        "listener.security.protocol.map)")
+        listener_names = {ep.listener for ep in self.listeners}
+        advertised = {ep.listener for ep in self.advertised_listeners}
+        if not advertised <= listener_names:
+            raise ConfigError(
+                "advertised.listeners: listener names must be equal to or a subset of the ones "
+                f"defined in listeners ({', '.join(sorted(advertised - listener_names))} not "
+                "in listeners)")
+        if "inter.broker.listener.name" in self.originals and \
+                "security.inter.broker.protocol" in self.originals:
+            raise ConfigError("inter.broker.listener.name: only one of "
+                              "inter.broker.listener.name and security.inter.broker.protocol "
+                              "should be set")
+        inter = self.inter_broker_listener_name
+        if inter not in advertised:
+            key = ("inter.broker.listener.name" if self.values["inter.broker.listener.name"]
+                   else "security.inter.broker.protocol")
+            raise ConfigError(
+                f"{key}: the inter-broker listener {inter} must be a listener name defined in "
+                "advertised.listeners")
         for ep in self.listeners:
-            if ep.listener != "PLAINTEXT":
-                raise ConfigError(f"listeners: only PLAINTEXT is supported, got {ep}")
-        names = [ep.listener for ep in self.listeners]
-        if len(set(names)) != len(names):
-            raise ConfigError("listeners: each listener name must appear once")
-        self.advertised_listeners  # noqa: B018  (parses and validates)
+            self._validate_listener_security(ep.listener)
         if self.get("log.segment.bytes") < 14:
             raise ConfigError("log.segment.bytes must be >= 14")
+
+    def _validate_listener_security(self, listener: str) -> None:
+        protocol = self.security_protocol(listener)
+        props = self.listener_props(listener)
+        try:
+            ssl_factory.validate(props)
+        except ssl_factory.SslConfigError as exc:
+            raise ConfigError(self._listener_key(listener, str(exc))) from None
+        if protocol.uses_ssl and not (props.get("ssl.keystore.location")
+                                      or props.get("ssl.keystore.certificate.chain")):
+            raise ConfigError(self._listener_key(
+                listener, f"ssl.keystore.location: listener {listener} ({protocol}) of "
+                "listeners needs a key store: set ssl.keystore.location, or "
+                "ssl.keystore.certificate.chain and ssl.keystore.key"))
+        if protocol.uses_sasl:
+            mechanisms = self.sasl_enabled_mechanisms(listener)
+            bad = [m for m in mechanisms if m not in SUPPORTED_SASL_MECHANISMS]
+            if bad or not mechanisms:
+                raise ConfigError(self._listener_key(
+                    listener, f"sasl.enabled.mechanisms: {', '.join(bad) or 'none'} not "
+                    f"supported on listener {listener} of listeners (odradek supports "
+                    f"{', '.join(SUPPORTED_SASL_MECHANISMS)})"))
+            if listener == self.inter_broker_listener_name:
+                mech = self.values["sasl.mechanism.inter.broker.protocol"].upper()
+                if mech not in mechanisms:
+                    raise ConfigError(
+                        "sasl.mechanism.inter.broker.protocol: must be included in "
+                        f"sasl.enabled.mechanisms when SASL is used for inter-broker "
+                        f"communication (got {mech}, enabled {', '.join(mechanisms)})")
+                if self.sasl_jaas_config(listener, mech) is None:
+                    raise ConfigError(
+                        f"listener.name.{listener.lower()}.{mech.lower()}.sasl.jaas.config: "
+                        "needed for the inter-broker SASL listener (the username and password "
+                        "this broker logs in with)")
+
+    def _listener_key(self, listener: str, message: str) -> str:
+        """Name the listener-prefixed key when the value came from one."""
+        key = message.split(":", 1)[0]
+        prefixed = f"listener.name.{listener.lower()}.{key}"
+        return f"{prefixed}{message[len(key):]}" if prefixed in self.originals else message
+
+    # -- listeners and security --------------------------------------------------------------
+    @property
+    def super_users(self) -> list[str]:
+        """super.users as a list of principals ("User:alice;User:bob")."""
+        return _semicolon_list(self.values["super.users"])
+
+    def security_protocol(self, listener: str) -> SecurityProtocol:
+        """The security protocol of a listener (listener.security.protocol.map)."""
+        return SecurityProtocol(self.values["listener.security.protocol.map"][listener.upper()])
+
+    @property
+    def listener_security_protocol_map(self) -> dict[str, SecurityProtocol]:
+        """Each configured listener's protocol (what /brokers/ids/<id> advertises)."""
+        return {ep.listener: self.security_protocol(ep.listener)
+                for ep in self.advertised_listeners}
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """inter.broker.listener.name, else the listener named after
+        security.inter.broker.protocol (PLAINTEXT by default), as Kafka resolves it."""
+        name = self.values["inter.broker.listener.name"]
+        if name:
+            return name.strip().upper()
+        return str(self.values["security.inter.broker.protocol"])
+
+    @property
+    def inter_broker_security_protocol(self) -> SecurityProtocol:
+        return self.security_protocol(self.inter_broker_listener_name)
+
+    def listener_props(self, listener: str) -> dict[str, str]:
+        """The ssl.* and sasl.enabled.mechanisms values in force on `listener`: the
+        unprefixed ones overridden by listener.name.<listener>.<key> (raw strings; Kafka's
+        defaults where neither is set)."""
+        out: dict[str, str] = {}
+        for key in LISTENER_KEYS:
+            value = self.originals.get(key)
+            if value is None:
+                default = DEFS[key].default
+                if default is None or key in ("ssl.keystore.type", "ssl.truststore.type"):
+                    continue  # the store's file says what it is (ssl_factory)
+                value = ",".join(default) if isinstance(default, list) else str(default)
+            out[key] = value
+        prefix = f"listener.name.{listener.lower()}."
+        for key, value in self.originals.items():
+            if key.startswith(prefix) and key[len(prefix):] in LISTENER_KEYS:
+                out[key[len(prefix):]] = value
+        return out
+
+    def sasl_enabled_mechanisms(self, listener: str) -> list[str]:
+        return [m.upper() for m in _list(self.listener_props(listener).get(
+            "sasl.enabled.mechanisms", ""))]
+
+    def sasl_jaas_config(self, listener: str, mechanism: str) -> str | None:
+        """listener.name.<listener>.<mechanism>.sasl.jaas.config (both lower-case), if set."""
+        return self.originals.get(
+            f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config")
+
+    def principal_mapper(self, listener: str) -> SslPrincipalMapper:
+        return SslPrincipalMapper.from_rules(
+            self.listener_props(listener).get("ssl.principal.mapping.rules"))
+
+    def inter_broker_client_security(self) -> Any:
+        """How this broker connects to the others (a security.connector.ClientSecurity, None
+        for PLAINTEXT): the inter-broker listener's ssl.* as a TLS client (its key store as
+        the client certificate), SASL with sasl.mechanism.inter.broker.protocol and the
+        username/password of the listener's JAAS config. Built once (it reads key files)."""
+        cached = self.__dict__.get("_inter_broker_security", False)
+        if cached is not False:
+            return cached
+        from ..security.connector import ClientSecurity
+
+        listener = self.inter_broker_listener_name
+        protocol = self.security_protocol(listener)
+        security = None
+        if protocol is not SecurityProtocol.PLAINTEXT:
+            props: dict[str, Any] = {"security.protocol": protocol.value}
+            if protocol.uses_ssl:
+                props.update(self.listener_props(listener))
+            if protocol.uses_sasl:
+                mechanism = self.values["sasl.mechanism.inter.broker.protocol"].upper()
+                props["sasl.mechanism"] = mechanism
+                jaas = self.sasl_jaas_config(listener, mechanism)
+                if jaas is None:
+                    raise ConfigError(
+                        f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config:"
+                        " needed for the inter-broker SASL listener (username and password)")
+                props["sasl.jaas.config"] = jaas
+            try:
+                security = ClientSecurity.from_client_props(props)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        self.__dict__["_inter_broker_security"] = security
+        return security
 
     def get(self, key: str) -> Any:
         return self.values[key]

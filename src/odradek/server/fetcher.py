@@ -74,10 +74,13 @@ class FetcherConfig:
     fetch_response_max_bytes: int = 10485760
     fetch_backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
+    security: Any = None  # the inter-broker listener's ClientSecurity (None: PLAINTEXT)
 
     @classmethod
     def from_config(cls, config: Any) -> FetcherConfig:
+        security = getattr(config, "inter_broker_client_security", None)
         return cls(
+            security=security() if security is not None else None,
             num_fetchers=config["num.replica.fetchers"],
             fetch_wait_max_ms=config["replica.fetch.wait.max.ms"],
             fetch_min_bytes=config["replica.fetch.min.bytes"],

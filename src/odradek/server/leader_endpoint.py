@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
 from ..protocol.codec import decode_response, encode_request, make, request_class, response_class
+from ..security.connector import open_connection
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -119,8 +120,10 @@ class RemoteLeaderEndpoint:
         if addr is None:
             raise ConnectionError(f"no endpoint known for broker {self.leader_id}")
         timeout = self.config.socket_timeout_ms / 1000
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(addr[0], addr[1]), timeout)
+        # the inter-broker listener's security (TLS, SASL), if the config carries one
+        self._reader, self._writer = await open_connection(
+            addr[0], addr[1], getattr(self.config, "security", None), timeout=timeout,
+            client_id=self.client_id)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -9,14 +9,50 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerEndpoint:
+    """One of a broker's endpoints: its listener name, address and security protocol id
+    (UpdateMetadata's endpoint: 0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL)."""
+
+    listener: str
+    host: str
+    port: int
+    security_protocol: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
+    """A live broker. `host`/`port` are its first endpoint's; `endpoints` are all of them,
+    by listener (Kafka's per-listener node map). A BrokerInfo built without endpoints
+    answers its host/port for every listener."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[ListenerEndpoint, ...] = ()
+
+    def endpoint(self, listener: str) -> ListenerEndpoint | None:
+        """The endpoint on `listener`, None if this broker has no such listener."""
+        if not self.endpoints:
+            return ListenerEndpoint(listener, self.host, self.port)
+        for ep in self.endpoints:
+            if ep.listener == listener:
+                return ep
+        return None
+
+    @classmethod
+    def from_update_metadata(cls, broker: Any) -> BrokerInfo:
+        """From an UpdateMetadata live broker (v0: its host/port as a PLAINTEXT endpoint)."""
+        eps = tuple(ListenerEndpoint(e.listener or "PLAINTEXT", e.host, e.port,
+                                     e.security_protocol)
+                    for e in (getattr(broker, "endpoints", ()) or ()))
+        if not eps:
+            eps = (ListenerEndpoint("PLAINTEXT", broker.v0_host, broker.v0_port, 0),)
+        return cls(broker.id, eps[0].host, eps[0].port, broker.rack, eps)
 
 
 @dataclass(slots=True)
@@ -47,6 +83,11 @@ class MetadataCache:
         # Set by the first UpdateMetadata: until then this broker knows only itself, and a
         # Metadata answer would name no controller or one missing from the broker list.
         self.initialized = asyncio.Event()
+
+    def broker_endpoint(self, broker_id: int, listener: str) -> ListenerEndpoint | None:
+        """Where broker `broker_id` listens on `listener` (None: not alive, or not there)."""
+        info = self.brokers.get(broker_id)
+        return None if info is None else info.endpoint(listener)
 
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)

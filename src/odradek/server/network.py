@@ -8,6 +8,12 @@ muted channels) and reading also pauses while the socket's send buffer is full.
 
 A response is `bytes`, a list of parts (`bytes` or file regions sent with sendfile), or None
 when the request gets no response (Produce with acks=0).
+
+Listeners (Kafka's named listeners): each bound endpoint has a listener name and a security
+protocol. On a TLS listener the handshake runs first (bounded by `ssl_handshake_timeout`; a
+failure is logged and closes the connection) and the client certificate, if any, names the
+connection's principal. TLS cannot use sendfile: file regions go out in bounded chunks (pread)
+as the transport drains, so a connection's memory stays bounded by the fetch limits.
 """
 
 from __future__ import annotations
@@ -15,15 +21,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..protocol.framing import FrameDecoder, FrameError
+from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, ssl_principal
+from ..security.protocol import SecurityProtocol
 
 log = logging.getLogger("odradek.network")
 
 SENDFILE_THRESHOLD = 64 * 1024
+TLS_CHUNK = 64 * 1024  # file regions under TLS: read and written this much at a time
+SSL_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class Region(Protocol):
@@ -51,12 +62,46 @@ class _Slot:
         self.value: Response = None
 
 
+class Listener:
+    """One bound endpoint: its name, security protocol and, on TLS, its context and the
+    ssl.principal.mapping.rules of its client certificates."""
+
+    __slots__ = ("name", "port", "principal_mapper", "security_protocol", "ssl_context")
+
+    def __init__(self, name: str = "PLAINTEXT",
+                 security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
+                 ssl_context: ssl.SSLContext | None = None,
+                 principal_mapper: SslPrincipalMapper | None = None) -> None:
+        self.name = name
+        self.security_protocol = security_protocol
+        self.ssl_context = ssl_context
+        self.principal_mapper = principal_mapper
+        self.port = -1
+
+
 class Connection(asyncio.Protocol):
-    def __init__(self, server: SocketServer) -> None:
+    def __init__(self, server: SocketServer, listener: Listener | None = None) -> None:
         self.server = server
+        listener = listener or Listener()
+        self.listener = listener
+        self.listener_name: str = listener.name
+        self.security_protocol: SecurityProtocol = listener.security_protocol
+        # who the client is: ANONYMOUS until authenticated (TLS client certificate: its DN)
+        self.principal: KafkaPrincipal = ANONYMOUS
+        # PLAINTEXT and SSL connections need no SASL exchange: authenticated from the start
+        self.authenticated: bool = not listener.security_protocol.uses_sasl
+        self.sasl: Any = None  # the SASL exchange's state (security.sasl_server), once begun
         self.decoder = FrameDecoder(server.max_request_size)
+        if not self.authenticated:  # frames are bounded until the client is authenticated
+            self.decoder.set_limit(min(server.max_request_size, server.sasl_max_receive_size),
+                                   "sasl.server.max.receive.size")
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self._drained: asyncio.Future[None] | None = None
+        # TLS: bytes decrypted before start_tls() returned the TLS transport (asyncio hands
+        # them over at once after the handshake); processed once the transport is known
+        self._tls_pending = False
+        self._early: list[bytes] = []
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Future[Any]] = set()
         self._sending = False
@@ -73,8 +118,57 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
+        if self.listener.ssl_context is not None and transport.get_extra_info(
+                "ssl_object") is None:
+            # TLS first: nothing is read as a request until the handshake is done
+            transport.pause_reading()
+            self._tls_pending = True
+            task = asyncio.ensure_future(self._start_tls(transport))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _start_tls(self, raw: asyncio.Transport) -> None:
+        loop = asyncio.get_running_loop()
+        listener = self.listener
+        assert listener.ssl_context is not None
+        try:
+            tls = await loop.start_tls(raw, self, listener.ssl_context, server_side=True,
+                                       ssl_handshake_timeout=self.server.ssl_handshake_timeout)
+        except (OSError, TimeoutError, ConnectionError, EOFError, RuntimeError) as exc:
+            # Kafka's "Failed authentication with /host (SSL handshake failed)"
+            log.info("Failed authentication with %s on listener %s (SSL handshake failed: "
+                     "%s); closing it", self.peer, listener.name, _describe(exc))
+            self._closed = True
+            raw.abort()
+            self.server.connections.discard(self)
+            return
+        if tls is None or self._closed:
+            raw.abort()
+            self.server.connections.discard(self)
+            return
+        self.transport = tls
+        self._tls_pending = False
+        ssl_object = tls.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        try:
+            self.principal = ssl_principal(der, listener.principal_mapper)
+        except ValueError as exc:  # no principal mapping rule applies
+            log.info("Failed authentication with %s on listener %s: %s; closing it",
+                     self.peer, listener.name, exc)
+            self.close()
+            return
+        log.debug("TLS connection from %s on listener %s: principal %s", self.peer,
+                  listener.name, self.principal)
+        early, self._early = self._early, []
+        for data in early:
+            if self._closed:
+                break
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        if self._tls_pending:
+            self._early.append(data)
+            return
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
@@ -98,6 +192,7 @@ class Connection(asyncio.Protocol):
         for task in list(self._tasks):
             task.cancel()
         self._slots.clear()
+        self._wake_writer()
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -105,7 +200,17 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._wake_writer()
         self._flush()
+
+    def _wake_writer(self) -> None:
+        waiter, self._drained = self._drained, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.listener.ssl_context is not None
 
     # -- request pipeline ------------------------------------------------------------------
     def _dispatch(self, payload: bytes) -> None:
@@ -189,7 +294,10 @@ class Connection(asyncio.Protocol):
                 if isinstance(part, bytes | bytearray | memoryview):
                     self.transport.write(part)  # type: ignore[union-attr]
                     continue
-                sent = await loop.sendfile(self.transport, part.file, part.position, part.size)  # type: ignore[arg-type]
+                if self.uses_tls:
+                    sent = await self._send_region_chunked(part)
+                else:
+                    sent = await loop.sendfile(self.transport, part.file, part.position, part.size)  # type: ignore[arg-type]
                 if sent != part.size:
                     # The segment shrank under us (truncation): the frame can't be completed.
                     log.warning("Closing connection from %s: log truncated during a fetch",
@@ -203,6 +311,24 @@ class Connection(asyncio.Protocol):
         finally:
             self._sending = False
         self._flush()
+
+    async def _send_region_chunked(self, part: Region) -> int:
+        """A file region over TLS: TLS_CHUNK bytes at a time (pread: no shared file position),
+        each written only once the transport has drained below its high-water mark."""
+        fd = part.file.fileno()
+        sent = 0
+        while sent < part.size:
+            while self._write_paused and not self._closed:
+                self._drained = asyncio.get_running_loop().create_future()
+                await self._drained
+            if self._closed:
+                return sent
+            chunk = os.pread(fd, min(TLS_CHUNK, part.size - sent), part.position + sent)
+            if not chunk:
+                return sent
+            self.transport.write(chunk)  # type: ignore[union-attr]
+            sent += len(chunk)
+        return sent
 
     def _update_reading(self) -> None:
         if self._closed or self.transport is None:
@@ -223,28 +349,40 @@ class Connection(asyncio.Protocol):
 
 
 class SocketServer:
-    """Listens on each configured endpoint; port 0 picks a free port (see `bound_ports`)."""
+    """Listens on each configured endpoint; port 0 picks a free port (see `bound_ports`, in
+    the order of start(), and `listener_ports`, by listener name)."""
 
-    def __init__(self, handler: Handler, max_request_size: int, max_in_flight: int = 16) -> None:
+    def __init__(self, handler: Handler, max_request_size: int, max_in_flight: int = 16,
+                 ssl_handshake_timeout: float = SSL_HANDSHAKE_TIMEOUT_S) -> None:
         self.handler = handler
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
+        self.ssl_handshake_timeout = ssl_handshake_timeout
+        self.sasl_max_receive_size = 524288
         self.connections: set[Connection] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self.bound_ports: list[int] = []
+        self.listeners: dict[str, Listener] = {}
 
-    async def start(self, host: str, port: int) -> int:
+    @property
+    def listener_ports(self) -> dict[str, int]:
+        return {name: listener.port for name, listener in self.listeners.items()}
+
+    async def start(self, host: str, port: int, listener: Listener | None = None) -> int:
         """Bind a listener and return its port. It accepts no connection until
         :meth:`start_serving`: the broker binds first (its registration advertises the port)
         and serves once registered, as Kafka starts its processors only at the end of start-up,
         so no client gets answers from a broker that has not joined the cluster yet."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: Connection(self), host or None, port,
-                                          reuse_address=True, backlog=256,
+        listener = listener or Listener()
+        server = await loop.create_server(lambda: Connection(self, listener), host or None,
+                                          port, reuse_address=True, backlog=256,
                                           start_serving=False)
         self._servers.append(server)
         bound = server.sockets[0].getsockname()[1]
         self.bound_ports.append(bound)
+        listener.port = bound
+        self.listeners[listener.name] = listener
         return bound
 
     async def start_serving(self) -> None:
@@ -259,3 +397,10 @@ class SocketServer:
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no handshake within the timeout"
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc or type(exc).__name__)

@@ -382,9 +382,7 @@ class ReplicaManager:
         cache.controller_id = req.controller_id
         brokers: dict[int, BrokerInfo] = {}
         for b in req.live_brokers:
-            ep = next(iter(getattr(b, "endpoints", ()) or ()), None)
-            host, port = (ep.host, ep.port) if ep is not None else (b.v0_host, b.v0_port)
-            brokers[b.id] = BrokerInfo(b.id, host, port, b.rack)
+            brokers[b.id] = BrokerInfo.from_update_metadata(b)  # every listener's endpoint
         cache.brokers = brokers
         topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
         states = req.partition_states()

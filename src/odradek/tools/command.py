@@ -10,7 +10,10 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..coordination.zookeeper import ZooKeeperStore
 
 
 class ToolError(Exception):
@@ -37,6 +40,30 @@ def add_admin_command(subcommands: Subcommands, name: str, help: str, descriptio
     p.add_argument("--bootstrap-server", help="REQUIRED: the server(s) to connect to")
     p.add_argument("--command-config", help="properties file of admin client configs")
     return p
+
+
+async def open_zookeeper(connect: str) -> ZooKeeperStore:
+    """A started ZooKeeper session for a ``--zookeeper`` tool, with the brokers' identity when
+    ``KAFKA_OPTS`` names a JAAS file with a ``Client`` section (then the znodes it creates get
+    Kafka's secure ACLs, as Kafka's tools do when ZooKeeper authentication is on). A failure is a
+    ``ToolError``: "Cannot connect to ZooKeeper at ...", or the JAAS file's problem."""
+    import logging
+
+    from ..coordination.zookeeper import ZooKeeperStore
+    from ..security.zk_auth import ZkSecurity, ZooKeeperLoginError
+
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one-line error says it
+    try:
+        security = ZkSecurity.for_tool()
+    except ZooKeeperLoginError as exc:
+        raise ToolError(str(exc)) from None
+    store = ZooKeeperStore(connect, 30000, connection_timeout_ms=15000,
+                           auth_data=security.auth_data, acls=security.acl_provider)
+    try:
+        await store.start()
+    except Exception as exc:
+        raise ToolError(f"Cannot connect to ZooKeeper at {connect}: {exc}") from None
+    return store
 
 
 def reader_gone() -> int:

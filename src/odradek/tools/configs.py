@@ -1,7 +1,7 @@
 """`odradek configs` (S-6.3, issue 7): Kafka's kafka-configs on odradek's admin client.
 
-  --bootstrap-server HOST:PORT [--command-config FILE]
-  --entity-type topics|brokers  (--entity-name NAME | --entity-default)
+  --bootstrap-server HOST:PORT [--command-config FILE]    (or, for users only, --zookeeper)
+  --entity-type topics|brokers|users  (--entity-name NAME | --entity-default)
       or Kafka's shortcuts --topic NAME | --broker ID | --broker-defaults
   --describe [--all]                       DescribeConfigs (dynamic configs; --all: every config)
   --alter [--add-config 'k1=v1,k2=[a,b]'] [--add-config-file FILE] [--delete-config k1,k2]
@@ -14,6 +14,17 @@ Output as Kafka's ConfigCommand:
   Default configs for brokers in the cluster are:
   Completed updating config for topic t.
   Completed updating default config for brokers in the cluster.
+
+Users' SCRAM credentials (KIP-554), as Kafka's docs create them:
+
+  --alter --entity-type users --entity-name alice
+      --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'
+  --alter --entity-type users --entity-name alice --delete-config 'SCRAM-SHA-512'
+  --describe --entity-type users [--entity-name alice]
+
+With --bootstrap-server they go through AlterUserScramCredentials / DescribeUserScramCredentials;
+with --zookeeper HOST:PORT[/chroot] the tool writes `/config/users/<user>` and a change
+notification itself, so the inter-broker user's credential exists before any broker runs.
 
 A bad command line prints the reason on stderr and exits 1; a failed request prints
 "Error while executing config command with args '...'" and the error, and exits 1. Broker-wide
@@ -35,7 +46,7 @@ from .command import Subcommands, ToolError, add_admin_command, read_properties,
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
 
-ENTITY_TYPES = {"topics": "topic", "brokers": "broker"}
+ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "users": "user"}
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
            3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
            6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
@@ -114,13 +125,23 @@ def _check_args(args: argparse.Namespace) -> None:
     actions = [a for a in ("describe", "alter") if getattr(args, a)]
     if len(actions) != 1:
         raise ToolError("Command must include exactly one action: --describe, --alter")
-    if not args.bootstrap_server:
-        raise ToolError("Missing required argument \"[bootstrap-server]\"")
     if args.entity_type is None:
         raise ToolError("--entity-type must be specified")
     if args.entity_type not in ENTITY_TYPES:
         raise ToolError(f"Invalid entity type {args.entity_type}, the entity type must be one "
                         f"of {', '.join(ENTITY_TYPES)}")
+    zookeeper = getattr(args, "zookeeper", None)
+    if zookeeper and args.bootstrap_server:
+        raise ToolError("Only one of --bootstrap-server or --zookeeper must be specified")
+    if zookeeper and args.entity_type != "users":
+        raise ToolError("--zookeeper is only supported with --entity-type users (SCRAM "
+                        "credentials); use --bootstrap-server")
+    if not args.bootstrap_server and not zookeeper:
+        raise ToolError("Missing required argument \"[bootstrap-server]\"")
+    if args.entity_type == "users" and (args.entity_default or args.all
+                                        or args.add_config_file):
+        raise ToolError("--entity-default, --all and --add-config-file are not supported "
+                        "with --entity-type users (only SCRAM credentials are)")
     if args.entity_name is not None and args.entity_default:
         raise ToolError("--entity-name and --entity-default cannot be specified together")
     if args.entity_default and args.entity_type != "brokers":
@@ -218,10 +239,18 @@ def _java_text(error: Any) -> str:
 
 async def run(args: argparse.Namespace) -> list[str]:
     from ..client import AsyncAdmin
+    from . import user_credentials
 
+    changes = user_credentials.scram_changes(
+        [parse_add_config(t) for t in args.add_config], parse_delete_config(args.delete_config)
+    ) if args.entity_type == "users" and args.alter else ([], [])
+    if getattr(args, "zookeeper", None):
+        return await user_credentials.run_zookeeper(args.zookeeper, args, changes)
     cfg: dict[str, Any] = read_properties(args.command_config) if args.command_config else {}
     cfg["bootstrap.servers"] = args.bootstrap_server
     async with AsyncAdmin(cfg) as admin:
+        if args.entity_type == "users":
+            return await user_credentials.run_admin(admin, args, changes)
         if args.describe:
             return await describe(admin, args)
         return await alter(admin, args)
@@ -229,6 +258,8 @@ async def run(args: argparse.Namespace) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
+    from ..coordination.store import CoordinationError
+    from .user_credentials import ScramCommandError
 
     def body() -> list[str]:
         _check_args(args)
@@ -237,20 +268,24 @@ def main(args: argparse.Namespace) -> int:
     def failed(exc: BaseException) -> int:
         argv = " ".join(sys.argv[1:])
         print(f"Error while executing config command with args '{argv}'", file=sys.stderr)
-        text = str(exc) if isinstance(exc, ConfigCommandError) else (
+        text = str(exc) if isinstance(exc, ConfigCommandError | ScramCommandError) else (
             _java_text(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}")
         print(text, file=sys.stderr)
         return 1
 
-    return run_tool(body, failures=(ConfigCommandError, KafkaError, OSError, TimeoutError),
+    return run_tool(body, failures=(ConfigCommandError, KafkaError, OSError, TimeoutError,
+                                    CoordinationError, ScramCommandError),
                     failed=failed)
 
 
 def add_parser(subparsers: Subcommands) -> None:
-    p = add_admin_command(subparsers, "configs", "describe or change topic and broker configs "
-                          "(Kafka's kafka-configs)", __doc__)
-    p.add_argument("--entity-type", help="type of entity (topics/brokers)")
-    p.add_argument("--entity-name", help="name of entity (topic name/broker id)")
+    p = add_admin_command(subparsers, "configs", "describe or change topic, broker and user "
+                          "configs (Kafka's kafka-configs)", __doc__)
+    p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
+                   help="write users' SCRAM credentials straight into ZooKeeper (only with "
+                        "--entity-type users)")
+    p.add_argument("--entity-type", help="type of entity (topics/brokers/users)")
+    p.add_argument("--entity-name", help="name of entity (topic name/broker id/user name)")
     p.add_argument("--entity-default", action="store_true",
                    help="default entity name for brokers (applies to every broker)")
     p.add_argument("--topic", help="the topic's name (same as --entity-type topics "

@@ -202,7 +202,8 @@ def add_parser(sub: Subcommands) -> None:
                         "print.partition, print.offset, print.headers, key.separator, "
                         "line.separator, headers.separator, null.literal")
     p.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--consumer.config", dest="consumer_config", metavar="FILE")
+    p.add_argument("--consumer.config", "--command-config", dest="consumer_config",
+                   metavar="FILE", help="consumer properties (security.protocol, sasl.*, ssl.*)")
     p.add_argument("--isolation-level", default="read_uncommitted",
                    choices=["read_uncommitted", "read_committed"])
     p.add_argument("--skip-message-on-error", action="store_true")

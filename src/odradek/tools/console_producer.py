@@ -195,7 +195,8 @@ def add_parser(sub: Subcommands) -> None:
                         "headers.delimiter, headers.separator, headers.key.separator, "
                         "null.marker, ignore.error")
     p.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--producer.config", dest="producer_config", metavar="FILE")
+    p.add_argument("--producer.config", "--command-config", dest="producer_config",
+                   metavar="FILE", help="producer properties (security.protocol, sasl.*, ssl.*)")
     p.add_argument("--compression-codec", nargs="?", const="gzip", default=None,
                    choices=["none", "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--request-required-acks", default="-1")

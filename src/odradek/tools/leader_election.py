@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -33,7 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..common import TopicPartition
 from ..coordination.paths import parse_election_json
-from .command import Subcommands, ToolError, prefixed, read_properties, reader_gone, run_tool
+from .command import (
+    Subcommands,
+    ToolError,
+    open_zookeeper,
+    prefixed,
+    read_properties,
+    reader_gone,
+    run_tool,
+)
 
 if TYPE_CHECKING:
     from ..client.errors import KafkaError
@@ -247,15 +254,9 @@ def run_preferred_replica_election(args: argparse.Namespace) -> int:
 async def _write_through_zookeeper(connect: str, partitions: list[TopicPartition] | None
                                    ) -> str:
     from ..coordination.store import CoordinationError
-    from ..coordination.zookeeper import ZooKeeperStore
 
-    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one-line error says it
     print(f"Connecting to ZooKeeper at {connect} ...", file=sys.stderr, flush=True)
-    store = ZooKeeperStore(connect, 30000, connection_timeout_ms=15000)
-    try:
-        await store.start()
-    except Exception as exc:
-        raise ToolError(f"Cannot connect to ZooKeeper at {connect}: {exc}") from None
+    store = await open_zookeeper(connect)
     try:
         return await write_election_znode(store, partitions)
     except CoordinationError as exc:
@@ -268,8 +269,8 @@ def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("leader-election",
                        help="elect preferred or unclean leaders (kafka-leader-election)")
     p.add_argument("--bootstrap-server", help="HOST:PORT[,HOST:PORT...] to connect to")
-    p.add_argument("--admin.config", dest="admin_config", metavar="FILE",
-                   help="admin client properties")
+    p.add_argument("--admin.config", "--command-config", dest="admin_config", metavar="FILE",
+                   help="admin client properties (security.protocol, sasl.*, ssl.*)")
     p.add_argument("--election-type", help="PREFERRED or UNCLEAN")
     p.add_argument("--all-topic-partitions", action="store_true",
                    help="elect leaders for every partition")
@@ -286,7 +287,8 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]",
                    help="write /admin/preferred_replica_election through ZooKeeper")
     p.add_argument("--bootstrap-server", help="use the ElectLeaders API instead")
-    p.add_argument("--admin.config", dest="admin_config", metavar="FILE")
+    p.add_argument("--admin.config", "--command-config", dest="admin_config", metavar="FILE",
+                   help="admin client properties (security.protocol, sasl.*, ssl.*)")
     p.add_argument("--path-to-json-file", metavar="FILE",
                    help='{"partitions": [{"topic": "t", "partition": 0}, ...]} (default: all)')
     p.add_argument("--timeout-ms", type=int, default=30000, help=argparse.SUPPRESS)

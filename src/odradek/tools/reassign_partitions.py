@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..common import TopicPartition as TP
 from ..common.replica_assignment import AssignmentError, assign_replicas_to_brokers
-from .command import Subcommands, ToolError, read_properties, run_tool
+from .command import Subcommands, ToolError, open_zookeeper, read_properties, run_tool
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
@@ -516,14 +515,7 @@ async def run(args: argparse.Namespace) -> list[str]:
         raise ToolError("Exactly one of --bootstrap-server and --zookeeper is required")
     action = ACTIONS[chosen[0]]
     if args.zookeeper:
-        from ..coordination.zookeeper import ZooKeeperStore
-
-        logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one-line error says it
-        store = ZooKeeperStore(args.zookeeper, 30000, connection_timeout_ms=15000)
-        try:
-            await store.start()
-        except Exception as exc:
-            raise ToolError(f"Cannot connect to ZooKeeper at {args.zookeeper}: {exc}") from None
+        store = await open_zookeeper(args.zookeeper)
         try:
             return await action(ZooKeeperBackend(store), args)
         finally:

@@ -46,7 +46,7 @@ from kio.schema.errors import ErrorCode
 from ..client.errors import KafkaConnectionError, KafkaError
 from ..common import TopicPartition
 from ..protocol import records as rb
-from .command import Subcommands, ToolError, prefixed, run_tool
+from .command import Subcommands, ToolError, prefixed, read_properties, run_tool
 
 DEBUGGING_CONSUMER_ID = -2  # Kafka's FetchRequest.DEBUGGING_CONSUMER_ID
 DEFAULT_FETCH_SIZE = 1024 * 1024  # ConsumerConfig.DEFAULT_MAX_PARTITION_FETCH_BYTES
@@ -181,6 +181,8 @@ class Options:
     time: int = EARLIEST
     report_interval_ms: int = 30000
     once: bool = False
+    #: --command-config's client properties (security.protocol, sasl.*, ssl.*).
+    client_props: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -226,8 +228,9 @@ class ReplicaVerifier:
             pattern = re.compile(self.opts.topic_regex)
         except re.error:
             raise cannot_run(f"{self.opts.topic_regex} is an invalid regex") from None
-        cfg = build_config(ADMIN, {"bootstrap.servers": self.opts.bootstrap,
-                                   "client.id": "replica-verification",
+        cfg = build_config(ADMIN, {"client.id": "replica-verification",
+                                   **self.opts.client_props,
+                                   "bootstrap.servers": self.opts.bootstrap,
                                    "allow.auto.create.topics": False}, {})
         self.client = KafkaClient(cfg)
         self.client.topics = None
@@ -446,8 +449,10 @@ def run(args: argparse.Namespace) -> int:
                 raise cannot_run(f"--{flag.replace('_', '-')} must be positive")
         if args.max_wait_ms < 0:
             raise cannot_run("--max-wait-ms must not be negative")
+        props = (read_properties(args.command_config, "--command-config")
+                 if args.command_config else {})
         opts = Options(bootstrap, args.topic_white_list, args.fetch_size, args.max_wait_ms,
-                       args.time, args.report_interval_ms, args.once)
+                       args.time, args.report_interval_ms, args.once, props)
         started = time.monotonic()
         code = asyncio.run(verify(opts))
         with contextlib.suppress(OSError):
@@ -470,6 +475,8 @@ def add_parser(sub: Subcommands) -> None:
                             "(Kafka's ReplicaVerificationTool)")
     p.add_argument("--broker-list", help="HOST:PORT,... of brokers to bootstrap from")
     p.add_argument("--bootstrap-server", help="same as --broker-list")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties (security.protocol, sasl.*, ssl.*)")
     p.add_argument("--topic-white-list", "--topics-include", default=".*",
                    dest="topic_white_list", help="regex of the topics to verify (default .*)")
     p.add_argument("--fetch-size", type=int, default=DEFAULT_FETCH_SIZE,

@@ -21,13 +21,16 @@ from ...coordination.store import CoordinationStore
 from ...coordinator.group_coordinator import GroupCoordinator
 from ...protocol import interbroker as ib
 from ...protocol.codec import MalformedRequest, UnsupportedVersion, decode_request, peek_api
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..admin_manager import AdminManager
 from ..config import KafkaConfig
+from ..credential_cache import CredentialCache
 from ..metadata_cache import MetadataCache
 from ..network import CloseConnection, Connection, Response
 from ..producer_id_manager import ProducerIdManager
 from ..replica_manager import ReplicaManager
 from ..topic_config_manager import TopicConfigManager
+from .acls import AclApis
 from .admin import AdminApis
 from .alter_configs import AlterConfigsApis
 from .api_versions import ApiVersionsApi
@@ -43,6 +46,8 @@ from .offsets import OffsetApis
 from .produce import ProduceApi
 from .producer_ids import InitProducerIdApi
 from .reassignments import ReassignmentApis
+from .sasl import SaslApis, sasl_server_configs
+from .scram_credentials import ScramCredentialApis
 
 log = logging.getLogger("odradek.apis")
 
@@ -63,13 +68,18 @@ APIS: dict[int, tuple[str, int, int]] = {
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 5),
     16: ("ListGroups", 0, 4),
+    17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    29: ("DescribeAcls", 1, 2),  # v0 (pre-KIP-290): not in the codec (kio)
+    30: ("CreateAcls", 1, 2),
+    31: ("DeleteAcls", 1, 2),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
+    36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
     43: ("ElectLeaders", 0, 2),
@@ -77,6 +87,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     45: ("AlterPartitionReassignments", 0, 0),
     46: ("ListPartitionReassignments", 0, 0),
     47: ("OffsetDelete", 0, 0),
+    50: ("DescribeUserScramCredentials", 0, 0),
+    51: ("AlterUserScramCredentials", 0, 0),
 }
 
 # Advertised below what is handled (Kafka 4.0's KAFKA-18659): librdkafka before 2.10 compresses
@@ -97,44 +109,59 @@ class KafkaApis:
                  group_coordinator: GroupCoordinator, admin_manager: AdminManager,
                  topic_config_manager: TopicConfigManager, producer_ids: ProducerIdManager,
                  controller: KafkaController, store: CoordinationStore,
-                 flush_checkpoints: Callable[[], Awaitable[Any]]) -> None:
-        admin = AdminApis(broker_id, admin_manager, metadata_cache)
-        alter_configs = AlterConfigsApis(admin_manager)
-        groups = GroupApis(group_coordinator)
-        offsets = OffsetApis(group_coordinator, metadata_cache)
-        reassignments = ReassignmentApis(store)
+                 flush_checkpoints: Callable[[], Awaitable[Any]],
+                 authorizer: Authorizer = ALLOW_ALL,
+                 credential_cache: CredentialCache | None = None) -> None:
+        auth = authorizer
+        admin = AdminApis(broker_id, admin_manager, metadata_cache, auth)
+        alter_configs = AlterConfigsApis(admin_manager, auth)
+        groups = GroupApis(group_coordinator, auth)
+        offsets = OffsetApis(group_coordinator, metadata_cache, auth)
+        reassignments = ReassignmentApis(store, auth)
+        acls = AclApis(auth)
         self.api_versions = ApiVersionsApi(self.supported)
+        cache = credential_cache or CredentialCache(store)  # SASL (SB)
+        self.sasl = SaslApis(sasl_server_configs(
+            config.originals, [ep.listener for ep in config.listeners], cache.get))
+        scram = ScramCredentialApis(store, cache, auth)
         self.interbroker = InterBrokerApis(replica_manager, metadata_cache, topic_config_manager,
-                                           controller, flush_checkpoints)
+                                           controller, flush_checkpoints, auth)
         self.handlers: dict[int, HandlerFn] = {
-            0: ProduceApi(replica_manager).handle,
-            1: FetchApi(replica_manager, config["fetch.max.bytes"]).handle,
-            2: ListOffsetsApi(replica_manager).handle,
+            0: ProduceApi(replica_manager, auth).handle,
+            1: FetchApi(replica_manager, config["fetch.max.bytes"], auth).handle,
+            2: ListOffsetsApi(replica_manager, auth).handle,
             3: MetadataApi(metadata_cache, config["auto.create.topics.enable"],
-                           admin_manager.auto_create_topics).handle,
+                           admin_manager.auto_create_topics, auth).handle,
             8: offsets.handle_offset_commit,
             9: offsets.handle_offset_fetch,
-            10: FindCoordinatorApi(group_coordinator, metadata_cache).handle,
+            10: FindCoordinatorApi(group_coordinator, metadata_cache, auth).handle,
             11: groups.handle_join_group,
             12: groups.handle_heartbeat,
             13: groups.handle_leave_group,
             14: groups.handle_sync_group,
             15: groups.handle_describe_groups,
             16: groups.handle_list_groups,
+            17: self.sasl.handle_handshake,
             18: self.api_versions.handle,
             19: admin.handle_create_topics,
             20: admin.handle_delete_topics,
-            22: InitProducerIdApi(producer_ids).handle,
-            23: OffsetForLeaderEpochApi(replica_manager).handle,
+            22: InitProducerIdApi(producer_ids, auth).handle,
+            23: OffsetForLeaderEpochApi(replica_manager, auth).handle,
+            29: acls.handle_describe_acls,
+            30: acls.handle_create_acls,
+            31: acls.handle_delete_acls,
             32: admin.handle_describe_configs,
             33: alter_configs.handle_alter_configs,
+            36: self.sasl.handle_authenticate,
             37: admin.handle_create_partitions,
             42: groups.handle_delete_groups,
-            43: ElectLeadersApi(controller, metadata_cache).handle,
+            43: ElectLeadersApi(controller, metadata_cache, auth).handle,
             44: alter_configs.handle_incremental_alter_configs,
             45: reassignments.handle_alter,
             46: reassignments.handle_list,
             47: offsets.handle_offset_delete,
+            50: scram.handle_describe,
+            51: scram.handle_alter,
         }
         assert self.handlers.keys() == APIS.keys()
 
@@ -146,6 +173,14 @@ class KafkaApis:
         return sorted(ranges)
 
     def handle(self, conn: Connection, payload: bytes) -> Response | Awaitable[Response]:
+        if not conn.authenticated:  # a SASL listener's client before authentication (SB)
+            try:
+                return self.sasl.before_authentication(conn, payload, self._handle)
+            except MalformedRequest as exc:
+                raise CloseConnection(str(exc)) from None
+        return self._handle(conn, payload)
+
+    def _handle(self, conn: Connection, payload: bytes) -> Response | Awaitable[Response]:
         try:
             key, version, correlation_id = peek_api(payload)
         except MalformedRequest as exc:

@@ -9,9 +9,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
-from ..admin_manager import AdminManager, PartitionsSpec, TopicSpec
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
+from ..admin_manager import AdminManager, PartitionsSpec, TopicResult, TopicSpec
 from ..metadata_cache import MetadataCache
 from ..network import Connection
+from .authz import allowed, allowed_names
 
 
 def _ms(td: Any) -> int:
@@ -20,37 +23,59 @@ def _ms(td: Any) -> int:
 
 class AdminApis:
     def __init__(self, broker_id: int, admin_manager: AdminManager,
-                 metadata_cache: MetadataCache) -> None:
+                 metadata_cache: MetadataCache, authorizer: Authorizer = ALLOW_ALL) -> None:
         self.broker_id = broker_id
+        self.authorizer = authorizer
         self.admin = admin_manager
         self.metadata_cache = metadata_cache
 
     async def handle_create_topics(self, header: Any, request: Any, conn: Connection
                                    ) -> bytes:
-        return await _create_topics(self.admin, header, request)
+        denied: set[str] = set()
+        auth = self.authorizer
+        if auth.enabled and not allowed(auth, conn, AclOperation.CREATE, ResourceType.CLUSTER,
+                                        request_name="CreateTopics", log_if_denied=False):
+            names = [t.name for t in request.topics]
+            denied = set(names) - allowed_names(auth, conn, AclOperation.CREATE,
+                                                ResourceType.TOPIC, names,
+                                                request_name="CreateTopics")
+        return await _create_topics(self.admin, header, request, denied)
 
     async def handle_delete_topics(self, header: Any, request: Any, conn: Connection
                                    ) -> bytes:
-        return await _delete_topics(self.admin, self.metadata_cache, header, request)
+        return await _delete_topics(self.admin, self.metadata_cache, header, request,
+                                    self.authorizer, conn)
 
     async def handle_create_partitions(self, header: Any, request: Any, conn: Connection
                                        ) -> bytes:
-        return await _create_partitions(self.admin, header, request)
+        denied: set[str] = set()
+        if self.authorizer.enabled:
+            names = [t.name for t in request.topics]
+            denied = set(names) - allowed_names(self.authorizer, conn, AclOperation.ALTER,
+                                                ResourceType.TOPIC, names,
+                                                request_name="CreatePartitions")
+        return await _create_partitions(self.admin, header, request, denied)
 
     async def handle_describe_configs(self, header: Any, request: Any, conn: Connection
                                       ) -> bytes:
         return await _describe_configs(self.broker_id, self.admin, self.metadata_cache, header,
-                                       request)
+                                       request, self.authorizer, conn)
 
 
-async def _create_topics(admin: AdminManager, header: Any, request: Any) -> bytes:
+async def _create_topics(admin: AdminManager, header: Any, request: Any,
+                         denied: set[str] | None = None) -> bytes:
     mod = response_module(type(request))
+    denied = denied or set()
     specs = [TopicSpec(
         name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
         assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
         configs={c.name: c.value for c in t.configs}) for t in request.topics]
-    results = await admin.create_topics(specs, _ms(request.timeout),
-                                               getattr(request, "validate_only", False))
+    results = await admin.create_topics([s for s in specs if s.name not in denied],
+                                        _ms(request.timeout),
+                                        getattr(request, "validate_only", False)) \
+        if len(denied) < len(specs) else {}
+    for name in denied:  # Kafka: CREATE on the cluster, or on each topic
+        results[name] = TopicResult(ErrorCode.topic_authorization_failed)
     topics = []
     for spec in specs:
         r = results[spec.name]
@@ -68,8 +93,8 @@ async def _create_topics(admin: AdminManager, header: Any, request: Any) -> byte
                            make(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(topics)))
 
 
-async def _delete_topics(admin: AdminManager, cache: MetadataCache, header: Any, request: Any
-                         ) -> bytes:
+async def _delete_topics(admin: AdminManager, cache: MetadataCache, header: Any, request: Any,
+                         authorizer: Authorizer = ALLOW_ALL, conn: Any = None) -> bytes:
     mod = response_module(type(request))
     if hasattr(request, "topic_names"):
         names: list[str | None] = list(request.topic_names)
@@ -81,12 +106,22 @@ async def _delete_topics(admin: AdminManager, cache: MetadataCache, header: Any,
                 names.append(info.name if info else None)
             else:
                 names.append(t.name)
-    results = await admin.delete_topics([n for n in names if n], _ms(request.timeout))
+    wanted = [n for n in names if n]
+    denied: set[str] = set()
+    if authorizer.enabled:  # Kafka: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED
+        denied = set(wanted) - allowed_names(authorizer, conn, AclOperation.DELETE,
+                                             ResourceType.TOPIC, wanted,
+                                             request_name="DeleteTopics")
+    results = await admin.delete_topics([n for n in wanted if n not in denied],
+                                        _ms(request.timeout)) \
+        if len(denied) < len(set(wanted)) else {}
+    for n in denied:
+        results[n] = (ErrorCode.topic_authorization_failed, None)
     responses = []
     for n in names:
         error, message = results.get(n, (ErrorCode.unknown_topic_id, None)) if n else \
             (ErrorCode.unknown_topic_id, "unknown topic id")
-        info = cache.topic(n) if n else None
+        info = cache.topic(n) if n and n not in denied else None
         responses.append(make(mod.DeletableTopicResult, name=n,
                               topic_id=info.topic_id if info else None,
                               error_code=error, error_message=message))
@@ -95,14 +130,19 @@ async def _delete_topics(admin: AdminManager, cache: MetadataCache, header: Any,
                                 responses=tuple(responses)))
 
 
-async def _create_partitions(admin: AdminManager, header: Any, request: Any) -> bytes:
+async def _create_partitions(admin: AdminManager, header: Any, request: Any,
+                             denied: set[str] | None = None) -> bytes:
     mod = response_module(type(request))
+    denied = denied or set()
     specs = [PartitionsSpec(t.name, t.count,
                             [list(a.broker_ids) for a in t.assignments]
                             if t.assignments is not None else None)
              for t in request.topics]
-    results = await admin.create_partitions(specs, _ms(request.timeout),
-                                            request.validate_only)
+    results = await admin.create_partitions([s for s in specs if s.name not in denied],
+                                            _ms(request.timeout), request.validate_only) \
+        if len(denied) < len(specs) else {}
+    for name in denied:  # Kafka: ALTER on each topic
+        results[name] = (ErrorCode.topic_authorization_failed, None)
     out = tuple(make(mod.CreatePartitionsTopicResult, name=s.name, error_code=results[s.name][0],
                      error_message=results[s.name][1]) for s in specs)
     return encode_response(type(request), header.correlation_id,
@@ -113,13 +153,24 @@ TOPIC, BROKER = 2, 4
 
 
 async def _describe_configs(broker_id: int, admin: AdminManager, cache: MetadataCache,
-                            header: Any, request: Any) -> bytes:
+                            header: Any, request: Any, authorizer: Authorizer = ALLOW_ALL,
+                            conn: Any = None) -> bytes:
     mod = response_module(type(request))
     results = []
+    cluster_ok: bool | None = None
     for res in request.resources:
         keys = set(res.configuration_keys) if res.configuration_keys is not None else None
         error, message, entries = ErrorCode.none, None, []
-        if res.resource_type == TOPIC:
+        if authorizer.enabled and res.resource_type == TOPIC and not allowed(
+                authorizer, conn, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
+                res.resource_name, request_name="DescribeConfigs"):
+            error = ErrorCode.topic_authorization_failed
+        elif authorizer.enabled and res.resource_type == BROKER and not (
+                cluster_ok := cluster_ok if cluster_ok is not None else allowed(
+                    authorizer, conn, AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER,
+                    request_name="DescribeConfigs")):
+            error = ErrorCode.cluster_authorization_failed
+        elif res.resource_type == TOPIC:
             if cache.topic(res.resource_name) is None:
                 error, message = ErrorCode.unknown_topic_or_partition, None
             else:

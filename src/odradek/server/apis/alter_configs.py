@@ -20,27 +20,51 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ...storage.log_config import InvalidConfigError
 from ..admin_manager import AdminManager
 from ..broker_config_manager import NonDynamicConfigError, UnknownConfigError
 from ..config_ops import SET, ConfigOp, InvalidRequestError, UnknownTopicError, check_duplicates
 from ..network import Connection
+from .authz import allowed
 
 TOPIC, BROKER = 2, 4
 RESOURCE_TYPES = {TOPIC: "TOPIC", BROKER: "BROKER"}
 
 
 class AlterConfigsApis:
-    def __init__(self, admin_manager: AdminManager) -> None:
+    def __init__(self, admin_manager: AdminManager, authorizer: Authorizer = ALLOW_ALL) -> None:
         self.admin = admin_manager
+        self.authorizer = authorizer
+
+    def _denied(self, conn: Connection, request: Any, request_name: str
+                ) -> dict[int, ErrorCode]:
+        """Kafka: ALTER_CONFIGS on each topic (TOPIC_AUTHORIZATION_FAILED), on the cluster for
+        brokers (CLUSTER_AUTHORIZATION_FAILED); by position in the request."""
+        out: dict[int, ErrorCode] = {}
+        if not self.authorizer.enabled:
+            return out
+        for i, res in enumerate(request.resources):
+            if res.resource_type == TOPIC and not allowed(
+                    self.authorizer, conn, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC,
+                    res.resource_name, request_name=request_name):
+                out[i] = ErrorCode.topic_authorization_failed
+            elif res.resource_type == BROKER and not allowed(
+                    self.authorizer, conn, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER,
+                    request_name=request_name):
+                out[i] = ErrorCode.cluster_authorization_failed
+        return out
 
     async def handle_alter_configs(self, header: Any, request: Any, conn: Connection) -> bytes:
-        results = await _alter(self.admin, request, incremental=False)
+        results = await _alter(self.admin, request, incremental=False,
+                               denied=self._denied(conn, request, "AlterConfigs"))
         return _response(request, header, results, "AlterConfigsResponse")
 
     async def handle_incremental_alter_configs(self, header: Any, request: Any,
                                                conn: Connection) -> bytes:
-        results = await _alter(self.admin, request, incremental=True)
+        results = await _alter(self.admin, request, incremental=True, denied=self._denied(
+            conn, request, "IncrementalAlterConfigs"))
         return _response(request, header, results, "IncrementalAlterConfigsResponse")
 
 
@@ -75,10 +99,14 @@ def _response(request: Any, header: Any, results: list[tuple[Any, ErrorCode, str
                            make(getattr(mod, response_name), throttle_time=0, responses=out))
 
 
-async def _alter(admin: AdminManager, request: Any, incremental: bool
+async def _alter(admin: AdminManager, request: Any, incremental: bool,
+                 denied: dict[int, ErrorCode] | None = None
                  ) -> list[tuple[Any, ErrorCode, str | None]]:
     results: list[tuple[Any, ErrorCode, str | None]] = []
-    for res in request.resources:
+    for i, res in enumerate(request.resources):
+        if denied and i in denied:
+            results.append((res, denied[i], None))
+            continue
         try:
             if incremental:
                 ops = [ConfigOp(c.name, int(c.config_operation), c.value) for c in res.configs]

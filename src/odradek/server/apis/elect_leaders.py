@@ -26,8 +26,11 @@ from ...controller.preferred_election import (
     ElectionType,
 )
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..metadata_cache import MetadataCache
 from ..network import Connection
+from .authz import allowed
 
 INVALID_REQUEST = 42
 UNKNOWN_SERVER_ERROR = -1
@@ -36,12 +39,16 @@ Result = tuple[int, str | None, int]
 
 
 class ElectLeadersApi:
-    def __init__(self, controller: KafkaController, metadata_cache: MetadataCache) -> None:
+    def __init__(self, controller: KafkaController, metadata_cache: MetadataCache,
+                 authorizer: Authorizer = ALLOW_ALL) -> None:
         self.controller = controller
         self.metadata_cache = metadata_cache
+        self.authorizer = authorizer
 
     async def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return await _handle(self.controller, self.metadata_cache, header, request)
+        authorized = allowed(self.authorizer, conn, AclOperation.ALTER, ResourceType.CLUSTER,
+                             request_name="ElectLeaders")  # Kafka: ALTER on the cluster
+        return await _handle(self.controller, self.metadata_cache, header, request, authorized)
 
 
 def _requested(cache: MetadataCache, request: Any) -> list[TopicPartition]:
@@ -94,14 +101,19 @@ async def _elect(controller: KafkaController, cache: MetadataCache,
     return results
 
 
-async def _handle(controller: KafkaController, cache: MetadataCache, header: Any, request: Any
-                  ) -> bytes:
+async def _handle(controller: KafkaController, cache: MetadataCache, header: Any, request: Any,
+                  authorized: bool = True) -> bytes:
     mod = response_module(type(request))
     requested = _requested(cache, request)
     raw_type = int(getattr(request, "election_type", 0))  # v0: always PREFERRED
     timeout = max(0.0, request.timeout.total_seconds())
-    if raw_type not in (0, 1):
+    top_error = ErrorCode.none
+    if not authorized:
+        top_error = ErrorCode.cluster_authorization_failed
         results: dict[TopicPartition, Result] = {
+            tp: (int(top_error), None, -1) for tp in requested}
+    elif raw_type not in (0, 1):
+        results = {
             tp: (INVALID_REQUEST, f"Unknown election type {raw_type}", -1) for tp in requested}
     else:
         results = await _elect(controller, cache, requested, ElectionType(raw_type), timeout)
@@ -112,7 +124,7 @@ async def _handle(controller: KafkaController, cache: MetadataCache, header: Any
             mod.PartitionResult, partition_id=tp.partition, error_code=ErrorCode(code),
             error_message=message if code != NONE else None))
     return encode_response(type(request), header.correlation_id, make(
-        mod.ElectLeadersResponse, throttle_time=0, error_code=ErrorCode.none,  # v1+
+        mod.ElectLeadersResponse, throttle_time=0, error_code=top_error,  # v1+
         replica_election_results=tuple(
             make(mod.ReplicaElectionResult, topic=t, partition_result=tuple(ps))
             for t, ps in by_topic.items())))

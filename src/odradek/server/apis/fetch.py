@@ -13,44 +13,72 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.fetch_response import PartitionData, encode_fetch_response
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection, Response
 from ..replica_manager import FetchRequestPartition, FetchResult, ReplicaManager
+from .authz import allowed, allowed_names
 
 
 class FetchApi:
-    def __init__(self, replica_manager: ReplicaManager, fetch_max_bytes: int) -> None:
+    def __init__(self, replica_manager: ReplicaManager, fetch_max_bytes: int,
+                 authorizer: Authorizer = ALLOW_ALL) -> None:
         self.replica_manager = replica_manager
         self.fetch_max_bytes = fetch_max_bytes
+        self.authorizer = authorizer
 
     def handle(self, header: Any, request: Any, conn: Connection
                ) -> Response | Awaitable[Response]:
-        return _handle(self.replica_manager, self.fetch_max_bytes, header, request)
+        denied: frozenset[str] = frozenset()
+        auth = self.authorizer
+        if auth.enabled:
+            names = [t.topic for t in request.topics]
+            if request.replica_id >= 0:  # a follower: CLUSTER_ACTION on the cluster
+                ok = allowed(auth, conn, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                             request_name="Fetch")
+                denied = frozenset() if ok else frozenset(names)
+            else:  # a consumer: READ on each topic
+                denied = frozenset(names) - allowed_names(auth, conn, AclOperation.READ,
+                                                          ResourceType.TOPIC, names,
+                                                          request_name="Fetch")
+        return _handle(self.replica_manager, self.fetch_max_bytes, header, request, denied)
 
 
-def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, request: Any
-            ) -> Response | Awaitable[Response]:
+def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, request: Any,
+            denied: frozenset[str] = frozenset()) -> Response | Awaitable[Response]:
     version = header.request_api_version
     if getattr(request, "session_id", 0) != 0:
         return encode_fetch_response(version, header.correlation_id, [],
                                      error_code=ErrorCode.fetch_session_id_not_found)
     requests: dict[tuple[str, int], FetchRequestPartition] = {}
+    refused: dict[tuple[str, int], FetchResult] = {}
     for t in request.topics:
+        if t.topic in denied:
+            for p in t.partitions:
+                refused[(t.topic, p.partition)] = FetchResult(
+                    ErrorCode.topic_authorization_failed)
+            continue
         for p in t.partitions:
             requests[(t.topic, p.partition)] = FetchRequestPartition(
                 p.fetch_offset, p.partition_max_bytes,
                 getattr(p, "current_leader_epoch", -1), getattr(p, "log_start_offset", -1))
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), fetch_max_bytes)
+    if refused and not requests:
+        return _respond(version, header.correlation_id, refused)
     outcome = replica_manager.fetch_messages(
         request.replica_id, max_wait_ms, request.min_bytes, max_bytes, requests)
     if isinstance(outcome, dict):
-        return _respond(version, header.correlation_id, outcome)
-    return _await_and_respond(version, header.correlation_id, outcome)
+        return _respond(version, header.correlation_id,
+                        {**refused, **outcome} if refused else outcome)
+    return _await_and_respond(version, header.correlation_id, outcome, refused)
 
 
-async def _await_and_respond(version: int, correlation_id: int, outcome: Awaitable[Any]
+async def _await_and_respond(version: int, correlation_id: int, outcome: Awaitable[Any],
+                             refused: dict[tuple[str, int], FetchResult] | None = None
                              ) -> list[Any]:
-    return _respond(version, correlation_id, await outcome)
+    results = await outcome
+    return _respond(version, correlation_id, {**refused, **results} if refused else results)
 
 
 def _respond(version: int, correlation_id: int,

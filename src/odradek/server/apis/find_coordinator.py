@@ -17,37 +17,55 @@ from kio.schema.errors import ErrorCode
 from ...coordinator.group_coordinator import GroupCoordinator
 from ...coordinator.offsets import OFFSETS_TOPIC
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..metadata_cache import MetadataCache
 from ..network import Connection
+from .authz import allowed
 
 GROUP_KEY_TYPE = 0
 NOT_AVAILABLE = "The coordinator is not available."
 
 
 class FindCoordinatorApi:
-    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache) -> None:
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache,
+                 authorizer: Authorizer = ALLOW_ALL) -> None:
         self.coordinator = coordinator
         self.metadata_cache = metadata_cache
+        self.authorizer = authorizer
 
     def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
         mod = response_module(type(request))
         key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
         if hasattr(request, "coordinator_keys"):
-            coordinators = tuple(make(mod.Coordinator, key=k, **self.find(key_type, k))
+            coordinators = tuple(make(mod.Coordinator, key=k, **self.find(key_type, k, conn))
                                  for k in request.coordinator_keys)
             resp = make(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
         else:
             resp = make(mod.FindCoordinatorResponse, throttle_time=0,
-                        **self.find(key_type, request.key))
+                        **self.find(key_type, request.key, conn))
         return encode_response(type(request), header.correlation_id, resp)
 
-    def find(self, key_type: int, key: str) -> dict[str, Any]:
-        return find(self.coordinator, self.metadata_cache, key_type, key)
+    def find(self, key_type: int, key: str, conn: Any = None) -> dict[str, Any]:
+        # Kafka: DESCRIBE on the group (or the transactional id)
+        if self.authorizer.enabled and key_type == GROUP_KEY_TYPE and not allowed(
+                self.authorizer, conn, AclOperation.DESCRIBE, ResourceType.GROUP, key,
+                request_name="FindCoordinator"):
+            return {"error_code": ErrorCode.group_authorization_failed, "error_message": None,
+                    "node_id": -1, "host": "", "port": -1}
+        if self.authorizer.enabled and key_type == 1 and not allowed(
+                self.authorizer, conn, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                key, request_name="FindCoordinator"):
+            return {"error_code": ErrorCode.transactional_id_authorization_failed,
+                    "error_message": None, "node_id": -1, "host": "", "port": -1}
+        listener = conn.listener_name if conn is not None else "PLAINTEXT"
+        return find(self.coordinator, self.metadata_cache, key_type, key, listener)
 
 
-def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key: str
-         ) -> dict[str, Any]:
-    """error_code, error_message, node_id, host, port for one key."""
+def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key: str,
+         listener: str = "PLAINTEXT") -> dict[str, Any]:
+    """error_code, error_message, node_id, host, port for one key (the coordinator's endpoint
+    on `listener`, the one the request came in on)."""
     def error(code: ErrorCode, message: str) -> dict[str, Any]:
         return {"error_code": code, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
@@ -62,9 +80,9 @@ def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key
         coordinator.ensure_offsets_topic()
         return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
     partition = topic.partitions.get(coordinator.partition_for(key))
-    node = None if partition is None else cache.brokers.get(partition.leader)
+    node = None if partition is None else cache.broker_endpoint(partition.leader, listener)
     if node is None:
         return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
-    return {"error_code": ErrorCode.none, "error_message": None, "node_id": node.broker_id,
-            "host": node.host, "port": node.port}
+    return {"error_code": ErrorCode.none, "error_message": None,
+            "node_id": partition.leader, "host": node.host, "port": node.port}
 

@@ -23,11 +23,15 @@ from kio.schema.errors import ErrorCode
 from ...coordinator.group import JoinGroupResult, SyncGroupResult
 from ...coordinator.group_coordinator import GroupCoordinator
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
+from .authz import allowed, allowed_names
 
 log = logging.getLogger("odradek.apis.groups")
 
 UNAUTHORIZED_OPS = -2147483648  # authorized operations not requested / not computed
+GROUP_AUTHORIZATION_FAILED = ErrorCode.group_authorization_failed
 T = TypeVar("T")
 
 
@@ -48,29 +52,58 @@ class GroupApis:
     """The group membership APIs of one group coordinator (which answers
     COORDINATOR_NOT_AVAILABLE while it is not active)."""
 
-    def __init__(self, coordinator: GroupCoordinator) -> None:
+    def __init__(self, coordinator: GroupCoordinator, authorizer: Authorizer = ALLOW_ALL
+                 ) -> None:
         self.coordinator = coordinator
+        self.authorizer = authorizer
+
+    def _read_denied(self, conn: Connection, group_id: str, request_name: str) -> bool:
+        """Kafka: the membership APIs need READ on the group."""
+        return self.authorizer.enabled and not allowed(
+            self.authorizer, conn, AclOperation.READ, ResourceType.GROUP, group_id,
+            request_name=request_name)
+
+    def _groups_allowed(self, conn: Connection, operation: AclOperation, groups: list[str],
+                        request_name: str) -> set[str]:
+        return allowed_names(self.authorizer, conn, operation, ResourceType.GROUP, groups,
+                             request_name=request_name)
 
     def handle_join_group(self, header: Any, request: Any, conn: Connection) -> Any:
-        return _join_group(self.coordinator, header, request, conn)
+        denied = self._read_denied(conn, request.group_id, "JoinGroup")
+        return _join_group(self.coordinator, header, request, conn, denied)
 
     def handle_sync_group(self, header: Any, request: Any, conn: Connection) -> Any:
-        return _sync_group(self.coordinator, header, request)
+        denied = self._read_denied(conn, request.group_id, "SyncGroup")
+        return _sync_group(self.coordinator, header, request, denied)
 
     def handle_heartbeat(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return _heartbeat(self.coordinator, header, request)
+        denied = self._read_denied(conn, request.group_id, "Heartbeat")
+        return _heartbeat(self.coordinator, header, request, denied)
 
     def handle_leave_group(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return _leave_group(self.coordinator, header, request)
+        denied = self._read_denied(conn, request.group_id, "LeaveGroup")
+        return _leave_group(self.coordinator, header, request, denied)
 
     def handle_list_groups(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return _list_groups(self.coordinator, header, request)
+        visible = None
+        auth = self.authorizer
+        # Kafka: DESCRIBE on the cluster lists every group, else those with DESCRIBE on them
+        if auth.enabled and not allowed(auth, conn, AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                                        request_name="ListGroups", log_if_denied=False):
+            visible = self._groups_allowed
+        return _list_groups(self.coordinator, header, request,
+                            None if visible is None else lambda groups: visible(
+                                conn, AclOperation.DESCRIBE, groups, "ListGroups"))
 
     def handle_describe_groups(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return _describe_groups(self.coordinator, header, request)
+        ok = self._groups_allowed(conn, AclOperation.DESCRIBE, list(request.groups),
+                                  "DescribeGroups")
+        return _describe_groups(self.coordinator, header, request, ok)
 
     def handle_delete_groups(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return _delete_groups(self.coordinator, header, request)
+        ok = self._groups_allowed(conn, AclOperation.DELETE, list(request.groups_names),
+                                  "DeleteGroups")
+        return _delete_groups(self.coordinator, header, request, ok)
 
 
 def when_done(future: asyncio.Future[T], build: Callable[[T], bytes]) -> Any:
@@ -92,8 +125,8 @@ def resolver(future: asyncio.Future[T]) -> Callable[[T], None]:
 
 # -- JoinGroup -------------------------------------------------------------------------------------
 
-def _join_group(coordinator: GroupCoordinator, header: Any, request: Any, conn: Connection
-                ) -> Any:
+def _join_group(coordinator: GroupCoordinator, header: Any, request: Any, conn: Connection,
+                denied: bool = False) -> Any:
     version = header.request_api_version
     mod = response_module(type(request))
 
@@ -108,6 +141,8 @@ def _join_group(coordinator: GroupCoordinator, header: Any, request: Any, conn: 
         return encode_response(type(request), header.correlation_id, resp)
 
     future: asyncio.Future[JoinGroupResult] = asyncio.get_running_loop().create_future()
+    if denied:
+        return build(JoinGroupResult(request.member_id, ErrorCode.group_authorization_failed))
     instance_id = getattr(request, "group_instance_id", None)
     session = ms(request.session_timeout)
     rebalance = ms(getattr(request, "rebalance_timeout", request.session_timeout))
@@ -121,7 +156,8 @@ def _join_group(coordinator: GroupCoordinator, header: Any, request: Any, conn: 
 
 # -- SyncGroup -------------------------------------------------------------------------------------
 
-def _sync_group(coordinator: GroupCoordinator, header: Any, request: Any) -> Any:
+def _sync_group(coordinator: GroupCoordinator, header: Any, request: Any,
+                denied: bool = False) -> Any:
     version = header.request_api_version
     mod = response_module(type(request))
 
@@ -134,7 +170,9 @@ def _sync_group(coordinator: GroupCoordinator, header: Any, request: Any) -> Any
     future: asyncio.Future[SyncGroupResult] = asyncio.get_running_loop().create_future()
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
-    if version >= 5 and (protocol_type is None or protocol_name is None):
+    if denied:
+        future.set_result(SyncGroupResult(ErrorCode.group_authorization_failed))
+    elif version >= 5 and (protocol_type is None or protocol_name is None):
         future.set_result(SyncGroupResult(ErrorCode.inconsistent_group_protocol))
     else:
         coordinator.handle_sync_group(
@@ -146,20 +184,26 @@ def _sync_group(coordinator: GroupCoordinator, header: Any, request: Any) -> Any
 
 # -- Heartbeat -------------------------------------------------------------------------------------
 
-def _heartbeat(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
+def _heartbeat(coordinator: GroupCoordinator, header: Any, request: Any,
+               denied: bool = False) -> bytes:
     mod = response_module(type(request))
-    error = coordinator.handle_heartbeat(request.group_id, request.member_id,
-                                         getattr(request, "group_instance_id", None),
-                                         request.generation_id)
+    error = GROUP_AUTHORIZATION_FAILED if denied else coordinator.handle_heartbeat(
+        request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+        request.generation_id)
     resp = make(mod.HeartbeatResponse, throttle_time=0, error_code=ErrorCode(error))
     return encode_response(type(request), header.correlation_id, resp)
 
 
 # -- LeaveGroup ------------------------------------------------------------------------------------
 
-def _leave_group(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
+def _leave_group(coordinator: GroupCoordinator, header: Any, request: Any,
+                 denied: bool = False) -> bytes:
     version = header.request_api_version
     mod = response_module(type(request))
+    if denied:
+        return encode_response(type(request), header.correlation_id, make(
+            mod.LeaveGroupResponse, throttle_time=0, error_code=GROUP_AUTHORIZATION_FAILED,
+            members=()))
     if version <= 2:
         members = [(request.member_id, None)]
     else:
@@ -186,10 +230,14 @@ def _leave_group(coordinator: GroupCoordinator, header: Any, request: Any) -> by
 
 # -- ListGroups / DescribeGroups / DeleteGroups ----------------------------------------------------
 
-def _list_groups(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
+def _list_groups(coordinator: GroupCoordinator, header: Any, request: Any,
+                 visible: Callable[[list[str]], set[str]] | None = None) -> bytes:
     mod = response_module(type(request))
     states = set(getattr(request, "states_filter", None) or ())
     error, groups = coordinator.handle_list_groups(states)
+    if visible is not None:
+        shown = visible([g.group_id for g in groups])
+        groups = [g for g in groups if g.group_id in shown]
     resp = make(mod.ListGroupsResponse, throttle_time=0, error_code=ErrorCode(error),
                 groups=tuple(make(mod.ListedGroup, group_id=g.group_id,
                                   protocol_type=g.protocol_type, group_state=g.state)
@@ -197,10 +245,17 @@ def _list_groups(coordinator: GroupCoordinator, header: Any, request: Any) -> by
     return encode_response(type(request), header.correlation_id, resp)
 
 
-def _describe_groups(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
+def _describe_groups(coordinator: GroupCoordinator, header: Any, request: Any,
+                     authorized: set[str] | None = None) -> bytes:
     mod = response_module(type(request))
     described = []
     for group_id in request.groups:
+        if authorized is not None and group_id not in authorized:
+            described.append(make(
+                mod.DescribedGroup, error_code=GROUP_AUTHORIZATION_FAILED, group_id=group_id,
+                group_state="", protocol_type="", protocol_data="", members=(),
+                authorized_operations=UNAUTHORIZED_OPS))
+            continue
         error, summary = coordinator.handle_describe_group(group_id)
         state, protocol_type, protocol = (summary.state, summary.protocol_type,
                                           summary.protocol)
@@ -217,10 +272,15 @@ def _describe_groups(coordinator: GroupCoordinator, header: Any, request: Any) -
     return encode_response(type(request), header.correlation_id, resp)
 
 
-def _delete_groups(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
+def _delete_groups(coordinator: GroupCoordinator, header: Any, request: Any,
+                   authorized: set[str] | None = None) -> bytes:
     mod = response_module(type(request))
     names = list(dict.fromkeys(request.groups_names))
-    errors = coordinator.handle_delete_groups(names)
+    ok = names if authorized is None else [g for g in names if g in authorized]
+    errors = coordinator.handle_delete_groups(ok) if ok else {}
+    for g in names:
+        if g not in errors:  # Kafka: DELETE on each group
+            errors[g] = ErrorCode.group_authorization_failed
     resp = make(mod.DeleteGroupsResponse, throttle_time=0,
                 results=tuple(make(mod.DeletableGroupResult, group_id=g,
                                    error_code=ErrorCode(errors[g])) for g in names))

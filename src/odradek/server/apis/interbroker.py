@@ -20,19 +20,25 @@ from ...common import TopicPartition
 from ...controller.controller import KafkaController
 from ...controller.events import ControlledShutdown, ControllerMovedError
 from ...protocol import interbroker as ib
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..gc_freeze import freeze_long_lived
 from ..metadata_cache import MetadataCache
 from ..network import CloseConnection, Connection
 from ..replica_manager import ReplicaManager
 from ..topic_config_manager import TopicConfigManager
+from .authz import allowed
 
 log = logging.getLogger("odradek.apis.interbroker")
+_NAMES = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata", 7: "ControlledShutdown"}
 
 
 class InterBrokerApis:
     def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
                  topic_config_manager: TopicConfigManager, controller: KafkaController,
-                 flush_checkpoints: Callable[[], Awaitable[Any]]) -> None:
+                 flush_checkpoints: Callable[[], Awaitable[Any]],
+                 authorizer: Authorizer = ALLOW_ALL) -> None:
+        self.authorizer = authorizer
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.topic_config_manager = topic_config_manager
@@ -44,6 +50,14 @@ class InterBrokerApis:
             key, version, cid, msg = ib.decode_request_frame(payload)
         except ib.DecodeError as exc:
             raise CloseConnection(str(exc)) from None
+        if self.authorizer.enabled and not allowed(
+                self.authorizer, conn, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                request_name=_NAMES.get(key, str(key))):  # Kafka: CLUSTER_ACTION on cluster
+            denied = int(ErrorCode.cluster_authorization_failed)
+            response: Any = {4: ib.LeaderAndIsrResponse, 5: ib.StopReplicaResponse,
+                             6: ib.UpdateMetadataResponse}.get(
+                key, ib.ControlledShutdownResponse)(error_code=denied)
+            return ib.encode_response_frame(key, version, cid, response)
         if key == 4:
             return self._leader_and_isr(key, version, cid, msg)
         if key == 5:

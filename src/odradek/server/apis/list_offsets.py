@@ -8,23 +8,39 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
 from ..partition import Partition
 from ..replica_manager import ReplicaManager
+from .authz import allowed_names
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
 class ListOffsetsApi:
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(self, replica_manager: ReplicaManager, authorizer: Authorizer = ALLOW_ALL
+                 ) -> None:
         self.replica_manager = replica_manager
+        self.authorizer = authorizer
 
     def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
         mod = response_module(type(request))
         topics = []
+        names = [t.name for t in request.topics]
+        authorized = allowed_names(self.authorizer, conn, AclOperation.DESCRIBE,
+                                   ResourceType.TOPIC, names, request_name="ListOffsets") \
+            if self.authorizer.enabled else None
         for t in request.topics:
             parts = []
             for p in t.partitions:
+                if authorized is not None and t.name not in authorized:
+                    parts.append(make(mod.ListOffsetsPartitionResponse,
+                                      partition_index=p.partition_index,
+                                      error_code=ErrorCode.topic_authorization_failed,
+                                      timestamp=-1, offset=-1, leader_epoch=-1,
+                                      old_style_offsets=()))
+                    continue
                 partition, error = self.replica_manager.leader_partition_or_error(
                     (t.name, p.partition_index), getattr(p, "current_leader_epoch", -1))
                 ts, offset, epoch = -1, -1, -1

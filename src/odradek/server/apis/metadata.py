@@ -17,43 +17,106 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..metadata_cache import MetadataCache
 from ..network import Connection
 from ..topic_names import validate_topic_name
+from .authz import allowed, allowed_names
 
 log = logging.getLogger("odradek.apis.metadata")
 
 UNAUTHORIZED_OPS = -2147483648
 INITIAL_METADATA_WAIT_S = 5.0  # normally milliseconds: UpdateMetadata follows registration
 
+# The operations Kafka reports in the authorized-operations bit fields (KIP-430).
+TOPIC_OPS = (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+             AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+             AclOperation.ALTER_CONFIGS)
+CLUSTER_OPS = (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+               AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+               AclOperation.DESCRIBE)
+
+
+def authorized_operations(authorizer: Authorizer, conn: Any, resource_type: ResourceType,
+                          name: str, operations: tuple[AclOperation, ...]) -> int:
+    """Kafka's authorizedOperations: one bit (1 << code) per operation allowed."""
+    bits = 0
+    for op in operations:
+        if allowed(authorizer, conn, op, resource_type, name, request_name="Metadata",
+                   log_if_allowed=False, log_if_denied=False):
+            bits |= 1 << int(op)
+    return bits
+
 
 class MetadataApi:
     def __init__(self, metadata_cache: MetadataCache, auto_create_topics_enable: bool,
-                 auto_create_topics: Callable[[list[str]], Awaitable[None]]) -> None:
+                 auto_create_topics: Callable[[list[str]], Awaitable[None]],
+                 authorizer: Authorizer = ALLOW_ALL) -> None:
+        self.authorizer = authorizer
         self.metadata_cache = metadata_cache
         self.auto_create_topics_enable = auto_create_topics_enable
         self.auto_create_topics = auto_create_topics
 
     def handle(self, header: Any, request: Any, conn: Connection) -> Any:
         if not self.metadata_cache.initialized.is_set():
-            return self._answer_once_initialized(header, request)
-        return self._answer(header, request)
+            return self._answer_once_initialized(header, request, conn)
+        return self._answer(header, request, conn)
 
-    async def _answer_once_initialized(self, header: Any, request: Any) -> Any:
+    async def _answer_once_initialized(self, header: Any, request: Any, conn: Any) -> Any:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.metadata_cache.initialized.wait(),
                                    INITIAL_METADATA_WAIT_S)
-        return self._answer(header, request)
+        return self._answer(header, request, conn)
 
-    def _answer(self, header: Any, request: Any) -> Any:
+    def _answer(self, header: Any, request: Any, conn: Any = None) -> Any:
         cache = self.metadata_cache
         names, errors, to_create = _topics_to_answer(
             cache, header.request_api_version, request, self.auto_create_topics_enable)
+        hidden: set[str] = set()
+        auth = self.authorizer
+        if auth.enabled:
+            names, to_create, hidden = self._authorize(conn, request, names, errors, to_create)
+        topic_ops = cluster_ops = None
+        if getattr(request, "include_topic_authorized_operations", False):
+            def topic_ops(name: str) -> int:
+                return authorized_operations(auth, conn, ResourceType.TOPIC, name, TOPIC_OPS)
+        if getattr(request, "include_cluster_authorized_operations", False):
+            cluster_ops = authorized_operations(auth, conn, ResourceType.CLUSTER,
+                                                "kafka-cluster", CLUSTER_OPS)
         if to_create:
             task = asyncio.ensure_future(self.auto_create_topics(to_create))
             task.add_done_callback(_log_failure)
         return encode_response(type(request), header.correlation_id,
-                               build_response(cache, request, names, errors))
+                               build_response(cache, request, names, errors, hidden,
+                                              topic_ops, cluster_ops,
+                                              listener=getattr(conn, "listener_name", "PLAINTEXT")))
+
+    def _authorize(self, conn: Any, request: Any, names: list[str], errors: dict[str, ErrorCode],
+                   to_create: list[str]) -> tuple[list[str], list[str], set[str]]:
+        """Kafka's rules: without DESCRIBE a topic is left out of an all-topics answer, and a
+        requested one is TOPIC_AUTHORIZATION_FAILED whether it exists or not; auto-creation
+        needs CREATE on the cluster or the topic."""
+        auth = self.authorizer
+        all_topics = request.topics is None or not request.topics
+        described = allowed_names(auth, conn, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                  [n for n in names if n is not None],
+                                  request_name="Metadata", log_if_denied=not all_topics)
+        if all_topics:
+            return [n for n in names if n in described], [], set()
+        hidden = {n for n in names if n is not None and n not in described}
+        for n in hidden:
+            errors[n] = ErrorCode.topic_authorization_failed
+        to_create = [n for n in to_create if n not in hidden]
+        if to_create and not allowed(auth, conn, AclOperation.CREATE, ResourceType.CLUSTER,
+                                     request_name="Metadata", log_if_denied=False):
+            creatable = allowed_names(auth, conn, AclOperation.CREATE, ResourceType.TOPIC,
+                                      to_create, request_name="Metadata")
+            for n in to_create:
+                if n not in creatable:
+                    errors[n] = ErrorCode.topic_authorization_failed
+            to_create = [n for n in to_create if n in creatable]
+        return names, to_create, hidden
 
 
 def _topics_to_answer(cache: MetadataCache, version: int, request: Any,
@@ -91,14 +154,19 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
 
 
 def build_response(cache: MetadataCache, request: Any, names: list[str],
-                   errors: dict[str, ErrorCode]) -> Any:
+                   errors: dict[str, ErrorCode], hidden: set[str] | None = None,
+                   topic_ops: Callable[[str], int] | None = None,
+                   cluster_ops: int | None = None, listener: str = "PLAINTEXT") -> Any:
+    """The answer on `listener`: each broker's endpoint on that listener (brokers without it
+    are left out, as Kafka does)."""
     mod = response_module(type(request))
-    brokers = tuple(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=b.host,
-                         port=b.port, rack=b.rack)
-                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id))
+    brokers = tuple(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=ep.host,
+                         port=ep.port, rack=b.rack)
+                    for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+                    if (ep := b.endpoint(listener)) is not None)
     topics = []
     for name in names:
-        info = cache.topics.get(name)
+        info = None if hidden and name in hidden else cache.topics.get(name)
         if info is None:
             topics.append(make(mod.MetadataResponseTopic, error_code=errors.get(
                 name, ErrorCode.unknown_topic_or_partition), name=name, topic_id=None,
@@ -121,8 +189,10 @@ def build_response(cache: MetadataCache, request: Any, names: list[str],
         topics.append(make(mod.MetadataResponseTopic, error_code=ErrorCode.none, name=name,
                            topic_id=info.topic_id, is_internal=info.internal,
                            partitions=tuple(parts),
-                           topic_authorized_operations=UNAUTHORIZED_OPS))
+                           topic_authorized_operations=UNAUTHORIZED_OPS if topic_ops is None
+                           else topic_ops(name)))
     return make(mod.MetadataResponse, throttle_time=0, brokers=brokers,
                 cluster_id=cache.cluster_id, controller_id=cache.controller_id,
-                topics=tuple(topics), cluster_authorized_operations=UNAUTHORIZED_OPS)
+                topics=tuple(topics), cluster_authorized_operations=UNAUTHORIZED_OPS
+                if cluster_ops is None else cluster_ops)
 

@@ -8,25 +8,50 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
 from ..replica_manager import ReplicaManager
+from .authz import allowed, allowed_names
 
 
 class OffsetForLeaderEpochApi:
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(self, replica_manager: ReplicaManager, authorizer: Authorizer = ALLOW_ALL
+                 ) -> None:
         self.replica_manager = replica_manager
+        self.authorizer = authorizer
 
     def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return _handle(self.replica_manager, header, request)
+        denied: set[str] = set()
+        auth = self.authorizer
+        if auth.enabled:  # Kafka: CLUSTER_ACTION for followers, else DESCRIBE on each topic
+            names = {t.topic for t in request.topics}
+            if getattr(request, "replica_id", -1) >= 0:
+                if not allowed(auth, conn, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                               request_name="OffsetForLeaderEpoch"):
+                    denied = names
+            else:
+                denied = names - allowed_names(auth, conn, AclOperation.DESCRIBE,
+                                               ResourceType.TOPIC, names,
+                                               request_name="OffsetForLeaderEpoch")
+        return _handle(self.replica_manager, header, request, denied)
 
 
-def _handle(rm: ReplicaManager, header: Any, request: Any) -> bytes:
+def _handle(rm: ReplicaManager, header: Any, request: Any, denied: set[str] | None = None
+            ) -> bytes:
     mod = response_module(type(request))
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
+            if denied and t.topic in denied:
+                parts.append(make(mod.EpochEndOffset,
+                                  error_code=ErrorCode.topic_authorization_failed,
+                                  partition=p.partition, leader_epoch=-1, end_offset=-1))
+                continue
             r = rm.last_offset_for_leader_epoch((t.topic, p.partition),
                                                 getattr(p, "current_leader_epoch", -1),
                                                 p.leader_epoch)

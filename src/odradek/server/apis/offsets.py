@@ -24,8 +24,11 @@ from ...coordinator.group_coordinator import GroupCoordinator
 from ...coordinator.metadata_manager import OffsetFetchResult
 from ...coordinator.offsets import NO_LEADER_EPOCH, OffsetAndMetadata
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..metadata_cache import MetadataCache
 from ..network import Connection
+from .authz import allowed, allowed_names
 from .groups import ms, resolver, when_done
 
 DEFAULT_RETENTION_TIME = -1
@@ -35,18 +38,65 @@ class OffsetApis:
     """Committed offsets of one group coordinator; partitions this broker's metadata does not
     know are answered here."""
 
-    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache) -> None:
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache,
+                 authorizer: Authorizer = ALLOW_ALL) -> None:
         self.coordinator = coordinator
         self.metadata_cache = metadata_cache
+        self.authorizer = authorizer
+
+    def _check(self, conn: Connection, group_op: AclOperation, group_id: str,
+               topic_op: AclOperation, topics: list[str] | None, request_name: str
+               ) -> Check:
+        """(group allowed, the allowed topics among `topics`, None: every topic allowed)."""
+        auth = self.authorizer
+        if not auth.enabled:
+            return True, None
+        if not allowed(auth, conn, group_op, ResourceType.GROUP, group_id,
+                       request_name=request_name):
+            return False, set()
+        if topics is None:
+            return True, _TopicFilter(auth, conn, topic_op, request_name)
+        return True, allowed_names(auth, conn, topic_op, ResourceType.TOPIC, topics,
+                                   request_name=request_name)
 
     def handle_offset_commit(self, header: Any, request: Any, conn: Connection) -> Any:
-        return _offset_commit(self.coordinator, self.metadata_cache, header, request)
+        # Kafka: READ on the group, then READ on each topic
+        check = self._check(conn, AclOperation.READ, request.group_id, AclOperation.READ,
+                            [t.name for t in request.topics], "OffsetCommit")
+        return _offset_commit(self.coordinator, self.metadata_cache, header, request, check)
 
     def handle_offset_fetch(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return _offset_fetch(self.coordinator, header, request)
+        # Kafka: DESCRIBE on the group, then DESCRIBE on each topic
+        def check(group_id: str, topics: Any) -> Check:
+            return self._check(conn, AclOperation.DESCRIBE, group_id, AclOperation.DESCRIBE,
+                               None if topics is None else [t.name for t in topics],
+                               "OffsetFetch")
+        return _offset_fetch(self.coordinator, header, request, check)
 
     def handle_offset_delete(self, header: Any, request: Any, conn: Connection) -> bytes:
-        return _offset_delete(self.coordinator, self.metadata_cache, header, request)
+        # Kafka: DELETE on the group, then READ on each topic
+        check = self._check(conn, AclOperation.DELETE, request.group_id, AclOperation.READ,
+                            [t.name for t in request.topics], "OffsetDelete")
+        return _offset_delete(self.coordinator, self.metadata_cache, header, request, check)
+
+
+class _TopicFilter:
+    """Membership test of the topics allowed, decided as they come (OffsetFetch of every
+    committed offset of a group: the topics are known only once fetched)."""
+
+    def __init__(self, auth: Authorizer, conn: Connection, operation: AclOperation,
+                 request_name: str) -> None:
+        self.auth, self.conn, self.operation, self.request_name = (
+            auth, conn, operation, request_name)
+
+    def __contains__(self, topic: object) -> bool:
+        return isinstance(topic, str) and allowed(
+            self.auth, self.conn, self.operation, ResourceType.TOPIC, topic,
+            request_name=self.request_name, log_if_denied=False)
+
+
+Check = tuple[bool, "set[str] | _TopicFilter | None"]
+ALLOWED: Check = (True, None)
 
 
 def _known(cache: MetadataCache, tp: TopicPartition) -> bool:
@@ -63,7 +113,7 @@ def _by_topic(items: dict[TopicPartition, Any]) -> dict[str, dict[int, Any]]:
 # -- OffsetCommit ----------------------------------------------------------------------------------
 
 def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: Any,
-                   request: Any) -> Any:
+                   request: Any, check: Check = ALLOWED) -> Any:
     mod = response_module(type(request))
     order: list[TopicPartition] = []
     errors: dict[TopicPartition, int] = {}
@@ -75,6 +125,12 @@ def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: 
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             order.append(tp)
+            if not check[0]:
+                errors[tp] = ErrorCode.group_authorization_failed
+                continue
+            if check[1] is not None and topic.name not in check[1]:
+                errors[tp] = ErrorCode.topic_authorization_failed
+                continue
             if not _known(cache, tp):
                 errors[tp] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -108,13 +164,30 @@ def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: 
 # -- OffsetFetch -----------------------------------------------------------------------------------
 
 def _fetch_group(coordinator: GroupCoordinator, group_id: str, topics: Any,
-                 require_stable: bool) -> tuple[int, dict[TopicPartition, OffsetFetchResult]]:
+                 require_stable: bool, check: Check = ALLOWED
+                 ) -> tuple[int, dict[TopicPartition, OffsetFetchResult]]:
+    if not check[0]:
+        return ErrorCode.group_authorization_failed, {}
+    allowed_topics = check[1]
     partitions = None if topics is None else [
-        (t.name, i) for t in topics for i in t.partition_indexes]
-    return coordinator.handle_fetch_offsets(group_id, require_stable, partitions)
+        (t.name, i) for t in topics for i in t.partition_indexes
+        if allowed_topics is None or t.name in allowed_topics]
+    error, results = coordinator.handle_fetch_offsets(group_id, require_stable, partitions) \
+        if partitions is None or partitions else (ErrorCode.none, {})
+    if allowed_topics is not None:
+        if topics is None:  # every offset of the group: those of unauthorized topics left out
+            results = {tp: r for tp, r in results.items() if tp[0] in allowed_topics}
+        else:
+            for t in topics:
+                if t.name not in allowed_topics:
+                    for i in t.partition_indexes:
+                        results[(t.name, i)] = OffsetFetchResult(
+                            error=ErrorCode.topic_authorization_failed)
+    return error, results
 
 
-def _offset_fetch(coordinator: GroupCoordinator, header: Any, request: Any) -> bytes:
+def _offset_fetch(coordinator: GroupCoordinator, header: Any, request: Any,
+                  check: Any = None) -> bytes:
     version = header.request_api_version
     mod = response_module(type(request))
     require_stable = bool(getattr(request, "require_stable", False))
@@ -131,7 +204,8 @@ def _offset_fetch(coordinator: GroupCoordinator, header: Any, request: Any) -> b
     if version >= 8:
         groups = []
         for g in request.groups:
-            error, results = _fetch_group(coordinator, g.group_id, g.topics, require_stable)
+            error, results = _fetch_group(coordinator, g.group_id, g.topics, require_stable,
+                                          check(g.group_id, g.topics) if check else ALLOWED)
             groups.append(make(mod.OffsetFetchResponseGroup, group_id=g.group_id,
                                error_code=ErrorCode(error), topics=topics_of(
                                    results, mod.OffsetFetchResponseTopics,
@@ -139,8 +213,9 @@ def _offset_fetch(coordinator: GroupCoordinator, header: Any, request: Any) -> b
         resp = make(mod.OffsetFetchResponse, throttle_time=0, groups=tuple(groups))
         return encode_response(type(request), header.correlation_id, resp)
 
-    error, results = _fetch_group(coordinator, request.group_id, request.topics,
-                                  require_stable)
+    error, results = _fetch_group(
+        coordinator, request.group_id, request.topics, require_stable,
+        check(request.group_id, request.topics) if check else ALLOWED)
     if error != ErrorCode.none:
         # v1 has no top-level error: every requested partition carries it.
         results = ({} if version >= 2 or request.topics is None else
@@ -155,14 +230,20 @@ def _offset_fetch(coordinator: GroupCoordinator, header: Any, request: Any) -> b
 # -- OffsetDelete ----------------------------------------------------------------------------------
 
 def _offset_delete(coordinator: GroupCoordinator, cache: MetadataCache, header: Any,
-                   request: Any) -> bytes:
+                   request: Any, check: Check = ALLOWED) -> bytes:
     mod = response_module(type(request))
+    if not check[0]:
+        return encode_response(type(request), header.correlation_id, make(
+            mod.OffsetDeleteResponse, throttle_time=0,
+            error_code=ErrorCode.group_authorization_failed, topics=()))
     errors: dict[TopicPartition, int] = {}
     wanted: list[TopicPartition] = []
     for topic in request.topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
-            if _known(cache, tp):
+            if check[1] is not None and topic.name not in check[1]:
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif _known(cache, tp):
                 wanted.append(tp)
             else:
                 errors[tp] = ErrorCode.unknown_topic_or_partition

@@ -13,21 +13,32 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.produce_response import PartitionResult, encode_produce_response
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import CloseConnection, Connection, Response
 from ..replica_manager import ProduceResult, ReplicaManager
+from .authz import allowed_names
 
 
 class ProduceApi:
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(self, replica_manager: ReplicaManager, authorizer: Authorizer = ALLOW_ALL
+                 ) -> None:
         self.replica_manager = replica_manager
+        self.authorizer = authorizer
 
     def handle(self, header: Any, request: Any, conn: Connection
                ) -> Response | Awaitable[Response]:
-        return _handle(self.replica_manager, header, request)
+        denied: frozenset[str] = frozenset()
+        if self.authorizer.enabled:  # Kafka: WRITE on each topic
+            names = [t.name for t in request.topic_data]
+            denied = frozenset(names) - allowed_names(self.authorizer, conn, AclOperation.WRITE,
+                                                      ResourceType.TOPIC, names,
+                                                      request_name="Produce")
+        return _handle(self.replica_manager, header, request, denied)
 
 
-def _handle(replica_manager: ReplicaManager, header: Any, request: Any
-            ) -> Response | Awaitable[Response]:
+def _handle(replica_manager: ReplicaManager, header: Any, request: Any,
+            denied: frozenset[str] = frozenset()) -> Response | Awaitable[Response]:
     acks = request.acks
     entries: dict[tuple[str, int], bytes | None] = {}
     for topic in request.topic_data:
@@ -42,6 +53,18 @@ def _handle(replica_manager: ReplicaManager, header: Any, request: Any
                    for tp in entries}
         return _respond(header, request, results)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
+    if denied:
+        refused = {tp: ProduceResult(ErrorCode.topic_authorization_failed)
+                   for tp in entries if tp[0] in denied}
+        if acks == 0:
+            raise CloseConnection(f"acks=0 produce not authorized for {sorted(denied)}")
+        entries = {tp: r for tp, r in entries.items() if tp[0] not in denied}
+        if not entries:
+            return _respond(header, request, refused)
+        outcome = replica_manager.append_records(acks, timeout_ms, entries)
+        if isinstance(outcome, dict):
+            return _respond(header, request, {**refused, **outcome})
+        return _await_and_respond(header, request, outcome, refused)
     outcome = replica_manager.append_records(acks, timeout_ms, entries)
     if acks == 0:
         failed = [tp for tp, r in outcome.items() if r.error != ErrorCode.none]  # type: ignore[union-attr]
@@ -53,8 +76,11 @@ def _handle(replica_manager: ReplicaManager, header: Any, request: Any
     return _await_and_respond(header, request, outcome)
 
 
-async def _await_and_respond(header: Any, request: Any, outcome: Awaitable[Any]) -> bytes:
-    return _respond(header, request, await outcome)
+async def _await_and_respond(header: Any, request: Any, outcome: Awaitable[Any],
+                             refused: dict[tuple[str, int], ProduceResult] | None = None
+                             ) -> bytes:
+    results = await outcome
+    return _respond(header, request, {**refused, **results} if refused else results)
 
 
 def _respond(header: Any, request: Any,

@@ -11,17 +11,35 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
 from ..producer_id_manager import ProducerIdManager
+from .authz import allowed, host_of, principal_of
 
 MAX_EPOCH = 32767
 
 
 class InitProducerIdApi:
-    def __init__(self, producer_ids: ProducerIdManager) -> None:
+    def __init__(self, producer_ids: ProducerIdManager, authorizer: Authorizer = ALLOW_ALL
+                 ) -> None:
         self.producer_ids = producer_ids
+        self.authorizer = authorizer
 
     async def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
+        auth = self.authorizer
+        # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster, or WRITE on
+        # some topic (KIP-679's authorizeByResourceType)
+        if auth.enabled and request.transactional_id is None and not (
+                allowed(auth, conn, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                        request_name="InitProducerId", log_if_denied=False)
+                or auth.authorize_any(principal_of(conn), host_of(conn), AclOperation.WRITE,
+                                      ResourceType.TOPIC, request_name="InitProducerId")):
+            mod = response_module(type(request))
+            return encode_response(type(request), header.correlation_id, make(
+                mod.InitProducerIdResponse, throttle_time=0,
+                error_code=ErrorCode.cluster_authorization_failed, producer_id=-1,
+                producer_epoch=-1))
         return await _handle(self.producer_ids, header, request)
 
 

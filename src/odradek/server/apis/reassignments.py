@@ -20,7 +20,10 @@ from ...coordination import paths
 from ...coordination.admin_zk import alter_admin_node, read_ongoing
 from ...coordination.store import CoordinationError, CoordinationStore
 from ...protocol.codec import encode_response, make, response_module
+from ...security.acl import AclOperation, ResourceType
+from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
+from .authz import allowed
 
 log = logging.getLogger("odradek.apis.reassignments")
 
@@ -28,13 +31,33 @@ log = logging.getLogger("odradek.apis.reassignments")
 class ReassignmentApis:
     """Both write or read the coordination store only; the controller acts on the node."""
 
-    def __init__(self, store: CoordinationStore) -> None:
+    def __init__(self, store: CoordinationStore, authorizer: Authorizer = ALLOW_ALL) -> None:
         self.store = store
+        self.authorizer = authorizer
 
     async def handle_alter(self, header: Any, request: Any, conn: Connection) -> bytes:
+        if not allowed(self.authorizer, conn, AclOperation.ALTER, ResourceType.CLUSTER,
+                       request_name="AlterPartitionReassignments"):  # Kafka: ALTER on cluster
+            mod = response_module(type(request))
+            error = ErrorCode.cluster_authorization_failed
+            return encode_response(type(request), header.correlation_id, make(
+                mod.AlterPartitionReassignmentsResponse, throttle_time=0, error_code=error,
+                error_message=None, responses=tuple(
+                    make(mod.ReassignableTopicResponse, name=t.name, partitions=tuple(
+                        make(mod.ReassignablePartitionResponse,
+                             partition_index=p.partition_index, error_code=error,
+                             error_message=None) for p in t.partitions))
+                    for t in request.topics)))
         return await _alter(self.store, header, request)
 
     async def handle_list(self, header: Any, request: Any, conn: Connection) -> bytes:
+        if not allowed(self.authorizer, conn, AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                       request_name="ListPartitionReassignments"):
+            mod = response_module(type(request))
+            return encode_response(type(request), header.correlation_id, make(
+                mod.ListPartitionReassignmentsResponse, throttle_time=0,
+                error_code=ErrorCode.cluster_authorization_failed, error_message=None,
+                topics=()))
         return await _list(self.store, header, request)
 
 
