@@ -21,8 +21,10 @@ T = TypeVar("T")
 
 
 def rdkafka(cluster: Cluster, user: str | None, mechanism: str | None = None,
-            bootstrap: str | None = None, **extra: Any) -> dict[str, Any]:
-    conf: dict[str, Any] = cluster.client_config(user, mechanism=mechanism, style="librdkafka")
+            bootstrap: str | None = None, listener: str | None = None, **extra: Any
+            ) -> dict[str, Any]:
+    conf: dict[str, Any] = cluster.client_config(user, mechanism=mechanism, listener=listener,
+                                                 style="librdkafka")
     if bootstrap is not None:
         conf["bootstrap.servers"] = bootstrap
     conf.update(extra)
@@ -30,9 +32,9 @@ def rdkafka(cluster: Cluster, user: str | None, mechanism: str | None = None,
 
 
 def kafka_python(cluster: Cluster, user: str | None, mechanism: str | None = None,
-                 bootstrap: str | None = None) -> dict[str, Any]:
+                 bootstrap: str | None = None, listener: str | None = None) -> dict[str, Any]:
     """kafka-python's keyword arguments (SASL_SSL or SASL_PLAINTEXT)."""
-    c = rdkafka(cluster, user, mechanism, bootstrap)
+    c = rdkafka(cluster, user, mechanism, bootstrap, listener)
     kw: dict[str, Any] = {"bootstrap_servers": c["bootstrap.servers"],
                           "security_protocol": c["security.protocol"],
                           "sasl_mechanism": c["sasl.mechanism"],

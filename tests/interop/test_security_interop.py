@@ -2,7 +2,9 @@
 (librdkafka 2.0.2) against secured `odradek.Cluster`s started here.
 
 * SASL_SSL with SCRAM-SHA-256 and SCRAM-SHA-512: every client produces, consumes in a group and
-  makes an admin call (one broker: replication does not matter there);
+  makes an admin call (one broker: replication does not matter there); the same broker's second
+  listener, SASL_PLAINTEXT with PLAIN, for confluent-kafka and kafka-python (the PLAIN users of
+  the listener's JAAS, the listener's own addresses in Metadata, the same ACLs);
 * authorization: a producer without WRITE gets TOPIC_AUTHORIZATION_FAILED, a user without
   DESCRIBE does not see the topic, a consumer without READ on its group gets
   GROUP_AUTHORIZATION_FAILED;
@@ -11,7 +13,7 @@
   another takes it away; a SCRAM credential added with ``odradek configs`` lets its user log in
   on every broker and deleting it stops new logins.
 
-SASL_PLAINTEXT with PLAIN (confluent-kafka, kafka-python, aiokafka, kcat) is
+Every client over SASL_PLAINTEXT with each mechanism, on a broker without an authorizer, is
 tests/interop/test_sasl_interop.py's.
 """
 
@@ -44,6 +46,7 @@ from tests.security_support import require_secured_brokers
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(180)]
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+PLAIN_LISTENER = "SASL_PLAINTEXT"
 N = 20
 VALUES = [f"v{i}".encode() for i in range(N)]
 GUARDED = "guarded"  # alice may describe it, bob read (not write) it, dave nothing
@@ -70,12 +73,13 @@ def _cluster(tmp: Path, brokers: int, security: ClusterSecurity) -> Cluster:
 
 @pytest.fixture(scope="module")
 def one(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One SASL_SSL broker, SCRAM-SHA-256 and -512, alice/bob/dave with ACLS; the topics
-    ``guarded`` and ``dave-own`` made by the brokers' own (super) user."""
+    """One broker (SASL_SSL, and SASL_PLAINTEXT for PLAIN), SCRAM-SHA-256 and -512 and PLAIN,
+    alice/bob/dave with ACLS; the topics ``guarded`` and ``dave-own`` made by the brokers' own
+    (super) user."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    security = ClusterSecurity(listeners=("SASL_SSL",), sasl_mechanisms=MECHANISMS,
-                               users=USERS, acls=ACLS)
+    security = ClusterSecurity(listeners=("SASL_SSL", PLAIN_LISTENER),
+                               sasl_mechanisms=(*MECHANISMS, "PLAIN"), users=USERS, acls=ACLS)
     cluster = _cluster(tmp_path_factory.mktemp("secured-one"), 1, security)
     try:
         admin = AdminClient(rdkafka(cluster, None))
@@ -252,6 +256,59 @@ def test_kcat_sasl_ssl_scram(one: Cluster, mechanism: str) -> None:
                                "-c", str(N), "-G", group, topic], capture_output=True, timeout=40)
     assert consumed.returncode == 0, consumed.stderr.decode()
     assert consumed.stdout.split() == VALUES
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_sasl_plaintext_plain(one: Cluster, client: str) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    topic, group = unique("alice-plain"), unique("alice-plain")
+    conf = rdkafka(one, "alice", "PLAIN", listener=PLAIN_LISTENER)
+    assert conf["security.protocol"] == "SASL_PLAINTEXT" and "ssl.ca.location" not in conf
+    got: list[bytes] = []
+    if client == "confluent-kafka":
+        p = Producer(conf)  # (the topic auto-created: alice may CREATE her topics)
+        for v in VALUES:
+            p.produce(topic, v)
+        assert p.flush(30) == 0
+        c = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe([topic])
+            deadline = time.monotonic() + 30
+            while len(got) < N and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None:
+                    assert m.error() is None, m.error()
+                    got.append(m.value())
+            brokers = {b.port for b in c.list_topics(timeout=10).brokers.values()}
+        finally:
+            c.close()
+    else:
+        from kafka import KafkaConsumer, KafkaProducer
+        from kafka.admin import KafkaAdminClient
+
+        kw = kafka_python(one, "alice", "PLAIN", listener=PLAIN_LISTENER)
+        kp = KafkaProducer(**kw, max_block_ms=20000)
+        for v in VALUES:
+            kp.send(topic, v)
+        kp.flush(30)
+        kp.close()
+        kc = KafkaConsumer(topic, group_id=group, auto_offset_reset="earliest", **kw)
+        try:
+            deadline = time.monotonic() + 30
+            while len(got) < N and time.monotonic() < deadline:
+                for msgs in kc.poll(500).values():
+                    got += [m.value for m in msgs]
+        finally:
+            kc.close()
+        admin = KafkaAdminClient(**kw)
+        try:
+            brokers = {b["port"] for b in admin.describe_cluster()["brokers"]}
+        finally:
+            admin.close()
+    assert got == VALUES
+    # Metadata named the SASL_PLAINTEXT listener's address, not the SASL_SSL one
+    assert brokers == {int(one.bootstrap_servers_for(PLAIN_LISTENER).rsplit(":", 1)[1])}
 
 
 # == 2. Authorization ============================================================================
