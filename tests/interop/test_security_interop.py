@@ -8,10 +8,10 @@
 * authorization: a producer without WRITE gets TOPIC_AUTHORIZATION_FAILED, a user without
   DESCRIBE does not see the topic, a consumer without READ on its group gets
   GROUP_AUTHORIZATION_FAILED;
-* changes at run time on three brokers: an ACL created through one broker (confluent-kafka's
-  ``create_acls``) lets a user produce through every broker and ``odradek acls --remove`` through
-  another takes it away; a SCRAM credential added with ``odradek configs`` lets its user log in
-  on every broker and deleting it stops new logins.
+* changes at run time on three brokers: an ACL created through one broker (confluent-kafka's or
+  kafka-python's ``create_acls``) lets a user produce through every broker (each bootstrapped
+  alone) and ``odradek acls --remove`` through another takes it away; a SCRAM credential added
+  with ``odradek configs`` lets its user log in on every broker and deleting it stops new logins.
 
 Every client over SASL_PLAINTEXT with each mechanism, on a broker without an authorizer, is
 tests/interop/test_sasl_interop.py's.
