@@ -3,10 +3,9 @@ a real ZooKeeper with only a SASL_SSL listener (SCRAM-SHA-256 between brokers to
 ``zookeeper.set.acl=true`` with a digest identity from a JAAS file, and Kafka's AclAuthorizer
 (the brokers' user a super user; the client user may WRITE and READ the topic and READ its group).
 
-The SCRAM credentials are written to ZooKeeper before any broker starts, through the
-coordination layer with the brokers' ZooKeeper identity (what `configs --zookeeper ...
---entity-type users --alter` with ``KAFKA_OPTS`` naming the JAAS file is for, as Kafka's docs do
-it; that tool does not set ZooKeeper ACLs yet).
+The SCRAM credentials are written to ZooKeeper before any broker starts by `odradek configs
+--zookeeper ... --entity-type users --alter` with ``KAFKA_OPTS`` naming the JAAS file, as Kafka's
+docs do it.
 Idempotent acks=all producers of the client user write over SASL_SSL while the leader of a
 partition and then the controller are killed with SIGKILL and restarted. Afterwards every
 acknowledged value is read back over SASL_SSL at its offset, the replicas' logs are identical
@@ -14,29 +13,22 @@ below the high watermark, and a ZooKeeper client without the brokers' identity c
 /brokers, /controller or /kafka-acl, nor read /config/users, while the identity can.
 
 The workload, the faults and the checks are `odradek.tools.chaos`'s (the same as
-test_replication_chaos.py); every confluent-kafka client they create here gets the client
-user's SASL_SSL settings.
+test_replication_chaos.py), given the client user's SASL_SSL settings.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import confluent_kafka
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from odradek.cli import main
-from odradek.cluster import ClusterSecurity, scram_user_znodes
-from odradek.coordination.zookeeper import ZooKeeperStore
-from odradek.security.zk_auth import LOGIN_CONFIG_KEY, ZkSecurity
+from odradek.security.zk_auth import LOGIN_CONFIG_KEY
 from odradek.tools.chaos import (
     ChaosConfig,
     ChaosReport,
@@ -87,37 +79,17 @@ def cli(*argv: str) -> None:
     assert code == 0, f"odradek {' '.join(argv)} exited {code}"
 
 
-def write_scram_credentials(connect: str, jaas: Path) -> None:
-    """``/config/users/<user>`` (SCRAM-SHA-256) of the brokers' and the client user, created with
-    the identity of `jaas` and Kafka's ACLs (as a ZooKeeper-era tool given
-    ``KAFKA_OPTS=-Djava.security.auth.login.config=<jaas>``)."""
-    zk = ZkSecurity.for_tool({"KAFKA_OPTS": f"-D{LOGIN_CONFIG_KEY}={jaas}"})
-    assert zk.identity is not None and zk.set_acl
-    znodes = scram_user_znodes(ClusterSecurity(
-        sasl_mechanisms=(MECHANISM,), users={CLIENT_USER: CLIENT_PASSWORD},
-        broker_user=BROKER_USER, broker_password=BROKER_PASSWORD))
-
-    async def write() -> None:
-        store = ZooKeeperStore(connect, auth_data=zk.auth_data, acls=zk.acl_provider)
-        await store.start()
-        try:
-            for path, data in znodes.items():
-                await store.create(path, data, makepath=True)
-        finally:
-            await store.close()
-    asyncio.run(write())
-
-
-def secure_librdkafka_clients(monkeypatch: pytest.MonkeyPatch, settings: dict[str, str]
-                              ) -> None:
-    """Every confluent-kafka Producer and Consumer created from now on (by chaos.py's
-    ProducerWorker and consume_all) gets `settings` on top of its own config."""
-    def wrap(cls: Any) -> Callable[..., Any]:
-        def make(config: dict[str, Any], **kwargs: Any) -> Any:
-            return cls({**config, **settings}, **kwargs)
-        return make
-    monkeypatch.setattr(confluent_kafka, "Producer", wrap(confluent_kafka.Producer))
-    monkeypatch.setattr(confluent_kafka, "Consumer", wrap(confluent_kafka.Consumer))
+def write_scram_credentials(connect: str, jaas: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/config/users/<user>`` (SCRAM-SHA-256) of the brokers' and the client user, written
+    before any broker runs by ``odradek configs --zookeeper ... --entity-type users --alter``
+    with ``KAFKA_OPTS=-Djava.security.auth.login.config=<jaas>``, as Kafka's docs do it (the tool
+    logs in with the JAAS file's Client identity and gives the znodes Kafka's ACLs)."""
+    monkeypatch.setenv("KAFKA_OPTS", f"-D{LOGIN_CONFIG_KEY}={jaas}")
+    for user, password in ((BROKER_USER, BROKER_PASSWORD), (CLIENT_USER, CLIENT_PASSWORD)):
+        assert main(["configs", "--zookeeper", connect, "--alter", "--entity-type", "users",
+                     "--entity-name", user, "--add-config",
+                     f"{MECHANISM}=[iterations=4096,password={password}]"]) == 0
+    monkeypatch.delenv("KAFKA_OPTS")
 
 
 def check_zookeeper_acls(cluster: ProcessCluster) -> None:
@@ -185,7 +157,7 @@ def test_acknowledged_writes_survive_faults_on_a_sasl_ssl_cluster_with_zookeeper
     jaas.chmod(0o600)
 
     # The SCRAM credentials (the inter-broker user's too) before any broker starts.
-    write_scram_credentials(zookeeper_connect, jaas)
+    write_scram_credentials(zookeeper_connect, jaas, monkeypatch)
 
     config = ChaosConfig(brokers=3, partitions=3, producers=2, rate=300, seed=12,
                          topic=TOPIC, schedule=("kill_leader", "kill_controller"),
@@ -227,17 +199,17 @@ def test_acknowledged_writes_survive_faults_on_a_sasl_ssl_cluster_with_zookeeper
                      str(client), "--create", "--topic", "not-allowed", "--partitions", "1",
                      "--replication-factor", "1"]) != 0, "the client user created a topic"
 
-        secure_librdkafka_clients(monkeypatch, {
+        client_config = {
             "security.protocol": "SASL_SSL", "sasl.mechanism": MECHANISM,
             "sasl.username": CLIENT_USER, "sasl.password": CLIENT_PASSWORD,
-            "ssl.ca.location": str(certs.ca_pem)})
+            "ssl.ca.location": str(certs.ca_pem)}
         injector = FaultInjector(cluster, config, random.Random(config.seed), time.monotonic(),
                                  progress)
         injector.wait_healthy(config.heal_timeout_s)
 
         stop = threading.Event()
         workers = [ProducerWorker(i, cluster.bootstrap, TOPIC, config.rate,
-                                  config.message_timeout_ms, stop, logger)
+                                  config.message_timeout_ms, stop, logger, client_config)
                    for i in range(config.producers)]
         injector.t0 = time.monotonic()
         for w in workers:
@@ -259,7 +231,8 @@ def test_acknowledged_writes_survive_faults_on_a_sasl_ssl_cluster_with_zookeeper
         stats = [w.stats for w in workers]
         progress(f"producers flushed ({sum(len(s.acked) for s in stats)} acked); "
                  "reading everything back over SASL_SSL")
-        read = consume_all(cluster.bootstrap, TOPIC, config.partitions, logger=logger)
+        read = consume_all(cluster.bootstrap, TOPIC, config.partitions, logger=logger,
+                           client_config=client_config)
         check_values(report, stats, read)
 
         progress("ZooKeeper ACLs of the brokers' znodes")

@@ -111,10 +111,9 @@ def user_config_path(user: str) -> str:
 
 async def run_zookeeper(connect: str, args: argparse.Namespace, changes: Changes
                         ) -> list[str]:
-    from ..coordination.zookeeper import ZooKeeperStore
+    from .command import open_zookeeper
 
-    store = ZooKeeperStore(connect)
-    await store.start()
+    store = await open_zookeeper(connect)  # the brokers' identity from KAFKA_OPTS, if set
     try:
         if args.describe:
             return await _describe_zk(store, args.entity_name)
