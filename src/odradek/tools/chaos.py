@@ -286,10 +286,12 @@ class ProducerWorker(threading.Thread):
 
     def __init__(self, index: int, bootstrap: str, topic: str, rate: float,
                  message_timeout_ms: int, stop: threading.Event,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None,
+                 client_config: dict[str, Any] | None = None) -> None:
         super().__init__(name=f"chaos-producer-{index}", daemon=True)
         self.stats = ProducerStats(index)
         self.logger = logger
+        self.client_config = dict(client_config or {})  # security.protocol, sasl.*, ssl.*
         self.bootstrap = bootstrap
         self.topic = topic
         self.rate = rate
@@ -300,7 +302,8 @@ class ProducerWorker(threading.Thread):
         config: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
             "message.timeout.ms": self.message_timeout_ms, "linger.ms": 5,
-            "retry.backoff.ms": 100, "client.id": self.name, "error_cb": self._on_error}
+            "retry.backoff.ms": 100, "client.id": self.name, "error_cb": self._on_error,
+            **self.client_config}
         if self.logger is not None:
             config["logger"] = self.logger
         return config
@@ -662,15 +665,18 @@ def fault_plan(config: ChaosConfig, rng: random.Random) -> Callable[[], str | No
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 120.0,
-                logger: logging.Logger | None = None) -> dict[int, list[tuple[int, str]]]:
+                logger: logging.Logger | None = None,
+                client_config: dict[str, Any] | None = None
+                ) -> dict[int, list[tuple[int, str]]]:
     """Every record of every partition from the beginning to the high watermark, as
-    (offset, value) pairs, with a confluent-kafka consumer (assign, no group)."""
+    (offset, value) pairs, with a confluent-kafka consumer (assign, no group);
+    `client_config` adds librdkafka properties (security.protocol, sasl.*, ssl.*)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap, "group.id": "odradek-chaos-verify",
         "enable.auto.commit": False, "enable.partition.eof": True,
-        "auto.offset.reset": "earliest"}
+        "auto.offset.reset": "earliest", **(client_config or {})}
     if logger is not None:
         config["logger"] = logger
     consumer = Consumer(config)

@@ -10,6 +10,13 @@ one was fixed); `pause()`/`resume()` are SIGSTOP/SIGCONT.
 `ProcessCluster` is N such brokers sharing one ZooKeeper connect string (a chroot), on fixed
 free ports, with a kazoo client to read Kafka's znodes (S-5.2): the controller and its epoch, the
 live broker ids, the partition state nodes.
+
+Secured clusters (issue 12): `listener` names the brokers' one listener's security protocol
+(``SASL_SSL://127.0.0.1:<port>``; its ssl.*/sasl.* configs come with `overrides`), and
+`zookeeper_jaas` a JAAS file with a ``Client`` section (ZooKeeper's digest login), given to the
+brokers as ``java.security.auth.login.config``. The inspection client `zk` then logs in with that
+identity; `zookeeper_client(authenticated=False)` is one without it (to check what
+``zookeeper.set.acl=true`` denies).
 """
 
 from __future__ import annotations
@@ -23,9 +30,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..security.zk_auth import LOGIN_CONFIG_KEY, ZkDigestIdentity, zookeeper_identity
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
 
 READY = re.compile(r"odradek broker (-?\d+) ready; bootstrap\.servers=(\S+)")
 START_TIMEOUT_S = 30.0
@@ -58,8 +70,11 @@ class BrokerProcess:
     to `stderr_path` (runs separated by a marker line)."""
 
     def __init__(self, workdir: Path, broker_id: int = 0, port: int = 0,
-                 overrides: dict[str, str] | None = None, log_level: str = "INFO") -> None:
+                 overrides: dict[str, str] | None = None, log_level: str = "INFO",
+                 listener: str = "PLAINTEXT", env: Mapping[str, str] | None = None) -> None:
         self.workdir = workdir
+        self.listener = listener  # the security protocol of its one listener (and its name)
+        self.env = dict(env or {})  # added to the environment (KAFKA_OPTS, say)
         self.log_level = log_level
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.broker_id = broker_id
@@ -77,7 +92,7 @@ class BrokerProcess:
     # -- lifecycle ----------------------------------------------------------------------------
     def command(self) -> list[str]:
         props = {"broker.id": str(self.broker_id),
-                 "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                 "listeners": f"{self.listener}://127.0.0.1:{self.port}",
                  "log.dirs": str(self.log_dir), **self.overrides}
         cmd = [*_odradek_command(), "broker", "--log-level", self.log_level]
         for k, v in props.items():
@@ -93,8 +108,10 @@ class BrokerProcess:
         with open(self.stderr_path, "ab") as err, open(self.stdout_path, "ab") as out:
             err.write(f"\n===== run {self.runs}: {' '.join(self.command())}\n".encode())
             err.flush()
+            env = {**os.environ, **self.env} if self.env else None
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=err,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env=env)
         self._reaped = False
         _live.add(self)
         self.bootstrap = self._await_ready(out_start, timeout)
@@ -259,25 +276,42 @@ DEFAULT_OVERRIDES = {
 class ProcessCluster:
     """N `odradek broker` processes (ids 0..N-1) sharing one ZooKeeper connect string (with its
     chroot), on fixed ports, each in `workdir/broker-<id>`; `zk` is a kazoo client on the same
-    chroot for inspection."""
+    chroot for inspection (with the brokers' ZooKeeper identity when `zookeeper_jaas` gives
+    one)."""
 
     def __init__(self, workdir: Path, connect: str, brokers: int = 3,
                  overrides: dict[str, str] | None = None, session_timeout_ms: int = 4000,
-                 log_level: str = "INFO") -> None:
-        from kazoo.client import KazooClient
-
+                 log_level: str = "INFO", listener: str = "PLAINTEXT",
+                 zookeeper_jaas: str | Path | None = None) -> None:
         self.connect = connect
+        self.listener = listener
+        self.zk_identity: ZkDigestIdentity | None = None
+        if zookeeper_jaas is not None:
+            self.zk_identity = zookeeper_identity(Path(zookeeper_jaas).read_text())
+            if self.zk_identity is None:
+                raise ValueError(f"{zookeeper_jaas} has no ZooKeeper 'Client' digest login")
         self.ports = free_ports(brokers)
         base = {"zookeeper.connect": connect,
                 "zookeeper.session.timeout.ms": str(session_timeout_ms),
                 "default.replication.factor": str(min(3, brokers)),
                 **DEFAULT_OVERRIDES}
+        if zookeeper_jaas is not None:
+            base[LOGIN_CONFIG_KEY] = str(zookeeper_jaas)
         base.update(overrides or {})
         self.brokers = {i: BrokerProcess(Path(workdir) / f"broker-{i}", broker_id=i,
                                          port=self.ports[i], overrides=base,
-                                         log_level=log_level)
+                                         log_level=log_level, listener=listener)
                         for i in range(brokers)}
-        self.zk = KazooClient(hosts=connect)
+        self.zk = self.zookeeper_client()
+
+    def zookeeper_client(self, *, authenticated: bool = True) -> KazooClient:
+        """A new (not started) kazoo client on the cluster's chroot: with the brokers' digest
+        identity when they have one and `authenticated`, else anonymous."""
+        from kazoo.client import KazooClient
+
+        auth = ([self.zk_identity.auth_data]
+                if authenticated and self.zk_identity is not None else None)
+        return KazooClient(hosts=self.connect, auth_data=auth)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> ProcessCluster:
