@@ -752,7 +752,7 @@ def render(res: Results, a: argparse.Namespace) -> str:
     w("")
     w("### Throughput by security protocol")
     w("")
-    w(f"One broker with PLAINTEXT, SSL (TLS 1.3, server certificate only) and SASL_SSL "
+    w(f"One broker with PLAINTEXT, SSL (server certificate only, no client certificates) and SASL_SSL "
       f"(SCRAM-SHA-256, 4096 iterations) listeners; a topic of 1 partition per case. Driver: "
       f"confluent-kafka {res.facts['confluent-kafka']}: a `produce()` loop (acks=1, "
       f"linger.ms=5, librdkafka's other defaults) of {a.records:,} 100-byte / "
