@@ -13,7 +13,7 @@
 # between the "notes:begin" and "notes:end" markers, which is carried over from the current file.
 # bench_failover.py's section goes last, between "failover:begin" and "failover:end" (its own
 # hand-written "failover-notes" block is carried over too). The replication, Spark, client and
-# log cleaner sections are then spliced in by their scripts' --update-doc.
+# log cleaner and security sections are then spliced in by their scripts' --update-doc.
 # Progress goes to stderr; a failing benchmark stops the script and leaves the file untouched.
 set -euo pipefail
 
@@ -38,13 +38,13 @@ if [ -n "${BENCH_REV:-}" ]; then
     echo "[run_all] benchmarking src/ of commit $rev" >&2
 fi
 
-echo "[run_all] 1/7 bench/bench_broker.py $*" >&2
+echo "[run_all] 1/8 bench/bench_broker.py $*" >&2
 timeout 3600 "$PY" bench/bench_broker.py --output "$tmp/broker.md" "$@"
 
-echo "[run_all] 2/7 bench/bench_timer.py --ops $TIMER_OPS" >&2
+echo "[run_all] 2/8 bench/bench_timer.py --ops $TIMER_OPS" >&2
 timeout 1800 "$PY" bench/bench_timer.py --ops "$TIMER_OPS" >"$tmp/timer.md"
 
-echo "[run_all] 3/7 bench/bench_failover.py $FAILOVER_ARGS" >&2
+echo "[run_all] 3/8 bench/bench_failover.py $FAILOVER_ARGS" >&2
 # shellcheck disable=SC2086  # FAILOVER_ARGS is a list of arguments
 timeout 5400 "$PY" bench/bench_failover.py --output "$tmp/failover.md" $FAILOVER_ARGS
 
@@ -103,12 +103,16 @@ if failover:  # carried over so that the splice below keeps its hand-written not
 replication = re.search(r"<!-- replication:begin -->.*?<!-- replication:end -->", old, re.S)
 if replication:  # carried over for bench_replication.py --update-doc (keeps its notes)
     doc += "\n" + replication.group(0) + "\n"
+security = re.search(r"<!-- security:begin -->.*?<!-- security:end -->", old, re.S)
+if security:  # carried over for bench_security.py --update-doc (keeps its notes)
+    doc += "\n" + security.group(0) + "\n"
 Path(out).write_text(doc)
 PYEOF
 "$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
-echo "[run_all] 4/7 bench/bench_replication.py --update-doc $OUT" >&2
+echo "[run_all] 4/8 bench/bench_replication.py --update-doc $OUT" >&2
 timeout 3600 "$PY" bench/bench_replication.py --no-timer --update-doc "$OUT"
-echo "[run_all] 5/7 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
-echo "[run_all] 6/7 bench/bench_client.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_client.py --update-doc "$OUT"
-echo "[run_all] 7/7 bench/bench_cleaner.py --profile --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_cleaner.py --profile --update-doc "$OUT"
-echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client and cleaner sections)" >&2
+echo "[run_all] 5/8 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
+echo "[run_all] 6/8 bench/bench_client.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_client.py --update-doc "$OUT"
+echo "[run_all] 7/8 bench/bench_cleaner.py --profile --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_cleaner.py --profile --update-doc "$OUT"
+echo "[run_all] 8/8 bench/bench_security.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_security.py --update-doc "$OUT"
+echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client, cleaner and security sections)" >&2
