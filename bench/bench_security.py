@@ -753,8 +753,8 @@ def render(res: Results, a: argparse.Namespace) -> str:
     w("### Throughput by security protocol")
     w("")
     w(f"One broker with PLAINTEXT, SSL (server certificate only, no client certificates) and "
-      f"SASL_SSL (SCRAM-SHA-256, 4096 iterations) listeners; a topic of 1 partition per case. Driver: "
-      f"confluent-kafka {res.facts['confluent-kafka']}: a `produce()` loop (acks=1, "
+      f"SASL_SSL (SCRAM-SHA-256, 4096 iterations) listeners; a topic of 1 partition per case. "
+      f"Driver: confluent-kafka {res.facts['confluent-kafka']}: a `produce()` loop (acks=1, "
       f"linger.ms=5, librdkafka's other defaults) of {a.records:,} 100-byte / "
       f"{a.records_1k:,} 1 KiB records, then a Consumer (assign() from the beginning, "
       "queued.min.messages=10000000 and queued.max.messages.kbytes=2097151 so that "
