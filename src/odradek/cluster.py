@@ -306,7 +306,8 @@ def scram_user_znodes(security: ClusterSecurity) -> dict[str, bytes]:
     mechanisms = [m for m in security.sasl_mechanisms if m.startswith("SCRAM-")]
     if not security.uses_sasl or not mechanisms:
         return {}
-    from .security.scram import credential_from_password, sanitize_user
+    from .common.sanitizer import sanitize_user
+    from .security.scram import credential_from_password
 
     out: dict[str, bytes] = {}
     for user, password in security.all_users().items():

@@ -11,6 +11,7 @@ import scramp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from odradek.common.sanitizer import desanitize_user, sanitize_user
 from odradek.security import errors
 from odradek.security.sasl_server import ScramServer
 from odradek.security.scram import (
@@ -21,9 +22,7 @@ from odradek.security.scram import (
     apply_credential_changes,
     credential_from_password,
     credential_from_salted_password,
-    desanitize_user,
     salted_password,
-    sanitize_user,
     user_credentials,
 )
 

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..common import TopicPartition
+from ..common.sanitizer import sanitize_user
 from . import paths
 from .optimistic_update import VersionConflict, optimistic_update
 from .store import BadVersionError, CoordinationStore, NodeExistsError, NoNodeError
@@ -148,3 +149,29 @@ async def alter_admin_node(store: CoordinationStore,
             raise VersionConflict() from None
 
     await optimistic_update(read, compute, write)
+
+
+# -- /config/users/<user> (SCRAM credentials; Kafka's AdminZkClient.changeUserOrUserClientIdConfig)
+USERS = f"{paths.CONFIG}/users"
+
+
+def user_config_path(user: str) -> str:
+    return f"{USERS}/{sanitize_user(user)}"
+
+
+async def read_user_config(store: CoordinationStore, user: str) -> dict[str, str]:
+    found = await store.get_or_none(user_config_path(user))
+    return paths.decode_entity_config(found[0]) if found else {}
+
+
+async def write_user_config(store: CoordinationStore, user: str, config: dict[str, str]) -> None:
+    """Write `/config/users/<user>` and the change notification every broker reacts to."""
+    path = user_config_path(user)
+    data = paths.encode_entity_config(config)
+    try:
+        await store.create(path, data, makepath=True)
+    except NodeExistsError:
+        await store.set(path, data)
+    await store.create(paths.config_change_path(),
+                       paths.encode_config_change(f"users/{sanitize_user(user)}"),
+                       sequence=True, makepath=True)

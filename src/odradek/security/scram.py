@@ -165,15 +165,3 @@ def apply_credential_changes(config: dict[str, str], upserts: dict[str, ScramCre
     out = {k: v for k, v in config.items() if k not in deletions}
     out.update({m: c.to_text() for m, c in upserts.items()})
     return out
-
-
-def sanitize_user(name: str) -> str:
-    """Kafka's Sanitizer.sanitize: the znode name of a user (URL-encoded as Java's URLEncoder,
-    with '*' as %2A and ' ' as %20)."""
-    from urllib.parse import quote
-    return quote(name, safe="._-").replace("~", "%7E")
-
-
-def desanitize_user(name: str) -> str:
-    from urllib.parse import unquote
-    return unquote(name)

@@ -14,17 +14,14 @@ import asyncio
 import logging
 from typing import Any
 
+from ..common.sanitizer import desanitize_user
 from ..coordination import paths
+from ..coordination.admin_zk import USERS, user_config_path
 from ..coordination.store import CoordinationStore, NoNodeError
-from ..security.scram import ScramCredential, desanitize_user, sanitize_user, user_credentials
+from ..security.scram import ScramCredential, user_credentials
 
 log = logging.getLogger("odradek.security")
 
-USERS = f"{paths.CONFIG}/users"
-
-
-def user_config_path(user: str) -> str:
-    return f"{USERS}/{sanitize_user(user)}"
 
 
 class CredentialCache:

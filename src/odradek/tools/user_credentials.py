@@ -18,16 +18,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..coordination import paths
-from ..coordination.store import CoordinationStore, NodeExistsError, NoNodeError
+from ..common.sanitizer import desanitize_user
+from ..coordination.admin_zk import USERS, read_user_config, write_user_config
+from ..coordination.store import CoordinationStore, NoNodeError
 from ..security.scram import (
     DEFAULT_ITERATIONS,
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,
     apply_credential_changes,
     credential_from_password,
-    desanitize_user,
-    sanitize_user,
 )
 from .command import ToolError
 
@@ -105,10 +104,6 @@ async def run_admin(admin: AsyncAdmin, args: argparse.Namespace, changes: Change
 
 
 # -- straight into ZooKeeper --------------------------------------------------------------------
-def user_config_path(user: str) -> str:
-    return paths.config_entity_path("users", sanitize_user(user))
-
-
 async def run_zookeeper(connect: str, args: argparse.Namespace, changes: Changes
                         ) -> list[str]:
     from .command import open_zookeeper
@@ -128,16 +123,14 @@ async def run_zookeeper(connect: str, args: argparse.Namespace, changes: Changes
 async def _describe_zk(store: CoordinationStore, user: str | None) -> list[str]:
     if user is None:
         try:
-            users = sorted(desanitize_user(u) for u in
-                           await store.get_children(f"{paths.CONFIG}/users"))
+            users = sorted(desanitize_user(u) for u in await store.get_children(USERS))
         except NoNodeError:
             users = []
     else:
         users = [user]
     lines = []
     for u in users:
-        found = await store.get_or_none(user_config_path(u))
-        config = paths.decode_entity_config(found[0]) if found else {}
+        config = await read_user_config(store, u)
         lines.append(f"Configs for user-principal '{u}' are "
                      + ",".join(f"{k}={v}" for k, v in sorted(config.items())))
     return lines
@@ -145,20 +138,11 @@ async def _describe_zk(store: CoordinationStore, user: str | None) -> list[str]:
 
 async def _alter_zk(store: CoordinationStore, user: str, adds: list[tuple[str, str, int]],
                     deletes: list[str]) -> None:
-    path = user_config_path(user)
-    found = await store.get_or_none(path)
-    config = paths.decode_entity_config(found[0]) if found else {}
+    config = await read_user_config(store, user)
     missing = [m for m in deletes if m not in config]
     if missing:
         raise ScramCommandError(
             "org.apache.kafka.common.errors.InvalidConfigurationException: Invalid config(s): "
             + ",".join(missing))
     upserts = {m: credential_from_password(m, p, i) for m, p, i in adds}
-    data = paths.encode_entity_config(apply_credential_changes(config, upserts, deletes))
-    try:
-        await store.create(path, data, makepath=True)
-    except NodeExistsError:
-        await store.set(path, data)
-    await store.create(paths.config_change_path(),
-                       paths.encode_config_change(f"users/{sanitize_user(user)}"),
-                       sequence=True, makepath=True)
+    await write_user_config(store, user, apply_credential_changes(config, upserts, deletes))

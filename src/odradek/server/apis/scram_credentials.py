@@ -16,8 +16,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ...coordination import paths
-from ...coordination.store import CoordinationStore, NodeExistsError, NoNodeError
+from ...common.sanitizer import desanitize_user
+from ...coordination.admin_zk import USERS, read_user_config, write_user_config
+from ...coordination.store import CoordinationStore, NoNodeError
 from ...protocol.codec import encode_response, make, response_module
 from ...security import errors
 from ...security.acl import AclOperation, ResourceType
@@ -28,31 +29,11 @@ from ...security.scram import (
     alteration_error,
     apply_credential_changes,
     credential_from_salted_password,
-    desanitize_user,
-    sanitize_user,
     user_credentials,
 )
-from ..credential_cache import USERS, CredentialCache, user_config_path
+from ..credential_cache import CredentialCache
 from ..network import Connection
 from .authz import allowed
-
-
-async def read_user_config(store: CoordinationStore, user: str) -> dict[str, str]:
-    found = await store.get_or_none(user_config_path(user))
-    return paths.decode_entity_config(found[0]) if found else {}
-
-
-async def write_user_config(store: CoordinationStore, user: str, config: dict[str, str]) -> None:
-    """Write `/config/users/<user>` and the change notification every broker reacts to."""
-    path = user_config_path(user)
-    data = paths.encode_entity_config(config)
-    try:
-        await store.create(path, data, makepath=True)
-    except NodeExistsError:
-        await store.set(path, data)
-    await store.create(paths.config_change_path(),
-                       paths.encode_config_change(f"users/{sanitize_user(user)}"),
-                       sequence=True, makepath=True)
 
 
 class ScramCredentialApis:
