@@ -11,7 +11,9 @@ Security (Kafka's names): named listeners (`listeners`, `advertised.listeners`,
 `sasl.mechanism.inter.broker.protocol`) and the listener-prefixed forms
 `listener.name.<listener>.<key>` (ssl.* and sasl.enabled.mechanisms) and
 `listener.name.<listener>.<mechanism>.sasl.jaas.config`, listener names in lower case: see
-`listener_props` and `sasl_jaas_config`.
+`listener_props` and `sasl_jaas_config`. The broker's own login on the inter-broker SASL listener
+comes from that key or, as in Kafka, from the JAAS file of `java.security.auth.login.config`
+(`inter_broker_login`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,16 @@ from typing import Any
 
 from ..common.properties import parse_properties
 from ..security import ssl_factory
+from ..security.jaas import JaasError
 from ..security.principal import SslPrincipalMapper
 from ..security.protocol import SecurityProtocol
+from ..security.sasl_server import (
+    JAAS_FILE_KEY,
+    PLAIN_LOGIN_MODULE,
+    SCRAM_LOGIN_MODULE,
+    login_credentials,
+    server_jaas_entries,
+)
 
 LONG_MAX = 2**63 - 1
 
@@ -417,11 +427,7 @@ class KafkaConfig:
                         "sasl.mechanism.inter.broker.protocol: must be included in "
                         f"sasl.enabled.mechanisms when SASL is used for inter-broker "
                         f"communication (got {mech}, enabled {', '.join(mechanisms)})")
-                if self.sasl_jaas_config(listener, mech) is None:
-                    raise ConfigError(
-                        f"listener.name.{listener.lower()}.{mech.lower()}.sasl.jaas.config: "
-                        "needed for the inter-broker SASL listener (the username and password "
-                        "this broker logs in with)")
+                self.inter_broker_login(listener, mech)  # ConfigError when there is none
 
     def _listener_key(self, listener: str, message: str) -> str:
         """Name the listener-prefixed key when the value came from one."""
@@ -486,6 +492,36 @@ class KafkaConfig:
         return self.originals.get(
             f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config")
 
+    def inter_broker_login(self, listener: str, mechanism: str) -> tuple[str, str]:
+        """The (username, password) this broker logs in to the others with on a SASL listener,
+        found where Kafka's JaasContext looks for the listener's server login:
+        `listener.name.<listener>.<mechanism>.sasl.jaas.config`, else the `<listener>.KafkaServer`
+        section, else the `KafkaServer` section, of the JAAS file named by
+        java.security.auth.login.config; the login module of the mechanism (PlainLoginModule or
+        ScramLoginModule) gives its `username` and `password`. ConfigError names what is
+        missing."""
+        inline = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+        path = self.originals.get(JAAS_FILE_KEY)
+        source = inline if inline in self.originals else JAAS_FILE_KEY
+        try:
+            entries = server_jaas_entries(self.originals, listener, mechanism)
+        except JaasError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        if not entries:
+            where = (f"the JAAS file {path} has neither a '{listener.lower()}.KafkaServer' nor "
+                     "a 'KafkaServer' section" if path else f"{JAAS_FILE_KEY} is not set")
+            raise ConfigError(
+                f"{inline}: needed for the inter-broker SASL listener (the username and password "
+                f"this broker logs in with), or a JAAS file section; {where}")
+        credentials = login_credentials(entries, mechanism)
+        if credentials is None:
+            module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
+            what = inline if source == inline else f"the JAAS file {path}"
+            raise ConfigError(
+                f"{source}: {what} has no {module} with username and password for the "
+                f"inter-broker SASL/{mechanism} login of listener {listener}")
+        return credentials
+
     def principal_mapper(self, listener: str) -> SslPrincipalMapper:
         return SslPrincipalMapper.from_rules(
             self.listener_props(listener).get("ssl.principal.mapping.rules"))
@@ -494,7 +530,8 @@ class KafkaConfig:
         """How this broker connects to the others (a security.connector.ClientSecurity, None
         for PLAINTEXT): the inter-broker listener's ssl.* as a TLS client (its key store as
         the client certificate), SASL with sasl.mechanism.inter.broker.protocol and the
-        username/password of the listener's JAAS config. Built once (it reads key files)."""
+        username/password of `inter_broker_login` (the listener's JAAS config or file). Built
+        once (it reads key files)."""
         cached = self.__dict__.get("_inter_broker_security", False)
         if cached is not False:
             return cached
@@ -510,12 +547,8 @@ class KafkaConfig:
             if protocol.uses_sasl:
                 mechanism = self.values["sasl.mechanism.inter.broker.protocol"].upper()
                 props["sasl.mechanism"] = mechanism
-                jaas = self.sasl_jaas_config(listener, mechanism)
-                if jaas is None:
-                    raise ConfigError(
-                        f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config:"
-                        " needed for the inter-broker SASL listener (username and password)")
-                props["sasl.jaas.config"] = jaas
+                props["sasl.username"], props["sasl.password"] = self.inter_broker_login(
+                    listener, mechanism)
             try:
                 security = ClientSecurity.from_client_props(props)
             except ValueError as exc:
