@@ -133,7 +133,9 @@ def _write_client_properties(cluster: Any, security: Any, data_dir: Path) -> lis
             path = cluster.write_client_properties(
                 data_dir / f"client{suffix}.properties", name, listener=listener)
             who = name or (f"{security.broker_user} (super user)"
-                           if listener.startswith("SASL_") else "anonymous")
+                           if listener.startswith("SASL_") else
+                           "broker (the brokers' certificate)" if listener == "SSL"
+                           else "anonymous")
             lines.append(f"client properties for {who} on {listener}: {path}")
     return lines
 

@@ -25,6 +25,7 @@ from ..coordination.store import CoordinationStore, NodeExistsError, SessionStat
 from ..coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from ..security import ssl_factory
 from ..security.authorizer import ALLOW_ALL, Authorizer
+from ..security.sasl_server import DEFAULT_MAX_RECEIVE_SIZE, listener_prop
 from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
@@ -145,7 +146,9 @@ class Broker:
                 context = ssl_factory.server_ssl_context(cfg.listener_props(name))
             except (ssl_factory.SslConfigError, OSError) as exc:
                 raise ConfigError(f"listener {name}: {exc}") from None
-        return Listener(name, protocol, context, cfg.principal_mapper(name))
+        size = listener_prop(cfg.originals, name, "sasl.server.max.receive.size")
+        return Listener(name, protocol, context, cfg.principal_mapper(name),
+                        DEFAULT_MAX_RECEIVE_SIZE if size is None else int(size))
 
     async def start(self) -> None:
         cfg = self.config

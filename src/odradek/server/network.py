@@ -33,6 +33,9 @@ from ..security.protocol import SecurityProtocol
 log = logging.getLogger("odradek.network")
 
 SENDFILE_THRESHOLD = 64 * 1024
+# a closed TLS connection's descriptor is released after at most this long without the
+# client's close_notify (asyncio's default, 30 s, kept refused clients' sockets open)
+TLS_SHUTDOWN_TIMEOUT_S = 2.0
 TLS_CHUNK = 64 * 1024  # file regions under TLS: read and written this much at a time
 SSL_HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -66,16 +69,20 @@ class Listener:
     """One bound endpoint: its name, security protocol and, on TLS, its context and the
     ssl.principal.mapping.rules of its client certificates."""
 
-    __slots__ = ("name", "port", "principal_mapper", "security_protocol", "ssl_context")
+    __slots__ = ("name", "port", "principal_mapper", "sasl_max_receive_size", "security_protocol",
+                 "ssl_context")
 
     def __init__(self, name: str = "PLAINTEXT",
                  security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT,
                  ssl_context: ssl.SSLContext | None = None,
-                 principal_mapper: SslPrincipalMapper | None = None) -> None:
+                 principal_mapper: SslPrincipalMapper | None = None,
+                 sasl_max_receive_size: int = 524288) -> None:
         self.name = name
         self.security_protocol = security_protocol
         self.ssl_context = ssl_context
         self.principal_mapper = principal_mapper
+        # sasl.server.max.receive.size: the largest frame before authentication
+        self.sasl_max_receive_size = sasl_max_receive_size
         self.port = -1
 
 
@@ -93,7 +100,7 @@ class Connection(asyncio.Protocol):
         self.sasl: Any = None  # the SASL exchange's state (security.sasl_server), once begun
         self.decoder = FrameDecoder(server.max_request_size)
         if not self.authenticated:  # frames are bounded until the client is authenticated
-            self.decoder.set_limit(min(server.max_request_size, server.sasl_max_receive_size),
+            self.decoder.set_limit(min(server.max_request_size, listener.sasl_max_receive_size),
                                    "sasl.server.max.receive.size")
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -133,7 +140,8 @@ class Connection(asyncio.Protocol):
         assert listener.ssl_context is not None
         try:
             tls = await loop.start_tls(raw, self, listener.ssl_context, server_side=True,
-                                       ssl_handshake_timeout=self.server.ssl_handshake_timeout)
+                                       ssl_handshake_timeout=self.server.ssl_handshake_timeout,
+                                       ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT_S)
         except (OSError, TimeoutError, ConnectionError, EOFError, RuntimeError) as exc:
             # Kafka's "Failed authentication with /host (SSL handshake failed)"
             log.info("Failed authentication with %s on listener %s (SSL handshake failed: "
@@ -358,7 +366,6 @@ class SocketServer:
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
         self.ssl_handshake_timeout = ssl_handshake_timeout
-        self.sasl_max_receive_size = 524288
         self.connections: set[Connection] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self.bound_ports: list[int] = []
