@@ -1,0 +1,144 @@
+"""The records of `__transaction_state` (Kafka 2.8's TransactionLog, with the generated
+TransactionLogKey and TransactionLogValue of core/src/main/resources/common/message), byte for byte.
+
+Not yet wired into the broker: the transaction coordinator will write and load these.
+
+Key and value start with an int16 schema version. Kafka 2.8 knows only version 0 of each, and
+neither is flexible: strings are int16 length + UTF-8, arrays int32 count + elements (-1 = null).
+
+  key v0    transactional_id string
+  value v0  producer_id int64, producer_epoch int16, transaction_timeout_ms int32,
+            transaction_status int8 (the TransactionState byte),
+            transaction_partitions [topic string, partition_ids [int32]] (nullable),
+            transaction_last_update_timestamp_ms int64, transaction_start_timestamp_ms int64
+
+An Empty transaction is written with a null partitions array (and partitions are ignored when an
+Empty one is read); other states group their partitions by topic. Kafka's order of topics and
+partitions is that of a hash set, i.e. unspecified; here both are sorted, so equal metadata gives
+equal bytes. The last producer id and epoch are not stored: a loaded metadata has none. A null
+value is a tombstone, written when a transactional id expires (Dead): reading one gives None.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from itertools import groupby
+
+from ..common import TopicPartition
+from ..protocol.primitives import INT16, INT32, INT64, Reader, SchemaError, write_string
+from ..protocol.records import NO_PRODUCER_ID
+from .transaction_state import (
+    NO_PRODUCER_EPOCH,
+    Empty,
+    IllegalTransactionState,
+    TransactionMetadata,
+    TransactionState,
+    TxnTransitMetadata,
+)
+
+KEY_VERSION = 0  # TransactionLogKey.HIGHEST_SUPPORTED_VERSION in 2.8
+VALUE_VERSION = 0  # TransactionLogValue.HIGHEST_SUPPORTED_VERSION in 2.8
+
+INT8 = struct.Struct(">b")
+
+
+@dataclass(frozen=True, slots=True)
+class TxnKey:
+    """Kafka's TxnKey: a decoded key."""
+
+    transactional_id: str
+    version: int = KEY_VERSION
+
+
+def key_to_bytes(transactional_id: str) -> bytes:
+    """TransactionLog.keyToBytes: version 0, the transactional id."""
+    out = bytearray(INT16.pack(KEY_VERSION))
+    write_string(out, transactional_id)
+    return bytes(out)
+
+
+def value_to_bytes(transit: TxnTransitMetadata) -> bytes:
+    """TransactionLog.valueToBytes: version 0 of the target metadata. An Empty transaction with
+    partitions is an IllegalTransactionState, as in Kafka."""
+    if transit.txn_state is Empty and transit.topic_partitions:
+        raise IllegalTransactionState(
+            f"an Empty transaction has no partitions, not {sorted(transit.topic_partitions)}")
+    out = bytearray(INT16.pack(VALUE_VERSION))
+    out += INT64.pack(transit.producer_id)
+    out += INT16.pack(transit.producer_epoch)
+    out += INT32.pack(transit.txn_timeout_ms)
+    out += INT8.pack(transit.txn_state.id)
+    if transit.txn_state is Empty:
+        out += INT32.pack(-1)  # a null array
+    else:
+        by_topic = [(topic, [tp.partition for tp in tps])
+                    for topic, tps in groupby(sorted(transit.topic_partitions),
+                                              key=lambda tp: tp.topic)]
+        out += INT32.pack(len(by_topic))
+        for topic, partitions in by_topic:
+            write_string(out, topic)
+            out += INT32.pack(len(partitions))
+            for p in partitions:
+                out += INT32.pack(p)
+    out += INT64.pack(transit.txn_last_update_timestamp)
+    out += INT64.pack(transit.txn_start_timestamp)
+    return bytes(out)
+
+
+def read_txn_record_key(data: bytes | memoryview) -> TxnKey:
+    """TransactionLog.readTxnRecordKey; an unknown version is a SchemaError."""
+    r = Reader(data)
+    version = r.int16()
+    if version != KEY_VERSION:
+        raise SchemaError(f"unknown transaction log key version {version}")
+    return TxnKey(r.string(), version)
+
+
+def read_txn_record_value(transactional_id: str,
+                          data: bytes | memoryview | None) -> TransactionMetadata | None:
+    """TransactionLog.readTxnRecordValue: the metadata a value holds, None for a tombstone. An
+    unknown version or status byte is a SchemaError."""
+    if data is None:
+        return None
+    r = Reader(data)
+    version = r.int16()
+    if version != VALUE_VERSION:
+        raise SchemaError(f"unknown transaction log value version {version}")
+    producer_id = r.int64()
+    producer_epoch = r.int16()
+    timeout_ms = r.int32()
+    status = INT8.unpack(r.take(1))[0]
+    partitions: set[TopicPartition] = set()
+    count = r.int32()
+    for _ in range(max(count, 0)):
+        topic = r.string()
+        n = r.int32()
+        if n < 0:
+            raise SchemaError("null in the non-nullable array partition_ids")
+        partitions.update(TopicPartition(topic, r.int32()) for _ in range(n))
+    last_update = r.int64()
+    start = r.int64()
+    try:
+        state = TransactionState.from_id(status)
+    except IllegalTransactionState as exc:
+        raise SchemaError(str(exc)) from None
+    return TransactionMetadata(
+        transactional_id, producer_id, NO_PRODUCER_ID, producer_epoch, NO_PRODUCER_EPOCH,
+        timeout_ms, state, set() if state is Empty else partitions, start, last_update)
+
+
+def format_record_key_and_value(key: bytes | memoryview,
+                                value: bytes | memoryview | None) -> tuple[str, str]:
+    """The two strings Kafka's DumpLogSegments prints for a `__transaction_state` record
+    (TransactionLog.formatRecordKeyAndValue), partitions sorted."""
+    txn_key = read_txn_record_key(key)
+    key_string = f"transaction_metadata::transactionalId={txn_key.transactional_id}"
+    meta = read_txn_record_value(txn_key.transactional_id, value)
+    if meta is None:
+        return key_string, "<DELETE>"
+    partitions = ",".join(str(tp) for tp in sorted(meta.topic_partitions))
+    return key_string, (f"producerId:{meta.producer_id},producerEpoch:{meta.producer_epoch},"
+                        f"state={meta.state},partitions=[{partitions}],"
+                        f"txnLastUpdateTimestamp={meta.txn_last_update_timestamp},"
+                        f"txnTimeoutMs={meta.txn_timeout_ms}")
