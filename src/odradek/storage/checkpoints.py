@@ -50,6 +50,14 @@ def fsync_path(path: Path, flags: int = 0) -> None:
         os.close(fd)
 
 
+def fsync_open_or_path(fd: int | None, path: Path) -> None:
+    """fsync an index file: through its open descriptor, else (closed, not deleted) by path."""
+    if fd is not None:
+        os.fsync(fd)
+    elif path.exists():
+        fsync_path(path)
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so that a rename or a new file in it survives a power loss (best
     effort: a directory that cannot be opened or fsynced is passed over)."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..protocol.primitives import INT64 as _Q
 from ..protocol.records import NO_TIMESTAMP
-from .checkpoints import fsync_path
+from .checkpoints import fsync_open_or_path
 from .log_config import INT_MAX as _INT_MAX
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
@@ -129,10 +129,7 @@ class _Index:
         """fsync the index file if entries were written since the last flush."""
         if not self._dirty:
             return
-        if self._fd is not None:
-            os.fsync(self._fd)
-        elif self.path.exists():
-            fsync_path(self.path)
+        fsync_open_or_path(self._fd, self.path)
         self._dirty = False
 
     def delete(self) -> None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .checkpoints import fsync_path
+from .checkpoints import fsync_open_or_path
 from .index import CorruptIndexError, InvalidOffsetError
 from .segment import TXN_INDEX_SUFFIX
 
@@ -253,10 +253,7 @@ class TransactionIndex:
         """fsync the file if it changed since the last flush."""
         if not self._dirty:
             return
-        if self._fd is not None:
-            os.fsync(self._fd)
-        elif self.path.exists():
-            fsync_path(self.path)
+        fsync_open_or_path(self._fd, self.path)
         self._dirty = False
 
     def close_file(self) -> None:
