@@ -49,25 +49,16 @@ class IndexFullError(ValueError):
     """An append to an index that already holds ``segment.index.bytes`` worth of entries."""
 
 
-class _Index:
-    """What both indexes share: lazy loading, append-only writes, truncation, release."""
+class IndexFile:
+    """An append-only file of fixed-size entries mirrored in memory: lazy loading, appends through
+    one O_APPEND descriptor, fsync on flush, release, rename, delete. The offset and time
+    indexes and the transaction index (``.txnindex``) are all of this kind."""
 
-    ENTRY_SIZE = 8
-
-    def __init__(self, path: Path, base_offset: int,
-                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.base_offset = base_offset
-        self.max_index_size = max_index_size
         self._buf: bytearray | None = None
         self._fd: int | None = None
         self._dirty = False
-
-    # -- lifecycle ------------------------------------------------------------------------------
-
-    @property
-    def max_entries(self) -> int:
-        return self.max_index_size // self.ENTRY_SIZE
 
     @property
     def loaded(self) -> bool:
@@ -77,28 +68,19 @@ class _Index:
     def has_open_file(self) -> bool:
         return self._fd is not None
 
-    def _data(self) -> bytearray:
-        buf = self._buf
-        if buf is None:
-            try:
-                with open(self.path, "rb") as f:
-                    buf = bytearray(f.read())
-            except FileNotFoundError:
-                buf = bytearray()
-            if len(buf) % self.ENTRY_SIZE:
-                raise CorruptIndexError(
-                    f"index file {self.path} is corrupt: {len(buf)} bytes is not a multiple of "
-                    f"{self.ENTRY_SIZE}"
-                )
-            self._buf = buf
-            self._on_load(buf)
-        return buf
+    def _read_file(self) -> bytearray:
+        """The file's bytes (empty when it does not exist)."""
+        try:
+            with open(self.path, "rb") as f:
+                return bytearray(f.read())
+        except FileNotFoundError:
+            return bytearray()
 
-    def _on_load(self, buf: bytearray) -> None:
-        """Hook for subclasses that cache the last entry."""
+    def _data(self) -> bytearray:
+        raise NotImplementedError
 
     def load(self) -> None:
-        """Read the file now (raises CorruptIndexError when its size is not whole entries)."""
+        """Read the file now."""
         self._data()
 
     def _write_fd(self) -> int:
@@ -115,6 +97,14 @@ class _Index:
             view = view[n:]
         self._dirty = True
 
+    def write_all(self) -> None:
+        """Rewrite the file from memory (after a rebuild done with ``persist=False`` appends)."""
+        buf = self._data()
+        self.close_file()
+        with open(self.path, "wb") as f:
+            f.write(buf)
+        self._dirty = True
+
     def release(self) -> None:
         """Close the file descriptor and drop the in-memory entries (they reload on demand)."""
         self.close_file()
@@ -126,21 +116,67 @@ class _Index:
             os.close(fd)
 
     def flush(self) -> None:
-        """fsync the index file if entries were written since the last flush."""
+        """fsync the file if entries were written since the last flush."""
         if not self._dirty:
             return
         fsync_open_or_path(self._fd, self.path)
         self._dirty = False
 
-    def delete(self) -> None:
+    def delete(self) -> bool:
+        """Delete the file; True if one was there."""
         self.release()
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def rename(self, new_path: Path) -> None:
+        """Move the file (the segment's suffix changes: ``.deleted``, ``.swap``, ...)."""
         self.close_file()
         if self.path.exists():
             os.replace(self.path, new_path)
         self.path = Path(new_path)
+
+    def size_in_bytes(self) -> int:
+        return len(self._data())
+
+
+class _Index(IndexFile):
+    """What the offset and time indexes share: a base offset, a maximum size, entries of
+    ENTRY_SIZE bytes (a file of any other size is corrupt), truncation."""
+
+    ENTRY_SIZE = 8
+
+    def __init__(self, path: Path, base_offset: int,
+                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE) -> None:
+        super().__init__(path)
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+
+    @property
+    def max_entries(self) -> int:
+        return self.max_index_size // self.ENTRY_SIZE
+
+    def _data(self) -> bytearray:
+        buf = self._buf
+        if buf is None:
+            buf = self._read_file()
+            if len(buf) % self.ENTRY_SIZE:
+                raise CorruptIndexError(
+                    f"index file {self.path} is corrupt: {len(buf)} bytes is not a multiple of "
+                    f"{self.ENTRY_SIZE}"
+                )
+            self._buf = buf
+            self._on_load(buf)
+        return buf
+
+    def _on_load(self, buf: bytearray) -> None:
+        """Hook for subclasses that cache the last entry."""
+
+    def load(self) -> None:
+        """Read the file now (raises CorruptIndexError when its size is not whole entries)."""
+        self._data()
 
     # -- content --------------------------------------------------------------------------------
 
@@ -150,9 +186,6 @@ class _Index:
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
-
-    def size_in_bytes(self) -> int:
-        return len(self._data())
 
     def _truncate_to_entries(self, n: int) -> None:
         buf = self._data()
@@ -177,14 +210,6 @@ class _Index:
                 pass
         self._dirty = True
         self._on_load(self._buf)
-
-    def write_all(self) -> None:
-        """Rewrite the file from memory (after a rebuild done with ``persist=False`` appends)."""
-        buf = self._data()
-        self.close_file()
-        with open(self.path, "wb") as f:
-            f.write(buf)
-        self._dirty = True
 
     def _relative(self, offset: int) -> int:
         rel = offset - self.base_offset

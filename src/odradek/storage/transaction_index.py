@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .checkpoints import fsync_open_or_path
-from .index import CorruptIndexError, InvalidOffsetError
+from .index import CorruptIndexError, IndexFile, InvalidOffsetError
 from .segment import TXN_INDEX_SUFFIX
 
 ABORTED_TXN_VERSION = 0  # AbortedTxn.CurrentVersion
@@ -109,15 +108,12 @@ def search_aborted_txns(entries: Iterable[AbortedTxn], fetch_offset: int,
     return TxnIndexSearchResult(found, False)
 
 
-class TransactionIndex:
+class TransactionIndex(IndexFile):
     """The ``.txnindex`` of one segment (Kafka's ``TransactionIndex(startOffset, file)``)."""
 
     def __init__(self, path: Path, start_offset: int) -> None:
-        self.path = Path(path)
+        super().__init__(path)
         self.start_offset = start_offset
-        self._buf: bytearray | None = None
-        self._fd: int | None = None
-        self._dirty = False
         self._last_offset: int | None = None
         self.torn_tail_bytes = 0
 
@@ -126,11 +122,7 @@ class TransactionIndex:
     def _data(self) -> bytearray:
         buf = self._buf
         if buf is None:
-            try:
-                with open(self.path, "rb") as f:
-                    buf = bytearray(f.read())
-            except FileNotFoundError:
-                buf = bytearray()
+            buf = self._read_file()
             torn = len(buf) % ENTRY_SIZE
             if torn:
                 # A crash mid-append: keep the whole entries, cut the file back to them.
@@ -147,10 +139,6 @@ class TransactionIndex:
         """Read the file now (dropping a torn tail, see ``torn_tail_bytes``)."""
         self._data()
 
-    @property
-    def loaded(self) -> bool:
-        return self._buf is not None
-
     # -- content --------------------------------------------------------------------------------
 
     @property
@@ -162,9 +150,6 @@ class TransactionIndex:
         """The last offset (ABORT marker offset) of the last entry, None when empty."""
         self._data()
         return self._last_offset
-
-    def size_in_bytes(self) -> int:
-        return len(self._data())
 
     def __iter__(self) -> Iterator[AbortedTxn]:
         buf = self._data()
@@ -189,12 +174,6 @@ class TransactionIndex:
 
     # -- writing --------------------------------------------------------------------------------
 
-    def _write_fd(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                               0o644)
-        return self._fd
-
     def append(self, txn: AbortedTxn, *, persist: bool = True) -> None:
         """Add one entry. Its last offset must be above the last entry's (Kafka raises
         IllegalArgumentException; here InvalidOffsetError)."""
@@ -208,19 +187,7 @@ class TransactionIndex:
         buf += entry
         self._last_offset = txn.last_offset
         if persist:
-            view = memoryview(entry)
-            fd = self._write_fd()
-            while view:
-                view = view[os.write(fd, view):]
-            self._dirty = True
-
-    def write_all(self) -> None:
-        """Rewrite the file from memory (after a rebuild with ``persist=False`` appends)."""
-        buf = self._data()
-        self.close_file()
-        with open(self.path, "wb") as f:
-            f.write(buf)
-        self._dirty = True
+            self._write(entry)
 
     def _cut(self, size: int) -> None:
         buf = self._data()
@@ -249,43 +216,14 @@ class TransactionIndex:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """fsync the file if it changed since the last flush."""
-        if not self._dirty:
-            return
-        fsync_open_or_path(self._fd, self.path)
-        self._dirty = False
-
-    def close_file(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
-
     def release(self) -> None:
         """Close the descriptor and drop the in-memory entries (they reload on demand)."""
-        self.close_file()
-        self._buf = None
+        super().release()
         self._last_offset = None
 
     def close(self) -> None:
         self.flush()
         self.release()
-
-    def delete(self) -> bool:
-        """Delete the file (``TransactionIndex.deleteIfExists``); True if one was there."""
-        self.release()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
-
-    def rename(self, new_path: Path) -> None:
-        """Move the file (segment suffix changes: ``.deleted``, ``.swap``, ...)."""
-        self.close_file()
-        if self.path.exists():
-            os.replace(self.path, new_path)
-        self.path = Path(new_path)
 
     def sanity_check(self) -> None:
         """Raise CorruptIndexError unless every entry is of a known version, ends at or above the
