@@ -20,14 +20,11 @@ from kio.schema.errors import ErrorCode
 
 from ..security.acl import (
     ANY_BINDING,
-    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
+    binding_from_wire,
+    binding_to_wire,
+    filter_to_wire,
 )
 from ..security.connector import ClientSecurity, open_connection
 from ..security.errors import UnsupportedSaslMechanismError
@@ -736,12 +733,7 @@ class AsyncAdmin:
                           ) -> dict[AclBinding, KafkaError | None]:
         """CreateAcls: store each binding (Kafka's Admin.createAcls)."""
         items = list(bindings)
-        resp = await self.client.send_any(30, creations=[{
-            "resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
-            "resource_pattern_type": int(b.pattern.pattern_type),
-            "principal": b.entry.principal, "host": b.entry.host,
-            "operation": int(b.entry.operation),
-            "permission_type": int(b.entry.permission_type)} for b in items])
+        resp = await self.client.send_any(30, creations=[binding_to_wire(b) for b in items])
         results: dict[AclBinding, KafkaError | None] = {
             b: None if r.error_code == ErrorCode.none else KafkaError.for_code(
                 r.error_code, r.error_message, context=f"CreateAcls {b}")
@@ -751,52 +743,34 @@ class AsyncAdmin:
 
     async def describe_acls(self, filt: AclBindingFilter = ANY_BINDING) -> list[AclBinding]:
         """DescribeAcls: the bindings matching the filter (Kafka's Admin.describeAcls)."""
-        resp = await self.client.send_any(29, **_filter_fields(filt))
+        resp = await self.client.send_any(29, **filter_to_wire(filt))
         if resp.error_code != ErrorCode.none:
             raise KafkaError.for_code(resp.error_code, resp.error_message,
                                       context="DescribeAcls")
-        return [AclBinding(
-            ResourcePattern(ResourceType.from_code(r.resource_type),  # type: ignore[arg-type]
-                            r.resource_name,
-                            PatternType.from_code(getattr(r, "pattern_type", 3))),  # type: ignore[arg-type]
-            _entry(a)) for r in resp.resources for a in r.acls]
+        return [binding_from_wire(r.resource_type, r.resource_name, getattr(r, "pattern_type", 3),
+                                  a.principal, a.host, a.operation, a.permission_type)
+                for r in resp.resources for a in r.acls]
 
     async def delete_acls(self, filters: Iterable[AclBindingFilter], *,
                           raise_errors: bool = True
                           ) -> dict[AclBindingFilter, list[AclBinding] | KafkaError]:
         """DeleteAcls: per filter, the bindings deleted (or the error)."""
         items = list(filters)
-        resp = await self.client.send_any(31, filters=[_filter_fields(f) for f in items])
+        resp = await self.client.send_any(31, filters=[filter_to_wire(f) for f in items])
         out: dict[AclBindingFilter, list[AclBinding] | KafkaError] = {}
         for f, r in zip(items, resp.filter_results, strict=False):
             if r.error_code != ErrorCode.none:
                 out[f] = KafkaError.for_code(r.error_code, r.error_message,
                                              context="DeleteAcls")
                 continue
-            out[f] = [AclBinding(
-                ResourcePattern(ResourceType.from_code(m.resource_type),  # type: ignore[arg-type]
-                                m.resource_name,
-                                PatternType.from_code(m.pattern_type)),  # type: ignore[arg-type]
-                _entry(m)) for m in r.matching_acls]
+            out[f] = [binding_from_wire(m.resource_type, m.resource_name, m.pattern_type,
+                                        m.principal, m.host, m.operation, m.permission_type)
+                      for m in r.matching_acls]
         if raise_errors:
             first = next((e for e in out.values() if isinstance(e, KafkaError)), None)
             if first is not None:
                 raise first
         return out
-
-
-def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
-    return {"resource_type_filter": int(f.pattern.resource_type),
-            "resource_name_filter": f.pattern.name,
-            "pattern_type_filter": int(f.pattern.pattern_type),
-            "principal_filter": f.entry.principal, "host_filter": f.entry.host,
-            "operation": int(f.entry.operation), "permission_type": int(f.entry.permission_type)}
-
-
-def _entry(a: Any) -> AccessControlEntry:
-    return AccessControlEntry(a.principal, a.host,
-                              AclOperation.from_code(a.operation),  # type: ignore[arg-type]
-                              AclPermissionType.from_code(a.permission_type))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "CLUSTER_NAME", "WILDCARD_HOST", "WILDCARD_PRINCIPAL", "WILDCARD_RESOURCE",
@@ -247,6 +248,52 @@ class AclBindingFilter:
 
 
 ANY_BINDING = AclBindingFilter()
+
+
+# -- the ACL APIs' wire fields (CreateAcls, DescribeAcls, DeleteAcls), both directions ----------
+
+
+def binding_from_wire(resource_type: int, resource_name: str, pattern_type: int,
+                      principal: str, host: str, operation: int,
+                      permission_type: int) -> AclBinding:
+    """A binding from the codes and names of a CreateAcls creation or a Describe/DeleteAcls
+    result."""
+    return AclBinding(
+        ResourcePattern(ResourceType.from_code(resource_type),  # type: ignore[arg-type]
+                        resource_name, PatternType.from_code(pattern_type)),  # type: ignore[arg-type]
+        AccessControlEntry(principal, host,
+                           AclOperation.from_code(operation),  # type: ignore[arg-type]
+                           AclPermissionType.from_code(permission_type)))  # type: ignore[arg-type]
+
+
+def filter_from_wire(resource_type: int, resource_name: str | None, pattern_type: int,
+                     principal: str | None, host: str | None, operation: int,
+                     permission_type: int) -> AclBindingFilter:
+    """A filter from the codes and names of a DescribeAcls request or a DeleteAcls filter."""
+    return AclBindingFilter(
+        ResourcePatternFilter(ResourceType.from_code(resource_type),  # type: ignore[arg-type]
+                              resource_name, PatternType.from_code(pattern_type)),  # type: ignore[arg-type]
+        AccessControlEntryFilter(principal, host,
+                                 AclOperation.from_code(operation),  # type: ignore[arg-type]
+                                 AclPermissionType.from_code(permission_type)))  # type: ignore[arg-type]
+
+
+def filter_to_wire(f: AclBindingFilter) -> dict[str, Any]:
+    """A filter as a DescribeAcls request's (or a DeleteAcls filter's) fields."""
+    return {"resource_type_filter": int(f.pattern.resource_type),
+            "resource_name_filter": f.pattern.name,
+            "pattern_type_filter": int(f.pattern.pattern_type),
+            "principal_filter": f.entry.principal, "host_filter": f.entry.host,
+            "operation": int(f.entry.operation), "permission_type": int(f.entry.permission_type)}
+
+
+def binding_to_wire(b: AclBinding) -> dict[str, Any]:
+    """A binding as a CreateAcls creation's fields."""
+    return {"resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
+            "resource_pattern_type": int(b.pattern.pattern_type),
+            "principal": b.entry.principal, "host": b.entry.host,
+            "operation": int(b.entry.operation),
+            "permission_type": int(b.entry.permission_type)}
 
 
 # ---------------------------------------------------------------------------------------------

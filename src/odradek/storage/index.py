@@ -141,6 +141,19 @@ class IndexFile:
     def size_in_bytes(self) -> int:
         return len(self._data())
 
+    def _truncate_bytes(self, size: int) -> bool:
+        """Keep the first `size` bytes, in memory and in the file; False if already no longer."""
+        buf = self._data()
+        if size >= len(buf):
+            return False
+        del buf[size:]
+        if self._fd is not None:
+            os.ftruncate(self._fd, size)
+        elif self.path.exists():
+            os.truncate(self.path, size)
+        self._dirty = True
+        return True
+
 
 class _Index(IndexFile):
     """What the offset and time indexes share: a base offset, a maximum size, entries of
@@ -188,17 +201,8 @@ class _Index(IndexFile):
         return self.entries >= self.max_entries
 
     def _truncate_to_entries(self, n: int) -> None:
-        buf = self._data()
-        size = n * self.ENTRY_SIZE
-        if size >= len(buf):
-            return
-        del buf[size:]
-        if self._fd is not None:
-            os.ftruncate(self._fd, size)
-        elif self.path.exists():
-            os.truncate(self.path, size)
-        self._dirty = True
-        self._on_load(buf)
+        if self._truncate_bytes(n * self.ENTRY_SIZE):
+            self._on_load(self._data())
 
     def reset(self) -> None:
         """Remove every entry (before a rebuild)."""

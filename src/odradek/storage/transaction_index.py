@@ -190,16 +190,9 @@ class TransactionIndex(IndexFile):
             self._write(entry)
 
     def _cut(self, size: int) -> None:
-        buf = self._data()
-        if size >= len(buf):
-            return
-        del buf[size:]
-        if self._fd is not None:
-            os.ftruncate(self._fd, size)
-        elif self.path.exists():
-            os.truncate(self.path, size)
-        self._dirty = True
-        self._last_offset = _ENTRY.unpack_from(buf, size - ENTRY_SIZE)[3] if size else None
+        if self._truncate_bytes(size):
+            buf = self._data()
+            self._last_offset = _ENTRY.unpack_from(buf, size - ENTRY_SIZE)[3] if size else None
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry from the first whose last offset is >= `offset` on

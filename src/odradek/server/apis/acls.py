@@ -20,16 +20,13 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
 from ...security.acl import (
-    AccessControlEntry,
-    AccessControlEntryFilter,
     AclBinding,
     AclBindingFilter,
     AclOperation,
-    AclPermissionType,
     PatternType,
-    ResourcePattern,
-    ResourcePatternFilter,
     ResourceType,
+    binding_from_wire,
+    filter_from_wire,
     group_by_pattern,
 )
 from ...security.authorizer import ALLOW_ALL, Authorizer
@@ -39,35 +36,23 @@ from .authz import allowed
 SECURITY_DISABLED = "No Authorizer is configured on the broker"
 
 
-def _filter(f: Any, resource_type: int, name: str | None, pattern_type: int) -> AclBindingFilter:
-    return AclBindingFilter(
-        ResourcePatternFilter(ResourceType.from_code(resource_type), name,  # type: ignore[arg-type]
-                              PatternType.from_code(pattern_type)),  # type: ignore[arg-type]
-        AccessControlEntryFilter(
-            f.principal_filter, f.host_filter,
-            AclOperation.from_code(f.operation),  # type: ignore[arg-type]
-            AclPermissionType.from_code(f.permission_type)))  # type: ignore[arg-type]
-
-
 def describe_filter(request: Any) -> AclBindingFilter:
-    return _filter(request, request.resource_type_filter, request.resource_name_filter,
-                   getattr(request, "pattern_type_filter", PatternType.LITERAL))
+    return filter_from_wire(request.resource_type_filter, request.resource_name_filter,
+                            getattr(request, "pattern_type_filter", PatternType.LITERAL),
+                            request.principal_filter, request.host_filter, request.operation,
+                            request.permission_type)
 
 
 def delete_filter(f: Any) -> AclBindingFilter:
-    return _filter(f, f.resource_type_filter, f.resource_name_filter,
-                   getattr(f, "pattern_type_filter", PatternType.LITERAL))
+    return filter_from_wire(f.resource_type_filter, f.resource_name_filter,
+                            getattr(f, "pattern_type_filter", PatternType.LITERAL),
+                            f.principal_filter, f.host_filter, f.operation, f.permission_type)
 
 
 def creation_binding(c: Any) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(ResourceType.from_code(c.resource_type),  # type: ignore[arg-type]
-                        c.resource_name,
-                        PatternType.from_code(  # type: ignore[arg-type]
-                            getattr(c, "resource_pattern_type", PatternType.LITERAL))),
-        AccessControlEntry(c.principal, c.host,
-                           AclOperation.from_code(c.operation),  # type: ignore[arg-type]
-                           AclPermissionType.from_code(c.permission_type)))  # type: ignore[arg-type]
+    return binding_from_wire(c.resource_type, c.resource_name,
+                             getattr(c, "resource_pattern_type", PatternType.LITERAL),
+                             c.principal, c.host, c.operation, c.permission_type)
 
 
 class AclApis:
