@@ -56,16 +56,22 @@ def control_record_key(control_type: ControlRecordType) -> bytes:
     return _KEY.pack(CONTROL_RECORD_KEY_VERSION, int(control_type))
 
 
+def _versioned(what: str, data: bytes | None, unpack: struct.Struct) -> tuple[int, int]:
+    """A control record's key or marker value: (version, field), a short or negative-version
+    one raising InvalidRecordError."""
+    if data is None or len(data) < unpack.size:
+        raise InvalidRecordError(
+            f"{what} of {0 if data is None else len(data)} bytes; at least {unpack.size} are "
+            "needed")
+    version, field = unpack.unpack_from(data)
+    if version < 0:
+        raise InvalidRecordError(f"{what} version {version}: corrupt data")
+    return version, field
+
+
 def parse_control_record_type(key: bytes | None) -> ControlRecordType:
     """The type in a control record's key (``ControlRecordType.parse``)."""
-    if key is None or len(key) < CONTROL_RECORD_KEY_SIZE:
-        raise InvalidRecordError(
-            f"control record key of {0 if key is None else len(key)} bytes; at least "
-            f"{CONTROL_RECORD_KEY_SIZE} are needed"
-        )
-    version, type_id = _KEY.unpack_from(key)
-    if version < 0:
-        raise InvalidRecordError(f"control record key version {version}: corrupt data")
+    _, type_id = _versioned("control record key", key, _KEY)
     try:
         return ControlRecordType(type_id)
     except ValueError:
@@ -102,14 +108,7 @@ class EndTransactionMarker:
         control_type = parse_control_record_type(key)
         if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
             raise ValueError(f"control record of type {control_type!r} is not a transaction marker")
-        if value is None or len(value) < END_TXN_MARKER_VALUE_SIZE:
-            raise InvalidRecordError(
-                f"end transaction marker value of {0 if value is None else len(value)} bytes; at "
-                f"least {END_TXN_MARKER_VALUE_SIZE} are needed"
-            )
-        version, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
-        if version < 0:
-            raise InvalidRecordError(f"end transaction marker version {version}: corrupt data")
+        _, coordinator_epoch = _versioned("end transaction marker value", value, _END_TXN_VALUE)
         return cls(control_type, coordinator_epoch)
 
 

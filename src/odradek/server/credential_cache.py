@@ -16,7 +16,7 @@ from typing import Any
 
 from ..common.sanitizer import desanitize_user
 from ..coordination import paths
-from ..coordination.admin_zk import USERS, user_config_path
+from ..coordination.admin_zk import USERS, new_config_changes, user_config_path
 from ..coordination.store import CoordinationStore, NoNodeError
 from ..security.scram import ScramCredential, user_credentials
 
@@ -73,17 +73,8 @@ class CredentialCache:
 
     async def _process_changes(self) -> None:
         async with self._lock:
-            store = self.store
-            children = set(await store.get_children(paths.CONFIG_CHANGES))
-            for child in sorted(children - self._seen_changes):
-                found = await store.get_or_none(f"{paths.CONFIG_CHANGES}/{child}")
-                if found is None:
-                    continue
-                try:
-                    entity = paths.decode_config_change(found[0])
-                except ValueError:
-                    continue
-                kind, _, name = entity.partition("/")
+            children, changes = await new_config_changes(self.store, self._seen_changes)
+            for kind, name in changes:
                 if kind == "users" and name:
                     log.info("Processing SCRAM credentials of user %s", desanitize_user(name))
                     await self.reload(desanitize_user(name))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..coordination import paths
+from ..coordination.admin_zk import new_config_changes
 from ..coordination.store import CoordinationStore
 from .broker_config_manager import BrokerConfigManager
 from .replica_manager import ReplicaManager
@@ -100,14 +101,9 @@ class TopicConfigManager:
         task.add_done_callback(self._tasks.discard)
 
     async def _process_changes(self) -> None:
-        store = self.store
-        children = set(await store.get_children(paths.CONFIG_CHANGES))
-        for child in sorted(children - self._seen_changes):
-            found = await store.get_or_none(f"{paths.CONFIG_CHANGES}/{child}")
-            if found is None:
-                continue
-            entity = paths.decode_config_change(found[0])
-            kind, _, name = entity.partition("/")
+        children, changes = await new_config_changes(self.store, self._seen_changes)
+        for kind, name in changes:
+            entity = f"{kind}/{name}"
             if kind == "topics" and name:
                 log.info("Processing override for entity path %s", entity)
                 await self.reload(name)
