@@ -56,6 +56,7 @@ from common import (
     fmt_int,
     fmt_mib,
     machine_facts,
+    produce_records,
     progress,
     python_worker,
     rss_kb,
@@ -98,15 +99,8 @@ def worker_produce(a: argparse.Namespace) -> None:
                   "error_cb": on_error, "log_level": 0})
     p.list_topics(a.topic, timeout=10)  # connect and learn the partitions before timing
     value = b"x" * RECORD_SIZE
-    produce, poll, topic = p.produce, p.poll, a.topic
     t0 = time.perf_counter()
-    for _ in range(a.records):
-        while True:
-            try:
-                produce(topic, value)
-                break
-            except BufferError:
-                poll(0.001)
+    produce_records(p, a.topic, value, a.records)
     left = p.flush(a.timeout)
     seconds = time.perf_counter() - t0
     print(json.dumps({"records": a.records - left, "seconds": seconds, "unflushed": left,

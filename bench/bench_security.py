@@ -66,6 +66,7 @@ from common import (
     ensure_topic,
     fmt_int,
     machine_facts,
+    produce_records,
     progress,
     python_worker,
     rss_kb,
@@ -115,16 +116,9 @@ def worker_produce(a: argparse.Namespace) -> None:
                   "error_cb": on_error, "log_level": 0, **_conf(a.conf)})
     p.list_topics(a.topic, timeout=10)
     value = b"x" * a.size
-    produce, poll, topic = p.produce, p.poll, a.topic
     cpu0 = cpu_seconds(a.broker_pid)
     t0 = time.perf_counter()
-    for _ in range(a.records):
-        while True:
-            try:
-                produce(topic, value)
-                break
-            except BufferError:
-                poll(0.001)
+    produce_records(p, a.topic, value, a.records)
     left = p.flush(a.timeout)
     seconds = time.perf_counter() - t0
     broker_cpu = cpu_seconds(a.broker_pid) - cpu0
@@ -418,8 +412,9 @@ class SecureBroker:
 
     @staticmethod
     def scram_znodes() -> dict[str, bytes]:
+        from odradek.common.sanitizer import sanitize_user
         from odradek.coordination import paths
-        from odradek.security.scram import credential_from_password, sanitize_user
+        from odradek.security.scram import credential_from_password
 
         out = {}
         for iterations, user in USER.items():

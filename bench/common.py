@@ -300,6 +300,19 @@ class BrokerProcess:
         self.stop()
 
 
+def produce_records(producer: Any, topic: str, value: bytes, records: int) -> None:
+    """`records` copies of `value` through a confluent-kafka Producer as fast as it takes them
+    (waiting on poll while its queue is full); the caller flushes and times."""
+    produce, poll = producer.produce, producer.poll
+    for _ in range(records):
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:
+                poll(0.001)
+
+
 def ensure_topic(bootstrap: str, name: str, partitions: int, timeout: float = 15.0) -> str:
     """Create `name` with `partitions` partitions (RF 1). Tries CreateTopics through
     confluent-kafka's AdminClient; if that fails, falls back to auto-creation by a Metadata

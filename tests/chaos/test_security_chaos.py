@@ -36,11 +36,11 @@ from odradek.tools.chaos import (
     ProducerWorker,
     check_values,
     client_logger,
-    compare_replicas,
+    close_run,
     consume_all,
     format_report,
     stderr_progress,
-    stop_cleanly,
+    stop_and_compare_replicas,
 )
 from odradek.tools.processes import ProcessCluster
 from tests.security_support import scram_jaas, zookeeper_client_jaas
@@ -238,18 +238,9 @@ def test_acknowledged_writes_survive_faults_on_a_sasl_ssl_cluster_with_zookeeper
         progress("ZooKeeper ACLs of the brokers' znodes")
         check_zookeeper_acls(cluster)
 
-        progress("stopping every broker cleanly, then comparing replicas")
-        assignment = cluster.assignment(TOPIC)
-        report.stop_problems = stop_cleanly(cluster)
-        report.replicas = compare_replicas(cluster, TOPIC, assignment, report.acked_end)
+        stop_and_compare_replicas(cluster, TOPIC, report, progress)
     finally:
-        cluster.close()
-        report.broker_tracebacks = {i: b.stderr_text().count("Traceback")
-                                    for i, b in cluster.brokers.items()}
-        for handler in list(logger.handlers):
-            handler.close()
-            logger.removeHandler(handler)
-        report.elapsed_s = time.monotonic() - t_start
+        close_run(cluster, report, logger, t_start)
     table = format_report(report)
     print(table)
 

@@ -851,23 +851,36 @@ def run_chaos(config: ChaosConfig, workdir: Path, zookeeper_connect: str,
                                  progress)
         injector.wait_healthy(config.heal_timeout_s)
         _run_workload_and_faults(cluster, config, injector, report, progress, logger)
-        progress("stopping every broker cleanly, then comparing replicas")
-        assignment = cluster.assignment(config.topic)
-        report.stop_problems = stop_cleanly(cluster)
-        report.replicas = compare_replicas(cluster, config.topic, assignment,
-                                           report.acked_end)
+        stop_and_compare_replicas(cluster, config.topic, report, progress)
     except Exception as exc:  # reported (and failing the run), with the broker logs kept
         progress(f"run aborted: {traceback.format_exc()}")
         report.errors.append(f"{type(exc).__name__}: {exc}")
     finally:
-        cluster.close()
-        report.broker_tracebacks = {i: b.stderr_text().count("Traceback")
-                                    for i, b in cluster.brokers.items()}
-        for handler in list(logger.handlers):
-            handler.close()
-            logger.removeHandler(handler)
-        report.elapsed_s = time.monotonic() - t_start
+        close_run(cluster, report, logger, t_start)
     return report
+
+
+def stop_and_compare_replicas(cluster: ProcessCluster, topic: str, report: ChaosReport,
+                              progress: Callable[[str], None]) -> None:
+    """The end of a run: every broker stopped cleanly, then the replicas' logs compared below
+    the high watermark."""
+    progress("stopping every broker cleanly, then comparing replicas")
+    assignment = cluster.assignment(topic)
+    report.stop_problems = stop_cleanly(cluster)
+    report.replicas = compare_replicas(cluster, topic, assignment, report.acked_end)
+
+
+def close_run(cluster: ProcessCluster, report: ChaosReport, logger: logging.Logger,
+              t_start: float) -> None:
+    """Close the cluster, count the tracebacks in the brokers' logs, detach the run's log
+    handlers and record the elapsed time."""
+    cluster.close()
+    report.broker_tracebacks = {i: b.stderr_text().count("Traceback")
+                                for i, b in cluster.brokers.items()}
+    for handler in list(logger.handlers):
+        handler.close()
+        logger.removeHandler(handler)
+    report.elapsed_s = time.monotonic() - t_start
 
 
 def _run_workload_and_faults(cluster: ProcessCluster, config: ChaosConfig,
