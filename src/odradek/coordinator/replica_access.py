@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ..common import TopicPartition
+from ..storage.append_origin import AppendOrigin
 
 # f(partition, is_leader, leader_epoch); (False, -1) when the partition is no longer hosted.
 RoleListener = Callable[[int, bool, int], None]
@@ -39,6 +40,8 @@ class ReplicaAccess(Protocol):
     def role_listeners(self) -> dict[str, RoleListener]: ...
 
     def append_records(self, acks: int, timeout_ms: int,
-                       entries: dict[TopicPartition, bytes | None]) -> Any:
-        """Per-partition results (error, base_offset), or a future of them (acks=-1)."""
+                       entries: dict[TopicPartition, bytes | None], *,
+                       origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
+        """Per-partition results (error, base_offset), or a future of them (acks=-1).
+        The coordinators append with ``AppendOrigin.COORDINATOR``."""
         ...
