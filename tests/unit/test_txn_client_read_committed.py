@@ -144,3 +144,21 @@ def test_isolation_level_names() -> None:
         assert "isolation.level" in str(exc)
     else:
         raise AssertionError("an unknown isolation level was accepted")
+
+
+@settings(max_examples=100, deadline=None)
+@given(events)
+def test_spark_reader_decodes_committed_records_only(evts: list[tuple[str, int, object]]) -> None:
+    """The Spark executor's column decoder with kafka.isolation.level=read_committed."""
+    import pytest
+
+    pytest.importorskip("pyarrow")
+    from odradek.spark.reader import Columns, decode_into
+
+    data, aborted, visible, all_values = build_log(evts)
+    cols = Columns()
+    nxt = decode_into(cols, data, 0, 1 << 40, True, False, AbortedTransactions(aborted))
+    assert cols.values == visible
+    raw = Columns()
+    assert decode_into(raw, data, 0, 1 << 40) == nxt
+    assert raw.values == all_values
