@@ -50,6 +50,7 @@ from .reassignments import ReassignmentApis
 from .sasl import SaslApis, sasl_server_configs
 from .scram_credentials import ScramCredentialApis
 from .transactions import TransactionApis
+from .write_txn_markers import WriteTxnMarkersApi
 
 log = logging.getLogger("odradek.apis")
 
@@ -79,6 +80,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     24: ("AddPartitionsToTxn", 0, 3),
     25: ("AddOffsetsToTxn", 0, 3),
     26: ("EndTxn", 0, 3),
+    27: ("WriteTxnMarkers", 0, 1),
     29: ("DescribeAcls", 1, 2),  # v0 (pre-KIP-290): not in the codec (kio)
     30: ("CreateAcls", 1, 2),
     31: ("DeleteAcls", 1, 2),
@@ -160,6 +162,8 @@ class KafkaApis:
             24: transactions.handle_add_partitions_to_txn,
             25: transactions.handle_add_offsets_to_txn,
             26: transactions.handle_end_txn,
+            27: WriteTxnMarkersApi(replica_manager, group_coordinator,
+                                   config["request.timeout.ms"], auth).handle,
             29: acls.handle_describe_acls,
             30: acls.handle_create_acls,
             31: acls.handle_delete_acls,
