@@ -156,6 +156,13 @@ class GroupCoordinator:
         self._expiration_task: asyncio.Task[None] | None = None
         self._creating_offsets_topic: asyncio.Task[None] | None = None
 
+    # H1 TEMPORARY PLACEHOLDER (txn-partition branch only): H3's handle_txn_completion replaces
+    # this at merge; it lets WriteTxnMarkers run before the group side of KIP-98 lands.
+    def handle_txn_completion(self, producer_id: int, offsets_partitions: set[int],
+                              is_commit: bool) -> None:
+        log.debug("txn completion of producer %d on %s (commit=%s) not handled yet",
+                  producer_id, sorted(offsets_partitions), is_commit)
+
     # -- lifecycle ------------------------------------------------------------------------------
     def offsets_partition_count(self) -> int:
         return self._offsets_partition_count
