@@ -74,6 +74,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    28: ("TxnOffsetCommit", 0, 3),
     29: ("DescribeAcls", 1, 2),  # v0 (pre-KIP-290): not in the codec (kio)
     30: ("CreateAcls", 1, 2),
     31: ("DeleteAcls", 1, 2),
@@ -147,6 +148,7 @@ class KafkaApis:
             20: admin.handle_delete_topics,
             22: InitProducerIdApi(producer_ids, auth).handle,
             23: OffsetForLeaderEpochApi(replica_manager, auth).handle,
+            28: offsets.handle_txn_offset_commit,
             29: acls.handle_describe_acls,
             30: acls.handle_create_acls,
             31: acls.handle_delete_acls,
