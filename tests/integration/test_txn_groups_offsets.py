@@ -109,9 +109,10 @@ async def fetch(c: WireClient, partitions: list[int], *, require_stable: bool,
         assert r.groups[0].error_code == ErrorCode.none
         topics = r.groups[0].topics
     else:
-        r = await c.request(make(m.OffsetFetchRequest, group_id=group, require_stable=require_stable,
-                                 topics=(make(m.OffsetFetchRequestTopic, name=TOPIC,
-                                              partition_indexes=tuple(partitions)),)))
+        r = await c.request(make(
+            m.OffsetFetchRequest, group_id=group, require_stable=require_stable,
+            topics=(make(m.OffsetFetchRequestTopic, name=TOPIC,
+                         partition_indexes=tuple(partitions)),)))
         assert r.error_code == ErrorCode.none
         topics = r.topics
     return {p.partition_index: (p.error_code, p.committed_offset)
