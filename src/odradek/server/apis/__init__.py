@@ -81,6 +81,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     25: ("AddOffsetsToTxn", 0, 3),
     26: ("EndTxn", 0, 3),
     27: ("WriteTxnMarkers", 0, 1),
+    28: ("TxnOffsetCommit", 0, 3),
     29: ("DescribeAcls", 1, 2),  # v0 (pre-KIP-290): not in the codec (kio)
     30: ("CreateAcls", 1, 2),
     31: ("DeleteAcls", 1, 2),
@@ -164,6 +165,7 @@ class KafkaApis:
             26: transactions.handle_end_txn,
             27: WriteTxnMarkersApi(replica_manager, group_coordinator,
                                    config["request.timeout.ms"], auth).handle,
+            28: offsets.handle_txn_offset_commit,
             29: acls.handle_describe_acls,
             30: acls.handle_create_acls,
             31: acls.handle_delete_acls,
