@@ -255,8 +255,12 @@ class TransactionManager:
                                     f"{self.state.name}")
 
     def maybe_add_partition(self, tp: TopicPartition) -> None:
-        """A record for `tp` is accepted: `tp` joins the transaction before its first batch."""
-        self.check_can_send(f"partition {tp.topic}-{tp.partition}")
+        """A record for `tp`, accepted while the transaction was in progress, joins its batch:
+        `tp` joins the transaction before its first batch is sent. The record may join after
+        commit_transaction() began (it waited for its topic's metadata: Kafka's send waits for
+        it before adding the partition), and then still belongs to the transaction."""
+        if self.state is not TxnState.COMMITTING_TRANSACTION:
+            self.check_can_send(f"partition {tp.topic}-{tp.partition}")
         if tp not in self.partitions_in_txn and tp not in self.pending_partitions:
             self.new_partitions.add(tp)
 
