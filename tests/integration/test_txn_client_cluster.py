@@ -290,3 +290,58 @@ def test_abort_a_hanging_transaction(cluster: Cluster, admin: Admin) -> None:
         assert consume(cluster, name, "read_committed", 0, partitions=1, timeout=1) == []
     finally:
         p.close()
+
+
+def test_spark_source_read_committed(cluster: Cluster, admin: Admin) -> None:
+    """kafka.isolation.level=read_committed for the Spark source: the driver's latest offsets
+    are the LSOs, an executor's range read returns committed records only."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from odradek.spark.offsets import OffsetRange
+    from odradek.spark.reader import read_ranges
+    from odradek.spark.source import OffsetReader
+
+    name = topic(admin, "txn-spark", 1)
+    p = producer(cluster, "spark-writer")
+    try:
+        p.init_transactions(30)
+        for prefix, commit in (("c", True), ("a", False), ("d", True)):
+            p.begin_transaction()
+            for v in values(prefix, 4):
+                p.send(name, v, partition=0)
+            if commit:
+                p.commit_transaction(30)
+            else:
+                p.flush()
+                p.abort_transaction(30)
+        p.begin_transaction()
+        p.send(name, b"open", partition=0)
+        p.flush()
+        kafka = {"bootstrap.servers": cluster.bootstrap_servers,
+                 "isolation.level": "read_committed"}
+        with OffsetReader(kafka) as offsets:
+            # 3 transactions of 4 records and their markers: 15; the open one starts there
+            latest = eventually(lambda: offsets.latest([(name, 0)]),
+                                lambda found: found[(name, 0)] == 15)
+        with OffsetReader({"bootstrap.servers": cluster.bootstrap_servers}) as offsets:
+            assert offsets.latest([(name, 0)])[(name, 0)] == 16  # the high watermark
+        batches = list(read_ranges([OffsetRange(name, 0, 0, latest[(name, 0)])], kafka,
+                                   fail_on_data_loss=True, include_headers=False))
+        got = [v for b in batches for v in b.column("value").to_pylist()]
+        assert got == values("c", 4) + values("d", 4)
+        p.abort_transaction(30)
+    finally:
+        p.close()
+
+
+def test_list_duration_filter(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """--duration-filter needs ListTransactions v1 (Kafka 3.8): refused with Kafka's message by
+    brokers that only speak v0."""
+    code, out, err = run_tool(capsys, "transactions", "--bootstrap-server",
+                              cluster.bootstrap_servers, "list", "--duration-filter", "1000")
+    if code == 0:  # the brokers speak v1
+        assert out[0].split() == ["TransactionalId", "Coordinator", "ProducerId",
+                                  "TransactionState"]
+    else:
+        assert err.startswith("Failed to list transactions: Duration filter can be set only "
+                              "when using API version 1 or higher.")
