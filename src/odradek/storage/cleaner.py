@@ -75,9 +75,9 @@ from .segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     LogSegment,
 )
+from .transaction_index import TXN_INDEX_SUFFIX
 
 log_ = logging.getLogger("kafka.log.LogCleaner")
 
