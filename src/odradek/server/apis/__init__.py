@@ -34,6 +34,7 @@ from .acls import AclApis
 from .admin import AdminApis
 from .alter_configs import AlterConfigsApis
 from .api_versions import ApiVersionsApi
+from .describe_producers import DescribeProducersApi
 from .elect_leaders import ElectLeadersApi
 from .fetch import FetchApi
 from .find_coordinator import FindCoordinatorApi
@@ -89,6 +90,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     47: ("OffsetDelete", 0, 0),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
+    61: ("DescribeProducers", 0, 0),
 }
 
 # Advertised below what is handled (Kafka 4.0's KAFKA-18659): librdkafka before 2.10 compresses
@@ -162,6 +164,7 @@ class KafkaApis:
             47: offsets.handle_offset_delete,
             50: scram.handle_describe,
             51: scram.handle_alter,
+            61: DescribeProducersApi(replica_manager, metadata_cache, auth).handle,
         }
         assert self.handlers.keys() == APIS.keys()
 
