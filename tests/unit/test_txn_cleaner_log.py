@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ from odradek.protocol.control_records import (
     parse_control_batch,
 )
 from odradek.protocol.records import build_batch, decode_records, iter_headers
-from odradek.storage.cleaner import clean_log
+from odradek.storage.cleaner import Cleaner, CleanerConfig, CleanerStats, clean_log, swap_in
 from odradek.storage.cleaning_plan import offsets_to_clean, plan_cleaning
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
@@ -350,3 +351,72 @@ def _pid(b: bytes) -> int:
 
 def _is_control(b: bytes) -> bool:
     return bool(b[22] & 0x20)
+
+
+# -- crash safety: the .txnindex goes through the swap with its segment -------------------------
+
+class Crash(Exception):
+    pass
+
+
+def _txn_log(directory: Path) -> tuple[Log, Writer]:
+    lg = compact_log(directory)
+    w = Writer(lg)
+    w.data([(b"k", b"committed")])    # 0
+    w.txn(7, [(b"k", b"aborted")])    # 1
+    w.txn(7, [(b"j", b"aborted")])    # 2
+    lg.roll()
+    w.end(7, commit=False)            # 3
+    w.txn(8, [(b"k", b"c2")])         # 4
+    w.end(8, commit=True)             # 5
+    lg.roll()
+    w.txn(7, [(b"z", b"1")])          # 6
+    w.end(7, commit=True)             # 7
+    lg.roll()
+    return lg, w
+
+
+@pytest.mark.parametrize("crash_after", ["cleaned", "swap", "deleted-1", "deleted-3", "final",
+                                         None])
+def test_a_crash_during_the_swap_keeps_the_aborted_transactions(tmp_path: Path,
+                                                                crash_after: str | None) -> None:
+    directory = tmp_path / "t-0"
+    lg, w = _txn_log(directory)
+    expected = w.expected_view(lg.last_stable_offset)
+    assert expected == {b"k": b"c2", b"z": b"1"}
+    end = lg.log_end_offset
+    cleaner = Cleaner(0, CleanerConfig())
+    plan = plan_cleaning(lg, NOW)
+    assert plan is not None
+    stats = CleanerStats()
+    cleaner.build_offset_map(plan, stats)
+    [group] = plan.groups(plan.first_uncleanable_offset)
+    assert len(group) == 3
+    cleaned = cleaner.clean_group(plan, group, stats)
+    # the cleaned segment holds the aborted transaction's entry (its marker stays: batches of
+    # the transaction were read in this pass)
+    assert cleaned.txn_index.all_aborted_txns() == [AbortedTxn(7, 1, 3, 4)]
+    steps: list[str] = []
+
+    def step(name: str) -> None:
+        steps.append(name)
+        label = name if name != "deleted" else f"deleted-{steps.count('deleted')}"
+        if label == crash_after:
+            raise Crash(label)
+
+    if crash_after is None:
+        assert swap_in(lg, plan, group, cleaned)
+        lg.close()
+    elif crash_after != "cleaned":
+        with pytest.raises(Crash):
+            swap_in(lg, plan, group, cleaned, step=step)
+    lg.release_handles()
+    cleaned.close_handles()
+    # reopened without recovering the segments (recovery point at the end): the .txnindex
+    # files are taken as they are
+    recovered = Log.open(directory, lg.config, recovery_point=end)
+    assert read_committed_view(recovered) == expected
+    assert recovered.collect_aborted_transactions(0, end) == [AbortedTxn(7, 1, 3, 4)]
+    names = os.listdir(directory)
+    assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))]
+    recovered.close()
