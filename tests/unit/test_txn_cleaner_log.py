@@ -27,6 +27,7 @@ from odradek.protocol.control_records import (
 )
 from odradek.protocol.records import build_batch, decode_records, iter_headers
 from odradek.storage.cleaner import Cleaner, CleanerConfig, CleanerStats, clean_log, swap_in
+from odradek.storage.cleaner_manager import LogCleanerManager
 from odradek.storage.cleaning_plan import offsets_to_clean, plan_cleaning
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
@@ -241,6 +242,9 @@ def test_an_ongoing_transaction_bounds_the_cleanable_range(tmp_path: Path) -> No
     before = batches(lg)
     plan = plan_cleaning(lg, NOW)
     assert plan is not None and plan.first_uncleanable_offset == 1
+    manager = LogCleanerManager([tmp_path], lambda: {("t", 0): lg}, lambda path, data: None)
+    [(_, _, ltc)] = manager.cleanable(NOW)
+    assert (ltc.first_dirty_offset, ltc.first_uncleanable_offset) == (0, 1)
     clean_log(lg, NOW)
     assert batches(lg) == before  # nothing below 1 is superseded below 1
     w.end(3, commit=False)            # 4
