@@ -76,6 +76,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
     27: ("WriteTxnMarkers", 0, 1),
+    28: ("TxnOffsetCommit", 0, 3),
     29: ("DescribeAcls", 1, 2),  # v0 (pre-KIP-290): not in the codec (kio)
     30: ("CreateAcls", 1, 2),
     31: ("DeleteAcls", 1, 2),
@@ -151,6 +152,7 @@ class KafkaApis:
             23: OffsetForLeaderEpochApi(replica_manager, auth).handle,
             27: WriteTxnMarkersApi(replica_manager, group_coordinator,
                                    config["request.timeout.ms"], auth).handle,
+            28: offsets.handle_txn_offset_commit,
             29: acls.handle_describe_acls,
             30: acls.handle_create_acls,
             31: acls.handle_delete_acls,
