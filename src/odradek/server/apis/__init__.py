@@ -49,6 +49,7 @@ from .producer_ids import InitProducerIdApi
 from .reassignments import ReassignmentApis
 from .sasl import SaslApis, sasl_server_configs
 from .scram_credentials import ScramCredentialApis
+from .write_txn_markers import WriteTxnMarkersApi
 
 log = logging.getLogger("odradek.apis")
 
@@ -75,6 +76,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    27: ("WriteTxnMarkers", 0, 1),
+    28: ("TxnOffsetCommit", 0, 3),
     29: ("DescribeAcls", 1, 2),  # v0 (pre-KIP-290): not in the codec (kio)
     30: ("CreateAcls", 1, 2),
     31: ("DeleteAcls", 1, 2),
@@ -149,6 +152,9 @@ class KafkaApis:
             20: admin.handle_delete_topics,
             22: InitProducerIdApi(producer_ids, auth).handle,
             23: OffsetForLeaderEpochApi(replica_manager, auth).handle,
+            27: WriteTxnMarkersApi(replica_manager, group_coordinator,
+                                   config["request.timeout.ms"], auth).handle,
+            28: offsets.handle_txn_offset_commit,
             29: acls.handle_describe_acls,
             30: acls.handle_create_acls,
             31: acls.handle_delete_acls,
