@@ -7,13 +7,18 @@ deduplicated, from the log start offset to the *first dirty offset* (the offset 
 ``cleaner-offset-checkpoint``), then a *dirty* section. A cleaning pass:
 
 1. **Plans** (on the broker's loop; ``plan_cleaning``): the cleanable dirty section ends at the
-   first uncleanable offset -- the active segment, the segment holding the high watermark (and
-   the first unstable offset, none in odradek), and the first segment with a record newer than
-   ``min.compaction.lag.ms`` -- always at a segment boundary.
+   first uncleanable offset -- the active segment, the segment holding the high watermark, the
+   segment holding the first unstable offset (the first offset of a transaction still open or
+   whose marker is not replicated yet: an ongoing transaction is never touched), and the first
+   segment with a record newer than ``min.compaction.lag.ms`` -- always at a segment boundary.
+   The plan also takes the aborted transactions overlapping the range (from the segments'
+   ``.txnindex``) and each producer's last data offset and epoch.
 2. **Builds the offset map** (off the loop; ``Cleaner.build_offset_map``): key -> last offset
    over the dirty section, at most ``log.cleaner.dedupe.buffer.size / 24 * 0.9`` keys (Kafka's
    load factor and 24 bytes per entry: a 16-byte MD5 digest and an 8-byte offset). A full map
-   ends the pass's dirty section early; the next pass starts there.
+   ends the pass's dirty section early; the next pass starts there. Control batches and batches
+   of aborted transactions are not mapped (Kafka's buildOffsetMapForSegment), so an aborted
+   record never hides a committed one.
 3. **Cleans** (off the loop; ``Cleaner.clean_group``) the segments from the log start up to the
    end of the mapped section, in groups that fit one segment (``group_segments_by_size``), each
    into ``<base>.log.cleaned`` (+ indexes), flushed: a record stays when its offset is >= the
@@ -22,15 +27,21 @@ deduplicated, from the log start offset to the *first dirty offset* (the offset 
    epoch; a batch losing some records is rebuilt (recompressed with its codec), one losing all
    goes -- unless it holds its producer's last sequence (kept as an empty batch, as Kafka does)
    or it is the group's last batch (kept as an empty batch so that the cleaned segment's offset
-   range covers the whole group: see ``docs/compaction.md``, crash safety).
+   range covers the whole group: see ``docs/compaction.md``, crash safety; such a filler carries
+   no producer nor transaction). Transactions (KIP-98, ``cleaned_transaction_metadata.py``):
+   batches of aborted transactions go whole; a COMMIT or ABORT marker stays until a pass reads
+   no batch of its transaction and its segment is past the delete horizon; an ABORT marker
+   that stays writes its aborted transaction into the cleaned segment's ``.txnindex``; a
+   producer whose last entry is a marker keeps that marker.
 4. **Swaps** (on the loop; ``swap_in``): if the log still holds the very segments that were
    cleaned, ``Log.replace_segments`` renames ``.cleaned`` -> ``.swap``, the old segments ->
    ``.deleted``, ``.swap`` -> final (Kafka's replaceSegments order). Otherwise the result is
    discarded and the log is tried again later.
 
 The delete horizon is Kafka 2.x's: the last modification time of the last segment of the clean
-section minus ``delete.retention.ms``; a segment modified after it keeps its tombstones (cleaned
-segments keep the modification time of the last segment they replace).
+section minus ``delete.retention.ms``; a segment modified after it keeps its tombstones and its
+transaction markers (cleaned segments keep the modification time of the last segment they
+replace).
 """
 
 from __future__ import annotations
@@ -75,9 +86,9 @@ from .segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     LogSegment,
 )
+from .transaction_index import TXN_INDEX_SUFFIX
 
 log_ = logging.getLogger("kafka.log.LogCleaner")
 

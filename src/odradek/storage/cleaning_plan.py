@@ -1,8 +1,11 @@
 """Planning a cleaning pass (the planning half of Kafka's LogCleanerManager, its LogToClean
 and the Cleaner's groupSegmentsBySize): which logs are cleanable and how dirty, the dirty range
-[first dirty offset, first uncleanable offset), the groups of segments cleaned into one, and
+[first dirty offset, first uncleanable offset) -- which stops at the log's first unstable offset,
+so that no transaction still open is cleaned --, the groups of segments cleaned into one, and
 the ``CleaningPlan`` snapshot of a log that the off-loop work reads (taken on the loop that
-owns the log). Everything but ``segment_views`` and ``plan_cleaning`` is pure."""
+owns the log: with the aborted transactions of the range and each producer's last record).
+Everything but ``segment_views``, ``plan_cleaning`` and ``last_records_of_active_producers`` is
+pure."""
 
 from __future__ import annotations
 
