@@ -345,3 +345,58 @@ def test_list_duration_filter(cluster: Cluster, capsys: pytest.CaptureFixture[st
     else:
         assert err.startswith("Failed to list transactions: Duration filter can be set only "
                               "when using API version 1 or higher.")
+
+
+def test_find_and_abort_a_hanging_transaction_with_the_tool(
+        cluster: Cluster, admin: Admin, capsys: pytest.CaptureFixture[str]) -> None:
+    """A transactional batch of a producer id no coordinator knows (written by hand, as a
+    producer whose coordinator lost its state would leave it) keeps the LSO back: find-hanging
+    lists it, `abort --start-offset` ends it, read_committed readers then see past it."""
+    import asyncio
+    import dataclasses
+
+    from odradek.protocol.records import build_batch
+    from tests.integration.broker_harness import produce
+    from tests.wire import WireClient
+
+    name = topic(admin, "txn-hung", 1)
+    leader = admin.describe_topics([name])[name].partitions[0].leader
+    node = next(b for b in admin.describe_cluster().brokers if b.node_id == leader)
+    ghost = 777_777
+
+    async def write() -> Any:
+        c = await WireClient.connect(node.host, node.port)
+        try:
+            batch = build_batch([(None, b"ghost")], producer_id=ghost, producer_epoch=0,
+                                base_sequence=0, is_transactional=True)
+            req = dataclasses.replace(produce(name, 0, batch), transactional_id="ghost-id")
+            return await c.request(req)
+        finally:
+            await c.close()
+    resp = asyncio.run(write())
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as plain:
+        plain.send(name, b"after", partition=0).result(10)
+    assert consume(cluster, name, "read_committed", 0, partitions=1, timeout=1) == []
+
+    bs = ["transactions", "--bootstrap-server", cluster.bootstrap_servers]
+    code, out, err = run_tool(capsys, *bs, "find-hanging", "--topic", name,
+                              "--max-transaction-timeout", "0")
+    assert code == 0, err
+    assert out[0].split() == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
+                              "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+                              "Duration(min)"]
+    assert [r.split()[:6] for r in out[1:]] == [[name, "0", str(ghost), "0", "-1", "0"]]
+    code, out, err = run_tool(capsys, *bs, "find-hanging", "--broker-id", str(leader),
+                              "--max-transaction-timeout", "0")
+    assert code == 0 and any(r.split()[:3] == [name, "0", str(ghost)] for r in out[1:]), err
+    code, out, err = run_tool(capsys, *bs, "abort", "--topic", name, "--partition", "0",
+                              "--start-offset", "5")
+    assert code == 1 and "Could not find any open transactions starting at offset 5" in err
+    code, out, err = run_tool(capsys, *bs, "abort", "--topic", name, "--partition", "0",
+                              "--start-offset", "0")
+    assert (code, out) == (0, []), err
+    assert consume(cluster, name, "read_committed", 1, partitions=1) == [b"after"]
+    code, out, err = run_tool(capsys, *bs, "find-hanging", "--topic", name, "--partition", "0",
+                              "--max-transaction-timeout", "0")
+    assert code == 0 and out[1:] == [], err
