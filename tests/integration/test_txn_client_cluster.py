@@ -400,3 +400,32 @@ def test_find_and_abort_a_hanging_transaction_with_the_tool(
     code, out, err = run_tool(capsys, *bs, "find-hanging", "--topic", name, "--partition", "0",
                               "--max-transaction-timeout", "0")
     assert code == 0 and out[1:] == [], err
+
+
+def test_a_failed_batch_is_abortable_and_the_next_transaction_gets_a_new_epoch(
+        cluster: Cluster, admin: Admin) -> None:
+    """A record the broker refuses (larger than the topic's max.message.bytes) puts the
+    transaction in the abortable error state: the commit raises, the abort succeeds, the next
+    epoch is taken (sequences restart) and the next transaction commits."""
+    admin.create_topics([NewTopic("txn-small", 1, 3, {"max.message.bytes": "300"})])
+    admin.wait_for_topics(["txn-small"])
+    p = producer(cluster, "abortable")
+    try:
+        p.init_transactions(30)
+        epoch = p._p.producer_epoch
+        p.begin_transaction()
+        big = p.send("txn-small", b"x" * 1000, partition=0)
+        p.flush()
+        assert "MESSAGE_TOO_LARGE" in str(big.exception())
+        with pytest.raises(KafkaError, match="in an error state"):
+            p.commit_transaction(30)
+        with pytest.raises(KafkaError, match="in an error state"):
+            p.send("txn-small", b"more", partition=0)
+        p.abort_transaction(30)
+        assert p._p.producer_epoch == epoch + 1  # KIP-360: a fresh epoch after the failure
+        p.begin_transaction()
+        p.send("txn-small", b"after", partition=0)
+        p.commit_transaction(30)
+        assert consume(cluster, "txn-small", "read_committed", 1, partitions=1) == [b"after"]
+    finally:
+        p.close()
