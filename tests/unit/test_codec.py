@@ -583,3 +583,27 @@ def test_make_converts_only_int_milliseconds() -> None:
     made_p = make(p, index=1, error_code=ErrorCode.none, base_offset=10, log_start_offset=0,
                   record_errors=(), current_leader=None)
     assert made_p.base_offset == 10 and made_p.index == 1
+
+
+def test_negative_timestamp_in_a_response_reads_as_minus_one_ms() -> None:
+    """Kafka answers DescribeTransactions with transaction_start_time -1 for an Empty or unknown
+    transactional id; kio's native reader refuses negative timestamps, the fallback reads it."""
+    import datetime
+
+    from kio.schema.describe_transactions.v0 import response as mod
+    from kio.schema.errors import ErrorCode
+
+    from odradek.protocol.codec import decode_response, encode_response, make
+    from odradek.protocol.codec import request_class as rc
+
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    state = make(mod.TransactionState, error_code=ErrorCode.transactional_id_not_found, transactional_id="t",
+                 transaction_state="", transaction_timeout=0,
+                 transaction_start_time=epoch + datetime.timedelta(milliseconds=-1),
+                 producer_id=-1, producer_epoch=-1, topics=())
+    frame = encode_response(rc(65, 0), 7, make(mod.DescribeTransactionsResponse, throttle_time=0,
+                                                transaction_states=(state,)))
+    corr, body = decode_response(mod.DescribeTransactionsResponse, frame[4:])
+    assert corr == 7
+    start = body.transaction_states[0].transaction_start_time
+    assert round((start - epoch).total_seconds() * 1000) == -1

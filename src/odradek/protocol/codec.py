@@ -46,6 +46,7 @@ from kio._kio_native import (
     read_uuid,
 )
 from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import OutOfBoundValue
 from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import (
     EntityField,
@@ -72,6 +73,15 @@ class UnsupportedVersion(ValueError):
 # A reader takes (buffer, offset) and returns (value, number of bytes consumed), as kio's do.
 Reader = Callable[[Any, int], tuple[Any, int]]
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _read_any_datetime_i64(buf: Any, off: int) -> tuple[datetime.datetime, int]:
+    """A millisecond timestamp, negative ones included: Kafka sends -1 for "none" in fields
+    such as DescribeTransactions' transaction_start_time, which kio's reader refuses."""
+    ms, n = read_int64(buf, off)
+    return _EPOCH + datetime.timedelta(milliseconds=ms), n
+
 
 def _primitive_reader(kafka_type: str, flexible: bool, optional: bool) -> Reader:
     table: dict[tuple[str, bool, bool], Reader] = {
@@ -83,7 +93,7 @@ def _primitive_reader(kafka_type: str, flexible: bool, optional: bool) -> Reader
         ("error_code", False, False): read_error_code,
         ("timedelta_i32", False, False): read_timedelta_i32,
         ("timedelta_i64", False, False): read_timedelta_i64,
-        ("datetime_i64", False, False): read_datetime_i64,
+        ("datetime_i64", False, False): _read_any_datetime_i64,
         ("datetime_i64", False, True): read_nullable_datetime_i64,
         ("uuid", False, False): read_uuid, ("uuid", False, True): read_uuid,
         ("string", True, False): read_compact_string,
@@ -315,12 +325,16 @@ def _steps_checker(steps: list[tuple[int, Any, Any]], nullable: bool) -> Checker
 
 def read_entity(entity_type: type, buf: bytes | memoryview, off: int) -> tuple[Any, int]:
     """Read one kio entity at `off`: (entity, bytes consumed). Falls back to the tag-skipping
-    Python reader on unknown tags."""
+    Python reader on unknown tags and on negative timestamps (which it reads as such)."""
     _bounds_checker(entity_type)(buf, off, len(buf))
     try:
         return entity_reader(entity_type)(buf, off)
     except KeyError as exc:  # kio: 'Unknown tagged field tag'
         if "tag" not in str(exc).lower():
+            raise
+        return _py_entity_reader(entity_type)(buf, off)
+    except OutOfBoundValue as exc:  # kio: 'Cannot parse negative timestamp' (Kafka's -1)
+        if "timestamp" not in str(exc).lower():
             raise
         return _py_entity_reader(entity_type)(buf, off)
 
