@@ -296,3 +296,53 @@ def test_leader_failover_during_read_loses_nothing(spark: Any, cluster: Cluster)
     finally:
         killer.join(60)
         cluster.run(cluster.inner.restart_broker(leader, clean=False))
+
+
+def test_read_committed_reads_committed_transactions_only(spark: Any, cluster: Cluster) -> None:
+    """kafka.isolation.level=read_committed, as Spark's Kafka source: a committed transaction's
+    records are read, an aborted one's are not, and an open transaction (and what follows it)
+    stays beyond the last stable offset; read_uncommitted sees all of it."""
+    import confluent_kafka
+
+    bs = bootstrap(cluster)
+    topic = topic_name("spark-rc")
+    create_topic(bs, topic, 2)
+
+    def txn_producer(tid: str) -> Any:
+        p = confluent_kafka.Producer({"bootstrap.servers": bs, "transactional.id": tid,
+                                      "linger.ms": 5})
+        p.init_transactions(30)
+        return p
+
+    p = txn_producer(f"{topic}-a")
+    for outcome in ("commit", "abort", "commit"):
+        p.begin_transaction()
+        for i in range(40):
+            p.produce(topic, value=f"{outcome}-{i}".encode(), partition=i % 2)
+        p.flush(30)  # librdkafka drops what is still queued when a transaction aborts
+        (p.commit_transaction if outcome == "commit" else p.abort_transaction)(30)
+    hanging = txn_producer(f"{topic}-b")
+    hanging.begin_transaction()
+    for i in range(10):
+        hanging.produce(topic, value=f"open-{i}".encode(), partition=i % 2)
+    hanging.flush(30)
+    p.begin_transaction()  # committed, but after the open transaction's first offset
+    p.produce(topic, value=b"after-open", partition=0)
+    p.commit_transaction(30)
+
+    def values(**options: str) -> list[str]:
+        df = reader(spark, cluster, subscribe=topic, **options)
+        return sorted(r.value.decode() for r in df.select("value").collect())
+
+    committed = values(**{"kafka.isolation.level": "read_committed"})
+    assert committed == sorted([f"commit-{i}" for i in range(40)] * 2)
+    everything = values()
+    assert sum(v.startswith("commit-") for v in everything) == 80
+    assert sum(v.startswith("abort-") for v in everything) == 40
+    assert sum(v.startswith("open-") for v in everything) == 10
+    assert "after-open" in everything
+    hanging.abort_transaction(30)
+    wait_until(lambda: values(**{"kafka.isolation.level": "read_committed"}).count(
+        "after-open") == 1, 30, "the LSO to pass the aborted transaction")
+    assert not any(v.startswith(("abort-", "open-"))
+                   for v in values(**{"kafka.isolation.level": "read_committed"}))
