@@ -416,7 +416,7 @@ class GroupMetadataManager:
 
     def _leads(self, partition: int, epoch: int) -> bool:
         p = self.replica_manager.partitions.get((OFFSETS_TOPIC, partition))
-        return (p is not None and p.is_leader and p.leader_epoch == epoch
+        return (p is not None and p.is_leader
                 and self.epoch_for_partition.get(partition) == epoch)
 
     async def _do_load(self, partition: int, epoch: int,

@@ -333,7 +333,7 @@ class TransactionStateManager:
             return loaded
         offset = p.log_start_offset
         while self._still_loading(partition, epoch):
-            if not (p.is_leader and p.leader_epoch == epoch):
+            if not p.is_leader:
                 log.info("Stopped loading %s-%d: no longer its leader in epoch %d",
                          TRANSACTION_STATE_TOPIC, partition, epoch)
                 break

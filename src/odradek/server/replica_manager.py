@@ -477,6 +477,10 @@ class ReplicaManager:
                     and not self.fetcher_manager.is_fetching(tp):
                 self.start_fetching(current, leader_endpoint)
             return ErrorCode.none
+        # Kafka's makeLeader answers whether this replica *became* leader: the coordinators
+        # load their partition then, not on a new epoch of a leadership they already hold (a
+        # follower's failure bumps the leader epoch of every partition it followed).
+        was_leader = current is not None and current.is_leader and not current.fenced
         p = self.get_or_create_partition(*tp)
         if leader == self.broker_id:
             if self.fetcher_manager is not None:
@@ -490,7 +494,8 @@ class ReplicaManager:
                     changed or not self.fetcher_manager.is_fetching(tp)):
                 self.fetcher_manager.remove_fetcher_for_partitions([tp])
                 self.start_fetching(p, leader_endpoint)
-        if (listener := self.role_listeners.get(tp[0])) is not None:
+        listener = self.role_listeners.get(tp[0])
+        if listener is not None and not (leader == self.broker_id and was_leader):
             listener(tp[1], leader == self.broker_id, leader_epoch)
         # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
         self._after_append(tp)
