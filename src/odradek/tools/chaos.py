@@ -1318,16 +1318,18 @@ class PipelineProcess:
         if self.proc is not None:
             self.proc.wait(10)
 
-    def terminate(self, timeout: float = 30) -> int | None:
-        """SIGTERM (the process ends after its current transaction), SIGKILL after
-        `timeout`."""
-        import subprocess
-
+    def terminate(self) -> None:
+        """SIGTERM: the process ends after its current transaction (see wait)."""
         self.expected_down = True
-        if self.proc is None:
-            return None
         if self.running():
             self.proc.terminate()
+
+    def wait(self, timeout: float = 30) -> int | None:
+        """Its exit status; SIGKILL after `timeout` seconds."""
+        import subprocess
+
+        if self.proc is None:
+            return None
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -1603,6 +1605,7 @@ def run_txn_chaos(config: TxnChaosConfig, workdir: Path, zookeeper_connect: str,
         for pl in pipelines:
             pl.terminate()
         for pl in pipelines:
+            pl.wait()
             c, a = pl.counts()
             report.txns_committed += c
             report.txns_aborted += a

@@ -69,6 +69,9 @@ class Pipeline:
         self.txns = 0
         self.committed = 0
 
+    def on_term(self, _signum: int, _frame: object) -> None:
+        self.stopping = True
+
     def say(self, line: str) -> None:
         print(line, flush=True)
 
@@ -87,6 +90,9 @@ class Pipeline:
         from confluent_kafka import KafkaException
 
         self.producer.init_transactions(60)
+        # From here SIGTERM ends the loop after the current transaction (before, it ends the
+        # process at once).
+        signal.signal(signal.SIGTERM, self.on_term)
         self.consumer.subscribe([self.a.input])
         self.say("ready")
         while not self.stopping:
@@ -160,13 +166,7 @@ class Pipeline:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(sys.argv[1:] if argv is None else argv)
-    pipeline = Pipeline(a)
-
-    def on_term(_signum: int, _frame: object) -> None:
-        pipeline.stopping = True
-    signal.signal(signal.SIGTERM, on_term)
-    return pipeline.run()
+    return Pipeline(parse(sys.argv[1:] if argv is None else argv)).run()
 
 
 if __name__ == "__main__":
