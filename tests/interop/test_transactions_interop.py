@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
 import uuid
@@ -405,7 +406,7 @@ def test_confluent_consume_transform_produce(txn_broker: BrokerProcess) -> None:
             p.begin_transaction()
             for m in msgs:
                 p.produce(dst, key=m.key(), value=transform(m.value()))
-            positions = c.position(c.assignment())
+            positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
             p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
             if first:  # the first batch is aborted: output invisible, offsets not committed
                 first = False
@@ -618,6 +619,7 @@ def test_aiokafka_second_producer_fences_the_first(txn_broker: BrokerProcess) ->
                               lambda: loop.run_until_complete(first.commit_transaction()))
         assert isinstance(exc, ProducerFenced), repr(exc)
     finally:
-        loop.run_until_complete(first.stop())
+        with contextlib.suppress(Exception):  # stopping a fenced producer is not the test
+            loop.run_until_complete(first.stop())
         loop.close()
     check_fenced_outcome(bs, topic)
