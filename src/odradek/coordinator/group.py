@@ -11,12 +11,22 @@ the target's valid previous states (`VALID_PREVIOUS_STATES`, the table), anythin
   Dead                <- every state, Dead included           (unloaded, deleted, expired)
 
 Groups loaded from `__consumer_offsets` start in Stable (members) or Empty (none), as in Kafka.
+
+Offsets (Kafka's bookkeeping, KIP-98): a plain commit is pending from its append until the
+append completes (`pending_offset_commits`, by partition); a transactional commit
+(TxnOffsetCommit) is pending by producer id from its append until the transaction's COMMIT or
+ABORT marker lands on the group's `__consumer_offsets` partition
+(`pending_txn_offset_commits`: producer id -> partition -> the offset and, once appended, the
+log offset of its batch). A COMMIT makes a producer's offsets visible unless the cache already
+holds a commit from a later batch; an ABORT drops them. A producer's entry goes away with its
+marker (or its failed append), so the map does not grow with completed transactions.
 Member callbacks (`awaiting_join`, `awaiting_sync`) are plain callables set by the coordinator;
 the clock is injected, so the whole module is deterministic under test.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -33,6 +43,8 @@ UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 NO_PROTOCOL = ""
 NO_LEADER = ""
+
+log = logging.getLogger("odradek.coordinator.group")
 
 
 
@@ -261,6 +273,10 @@ class GroupMetadata:
         self.supported_protocols: Counter[str] = Counter()
         self.offsets: dict[TopicPartition, CommitRecordMetadataAndOffset] = {}
         self.pending_offset_commits: dict[TopicPartition, OffsetAndMetadata] = {}
+        self.pending_txn_offset_commits: dict[
+            int, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
+        self.received_txn_offset_commits = False
+        self.received_consumer_offset_commits = False
         self.pending_sync_members: set[str] = set()
         self.subscribed_topics: set[str] | None = None
         self.new_member_added = False
@@ -477,6 +493,8 @@ class GroupMetadata:
             self.protocol_name = None
             self.subscribed_topics = self.compute_subscribed_topics()
             self.transition_to(Empty)
+        self.received_consumer_offset_commits = False
+        self.received_txn_offset_commits = False
         self.pending_sync_members.clear()
 
     def current_member_metadata(self) -> list[JoinMember]:
@@ -498,11 +516,18 @@ class GroupMetadata:
         return GroupOverview(self.group_id, self.protocol_type or "", self.state.value)
 
     # -- offsets ----------------------------------------------------------------------------
-    def initialize_offsets(self, offsets: dict[TopicPartition, CommitRecordMetadataAndOffset]
-                           ) -> None:
+    def initialize_offsets(self, offsets: dict[TopicPartition, CommitRecordMetadataAndOffset],
+                           pending_txn_offsets: dict[
+                               int, dict[TopicPartition, CommitRecordMetadataAndOffset]]
+                           | None = None) -> None:
         self.offsets.update(offsets)
+        for producer_id, producer_offsets in (pending_txn_offsets or {}).items():
+            if producer_offsets:
+                self.pending_txn_offset_commits.setdefault(producer_id, {}).update(
+                    producer_offsets)
 
     def prepare_offset_commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        self.received_consumer_offset_commits = True
         self.pending_offset_commits.update(offsets)
 
     def on_offset_commit_append(self, tp: TopicPartition,
@@ -519,13 +544,82 @@ class GroupMetadata:
             del self.pending_offset_commits[tp]
 
     def has_pending_offset_commits(self, tp: TopicPartition) -> bool:
-        return tp in self.pending_offset_commits
+        """A plain or a transactional commit of `tp` not yet complete (Kafka's
+        hasPendingOffsetCommitsForTopicPartition): OffsetFetch with require_stable answers
+        UNSTABLE_OFFSET_COMMIT for it."""
+        return tp in self.pending_offset_commits or any(
+            tp in pending for pending in self.pending_txn_offset_commits.values())
+
+    # -- transactional offsets (KIP-98) -------------------------------------------------------
+    def prepare_txn_offset_commit(self, producer_id: int,
+                                  offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """The producer's offsets are pending from now on (no log offset yet)."""
+        self.received_txn_offset_commits = True
+        pending = self.pending_txn_offset_commits.setdefault(producer_id, {})
+        for tp, om in offsets.items():
+            pending[tp] = CommitRecordMetadataAndOffset(None, om)
+
+    def has_received_consistent_offset_commits(self) -> bool:
+        """False once this generation got both plain and transactional commits (Kafka warns)."""
+        return not (self.received_consumer_offset_commits and self.received_txn_offset_commits)
+
+    def on_txn_offset_commit_append(self, producer_id: int, tp: TopicPartition,
+                                    committed: CommitRecordMetadataAndOffset) -> None:
+        """The batch carrying the producer's offset for `tp` is in the log at
+        `committed.appended_batch_offset` (ignored if the entry is gone or was replaced)."""
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None:
+            current = pending.get(tp)
+            if current is not None and current.offset_and_metadata == \
+                    committed.offset_and_metadata:
+                pending[tp] = committed
+
+    def fail_pending_txn_offset_commit(self, producer_id: int, tp: TopicPartition) -> None:
+        """The append failed: the client retries (maybe elsewhere); forget the entry."""
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None:
+            pending.pop(tp, None)
+            if not pending:
+                del self.pending_txn_offset_commits[producer_id]
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, is_commit: bool
+                                           ) -> list[TopicPartition]:
+        """The producer's COMMIT (offsets become visible unless a later batch already set the
+        partition's offset) or ABORT (dropped) marker was written; returns the partitions whose
+        offset changed. An entry whose batch was never appended cannot be ordered and is
+        dropped (Kafka raises IllegalStateException there)."""
+        pending = self.pending_txn_offset_commits.pop(producer_id, None)
+        changed: list[TopicPartition] = []
+        if not is_commit or pending is None:
+            return changed
+        for tp, committed in pending.items():
+            if committed.appended_batch_offset is None:
+                log.error("Trying to complete a transactional offset commit for producerId %d "
+                          "and groupId %s even though the offset commit record itself hasn't "
+                          "been appended to the log.", producer_id, self.group_id)
+                continue
+            current = self.offsets.get(tp)
+            if current is None or current.older_than(committed):
+                self.offsets[tp] = committed
+                changed.append(tp)
+        return changed
+
+    @property
+    def active_producers(self) -> set[int]:
+        return set(self.pending_txn_offset_commits)
+
+    def has_pending_offset_commits_from_producer(self, producer_id: int) -> bool:
+        return producer_id in self.pending_txn_offset_commits
 
     def remove_offsets(self, partitions: Iterable[TopicPartition]
                        ) -> dict[TopicPartition, OffsetAndMetadata]:
         removed = {}
         for tp in partitions:
             self.pending_offset_commits.pop(tp, None)
+            for producer_id, pending in list(self.pending_txn_offset_commits.items()):
+                pending.pop(tp, None)
+                if not pending:
+                    del self.pending_txn_offset_commits[producer_id]
             found = self.offsets.pop(tp, None)
             if found is not None:
                 removed[tp] = found.offset_and_metadata
@@ -583,7 +677,8 @@ class GroupMetadata:
         return {tp: c.offset_and_metadata for tp, c in self.offsets.items()}
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return (bool(self.offsets) or bool(self.pending_offset_commits)
+                or bool(self.pending_txn_offset_commits))
 
     def __repr__(self) -> str:
         return (f"GroupMetadata(groupId={self.group_id}, generation={self.generation_id}, "

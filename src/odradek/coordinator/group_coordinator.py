@@ -125,6 +125,23 @@ class LeaveMemberResult:
     error: int
 
 
+def txn_commit_error(group: GroupMetadata, member_id: str, group_instance_id: str | None,
+                     generation_id: int) -> int | None:
+    """Why a TxnOffsetCommit to `group` is refused, or None (Kafka's doTxnCommitOffsets). The
+    member id and generation (KIP-447, v3) are checked only when given: "" and -1 (what v0-v2
+    imply) skip them; a known static instance under another member id is fenced."""
+    if group.is_(Dead):
+        # Just removed from this coordinator (moved, or deleted): the client looks it up again.
+        return ErrorCode.coordinator_not_available
+    if group.is_static_member_fenced(member_id, group_instance_id):
+        return ErrorCode.fenced_instance_id
+    if member_id != UNKNOWN_MEMBER_ID and not group.has(member_id):
+        return ErrorCode.unknown_member_id
+    if generation_id >= 0 and generation_id != group.generation_id:
+        return ErrorCode.illegal_generation
+    return None
+
+
 class GroupCoordinator:
     """Kafka's GroupCoordinator. `live_brokers()` are the brokers `__consumer_offsets` may be
     placed on when FindCoordinator first asks for it; `create_topic` writes that topic."""
@@ -642,6 +659,37 @@ class GroupCoordinator:
             callback(dict.fromkeys(offsets, ErrorCode.rebalance_in_progress))
         else:
             raise RuntimeError(f"Logic error: unexpected group state {group.state}")
+
+    # -- TxnOffsetCommit / transaction markers (KIP-98, KIP-447) ---------------------------------
+    def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                  member_id: str, group_instance_id: str | None,
+                                  generation_id: int,
+                                  offsets: dict[TopicPartition, OffsetAndMetadata],
+                                  callback: Callable[[dict[TopicPartition, int]], None]
+                                  ) -> None:
+        """Offsets committed inside the producer's transaction: appended now, visible once the
+        transaction commits. The group is created (Empty) if unknown, as the producer need not
+        be one of its members."""
+        error = self._validate_group_status(group_id, "TxnOffsetCommit")
+        if error is not None:
+            callback(dict.fromkeys(offsets, error))
+            return
+        group = self.manager.get_group(group_id)
+        if group is None:
+            group = self.manager.add_group(GroupMetadata(group_id, Empty, self.clock))
+        error = txn_commit_error(group, member_id, group_instance_id, generation_id)
+        if error is not None:
+            callback(dict.fromkeys(offsets, error))
+            return
+        self.manager.store_offsets(group, member_id, offsets, callback,
+                                   producer_id=producer_id, producer_epoch=producer_epoch)
+
+    def handle_txn_completion(self, producer_id: int, offsets_partitions: set[int],
+                              is_commit: bool) -> None:
+        """The producer's COMMIT (`is_commit`) or ABORT marker is written to these partitions of
+        `__consumer_offsets` (WriteTxnMarkers): its pending offsets in their groups become
+        visible or are dropped."""
+        self.manager.handle_txn_completion(producer_id, set(offsets_partitions), is_commit)
 
     def handle_fetch_offsets(self, group_id: str, require_stable: bool,
                              partitions: list[TopicPartition] | None = None

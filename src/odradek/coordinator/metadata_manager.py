@@ -11,6 +11,11 @@
   and yielding to the loop between chunks; a broker that stops leading unloads the partition's
   groups. Loads and unloads run one at a time, in the order leadership changed (Kafka's
   single-threaded scheduler), and carry the leader epoch so that a stale one is ignored.
+* Transactional offsets (KIP-98, TxnOffsetCommit): one transactional batch (the producer's id
+  and epoch, no sequence) of offset records appended with the coordinator's origin; the offsets
+  stay pending in the group, by producer, until the transaction's marker lands on the group's
+  partition (`handle_txn_completion`), or a load meets the COMMIT/ABORT control batch.
+  `open_groups_for_producer` says which groups a marker may concern.
 * Cleanup: expired offsets (`offsets.retention.minutes`), deleted groups and offsets become
   tombstones appended without waiting for replication (the next run writes them again if lost).
 """
@@ -25,7 +30,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..protocol import control_records as cr
 from ..protocol import records as rb
+from ..storage.append_origin import AppendOrigin
 from . import offsets as schema
 from .group import (
     CommitRecordMetadataAndOffset,
@@ -42,6 +49,11 @@ from .replica_access import ReplicaAccess
 log = logging.getLogger("odradek.coordinator.metadata")
 
 INVALID_OFFSET = -1
+NO_PRODUCER_ID = rb.NO_PRODUCER_ID
+NO_PRODUCER_EPOCH = -1
+
+# producer id -> (group id, partition) -> the offset and the log offset of its batch
+PendingTxnOffsets = dict[int, dict[tuple[str, TopicPartition], CommitRecordMetadataAndOffset]]
 
 
 @dataclass(slots=True)
@@ -86,6 +98,8 @@ class GroupMetadataManager:
         self.loading: set[int] = set()
         self.owned: set[int] = set()
         self.epoch_for_partition: dict[int, int] = {}
+        # Groups with transactional offsets pending, per producer (Kafka's openGroupsForProducer).
+        self.open_groups_for_producer: dict[int, set[str]] = {}
         self._jobs: asyncio.Queue[Callable[[], Awaitable[None] | None]] | None = None
         self._worker: asyncio.Task[None] | None = None
         self.shutting_down = False
@@ -171,7 +185,8 @@ class GroupMetadataManager:
     def _append(self, tp: TopicPartition, batch: bytes, acks: int,
                 callback: Callable[[int, int], None]) -> None:
         """Append one batch; callback(error, base offset) when done (acks=-1: committed)."""
-        result = self.replica_manager.append_records(acks, self.commit_timeout_ms, {tp: batch})
+        result = self.replica_manager.append_records(acks, self.commit_timeout_ms, {tp: batch},
+                                                     origin=AppendOrigin.COORDINATOR)
         if isinstance(result, dict):
             r = result[tp]
             callback(r.error, r.base_offset)
@@ -235,10 +250,18 @@ class GroupMetadataManager:
 
     def store_offsets(self, group: GroupMetadata, member_id: str,
                       offsets: dict[TopicPartition, OffsetAndMetadata],
-                      callback: Callable[[dict[TopicPartition, int]], None]) -> None:
+                      callback: Callable[[dict[TopicPartition, int]], None], *,
+                      producer_id: int = NO_PRODUCER_ID,
+                      producer_epoch: int = NO_PRODUCER_EPOCH) -> None:
         """Append one offset commit record per partition; the cache and the response follow
-        the append's outcome."""
+        the append's outcome. With a producer id (TxnOffsetCommit) the batch is transactional
+        and the offsets stay pending until the transaction's marker."""
         valid = {tp: om for tp, om in offsets.items() if self.valid_metadata_length(om.metadata)}
+        if not group.has_received_consistent_offset_commits():
+            log.warning("group: %s with leader: %s has received offset commits from consumers "
+                        "as well as transactional producers. Mixing both types of offset "
+                        "commits will generally result in surprises and should be avoided.",
+                        group.group_id, group.leader_id)
         if not valid:
             callback({tp: ErrorCode.offset_metadata_too_large for tp in offsets})
             return
@@ -246,23 +269,39 @@ class GroupMetadataManager:
         if not self._is_local(tp_log):
             callback({tp: ErrorCode.not_coordinator for tp in offsets})
             return
+        is_txn = producer_id != NO_PRODUCER_ID
         now = self.clock()
         batch = rb.build_batch(
             [(schema.offset_commit_key(group.group_id, t, p), schema.offset_commit_value(om))
-             for (t, p), om in valid.items()], timestamp_ms=now)
-        group.prepare_offset_commit(valid)
+             for (t, p), om in valid.items()], timestamp_ms=now,
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            base_sequence=rb.NO_SEQUENCE, is_transactional=is_txn)
+        if is_txn:
+            self._add_producer_group(producer_id, group.group_id)
+            group.prepare_txn_offset_commit(producer_id, valid)
+        else:
+            group.prepare_offset_commit(valid)
 
         def appended(error: int, base_offset: int) -> None:
             if error == ErrorCode.none:
                 if not group.is_(Dead):
                     for tp, om in valid.items():
-                        group.on_offset_commit_append(
-                            tp, CommitRecordMetadataAndOffset(base_offset, om))
+                        committed = CommitRecordMetadataAndOffset(base_offset, om)
+                        if is_txn:
+                            group.on_txn_offset_commit_append(producer_id, tp, committed)
+                        else:
+                            group.on_offset_commit_append(tp, committed)
                 response_error = ErrorCode.none
             else:
                 if not group.is_(Dead):
                     for tp, om in valid.items():
-                        group.fail_pending_offset_write(tp, om)
+                        if is_txn:
+                            group.fail_pending_txn_offset_commit(producer_id, tp)
+                        else:
+                            group.fail_pending_offset_write(tp, om)
+                    if is_txn and not group.has_pending_offset_commits_from_producer(
+                            producer_id):
+                        self._remove_producer_group(producer_id, group.group_id)
                 log.debug("Offset commit %s from group %s, consumer %s with generation %d "
                           "failed when appending to log due to %s", valid, group.group_id,
                           member_id, group.generation_id, ErrorCode(error).name)
@@ -271,6 +310,40 @@ class GroupMetadataManager:
                       for tp in offsets})
 
         self._append(tp_log, batch, -1, appended)
+
+    # -- transaction completion (markers on __consumer_offsets) --------------------------------
+    def _add_producer_group(self, producer_id: int, group_id: str) -> None:
+        self.open_groups_for_producer.setdefault(producer_id, set()).add(group_id)
+
+    def _remove_producer_group(self, producer_id: int, group_id: str) -> None:
+        groups = self.open_groups_for_producer.get(producer_id)
+        if groups is not None:
+            groups.discard(group_id)
+            if not groups:
+                del self.open_groups_for_producer[producer_id]
+
+    def _remove_group_from_all_producers(self, group_id: str) -> None:
+        for producer_id in list(self.open_groups_for_producer):
+            self._remove_producer_group(producer_id, group_id)
+
+    def handle_txn_completion(self, producer_id: int, completed_partitions: set[int],
+                              is_commit: bool) -> None:
+        """The producer's COMMIT/ABORT marker is written to `completed_partitions` of
+        `__consumer_offsets`: complete the pending offsets of its groups on those partitions
+        (Kafka's handleTxnCompletion). A group no longer cached here (moved, or unloaded) is
+        left to the coordinator that loads the marker from the log."""
+        groups = self.open_groups_for_producer.get(producer_id, set())
+        for group_id in [g for g in groups if self.partition_for(g) in completed_partitions]:
+            self._remove_producer_group(producer_id, group_id)
+            group = self.groups.get(group_id)
+            if group is None or group.is_(Dead):
+                log.info("Group %s has moved away from %d after transaction marker was written "
+                         "but before the cache was updated. The cache on the new group owner "
+                         "will be updated instead.", group_id, self.broker_id)
+                continue
+            group.complete_pending_txn_offset_commit(producer_id, is_commit)
+            log.debug("Completed the transactional offsets of producer %d in group %s (%s)",
+                      producer_id, group_id, "commit" if is_commit else "abort")
 
     def get_offsets(self, group_id: str, require_stable: bool,
                     partitions: list[TopicPartition] | None
@@ -355,6 +428,7 @@ class GroupMetadataManager:
                         "log", OFFSETS_TOPIC, partition)
             return True
         loaded_offsets: dict[tuple[str, TopicPartition], CommitRecordMetadataAndOffset] = {}
+        pending_offsets: PendingTxnOffsets = {}
         loaded_groups: dict[str, schema.GroupMetadataValue] = {}
         removed_groups: set[str] = set()
         offset = p.log_start_offset
@@ -372,10 +446,12 @@ class GroupMetadataManager:
             if not buf:
                 break
             for header in rb.iter_headers(buf):
-                if not header.is_control:
-                    batch = memoryview(buf)[header.position:header.position + header.size]
-                    self._read_batch(batch, header.base_offset, loaded_offsets, loaded_groups,
-                                     removed_groups)
+                batch = memoryview(buf)[header.position:header.position + header.size]
+                if header.is_control:
+                    self._read_control_batch(batch, loaded_offsets, pending_offsets)
+                else:
+                    self._read_batch(batch, header, loaded_offsets, pending_offsets,
+                                     loaded_groups, removed_groups)
                 offset = header.next_offset
             await self.load_pause()
         if self.shutting_down or not self._leads(partition, epoch):
@@ -384,11 +460,20 @@ class GroupMetadataManager:
         by_group: dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
         for (group_id, tp), c in loaded_offsets.items():
             by_group.setdefault(group_id, {})[tp] = c
+        # Transactions without a marker yet: their offsets stay pending in their groups.
+        pending_by_group: dict[str, dict[int, dict[TopicPartition,
+                                                   CommitRecordMetadataAndOffset]]] = {}
+        for producer_id, producer_offsets in pending_offsets.items():
+            for (group_id, tp), c in producer_offsets.items():
+                pending_by_group.setdefault(group_id, {}).setdefault(producer_id, {})[tp] = c
         for group_id, value in loaded_groups.items():
             group = self._group_from_record(group_id, value)
-            self._load_group(group, by_group.pop(group_id, {}), on_group_loaded)
-        for group_id, group_offsets in by_group.items():  # offsets-only groups (no members)
-            self._load_group(GroupMetadata(group_id, Empty, self.clock), group_offsets,
+            self._load_group(group, by_group.pop(group_id, {}),
+                             pending_by_group.pop(group_id, {}), on_group_loaded)
+        # offsets-only groups (no members)
+        for group_id in list(by_group) + [g for g in pending_by_group if g not in by_group]:
+            self._load_group(GroupMetadata(group_id, Empty, self.clock),
+                             by_group.get(group_id, {}), pending_by_group.get(group_id, {}),
                              on_group_loaded)
         for group_id in removed_groups:
             if group_id in self.groups and group_id not in by_group:
@@ -397,22 +482,45 @@ class GroupMetadataManager:
         return True
 
     @staticmethod
-    def _read_batch(batch: memoryview, base_offset: int,
+    def _read_control_batch(batch: memoryview,
+                            loaded_offsets: dict[tuple[str, TopicPartition],
+                                                 CommitRecordMetadataAndOffset],
+                            pending_offsets: PendingTxnOffsets) -> None:
+        """A transaction marker: COMMIT moves the producer's pending offsets into the loaded
+        ones (unless a later batch already set the partition's offset), ABORT drops them."""
+        control = cr.parse_control_batch(batch)
+        if control is None or control.control_type is None:
+            return
+        producer_id = control.header.producer_id
+        if control.control_type is cr.ControlRecordType.COMMIT:
+            for gtp, committed in pending_offsets.get(producer_id, {}).items():
+                current = loaded_offsets.get(gtp)
+                if current is None or current.older_than(committed):
+                    loaded_offsets[gtp] = committed
+        pending_offsets.pop(producer_id, None)
+
+    @staticmethod
+    def _read_batch(batch: memoryview, header: rb.BatchHeader,
                     loaded_offsets: dict[tuple[str, TopicPartition],
                                          CommitRecordMetadataAndOffset],
+                    pending_offsets: PendingTxnOffsets,
                     loaded_groups: dict[str, schema.GroupMetadataValue],
                     removed_groups: set[str]) -> None:
+        base_offset = header.base_offset
+        is_txn = header.is_transactional
         for record in rb.decode_records(batch):
             if record.key is None:
                 raise schema.SchemaError("Group metadata/offset entry key should not be null")
             key = schema.read_message_key(record.key)
             if isinstance(key, schema.OffsetKey):
                 gtp = (key.group, (key.topic, key.partition))
+                target = (pending_offsets.setdefault(header.producer_id, {}) if is_txn
+                          else loaded_offsets)
                 om = schema.read_offset_value(record.value)
                 if om is None:
-                    loaded_offsets.pop(gtp, None)
+                    target.pop(gtp, None)
                 else:
-                    loaded_offsets[gtp] = CommitRecordMetadataAndOffset(base_offset, om)
+                    target[gtp] = CommitRecordMetadataAndOffset(base_offset, om)
             else:
                 value = schema.read_group_value(record.value)
                 if value is None:
@@ -437,17 +545,21 @@ class GroupMetadataManager:
 
     def _load_group(self, group: GroupMetadata,
                     group_offsets: dict[TopicPartition, CommitRecordMetadataAndOffset],
+                    pending_offsets: dict[int, dict[TopicPartition,
+                                                    CommitRecordMetadataAndOffset]],
                     on_group_loaded: Callable[[GroupMetadata], None]) -> None:
-        group.initialize_offsets(group_offsets)
+        group.initialize_offsets(group_offsets, pending_offsets)
+        for producer_id in pending_offsets:
+            self._add_producer_group(producer_id, group.group_id)
         current = self.add_group(group)
         if current is not group:
             log.debug("Attempt to load group %s from log with generation %d failed because "
                       "there is already a cached group with generation %d", group.group_id,
                       group.generation_id, current.generation_id)
             return
-        log.info("Loaded group %s in state %s with generation %d, %d members and %d offsets",
-                 group.group_id, group.state, group.generation_id, group.size,
-                 len(group_offsets))
+        log.info("Loaded group %s in state %s with generation %d, %d members, %d offsets and "
+                 "pending transactional offsets of %d producers", group.group_id, group.state,
+                 group.generation_id, group.size, len(group_offsets), len(pending_offsets))
         on_group_loaded(group)
 
     def _unload(self, partition: int, epoch: int | None,
@@ -465,6 +577,7 @@ class GroupMetadataManager:
                 on_group_unloaded(group)
                 if self.groups.get(group.group_id) is group:
                     del self.groups[group.group_id]
+                self._remove_group_from_all_producers(group.group_id)
                 groups += 1
                 offsets += len(group.offsets)
         log.info("[GroupMetadataManager brokerId=%d] Finished unloading %s-%d for coordinator "

@@ -1,7 +1,7 @@
 """The records of `__transaction_state` (Kafka 2.8's TransactionLog, with the generated
 TransactionLogKey and TransactionLogValue of core/src/main/resources/common/message), byte for byte.
 
-Not yet wired into the broker: the transaction coordinator will write and load these.
+The transaction state manager writes and loads these (transaction_state_manager.py).
 
 Key and value start with an int16 schema version. Kafka 2.8 knows only version 0 of each, and
 neither is flexible: strings are int16 length + UTF-8, arrays int32 count + elements (-1 = null).

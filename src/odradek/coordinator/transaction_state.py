@@ -1,7 +1,7 @@
 """Transaction states and metadata (Kafka 2.8's TransactionState, TransactionMetadata and
 TxnTransitMetadata in kafka.coordinator.transaction), pure: no I/O, no clock, no lock.
 
-Not yet wired into the broker: this is the foundation the transaction coordinator will use.
+The transaction coordinator (transaction_coordinator.py) drives these transitions.
 
 A transactional id moves through eight states, each with the byte Kafka writes to
 `__transaction_state`. A transition is valid only from the target's valid previous states
@@ -146,6 +146,17 @@ def partition_for(transactional_id: str, partitions: int = DEFAULT_NUM_PARTITION
     """The `__transaction_state` partition whose leader coordinates `transactional_id`
     (TransactionStateManager.partitionFor: Utils.abs(String.hashCode) % partitions)."""
     return kafka_abs(java_string_hashcode(transactional_id)) % partitions
+
+
+class TransactionResult(Enum):
+    """Kafka's TransactionResult: what EndTxn asks for and what a marker writes."""
+
+    ABORT = 0
+    COMMIT = 1
+
+    @property
+    def is_commit(self) -> bool:
+        return self is TransactionResult.COMMIT
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 ``ControlRecordType`` (the control record's key), ``EndTransactionMarker`` (its value) and
 ``MemoryRecords.withEndTransactionMarker`` (the whole batch).
 
-NOT YET WIRED IN: nothing in the broker writes or reads markers through this module yet; it is the
-format that WriteTxnMarkers, producer state and the log cleaner of issue 13 will use.
+WriteTxnMarkers builds markers with ``build_end_txn_marker_batch``; the log reads the marker of a
+control batch (only its first record, as Kafka does) with ``end_txn_marker_of`` when the batch is
+appended, replicated, recovered or replayed into the producer state.
 
 A control batch is a magic-2 batch with the control (0x20) and transactional (0x10) attribute
 bits, the producer id and epoch of the transaction, base sequence -1, and one record:
@@ -169,3 +170,12 @@ def parse_control_batch(batch: bytes | bytearray | memoryview) -> ControlBatch |
     if control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
         marker = EndTransactionMarker.from_key_value(first.key, first.value)
     return ControlBatch(header, control_type, marker)
+
+
+def end_txn_marker_of(batch: bytes | bytearray | memoryview) -> EndTransactionMarker | None:
+    """The COMMIT/ABORT marker of the control batch at the start of `batch` (its first record
+    only, as Kafka's ``ProducerAppendInfo.append``); None for an emptied control batch (the
+    cleaner removed its record) or a control record of another type. Raises InvalidRecordError
+    / CorruptRecordError for an unreadable one."""
+    parsed = parse_control_batch(batch)
+    return None if parsed is None else parsed.marker

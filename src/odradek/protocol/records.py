@@ -145,9 +145,11 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int, limit: int) 
     return header
 
 
-def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+def validate_batches(buf: bytes | bytearray | memoryview, *,
+                     allow_control: bool = False) -> list[BatchHeader]:
     """Validate the record set of one partition of a Produce request (Kafka's LogValidator,
-    header level only). Raises CorruptRecordError / InvalidRecordError."""
+    header level only). Control batches are refused unless `allow_control` (the broker's own
+    coordinators write transaction markers). Raises CorruptRecordError / InvalidRecordError."""
     headers: list[BatchHeader] = []
     position, limit = 0, len(buf)
     if limit == 0:
@@ -161,8 +163,8 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
                 f"record batch lastOffsetDelta {header.last_offset_delta} does not match "
                 f"its {header.records_count} records"
             )
-        if header.is_control:
-            raise InvalidRecordError("clients may not produce control batches")
+        if header.is_control and not allow_control:
+            raise InvalidRecordError("clients are not allowed to write control records")
         headers.append(header)
         position += header.size
     return headers

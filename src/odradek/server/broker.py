@@ -18,11 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from .. import state_change
+from ..common import TopicPartition
 from ..controller.controller import ControllerConfig, KafkaController
 from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
 from ..coordinator.group_coordinator import GroupConfig, GroupCoordinator
+from ..coordinator.transaction_coordinator import TransactionCoordinator
+from ..coordinator.transaction_marker_channel import (
+    NO_NODE,
+    Destination,
+    TransactionMarkerChannelManager,
+)
+from ..coordinator.transaction_state_manager import TransactionConfig, TransactionStateManager
 from ..security import ssl_factory
 from ..security.authorizer import ALLOW_ALL, Authorizer
 from ..security.sasl_server import DEFAULT_MAX_RECEIVE_SIZE, listener_prop
@@ -75,6 +83,7 @@ class Broker:
         self.admin: AdminManager | None = None
         self.producer_ids: ProducerIdManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
         self.controller: KafkaController | None = None
         self.apis: KafkaApis | None = None
         self.authorizer: Authorizer = ALLOW_ALL
@@ -193,6 +202,17 @@ class Broker:
             self.broker_id, GroupConfig.from_config(cfg), rm, store, lambda: cache.brokers,
             admin.create_topic_with_assignment)
         await coordinator.startup()  # listens to LeaderAndIsr from now on
+        txn_config = TransactionConfig.from_config(cfg)
+        txn_manager = TransactionStateManager(self.broker_id, rm, txn_config, _now_ms)
+        marker_channel = TransactionMarkerChannelManager(
+            self.broker_id, txn_manager, self._txn_marker_destination,
+            security=cfg.inter_broker_client_security(),
+            request_timeout_ms=cfg["request.timeout.ms"])
+        txn_coordinator = self.txn_coordinator = TransactionCoordinator(
+            self.broker_id, txn_config, txn_manager, marker_channel,
+            self.producer_ids.next_producer_id, store, lambda: cache.brokers,
+            admin.create_topic_with_assignment)
+        await txn_coordinator.startup()  # listens to LeaderAndIsr of __transaction_state
         self.controller = KafkaController(
             store, self.broker_id, ControllerConfig.from_broker_config(cfg), cache,
             topic_configs, log_configs.config)
@@ -203,7 +223,8 @@ class Broker:
         await credentials.start()
         self.apis = KafkaApis(
             broker_id=self.broker_id, config=cfg, replica_manager=rm, metadata_cache=cache,
-            group_coordinator=coordinator, admin_manager=admin, topic_config_manager=topic_configs,
+            group_coordinator=coordinator, txn_coordinator=txn_coordinator, admin_manager=admin,
+            topic_config_manager=topic_configs,
             producer_ids=self.producer_ids, controller=self.controller, store=store,
             flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer,
             credential_cache=credentials)
@@ -225,6 +246,18 @@ class Broker:
         self.started = True
         log.info("[KafkaServer id=%d] started; listening on %s", self.broker_id,
                  ", ".join(e.connection_string for e in self.advertised_endpoints()))
+
+    def _txn_marker_destination(self, tp: TopicPartition) -> Destination | None:
+        """Where the transaction markers of `tp` go (Kafka's getPartitionLeaderEndpoint on the
+        inter-broker listener): None if the partition is unknown, NO_NODE if its leader is
+        not available."""
+        info = self.metadata_cache.partition(tp.topic, tp.partition)
+        if info is None:
+            return None
+        ep = (None if info.leader < 0 else
+              self.metadata_cache.broker_endpoint(info.leader,
+                                                  self.config.inter_broker_listener_name))
+        return NO_NODE if ep is None else (info.leader, ep.host, ep.port)
 
     async def _connect_store(self) -> CoordinationStore:
         connect = self.config["zookeeper.connect"]
@@ -400,6 +433,8 @@ class Broker:
         if self.config["controlled.shutdown.enable"] and self.started:
             await self._controlled_shutdown()
         await self._stop_network_and_tasks()
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.shutdown()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -415,6 +450,8 @@ class Broker:
         """Simulate a crash in-process: drop connections and the session; no flush, no
         checkpoints, no clean-shutdown marker (what kill -9 leaves, minus the page cache)."""
         await self._stop_network_and_tasks()
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.shutdown()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
         if self.replica_manager is not None:

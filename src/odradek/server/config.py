@@ -215,9 +215,18 @@ DEFS: dict[str, Def] = {
     "group.min.session.timeout.ms": Def(_int, 6000),
     "group.max.session.timeout.ms": Def(_int, 1800000),
     "group.max.size": Def(_int, 2**31 - 1, _at_least(1), ">= 1"),
+    # -- the transaction coordinator (Kafka's names and defaults) --------------------------------
+    "transactional.id.expiration.ms": Def(_int, 604800000, _at_least(1), ">= 1"),
+    "transaction.max.timeout.ms": Def(_int, 900000, _at_least(1), ">= 1"),
+    "transaction.state.log.load.buffer.size": Def(_int, 5242880, _at_least(1), ">= 1"),
     "transaction.state.log.replication.factor": Def(_int, 3, _at_least(1), ">= 1"),
     "transaction.state.log.min.isr": Def(_int, 2, _at_least(1), ">= 1"),
     "transaction.state.log.num.partitions": Def(_int, 50, _at_least(1), ">= 1"),
+    "transaction.state.log.segment.bytes": Def(_int, 104857600, _at_least(1), ">= 1"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": Def(
+        _int, 10000, _at_least(1), ">= 1"),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": Def(
+        _int, 3600000, _at_least(1), ">= 1"),
     "producer.id.expiration.ms": Def(_int, 86400000, _at_least(1), ">= 1"),
     "reserved.broker.max.id": Def(_int, 1000, _at_least(0), ">= 0"),
     "broker.id.generation.enable": Def(_bool, True),

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..protocol.records import BatchHeader
+from ..storage.append_origin import AppendOrigin
 from ..storage.log import AppendInfo, Log
 
 log = logging.getLogger("odradek.partition")
@@ -175,6 +176,11 @@ class Partition:
         return self.log.log_start_offset
 
     @property
+    def last_stable_offset(self) -> int:
+        """min(first unstable offset, HW): where read_committed consumers stop (KIP-98)."""
+        return self.log.last_stable_offset
+
+    @property
     def maximal_isr(self) -> list[int]:
         """The committed ISR plus a pending expansion (KIP-497)."""
         if self.pending_isr is None:
@@ -268,7 +274,8 @@ class Partition:
     # -- leader: appends, follower fetches, HW, ISR ---------------------------------------------
 
     def append_records_to_leader(self, buf: bytearray, headers: list[BatchHeader],
-                                 required_acks: int, min_insync_replicas: int, now_ms: int):
+                                 required_acks: int, min_insync_replicas: int, now_ms: int,
+                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
         if not self.is_leader:
             raise NotLeaderError(f"broker {self.local_broker_id} is not the leader of "
                                  f"{self.topic}-{self.index}")
@@ -276,7 +283,7 @@ class Partition:
             raise NotEnoughReplicasError(
                 f"the ISR {self.isr} of {self.topic}-{self.index} is smaller than "
                 f"min.insync.replicas {min_insync_replicas}")
-        info = self.log.append_as_leader(buf, headers, self.leader_epoch, now_ms)
+        info = self.log.append_as_leader(buf, headers, self.leader_epoch, now_ms, origin)
         self.maybe_increment_high_watermark(now_ms)
         return info
 

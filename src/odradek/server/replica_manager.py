@@ -31,6 +31,7 @@ from ..protocol import records as rb
 from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..runtime.timer import AsyncTimerDriver, Timer
 from ..state_change import StateChangeLogger, leadership_text
+from ..storage.append_origin import AppendOrigin
 from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
@@ -89,6 +90,10 @@ class FetchRequestPartition:
     log_start_offset: int = -1
 
 
+READ_UNCOMMITTED = 0  # Fetch / ListOffsets isolation levels (KIP-98)
+READ_COMMITTED = 1
+
+
 @dataclass(slots=True)
 class FetchResult:
     error: ErrorCode = ErrorCode.none
@@ -97,6 +102,10 @@ class FetchResult:
     regions: list[Any] = field(default_factory=list)
     size: int = 0
     leader_end_offset: int = -1  # the leader's LEO when the data was read
+    last_stable_offset: int = -1
+    # read_committed: (producer id, first offset) of the aborted transactions in the data;
+    # None (null in the response) for read_uncommitted and followers, as Kafka
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 def _error_for(exc: Exception) -> ErrorCode:
@@ -113,6 +122,9 @@ def _error_for(exc: Exception) -> ErrorCode:
         (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
         (producer_state.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
         (producer_state.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
+        (producer_state.InvalidTxnStateError, ErrorCode.invalid_txn_state),
+        (producer_state.TransactionCoordinatorFencedError,
+         ErrorCode.transaction_coordinator_fenced),
     ]
     for cls, code in mapping:
         if isinstance(exc, cls):
@@ -166,9 +178,11 @@ class DelayedFetch(DelayedOperation):
     def __init__(self, max_wait_ms: int, manager: ReplicaManager, replica_id: int,
                  min_bytes: int, max_bytes: int,
                  requests: dict[TopicPartition, FetchRequestPartition],
-                 future: asyncio.Future[dict[TopicPartition, FetchResult]]) -> None:
+                 future: asyncio.Future[dict[TopicPartition, FetchResult]],
+                 isolation_level: int = READ_UNCOMMITTED) -> None:
         super().__init__(max_wait_ms)
         self.manager = manager
+        self.isolation_level = isolation_level
         self.replica_id = replica_id
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
@@ -181,8 +195,7 @@ class DelayedFetch(DelayedOperation):
             partition = self.manager.partitions.get(tp)
             if partition is None or not partition.is_leader:
                 return self.force_complete()  # an error to report now
-            end = (partition.log_end_offset if self.replica_id >= 0
-                   else partition.high_watermark)
+            end = fetch_limit(partition, self.replica_id, self.isolation_level)
             if req.fetch_offset > end or req.fetch_offset < partition.log_start_offset:
                 return self.force_complete()
             if req.fetch_offset < end and not self.manager.should_leader_throttle(
@@ -196,7 +209,17 @@ class DelayedFetch(DelayedOperation):
     def on_complete(self) -> None:
         if not self.future.done():
             self.future.set_result(self.manager.read_from_local_log(
-                self.replica_id, self.max_bytes, self.requests))
+                self.replica_id, self.max_bytes, self.requests, self.isolation_level))
+
+
+def fetch_limit(partition: Partition, replica_id: int, isolation_level: int) -> int:
+    """Where a fetch stops (Kafka's FetchIsolation): the LEO for followers, the last stable
+    offset for read_committed consumers, the high watermark for the others."""
+    if replica_id >= 0:
+        return partition.log_end_offset
+    if isolation_level == READ_COMMITTED:
+        return partition.last_stable_offset
+    return partition.high_watermark
 
 
 class ReplicaManager:
@@ -536,12 +559,17 @@ class ReplicaManager:
 
     # -- produce ----------------------------------------------------------------------------
     def append_records(self, acks: int, timeout_ms: int,
-                       entries: dict[TopicPartition, bytes | None]
+                       entries: dict[TopicPartition, bytes | None], *,
+                       origin: AppendOrigin = AppendOrigin.CLIENT
                        ) -> dict[TopicPartition, ProduceResult] | asyncio.Future[Any]:
+        """Append each partition's record set on its leader (Kafka's appendRecords). `origin`
+        decides the producer checks: CLIENT (Produce) epoch + sequence, control batches
+        refused; COORDINATOR (the group and transaction coordinators' writes, WriteTxnMarkers)
+        epoch only, control batches (transaction markers) allowed."""
         now = self.clock()
         results: dict[TopicPartition, ProduceResult] = {}
         for tp, data in entries.items():
-            results[tp] = self._append_one(tp, data, acks, now)
+            results[tp] = self._append_one(tp, data, acks, now, origin)
         if acks != -1 or all(r.error != ErrorCode.none for r in results.values()):
             return results
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -550,7 +578,7 @@ class ReplicaManager:
         return future
 
     def _append_one(self, tp: TopicPartition, data: bytes | None, acks: int,
-                    now: int) -> ProduceResult:
+                    now: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
             return ProduceResult(ErrorCode.unknown_topic_or_partition)
@@ -558,18 +586,17 @@ class ReplicaManager:
         try:
             if not data:
                 raise rb.InvalidRecordError("empty record set")
-            headers = rb.validate_batches(data)
+            headers = rb.validate_batches(data,
+                                          allow_control=origin is AppendOrigin.COORDINATOR)
             for h in headers:
                 if h.size > config.max_message_bytes:
                     return ProduceResult(
                         ErrorCode.message_too_large,
                         message=f"batch of {h.size} bytes exceeds max.message.bytes "
                                 f"{config.max_message_bytes}")
-                if h.is_transactional:
-                    raise rb.InvalidRecordError("transactional batches are not supported")
             buf = bytearray(data)
             info = partition.append_records_to_leader(
-                buf, headers, acks, config.min_insync_replicas, now)
+                buf, headers, acks, config.min_insync_replicas, now, origin)
         except Exception as exc:  # every failure is a per-partition error code
             code = _error_for(exc)
             if code == ErrorCode.unknown_server_error:
@@ -588,9 +615,13 @@ class ReplicaManager:
 
     # -- fetch ------------------------------------------------------------------------------
     def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
-                       requests: dict[TopicPartition, FetchRequestPartition]
+                       requests: dict[TopicPartition, FetchRequestPartition],
+                       isolation_level: int = READ_UNCOMMITTED
                        ) -> dict[TopicPartition, FetchResult] | asyncio.Future[Any]:
-        results = self.read_from_local_log(replica_id, max_bytes, requests)
+        """Read the requested partitions (Kafka's fetchMessages); consumers read below the
+        HW, read_committed ones (`isolation_level` 1) below the last stable offset, with the
+        aborted transactions of what they read."""
+        results = self.read_from_local_log(replica_id, max_bytes, requests, isolation_level)
         if replica_id >= 0:
             self._update_follower_fetch_states(replica_id, requests, results)
         total = sum(r.size for r in results.values())
@@ -598,7 +629,8 @@ class ReplicaManager:
         if max_wait_ms <= 0 or not requests or total >= min_bytes or errors:
             return results
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future)
+        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future,
+                          isolation_level)
         self.fetch_purgatory.try_complete_else_watch(op, list(requests))
         return future
 
@@ -626,17 +658,21 @@ class ReplicaManager:
                             self.broker_id, replica_id, req.fetch_offset, tp[0], tp[1],
                             partition.replicas)
                 results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
-                                          partition.log_start_offset)
+                                          partition.log_start_offset,
+                                          last_stable_offset=partition.last_stable_offset)
                 continue
             if outcome.expand_isr_to is not None and self.isr_manager is not None:
                 self.isr_manager.expand_isr(partition, outcome.expand_isr_to, replica_id)
             if outcome.high_watermark_moved:
                 self._after_append(tp)
             result.high_watermark = partition.high_watermark
+            result.last_stable_offset = partition.last_stable_offset
 
     def read_from_local_log(self, replica_id: int, max_bytes: int,
-                            requests: dict[TopicPartition, FetchRequestPartition]
+                            requests: dict[TopicPartition, FetchRequestPartition],
+                            isolation_level: int = READ_UNCOMMITTED
                             ) -> dict[TopicPartition, FetchResult]:
+        committed = replica_id < 0 and isolation_level == READ_COMMITTED
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
         min_one = True  # KIP-74: the first batch of the response is sent whole even if too large
@@ -646,25 +682,27 @@ class ReplicaManager:
                 require_leader=replica_id != DEBUGGING_CONSUMER_ID)
             if partition is None or code != ErrorCode.none:
                 results[tp] = (FetchResult(code) if partition is None else FetchResult(
-                    code, partition.high_watermark, partition.log_start_offset))
+                    code, partition.high_watermark, partition.log_start_offset,
+                    last_stable_offset=partition.last_stable_offset))
                 continue
+            lso = partition.last_stable_offset
             try:
-                limit = (partition.log_end_offset if replica_id >= 0
-                         else partition.high_watermark)
+                limit = fetch_limit(partition, replica_id, isolation_level)
                 if self.should_leader_throttle(partition, replica_id):
                     # KIP-73: left out of this response (no data, no error)
                     results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
                                               partition.log_start_offset, [], 0,
-                                              partition.log_end_offset)
+                                              partition.log_end_offset, lso)
                     continue
                 data = partition.log.read(req.fetch_offset, min(req.max_bytes, remaining),
-                                          max_offset=limit, min_one_message=min_one)
+                                          max_offset=limit, min_one_message=min_one,
+                                          include_aborted_txns=committed)
             except Exception as exc:
                 code = _error_for(exc)
                 if code == ErrorCode.unknown_server_error:
                     log.exception("Error reading %s-%d", *tp)
                 results[tp] = FetchResult(code, partition.high_watermark,
-                                          partition.log_start_offset)
+                                          partition.log_start_offset, last_stable_offset=lso)
                 continue
             size = sum(r.size for r in data.regions)
             if size and replica_id >= 0 and self.leader_quota.is_throttled(*tp):
@@ -672,9 +710,12 @@ class ReplicaManager:
             if size:
                 min_one = False
                 remaining = max(0, remaining - size)
+            aborted = data.aborted_transactions
             results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
                                       partition.log_start_offset, list(data.regions), size,
-                                      data.log_end_offset)
+                                      data.log_end_offset, lso,
+                                      None if aborted is None else
+                                      [(t.producer_id, t.first_offset) for t in aborted])
         return results
 
     def bytes_between(self, partition: Partition, start: int, end: int, cap: int) -> int:

@@ -53,6 +53,20 @@ class InvalidProducerEpochError(ProducerStateError):
     error_code = 47
 
 
+class InvalidTxnStateError(ProducerStateError):
+    """INVALID_TXN_STATE (48): a non-transactional batch from a producer whose transaction is
+    ongoing on this partition (Kafka's InvalidTxnStateException)."""
+
+    error_code = 48
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """TRANSACTION_COORDINATOR_FENCED (52): a transaction marker written by a coordinator whose
+    epoch is older than the one this partition saw for the producer."""
+
+    error_code = 52
+
+
 class UnknownProducerIdError(OutOfOrderSequenceError):
     """UNKNOWN_PRODUCER_ID (59), only with strict_unknown_producer (Kafka 2.0-2.4)."""
 
@@ -62,12 +76,14 @@ class UnknownProducerIdError(OutOfOrderSequenceError):
 __all__ = [
     "InvalidProducerEpochError",
     "InvalidTimestampError",
+    "InvalidTxnStateError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "ProducerStateError",
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "StorageError",
+    "TransactionCoordinatorFencedError",
     "UnexpectedAppendOffsetError",
     "UnknownProducerIdError",
 ]

@@ -32,11 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..protocol.control_records import EndTransactionMarker, end_txn_marker_of
 from ..protocol.records import (
     BatchHeader,
+    InvalidRecordError,
     assign_offsets,
     set_log_append_time,
 )
+from .append_origin import AppendOrigin
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import fsync_dir, fsync_path
 from .errors import (
@@ -57,6 +60,8 @@ from .log_validator import (
 )
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from .segment import DELETED_SUFFIX, SWAP_SUFFIX, FileHandleCache, FileRegion, LogSegment
+from .transaction_index import AbortedTransaction, AbortedTxn
+from .transaction_state import TxnCompletion, collect_aborted_transactions
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps
 LATEST_TIMESTAMP = -1
@@ -94,6 +99,8 @@ class FetchData:
     log_start_offset: int
     log_end_offset: int
     first_entry_incomplete: bool = False
+    # read_committed reads: the aborted transactions overlapping the data (else None)
+    aborted_transactions: list[AbortedTransaction] | None = None
 
     @property
     def size(self) -> int:
@@ -118,6 +125,41 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Transactions
+# ---------------------------------------------------------------------------------------------
+
+
+def _leader_markers(buf: bytearray, headers: Sequence[BatchHeader], origin: AppendOrigin
+                    ) -> list[EndTransactionMarker | None] | None:
+    """The markers of a leader append's control batches (None when it has none). Clients
+    may not write control batches (Kafka's LogValidator); a coordinator's must hold a
+    COMMIT or ABORT marker."""
+    if not any(h.is_control for h in headers):
+        return None
+    if origin is AppendOrigin.CLIENT:
+        raise InvalidRecordError("clients are not allowed to write control records")
+    markers: list[EndTransactionMarker | None] = []
+    for h in headers:
+        if not h.is_control:
+            markers.append(None)
+            continue
+        try:
+            marker = end_txn_marker_of(memoryview(buf)[h.position:h.position + h.size])
+        except ValueError as exc:
+            raise InvalidRecordError(f"unreadable control batch: {exc}") from None
+        if marker is None:
+            raise InvalidRecordError("a control batch without a transaction marker")
+        markers.append(marker)
+    return markers
+
+
+def _index_completion(segment: LogSegment, completion: TxnCompletion) -> None:
+    """An ABORT that completed a transaction goes into the marker's segment's .txnindex."""
+    if completion.aborted_txn is not None:
+        segment.txn_index.append(completion.aborted_txn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,7 +215,7 @@ class Log:
         self.log_start_offset = 0
         self._leo = 0
         self.recovery_point = 0
-        self.high_watermark: int | None = None  # set by the partition layer; None -> LEO
+        self._high_watermark: int | None = None  # set by the partition layer; None -> LEO
         self.last_flush_ms = self.clock()
         self._pending_flush_offset: int | None = None
         self._truncations = 0  # an off-loop flush only advances the recovery point if unchanged
@@ -255,9 +297,42 @@ class Log:
         return self._leo - self.recovery_point
 
     @property
+    def high_watermark(self) -> int | None:
+        """The partition's high watermark (None: not set, the log end offset stands for it)."""
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int | None) -> None:
+        self._high_watermark = value
+        if value is not None:
+            self.producer_state.on_high_watermark_updated(value)
+
+    @property
     def first_unstable_offset(self) -> int | None:
-        """The first offset of an open transaction (None: odradek has no transactions)."""
-        return None
+        """The first offset of an ongoing transaction, or of a completed one whose marker the
+        high watermark has not passed yet (Kafka's firstUnstableOffset); None when none."""
+        psm = self.producer_state
+        if self._high_watermark is None:
+            psm.on_high_watermark_updated(self._leo)
+        return psm.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """min(first unstable offset, high watermark) (Kafka's lastStableOffset): where
+        read_committed fetches stop."""
+        hw = self._leo if self._high_watermark is None else self._high_watermark
+        first = self.first_unstable_offset
+        return hw if first is None or first >= hw else first
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int
+                                     ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset), from the
+        transaction indexes of the segment holding `start_offset` on (Kafka's
+        collectAbortedTransactions)."""
+        segments = self._segments.segments
+        i = self._segments.floor_index(start_offset)
+        return collect_aborted_transactions((s.txn_index for s in segments[i:]), start_offset,
+                                            upper_bound_offset)
 
     @property
     def latest_epoch(self) -> int | None:
@@ -280,12 +355,15 @@ class Log:
     # -- append ---------------------------------------------------------------------------------
 
     def append_as_leader(self, buf: bytearray, headers: Sequence[BatchHeader], leader_epoch: int,
-                         now_ms: int) -> AppendInfo:
+                         now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
         """Append a produce request's validated batches (``records.validate_batches``):
         assign offsets in place, stamp `leader_epoch` (and LogAppendTime), de-duplicate
-        idempotent producers, roll if needed, write with one write. Raises
-        RecordTooLargeError, RecordBatchTooLargeError, InvalidTimestampError,
-        OutOfOrderSequenceError, InvalidProducerEpochError."""
+        idempotent producers, roll if needed, write with one write. `origin` decides the
+        producer checks (``AppendOrigin``); only COORDINATOR appends may hold control batches
+        (transaction markers, whose first record is read). Raises RecordTooLargeError,
+        RecordBatchTooLargeError, InvalidTimestampError, InvalidRecordError,
+        OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
+        TransactionCoordinatorFencedError."""
         cfg = self.config
         size = len(buf)
         has_producer = validate_leader_batches(headers, size, cfg, self.name)
@@ -293,8 +371,9 @@ class Log:
         if not log_append:
             check_timestamps(headers, now_ms, cfg, self.name)
         psm = self.producer_state
+        markers = _leader_markers(buf, headers, origin) if has_producer else None
         if has_producer:
-            dup = psm.check_batches(headers)
+            dup = psm.check_batches(headers, origin=origin, markers=markers)
             if dup is not None:
                 return AppendInfo(dup.first_offset, dup.last_offset,
                                   dup.timestamp if log_append else NO_TIMESTAMP,
@@ -324,9 +403,12 @@ class Log:
         self._leo = offset
         if has_producer:
             stamp = now_ms if log_append else None
-            for h, base in zip(headers, bases, strict=True):
+            for i, (h, base) in enumerate(zip(headers, bases, strict=True)):
                 if h.producer_id >= 0:
-                    psm.update(h, stamp, base_offset=base)
+                    completion = psm.update(h, stamp, base_offset=base,
+                                            marker=markers[i] if markers is not None else None)
+                    if completion is not None:
+                        _index_completion(segment, completion)
         psm.update_map_end_offset(offset)
         if self._leo - self.recovery_point >= cfg.flush_messages:
             self.flush()
@@ -361,18 +443,32 @@ class Log:
             segment = self._maybe_roll(ends[hi - 1] - start, run_ts, run[-1].last_offset,
                                        run[0].base_offset, now)
             segment.append(run[-1].last_offset, run_ts, run_shallow, view[start:ends[hi - 1]])
+            for h in run:
+                if h.producer_id >= 0:
+                    self._apply_replicated(segment, view, h)
         self._leo = prev + 1
         cache, psm = self.leader_epoch_cache, self.producer_state
         for h in headers:
             if h.partition_leader_epoch >= 0:
                 cache.assign(h.partition_leader_epoch, h.base_offset)
-            if h.producer_id >= 0:
-                psm.update(h)
         psm.update_map_end_offset(self._leo)
         if self._leo - self.recovery_point >= self.config.flush_messages:
             self.flush()
         return AppendInfo(first, prev, NO_TIMESTAMP, self.log_start_offset, max_ts, shallow,
                           valid_bytes=pos)
+
+    def _apply_replicated(self, segment: LogSegment, view: memoryview, h: BatchHeader) -> None:
+        """A replicated batch of a producer: the producer state follows it (never refused) and
+        an ABORT marker goes into the segment's transaction index."""
+        marker = None
+        if h.is_control:
+            try:
+                marker = end_txn_marker_of(view[h.position:h.position + h.size])
+            except (InvalidRecordError, ValueError):
+                marker = None
+        completion = self.producer_state.update(h, marker=marker)
+        if completion is not None:
+            _index_completion(segment, completion)
 
     # -- roll -----------------------------------------------------------------------------------
 
@@ -416,11 +512,41 @@ class Log:
     # -- read -----------------------------------------------------------------------------------
 
     def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one_message: bool = True) -> FetchData:
+             min_one_message: bool = True, include_aborted_txns: bool = False) -> FetchData:
         """Whole batches from the one holding `fetch_offset`, at most `max_bytes` (the first
         batch whole if `min_one_message`), never a batch at or after `max_offset` (the high
-        watermark for consumers; None = log end offset). Raises OffsetOutOfRangeError outside
-        [log_start_offset, log_end_offset]; at the log end offset the result is empty."""
+        watermark for consumers, the last stable offset for read_committed ones; None = log end
+        offset). Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset]; at the
+        log end offset the result is empty. With `include_aborted_txns` (read_committed, Kafka's
+        FetchTxnCommitted) the result lists the aborted transactions overlapping the fetched
+        range: from `fetch_offset` up to the offset after the returned data (the next segment's
+        base offset or the log end offset when the data ends its segment)."""
+        result, last_segment = self._read(fetch_offset, max_bytes, max_offset, min_one_message)
+        if include_aborted_txns:
+            upper = self._upper_bound_offset(result, last_segment)
+            result.aborted_transactions = [
+                txn.as_aborted_transaction()
+                for txn in self.collect_aborted_transactions(fetch_offset, upper)]
+        return result
+
+    def _upper_bound_offset(self, data: FetchData, last_segment: int | None) -> int:
+        """The offset just after a read's data (Kafka's fetchUpperBoundOffset, exact here: one
+        batch header read), for the aborted transactions of a read_committed fetch: the next
+        batch's base offset in the data's last segment, else the next segment's base offset,
+        else the log end offset."""
+        if not data.regions or last_segment is None:
+            return data.fetch_offset
+        last = data.regions[-1]
+        segments = self._segments.segments
+        for header in segments[last_segment].iter_headers(last.position + last.size):
+            return header.base_offset
+        return (segments[last_segment + 1].base_offset if last_segment + 1 < len(segments)
+                else self._leo)
+
+    def _read(self, fetch_offset: int, max_bytes: int, max_offset: int | None,
+              min_one_message: bool) -> tuple[FetchData, int | None]:
+        """``read`` without the aborted transactions, and the index of the segment of the last
+        region returned (None when nothing was)."""
         lso, leo = self.log_start_offset, self._leo
         if fetch_offset < lso or fetch_offset > leo:
             raise OffsetOutOfRangeError(
@@ -429,8 +555,9 @@ class Log:
             )
         high = leo if max_offset is None else min(max_offset, leo)
         result = FetchData([], fetch_offset, high, lso, leo)
+        last_segment: int | None = None
         if fetch_offset >= high or max_bytes < 0:
-            return result
+            return result, last_segment
         segments = self._segments.segments
         max_segment, max_position = self._position_of(high)
         i = self._segments.floor_index(fetch_offset)
@@ -459,12 +586,13 @@ class Log:
                     result.first_entry_incomplete = True
                 break
             result.regions.append(region)
+            last_segment = i
             remaining -= region.size
             first = False
             if at_max or remaining <= 0 or region.position + region.size < limit:
                 break
             i += 1
-        return result
+        return result, last_segment
 
     def _position_of(self, offset: int) -> tuple[LogSegment, int]:
         """The segment and file position where batches at or after `offset` begin."""

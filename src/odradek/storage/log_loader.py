@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..protocol.records import BatchHeader
+from ..protocol.control_records import end_txn_marker_of
+from ..protocol.records import BatchHeader, CorruptRecordError, InvalidRecordError
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import CheckpointError
+from .index import CorruptIndexError
 from .leader_epoch import LeaderEpochFileCache
 from .log_config import LONG_MAX, LogConfig
 from .log_segments import LogSegments, segment_kwargs
@@ -27,11 +29,11 @@ from .segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
     FileHandleCache,
     LogSegment,
     offset_from_filename,
 )
+from .transaction_index import TXN_INDEX_SUFFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +49,41 @@ class LoadedLog:
 
 def rebuild_producer_state(producer_state: ProducerStateManager, segments: LogSegments,
                            log_start_offset: int, log_end_offset: int) -> None:
-    """Producer state = newest snapshot at or below the log end offset + the batch headers
-    after it (Kafka's rebuildProducerState)."""
+    """Producer state = newest snapshot at or below the log end offset + the batches after it
+    up to `log_end_offset` (Kafka's rebuildProducerState / truncateAndReload: headers only, plus
+    the first record of each control batch for its transaction marker). Ongoing transactions
+    come back with it, so the last stable offset survives restarts and truncations."""
     first_base = segments.bases[0]
     start = producer_state.load_latest_snapshot(log_start_offset, log_end_offset)
     if start < log_end_offset:
-        for header in segments.iter_batch_headers(max(start, first_base)):
-            producer_state.update(header)
+        for segment, header in segments.iter_segment_headers(max(start, first_base),
+                                                             log_end_offset):
+            if header.producer_id < 0:
+                producer_state.update(header)
+                continue
+            marker = None
+            if header.is_control:
+                try:
+                    marker = end_txn_marker_of(segment.read_batch(header.position, header.size))
+                except (InvalidRecordError, CorruptRecordError):
+                    marker = None
+            producer_state.update(header, marker=marker)
     producer_state.update_map_end_offset(log_end_offset)
+
+
+def txn_index_looks_valid(segment: LogSegment) -> bool:
+    """Whether a segment's ``.txnindex`` can be trusted without recovery: absent (no abort), or
+    whole entries passing the sanity check (a torn tail or a bad entry means recover)."""
+    txn = segment.txn_index
+    if not txn.path.exists():
+        return True
+    try:
+        txn.sanity_check()
+    except CorruptIndexError:
+        return False
+    ok = txn.torn_tail_bytes == 0
+    txn.release()
+    return ok
 
 
 class LogLoader:
@@ -87,10 +116,14 @@ class LogLoader:
                 stem = name[: -len(suffix)]
                 if name.endswith(suffix) and stem.isdigit() and int(stem) not in log_bases:
                     (self.dir / name).unlink(missing_ok=True)  # orphaned index
+        recover_from = None if clean else recovery_point
         for base in sorted(log_bases):
             segment = LogSegment(self.dir, base, **self._segment_kwargs())
             if not segment.index_files_look_valid() and (clean or base < recovery_point):
                 segment.rebuild_indexes()
+            if (recover_from is None or base < recover_from) \
+                    and not txn_index_looks_valid(segment):
+                recover_from = base  # Kafka recovers a segment whose txn index is corrupt
             segments.add_loaded(segment)
 
         rebuild_epochs = False
@@ -100,8 +133,8 @@ class LogLoader:
             # unreadable leader-epoch-checkpoint: the batch headers carry the epochs
             cache = LeaderEpochFileCache(self.dir, load=False, writer=self.checkpoint_writer)
             rebuild_epochs = True
-        if not clean:
-            self._recover_from(recovery_point, cache)
+        if recover_from is not None:
+            self._recover_from(recover_from, cache, log_start_offset)
         leo = segments.segments[-1].read_next_offset() if segments else log_start_offset
         if segments and leo < log_start_offset:
             # the log start checkpoint is ahead of the data (segment files were removed)
@@ -173,11 +206,17 @@ class LogLoader:
         for name in swaps:
             os.replace(self.dir / name, self.dir / name[: -len(SWAP_SUFFIX)])
 
-    def _recover_from(self, recovery_point: int, cache: LeaderEpochFileCache) -> None:
+    def _recover_from(self, recovery_point: int, cache: LeaderEpochFileCache,
+                      log_start_offset: int) -> None:
         segments = self.segments.segments
         if not segments:
             return
         start = self.segments.floor_index(recovery_point)
+        # the producer state as of the first recovered segment: recovery applies every batch
+        # after it and rebuilds the transaction indexes (Kafka's recoverSegment)
+        psm = self.producer_state
+        rebuild_producer_state(psm, self.segments, log_start_offset,
+                               segments[start].base_offset)
 
         def on_batch(header: BatchHeader) -> None:
             epoch = header.partition_leader_epoch
@@ -190,7 +229,7 @@ class LogLoader:
             # later segments go before the corrupt tail is cut, so that a crash in between
             # leaves the corrupt tail (found again next time), never a hole
             truncated = segment.recover(self.config.max_message_bytes, on_batch,
-                                        lambda later=later: self._delete(later))
+                                        lambda later=later: self._delete(later), psm)
             if truncated > 0:
                 break
 
@@ -209,4 +248,4 @@ class LogLoader:
         cache.assign_all(entries)
 
 
-__all__ = ["LoadedLog", "LogLoader", "rebuild_producer_state"]
+__all__ = ["LoadedLog", "LogLoader", "rebuild_producer_state", "txn_index_looks_valid"]

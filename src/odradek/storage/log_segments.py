@@ -74,16 +74,27 @@ class LogSegments:
     def iter_batch_headers(self, start: int) -> Iterator[BatchHeader]:
         """Batch headers (no records) of every batch whose last offset >= `start`, in order;
         ``header.position`` is relative to the batch's segment file."""
+        for _, header in self.iter_segment_headers(start):
+            yield header
+
+    def iter_segment_headers(self, start: int, end: int | None = None
+                             ) -> Iterator[tuple[LogSegment, BatchHeader]]:
+        """(segment, header) of every batch whose last offset >= `start` and (with `end`) whose
+        base offset is below `end`, in order."""
         segments = list(self.segments)
         first = True
         for segment in segments[self.floor_index(start):]:
+            if end is not None and segment.base_offset >= end:
+                return
             position = 0
             if first:
                 _, position = segment.offset_index.lookup(start)
                 first = False
             for header in segment.iter_headers(position):
+                if end is not None and header.base_offset >= end:
+                    return
                 if header.last_offset >= start:
-                    yield header
+                    yield segment, header
 
 
 def segment_kwargs(config: LogConfig, handle_cache: FileHandleCache,

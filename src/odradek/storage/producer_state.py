@@ -15,9 +15,18 @@ accepted at any sequence, as Kafka does since 2.5 (KIP-360); pass
 than 0 with ``UnknownProducerIdError``.
 
 Replicated and recovered batches are taken as they are (only the epoch moves forward).
-Transaction markers (control batches) are applied at header level: they bump the epoch and end
-the producer's open transaction; the marker record itself (commit/abort, coordinator epoch) is
-not parsed, so no transaction index is kept.
+
+Transactions (KIP-98, Kafka's ``ProducerAppendInfo`` rules): a transactional data batch starts
+the producer's transaction when none is ongoing (``current_txn_first_offset``); a
+non-transactional batch while one is ongoing is refused with ``InvalidTxnStateError``. A COMMIT
+or ABORT marker (the control batch's first record, read by the log) with an older producer epoch
+is refused with ``InvalidProducerEpochError``, one with a coordinator epoch older than the
+producer's with ``TransactionCoordinatorFencedError``; otherwise it ends the transaction
+(``transaction_state.complete_transaction``), which stays *unreplicated* until the high watermark
+passes the marker. The first unstable offset is the smallest first offset of an ongoing or
+unreplicated transaction. A replicated or recovered batch is never refused. The origin of an
+append (``AppendOrigin``) decides the checks: CLIENT epoch, sequence and duplicates; COORDINATOR
+epoch only; REPLICATION none.
 
 State survives restarts through Kafka's ``<20-digit offset>.snapshot`` files (version 1: int16
 version, uint32 CRC32C of the rest, int32 count, then per producer: id i64, epoch i16,
@@ -31,20 +40,32 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crc32c import crc32c
 
+from ..protocol.control_records import EndTransactionMarker
 from ..protocol.records import BatchHeader
+from .append_origin import AppendOrigin
 from .checkpoints import write_atomically
 from .errors import (
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
 from .log_config import INT_MAX
+from .transaction_state import (
+    CompletedTxn,
+    TxnCompletion,
+    complete_transaction,
+)
+from .transaction_state import (
+    first_unstable_offset as lowest_unstable_offset,
+)
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
@@ -143,6 +164,16 @@ class ProducerStateEntry:
         return None
 
 
+@dataclass(slots=True, frozen=True)
+class _Pending:
+    """A producer's state as seen by the validation of one append, batch after batch."""
+
+    epoch: int = NO_PRODUCER_EPOCH
+    last_seq: int = NO_SEQUENCE
+    in_txn: bool = False
+    coordinator_epoch: int = -1
+
+
 class ProducerStateManager:
     """Producer id -> ProducerStateEntry for one partition, plus its snapshot files."""
 
@@ -155,6 +186,9 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0  # the log offset up to which batches have been applied
         self.last_snapshot_offset = 0
+        self.ongoing_txns: dict[int, int] = {}  # first offset -> producer id
+        # completed transactions whose marker is not yet below the HW: first offset -> txn
+        self.unreplicated_txns: dict[int, CompletedTxn] = {}
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -167,37 +201,86 @@ class ProducerStateManager:
     def check(self, header: BatchHeader) -> DuplicateBatch | None:
         """Validate one client batch against the current state: a DuplicateBatch for a retry,
         None when it may be appended; raises InvalidProducerEpochError /
-        OutOfOrderSequenceError."""
+        OutOfOrderSequenceError / InvalidTxnStateError."""
         return self.check_batches((header,))
 
-    def check_batches(self, headers: Iterable[BatchHeader]) -> DuplicateBatch | None:
-        """``check`` for the batches of one produce request, in order: later batches of a
-        producer are checked against the earlier ones of the same request."""
-        pending: dict[int, tuple[int, int]] = {}
-        for header in headers:
+    def check_batches(self, headers: Sequence[BatchHeader], *,
+                      origin: AppendOrigin = AppendOrigin.CLIENT,
+                      markers: Sequence[EndTransactionMarker | None] | None = None
+                      ) -> DuplicateBatch | None:
+        """``check`` for the batches of one append, in order: later batches of a producer are
+        checked against the earlier ones of the same request. `markers` holds, for each control
+        batch, its marker (None elsewhere). CLIENT appends get the epoch, sequence, duplicate
+        and transaction checks; COORDINATOR appends the epoch, transaction and coordinator
+        epoch checks; REPLICATION none. Raises InvalidProducerEpochError,
+        OutOfOrderSequenceError, InvalidTxnStateError, TransactionCoordinatorFencedError."""
+        if origin is AppendOrigin.REPLICATION:
+            return None
+        client = origin is AppendOrigin.CLIENT
+        pending: dict[int, _Pending] = {}
+        for i, header in enumerate(headers):
             pid = header.producer_id
             if pid < 0:
                 continue
             entry = self.producers.get(pid)
-            if entry is not None and pid not in pending:
-                dup = entry.find_duplicate(header)
-                if dup is not None:
-                    return DuplicateBatch(pid, entry.producer_epoch, dup.first_seq, dup.last_seq,
-                                          dup.first_offset, dup.last_offset, dup.timestamp)
-            self._check_epoch_and_sequence(header, entry, pending.get(pid))
-            pending[pid] = (header.producer_epoch, header.last_sequence)
+            before = pending.get(pid)
+            if before is None:
+                before = (_Pending(entry.producer_epoch, entry.last_seq,
+                                   entry.current_txn_first_offset >= 0, entry.coordinator_epoch)
+                          if entry is not None else _Pending())
+                if client and entry is not None and not header.is_control:
+                    dup = entry.find_duplicate(header)
+                    if dup is not None:
+                        return DuplicateBatch(pid, entry.producer_epoch, dup.first_seq,
+                                              dup.last_seq, dup.first_offset, dup.last_offset,
+                                              dup.timestamp)
+            if header.is_control:
+                marker = markers[i] if markers is not None else None
+                pending[pid] = self._check_marker(header, marker, before)
+                continue
+            self._check_epoch(header, before.epoch)
+            if client:
+                self._check_sequence(header, entry, before)
+            if before.in_txn and not header.is_transactional:
+                raise InvalidTxnStateError(
+                    f"expected a transactional write from producer {pid}: its transaction is "
+                    f"ongoing"
+                )
+            pending[pid] = _Pending(header.producer_epoch, header.last_sequence,
+                                    before.in_txn or header.is_transactional,
+                                    before.coordinator_epoch)
         return None
 
-    def _check_epoch_and_sequence(self, header: BatchHeader, entry: ProducerStateEntry | None,
-                                  pending: tuple[int, int] | None) -> None:
+    @staticmethod
+    def _check_epoch(header: BatchHeader, current_epoch: int) -> None:
+        if header.producer_epoch < current_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch {header.producer_epoch} of producer {header.producer_id} is older than "
+                f"the last seen epoch {current_epoch}"
+            )
+
+    @staticmethod
+    def _check_marker(header: BatchHeader, marker: EndTransactionMarker | None,
+                      before: _Pending) -> _Pending:
+        """Kafka's appendEndTxnMarker checks: producer epoch, then coordinator epoch."""
+        ProducerStateManager._check_epoch(header, before.epoch)
+        if marker is None:  # an emptied control batch: nothing to check or apply
+            return before
+        if before.coordinator_epoch > marker.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"invalid coordinator epoch for producer {header.producer_id}: "
+                f"{marker.coordinator_epoch} (zombie), {before.coordinator_epoch} (current)"
+            )
+        return _Pending(header.producer_epoch,
+                        before.last_seq if header.producer_epoch == before.epoch else NO_SEQUENCE,
+                        False, marker.coordinator_epoch)
+
+    def _check_sequence(self, header: BatchHeader, entry: ProducerStateEntry | None,
+                        before: _Pending) -> None:
         committed_epoch = entry.producer_epoch if entry is not None else NO_PRODUCER_EPOCH
-        current_epoch = pending[0] if pending is not None else committed_epoch
+        current_epoch = before.epoch
         epoch, first_seq = header.producer_epoch, header.base_sequence
         pid = header.producer_id
-        if epoch < current_epoch:
-            raise InvalidProducerEpochError(
-                f"producer {pid} epoch {epoch} is older than the last seen epoch {current_epoch}"
-            )
         if epoch != current_epoch:
             if first_seq != 0:
                 if current_epoch != NO_PRODUCER_EPOCH:
@@ -210,12 +293,7 @@ class ProducerStateManager:
                         f"unknown producer {pid} with first sequence {first_seq} (expected 0)"
                     )
             return
-        if pending is not None:
-            last_seq = pending[1]
-        elif entry is not None:
-            last_seq = entry.last_seq
-        else:
-            last_seq = NO_SEQUENCE
+        last_seq = before.last_seq
         if committed_epoch != NO_PRODUCER_EPOCH and not _in_sequence(last_seq, first_seq):
             raise OutOfOrderSequenceError(
                 f"out of order sequence for producer {pid}: {first_seq} (incoming), "
@@ -225,32 +303,78 @@ class ProducerStateManager:
     # -- updates --------------------------------------------------------------------------------
 
     def update(self, header: BatchHeader, append_time: int | None = None, *,
-               base_offset: int | None = None) -> None:
+               base_offset: int | None = None,
+               marker: EndTransactionMarker | None = None) -> TxnCompletion | None:
         """Apply one appended batch. `append_time` replaces the batch's max timestamp (the
         LogAppendTime, when the topic uses it); `base_offset` replaces the header's (when the
-        header was read before the offsets were patched in)."""
+        header was read before the offsets were patched in); `marker` is a control batch's
+        COMMIT/ABORT marker (None for an emptied control batch, which changes nothing). Returns
+        the completion when a marker ended a transaction: its ``aborted_txn`` (ABORT) belongs
+        in the ``.txnindex`` of the segment holding the marker."""
         pid = header.producer_id
         first_offset = header.base_offset if base_offset is None else base_offset
         last_offset = first_offset + header.last_offset_delta
         if last_offset + 1 > self.map_end_offset:
             self.map_end_offset = last_offset + 1
         if pid < 0:
-            return
+            return None
         ts = header.max_timestamp if append_time is None else append_time
         entry = self.producers.get(pid)
-        if entry is None:
-            entry = self.producers[pid] = ProducerStateEntry(pid)
         if header.is_control:
+            if marker is None:
+                return None
+            if entry is None:
+                entry = self.producers[pid] = ProducerStateEntry(pid)
+            completion = None
+            if entry.current_txn_first_offset >= 0:
+                ongoing = {p: f for f, p in self.ongoing_txns.items()}
+                ongoing[pid] = entry.current_txn_first_offset
+                completion = complete_transaction(ongoing, pid, first_offset, marker.is_abort)
+                if completion is not None:
+                    self._complete_txn(completion.completed)
             entry.maybe_update_epoch(header.producer_epoch)
             entry.current_txn_first_offset = -1
+            entry.coordinator_epoch = marker.coordinator_epoch
             entry.last_timestamp = ts
-            return
+            return completion
+        if entry is None:
+            entry = self.producers[pid] = ProducerStateEntry(pid)
         entry.maybe_update_epoch(header.producer_epoch)
         entry.batches.append(BatchMetadata(header.last_sequence, last_offset,
                                            last_offset - first_offset, ts))
         entry.last_timestamp = ts
         if header.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
+            self.ongoing_txns[first_offset] = pid
+        return None
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def _complete_txn(self, completed: CompletedTxn) -> None:
+        """Kafka's completeTxn: the transaction is no longer ongoing but stays unstable until
+        the high watermark passes its marker."""
+        self.ongoing_txns.pop(completed.first_offset, None)
+        self.unreplicated_txns[completed.first_offset] = completed
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest ongoing or unreplicated transaction (None: none)."""
+        return lowest_unstable_offset(self.ongoing_txns, self.unreplicated_txns)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Transactions whose marker is below the high watermark are stable now (Kafka's
+        onHighWatermarkUpdated / removeUnreplicatedTransactions)."""
+        if self.unreplicated_txns:
+            done = [f for f, txn in self.unreplicated_txns.items()
+                    if txn.last_offset < high_watermark]
+            for first in done:
+                del self.unreplicated_txns[first]
+
+    def _reset_transactions(self) -> None:
+        self.ongoing_txns.clear()
+        self.unreplicated_txns.clear()
+        for pid, entry in self.producers.items():
+            if entry.current_txn_first_offset >= 0:
+                self.ongoing_txns[entry.current_txn_first_offset] = pid
 
     def update_map_end_offset(self, offset: int) -> None:
         self.map_end_offset = offset
@@ -258,6 +382,7 @@ class ProducerStateManager:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forget everything (and every snapshot): the log restarts at `offset`."""
         self.producers.clear()
+        self._reset_transactions()
         for snapshot_offset in self.snapshot_offsets():
             self._snapshot_path(snapshot_offset).unlink(missing_ok=True)
         self.map_end_offset = offset
@@ -265,6 +390,7 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self._reset_transactions()
 
     def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
         return (entry.current_txn_first_offset < 0
@@ -273,6 +399,7 @@ class ProducerStateManager:
     def remove_expired_producers(self, now_ms: int) -> int:
         """Drop producers idle for producer.id.expiration.ms (no open transaction)."""
         expired = [pid for pid, e in self.producers.items() if self.is_expired(e, now_ms)]
+        # (a producer with an ongoing transaction never expires: is_expired)
         for pid in expired:
             del self.producers[pid]
         return len(expired)
@@ -363,8 +490,10 @@ class ProducerStateManager:
             for entry in entries:
                 if now_ms is None or not self.is_expired(entry, now_ms):
                     self.producers[entry.producer_id] = entry
+            self._reset_transactions()
             self.map_end_offset = self.last_snapshot_offset = offset
             return offset
+        self._reset_transactions()
         self.map_end_offset = log_start_offset
         self.last_snapshot_offset = 0
         return log_start_offset

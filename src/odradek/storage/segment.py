@@ -1,5 +1,6 @@
 """One log segment (Kafka's LogSegment, S-2.2): ``<20-digit base offset>.log`` holding record
-batches exactly as appended, plus its sparse ``.index`` and ``.timeindex``.
+batches exactly as appended, plus its sparse ``.index`` and ``.timeindex``, and its ``.txnindex``
+(``txn_index``: the transactions aborted by a marker in this segment, created by the first one).
 
 Hot paths stay at batch-header level: an append is one ``pwrite`` (and, every
 ``index.interval.bytes``, one 8-byte and one 12-byte index append); a read is an index lookup, a
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from ..protocol.control_records import end_txn_marker_of
 from ..protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -40,11 +42,12 @@ from .index import (
     OffsetIndex,
     TimeIndex,
 )
+from .producer_state import ProducerStateManager
+from .transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -193,6 +196,8 @@ class LogSegment:
                                          max_index_size)
         self._time_index = TimeIndex(Path(f"{prefix}{TIME_INDEX_SUFFIX}{suffix}"), base_offset,
                                      max_index_size)
+        self.txn_index = TransactionIndex(Path(f"{prefix}{TXN_INDEX_SUFFIX}{suffix}"),
+                                          base_offset)
         self._indexes_checked = False
         try:
             self._size = os.stat(self.log_path).st_size
@@ -238,7 +243,7 @@ class LogSegment:
 
     @property
     def txn_index_path(self) -> Path:
-        return self.dir / f"{filename_prefix(self.base_offset)}{TXN_INDEX_SUFFIX}{self.suffix}"
+        return self.txn_index.path
 
     @property
     def size(self) -> int:
@@ -248,7 +253,7 @@ class LogSegment:
     @property
     def has_open_handles(self) -> bool:
         return (self._file is not None or self._offset_index.has_open_file
-                or self._time_index.has_open_file)
+                or self._time_index.has_open_file or self.txn_index.has_open_file)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self._size})"
@@ -281,9 +286,11 @@ class LogSegment:
         if from_cache and self.active:
             self._offset_index.close_file()
             self._time_index.close_file()
+            self.txn_index.close_file()
         else:
             self._offset_index.release()
             self._time_index.release()
+            self.txn_index.release()
         if self._cache is not None and not from_cache:
             self._cache.discard(self)
 
@@ -555,9 +562,14 @@ class LogSegment:
 
     def recover(self, max_message_size: int | None = None,
                 on_batch: Callable[[BatchHeader], None] | None = None,
-                before_truncate: Callable[[], None] | None = None) -> int:
+                before_truncate: Callable[[], None] | None = None,
+                producer_state: ProducerStateManager | None = None) -> int:
         """Validate every batch from the start (size, magic, CRC32C, increasing offsets that fit
         this segment), rebuild both indexes, and truncate the file at the first invalid batch.
+        With `producer_state` (the state as of this segment's base offset, Kafka's
+        ``recover(producerStateManager, ...)``) every batch of a producer is applied to it and
+        the transaction index is rebuilt from the ABORT markers (a control batch's first
+        record is read).
         Returns the number of bytes truncated. `max_message_size` only sizes the read chunks:
         a batch larger than the topic's current max.message.bytes is not corrupt (followers
         append without that check). `on_batch` sees each valid header (file positions);
@@ -566,6 +578,9 @@ class LogSegment:
         oi, ti = self._offset_index, self._time_index
         oi.reset()
         ti.reset()
+        txn = self.txn_index
+        if producer_state is not None:
+            txn.reset()
         f = self._log_file()
         fd = f.fileno()
         file_size = os.fstat(fd).st_size
@@ -609,10 +624,20 @@ class LogSegment:
                 if not ti.is_full():
                     ti.maybe_append(max_ts, shallow, persist=False)
                 last_index_entry = valid
+            if producer_state is not None and header.producer_id >= 0:
+                marker = None
+                if header.is_control:
+                    with contextlib.suppress(CorruptRecordError, InvalidRecordError):
+                        marker = end_txn_marker_of(memoryview(chunk)[off:off + size])
+                completion = producer_state.update(header, marker=marker)
+                if completion is not None and completion.aborted_txn is not None:
+                    txn.append(completion.aborted_txn)
             valid += size
             prev_last = header.last_offset
             if on_batch is not None:
                 on_batch(header)
+        if producer_state is not None:
+            producer_state.update_map_end_offset(prev_last + 1)
         truncated = file_size - valid
         if truncated:
             if before_truncate is not None:
@@ -667,6 +692,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         truncated = 0
         if found is not None:
             truncated = self._size - found.position
@@ -689,14 +715,17 @@ class LogSegment:
         self.active = False
         self._offset_index.close_file()
         self._time_index.close_file()
+        self.txn_index.flush()
+        self.txn_index.close_file()
 
     def flush(self) -> None:
-        """fsync the log and both index files (if written since the last flush)."""
+        """fsync the log and the index files (if written since the last flush)."""
         if self._dirty:
             os.fsync(self._log_file().fileno())
             self._dirty = False
         self._offset_index.flush()
         self._time_index.flush()
+        self.txn_index.flush()
 
     @property
     def dirty(self) -> bool:
@@ -713,7 +742,6 @@ class LogSegment:
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the segment's files (e.g. to ``.deleted``); handles reopen under the new name."""
         old_log = self.log_path
-        old_txn = self.txn_index_path
         self.close_handles()
         self.suffix = new_suffix
         if old_log.exists():
@@ -721,8 +749,7 @@ class LogSegment:
         prefix = self.dir / filename_prefix(self.base_offset)
         self._offset_index.rename(Path(f"{prefix}{INDEX_SUFFIX}{new_suffix}"))
         self._time_index.rename(Path(f"{prefix}{TIME_INDEX_SUFFIX}{new_suffix}"))
-        if old_txn.exists():
-            os.replace(old_txn, self.txn_index_path)
+        self.txn_index.rename(Path(f"{prefix}{TXN_INDEX_SUFFIX}{new_suffix}"))
 
     def delete(self) -> None:
         """Remove the segment's files (readers holding a FileRegion can still finish)."""
@@ -730,4 +757,4 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self._offset_index.delete()
         self._time_index.delete()
-        self.txn_index_path.unlink(missing_ok=True)
+        self.txn_index.delete()

@@ -2,8 +2,8 @@
 transactions whose ABORT marker landed in one segment. Mirrors Kafka's ``TransactionIndex``,
 ``AbortedTxn`` and ``TxnIndexSearchResult`` (core ``kafka.log``, 2.8).
 
-NOT YET WIRED IN: no segment, log, loader or fetch path uses this module yet; it is the storage
-format that the partition side of issue 13 will build on.
+Each ``LogSegment`` holds one as ``txn_index``: appended when an ABORT marker lands in the segment
+(leader, follower and recovery alike), truncated, renamed, flushed and deleted with the segment.
 
 One entry (``AbortedTxn``) is 34 bytes, big-endian, no padding::
 
@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .index import CorruptIndexError, IndexFile, InvalidOffsetError
-from .segment import TXN_INDEX_SUFFIX
+
+TXN_INDEX_SUFFIX = ".txnindex"
 
 ABORTED_TXN_VERSION = 0  # AbortedTxn.CurrentVersion
 _ENTRY = struct.Struct(">hqqqq")

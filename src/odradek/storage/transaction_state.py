@@ -4,7 +4,8 @@ records. Mirrors Kafka 2.8's ``ProducerStateManager.firstUnstableOffset`` /
 ``lastStableOffset(completedTxn)``, ``ProducerAppendInfo.appendEndTxnMarker`` (the
 ``CompletedTxn``), ``Log.lastStableOffset`` and ``Log.collectAbortedTransactions``.
 
-NOT YET WIRED IN: producer_state.py, the log and Fetch/ListOffsets do not call these yet.
+``producer_state.ProducerStateManager`` calls ``complete_transaction`` for every marker; the log
+and Fetch/ListOffsets use the LSO and ``collect_aborted_transactions``.
 
 * **LSO.** A transaction is *unstable* from its first offset until its outcome is decided and
   replicated: while it is ongoing, and, once its marker is written, until the high watermark

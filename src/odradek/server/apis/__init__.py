@@ -1,10 +1,10 @@
 """Request dispatch by API key (Kafka's KafkaApis, split by area into small modules).
 
-`KafkaApis` is built with the broker's collaborators (replica manager, metadata cache, group
-coordinator, admin manager, config managers, producer id manager, controller, store), as Kafka's
-`KafkaApis(requestChannel, replicaManager, groupCoordinator, ...)`; each area module gets only
-what it uses. `KafkaApis.handle(connection, payload)` parses the frame with the codec and calls
-the handler of that API key. A handler returns a response (bytes or parts), None (no
+`KafkaApis` is built with the broker's collaborators (replica manager, metadata cache, group and
+transaction coordinators, admin manager, config managers, producer id manager, controller,
+store), as Kafka's `KafkaApis(requestChannel, replicaManager, groupCoordinator, ...)`; each area
+module gets only what it uses. `KafkaApis.handle(connection, payload)` parses the frame with the
+codec and calls the handler of that API key. A handler returns a response (bytes or parts), None (no
 response), or an awaitable of one. Unknown API keys and unparseable requests close the
 connection with a log line, as Kafka does; ApiVersions at an unsupported version is answered
 with UNSUPPORTED_VERSION (v0 body).
@@ -19,6 +19,7 @@ from typing import Any
 from ...controller.controller import KafkaController
 from ...coordination.store import CoordinationStore
 from ...coordinator.group_coordinator import GroupCoordinator
+from ...coordinator.transaction_coordinator import TransactionCoordinator
 from ...protocol import interbroker as ib
 from ...protocol.codec import MalformedRequest, UnsupportedVersion, decode_request, peek_api
 from ...security.authorizer import ALLOW_ALL, Authorizer
@@ -48,6 +49,8 @@ from .producer_ids import InitProducerIdApi
 from .reassignments import ReassignmentApis
 from .sasl import SaslApis, sasl_server_configs
 from .scram_credentials import ScramCredentialApis
+from .transactions import TransactionApis
+from .write_txn_markers import WriteTxnMarkersApi
 
 log = logging.getLogger("odradek.apis")
 
@@ -74,6 +77,11 @@ APIS: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    24: ("AddPartitionsToTxn", 0, 3),
+    25: ("AddOffsetsToTxn", 0, 3),
+    26: ("EndTxn", 0, 3),
+    27: ("WriteTxnMarkers", 0, 1),
+    28: ("TxnOffsetCommit", 0, 3),
     29: ("DescribeAcls", 1, 2),  # v0 (pre-KIP-290): not in the codec (kio)
     30: ("CreateAcls", 1, 2),
     31: ("DeleteAcls", 1, 2),
@@ -89,6 +97,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     47: ("OffsetDelete", 0, 0),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
+    65: ("DescribeTransactions", 0, 0),  # Kafka 3.0 (KIP-664)
+    66: ("ListTransactions", 0, 0),  # Kafka 3.0 (KIP-664)
 }
 
 # Advertised below what is handled (Kafka 4.0's KAFKA-18659): librdkafka before 2.10 compresses
@@ -106,7 +116,8 @@ INTERBROKER_APIS: dict[int, tuple[int, int]] = {
 class KafkaApis:
     def __init__(self, *, broker_id: int, config: KafkaConfig,
                  replica_manager: ReplicaManager, metadata_cache: MetadataCache,
-                 group_coordinator: GroupCoordinator, admin_manager: AdminManager,
+                 group_coordinator: GroupCoordinator, txn_coordinator: TransactionCoordinator,
+                 admin_manager: AdminManager,
                  topic_config_manager: TopicConfigManager, producer_ids: ProducerIdManager,
                  controller: KafkaController, store: CoordinationStore,
                  flush_checkpoints: Callable[[], Awaitable[Any]],
@@ -118,6 +129,7 @@ class KafkaApis:
         groups = GroupApis(group_coordinator, auth)
         offsets = OffsetApis(group_coordinator, metadata_cache, auth)
         reassignments = ReassignmentApis(store, auth)
+        transactions = TransactionApis(txn_coordinator, group_coordinator, metadata_cache, auth)
         acls = AclApis(auth)
         self.api_versions = ApiVersionsApi(self.supported)
         cache = credential_cache or CredentialCache(store)  # SASL (SB)
@@ -134,7 +146,8 @@ class KafkaApis:
                            admin_manager.auto_create_topics, auth).handle,
             8: offsets.handle_offset_commit,
             9: offsets.handle_offset_fetch,
-            10: FindCoordinatorApi(group_coordinator, metadata_cache, auth).handle,
+            10: FindCoordinatorApi(group_coordinator, metadata_cache, auth,
+                                   txn_coordinator).handle,
             11: groups.handle_join_group,
             12: groups.handle_heartbeat,
             13: groups.handle_leave_group,
@@ -145,8 +158,14 @@ class KafkaApis:
             18: self.api_versions.handle,
             19: admin.handle_create_topics,
             20: admin.handle_delete_topics,
-            22: InitProducerIdApi(producer_ids, auth).handle,
+            22: InitProducerIdApi(producer_ids, txn_coordinator, auth).handle,
             23: OffsetForLeaderEpochApi(replica_manager, auth).handle,
+            24: transactions.handle_add_partitions_to_txn,
+            25: transactions.handle_add_offsets_to_txn,
+            26: transactions.handle_end_txn,
+            27: WriteTxnMarkersApi(replica_manager, group_coordinator,
+                                   config["request.timeout.ms"], auth).handle,
+            28: offsets.handle_txn_offset_commit,
             29: acls.handle_describe_acls,
             30: acls.handle_create_acls,
             31: acls.handle_delete_acls,
@@ -162,6 +181,8 @@ class KafkaApis:
             47: offsets.handle_offset_delete,
             50: scram.handle_describe,
             51: scram.handle_alter,
+            65: transactions.handle_describe_transactions,
+            66: transactions.handle_list_transactions,
         }
         assert self.handlers.keys() == APIS.keys()
 

@@ -1,5 +1,9 @@
 """Fetch (key 1), v4-v12, for consumers (replica id -1: below the HW) and followers.
 
+Consumers with isolation_level 1 (read_committed, KIP-98) read below the last stable offset and
+get the aborted transactions of what they read; read_uncommitted consumers and followers get
+null aborted transactions, as Kafka answers. Every partition carries the real last stable offset.
+
 Fetch sessions (KIP-227) are declined by answering session id 0, which clients take as "use
 full fetches"; an incremental fetch naming a session id gets FETCH_SESSION_ID_NOT_FOUND. The
 response is encoded by hand so record data goes from the log files with sendfile.
@@ -66,8 +70,9 @@ def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, 
     max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), fetch_max_bytes)
     if refused and not requests:
         return _respond(version, header.correlation_id, refused)
+    isolation = int(getattr(request, "isolation_level", 0))
     outcome = replica_manager.fetch_messages(
-        request.replica_id, max_wait_ms, request.min_bytes, max_bytes, requests)
+        request.replica_id, max_wait_ms, request.min_bytes, max_bytes, requests, isolation)
     if isinstance(outcome, dict):
         return _respond(version, header.correlation_id,
                         {**refused, **outcome} if refused else outcome)
@@ -88,6 +93,6 @@ def _respond(version: int, correlation_id: int,
         if not topics or topics[-1][0] != topic:
             topics.append((topic, []))
         topics[-1][1].append(PartitionData(
-            index, int(r.error), r.high_watermark, r.high_watermark, r.log_start_offset,
-            r.regions, r.size))
+            index, int(r.error), r.high_watermark, r.last_stable_offset, r.log_start_offset,
+            r.regions, r.size, aborted_transactions=r.aborted_transactions))
     return encode_fetch_response(version, correlation_id, topics)

@@ -1,5 +1,7 @@
-"""ListOffsets (key 2), v1-v7: earliest (-2), latest (-1: the HW for consumers), max timestamp
-(-3, v7) and offsets by timestamp through the time index (S-2.3)."""
+"""ListOffsets (key 2), v1-v7: earliest (-2), latest (-1: the HW for consumers, the last stable
+offset for read_committed ones, v2+ isolation_level 1), max timestamp (-3, v7) and offsets by
+timestamp through the time index (S-2.3), never at or past that bound (Kafka's
+lastFetchableOffset)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
 from ..partition import Partition
-from ..replica_manager import ReplicaManager
+from ..replica_manager import READ_COMMITTED, READ_UNCOMMITTED, ReplicaManager
 from .authz import allowed_names
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -45,7 +47,8 @@ class ListOffsetsApi:
                     (t.name, p.partition_index), getattr(p, "current_leader_epoch", -1))
                 ts, offset, epoch = -1, -1, -1
                 if partition is not None and error == ErrorCode.none:
-                    ts, offset, epoch = _lookup(partition, p.timestamp, request.replica_id)
+                    ts, offset, epoch = _lookup(partition, p.timestamp, request.replica_id,
+                                                int(getattr(request, "isolation_level", 0)))
                 parts.append(make(mod.ListOffsetsPartitionResponse,
                                   partition_index=p.partition_index, error_code=error,
                                   timestamp=ts, offset=offset, leader_epoch=epoch,
@@ -57,21 +60,24 @@ class ListOffsetsApi:
                                     topics=tuple(topics)))
 
 
-def _lookup(partition: Partition, timestamp: int, replica_id: int) -> tuple[int, int, int]:
+def _lookup(partition: Partition, timestamp: int, replica_id: int,
+            isolation_level: int = READ_UNCOMMITTED) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) for one ListOffsets query."""
     log = partition.log
     epoch = partition.leader_epoch
     if timestamp == EARLIEST:
         return -1, log.log_start_offset, epoch
+    fetchable = (partition.last_stable_offset if isolation_level == READ_COMMITTED
+                 else partition.high_watermark)
     if timestamp == LATEST:
-        end = log.log_end_offset if replica_id >= 0 else partition.high_watermark
+        end = log.log_end_offset if replica_id >= 0 else fetchable
         return -1, end, epoch
     if timestamp == MAX_TIMESTAMP:
         found = log.offset_for_timestamp(MAX_TIMESTAMP)
-        if found is None or found.offset >= partition.high_watermark:
+        if found is None or found.offset >= fetchable:
             return -1, -1, -1
         return found.timestamp, found.offset, epoch
     found = log.offset_for_timestamp(timestamp)
-    if found is None or found.offset >= partition.high_watermark:
+    if found is None or found.offset >= fetchable:
         return -1, -1, -1
     return found.timestamp, found.offset, epoch

@@ -1,5 +1,5 @@
 """Committed offsets, answered by the group coordinator: OffsetCommit (8) v2-v8, OffsetFetch (9)
-v1-v8, OffsetDelete (47) v0.
+v1-v8, OffsetDelete (47) v0, TxnOffsetCommit (28) v0-v3.
 
 OffsetCommit waits until the commit records are replicated (acks=-1, up to
 `offsets.commit.timeout.ms`). A partition of a topic this broker does not know is answered
@@ -7,6 +7,14 @@ UNKNOWN_TOPIC_OR_PARTITION without reaching the coordinator, as in Kafka. The co
 broker's clock; OffsetCommit v2-v4's retention time, when given, becomes an explicit expire
 timestamp (written as offset value v1). OffsetFetch with null topics (v2+) returns every offset
 of the group; v8 asks for several groups at once (KIP-709), each with its own error.
+
+TxnOffsetCommit (KIP-98) commits offsets inside a producer's transaction: they are written to
+`__consumer_offsets` now and become visible when the transaction commits (OffsetFetch with
+require_stable answers UNSTABLE_OFFSET_COMMIT for them meanwhile). With an authorizer it needs
+WRITE on the transactional id, then READ on the group (either denial answers every partition),
+then READ on each topic. v3 (KIP-447) carries the member id, generation and group instance id,
+checked by the coordinator when given. Before v2 a loading coordinator answers
+COORDINATOR_NOT_AVAILABLE instead of COORDINATOR_LOAD_IN_PROGRESS (older clients, KAFKA-7296).
 
 OffsetCommit v0/v1 (v0 stored offsets in ZooKeeper) are not served: the codec (kio, Kafka 4.x
 schemas) no longer has them, and no client odradek supports sends them.
@@ -78,6 +86,25 @@ class OffsetApis:
         check = self._check(conn, AclOperation.DELETE, request.group_id, AclOperation.READ,
                             [t.name for t in request.topics], "OffsetDelete")
         return _offset_delete(self.coordinator, self.metadata_cache, header, request, check)
+
+
+    def handle_txn_offset_commit(self, header: Any, request: Any, conn: Connection) -> Any:
+        auth = self.authorizer
+        denied: int | None = None
+        check: Check = ALLOWED
+        if auth.enabled:
+            topics = [t.name for t in request.topics]
+            if not allowed(auth, conn, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                           request.transactional_id, request_name="TxnOffsetCommit"):
+                denied = ErrorCode.transactional_id_authorization_failed
+            elif not allowed(auth, conn, AclOperation.READ, ResourceType.GROUP,
+                             request.group_id, request_name="TxnOffsetCommit"):
+                denied = ErrorCode.group_authorization_failed
+            else:
+                check = True, allowed_names(auth, conn, AclOperation.READ, ResourceType.TOPIC,
+                                            topics, request_name="TxnOffsetCommit")
+        return _txn_offset_commit(self.coordinator, self.metadata_cache, header, request,
+                                  check, denied)
 
 
 class _TopicFilter:
@@ -158,6 +185,58 @@ def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: 
         coordinator.handle_commit_offsets(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None),
             request.generation_id_or_member_epoch, offsets, resolver(future))
+    return when_done(future, build)
+
+
+# -- TxnOffsetCommit -------------------------------------------------------------------------------
+
+def _txn_offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: Any,
+                       request: Any, check: Check = ALLOWED, denied: int | None = None) -> Any:
+    mod = response_module(type(request))
+    version = header.request_api_version
+    order: list[TopicPartition] = []
+    errors: dict[TopicPartition, int] = {}
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    now = coordinator.clock()
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            order.append(tp)
+            if denied is not None:
+                errors[tp] = denied
+            elif check[1] is not None and topic.name not in check[1]:
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif not _known(cache, tp):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[tp] = OffsetAndMetadata(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+                    p.committed_metadata or "", now)
+
+    def build(result: dict[TopicPartition, int]) -> bytes:
+        status = {**result, **errors}
+        topics: dict[str, list[Any]] = {}
+        for tp in dict.fromkeys(order):
+            code = status[tp]
+            if version < 2 and code == ErrorCode.coordinator_load_in_progress:
+                code = ErrorCode.coordinator_not_available
+            topics.setdefault(tp[0], []).append(make(
+                mod.TxnOffsetCommitResponsePartition, partition_index=tp[1],
+                error_code=ErrorCode(code)))
+        resp = make(mod.TxnOffsetCommitResponse, throttle_time=0, topics=tuple(
+            make(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+            for name, parts in topics.items()))
+        return encode_response(type(request), header.correlation_id, resp)
+
+    future: asyncio.Future[dict[TopicPartition, int]] = \
+        asyncio.get_running_loop().create_future()
+    if not offsets:
+        future.set_result({})
+    else:
+        coordinator.handle_txn_commit_offsets(
+            request.group_id, request.producer_id, request.producer_epoch,
+            getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
+            getattr(request, "generation_id", -1), offsets, resolver(future))
     return when_done(future, build)
 
 

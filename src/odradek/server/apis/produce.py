@@ -3,6 +3,13 @@
 acks=0 gets no response (and, as in Kafka, a failed acks=0 produce closes the connection so the
 client refreshes its metadata); acks=1 answers after the leader's append; acks=all (-1) after the
 ISR has the data (DelayedProduce). Any other acks value is INVALID_REQUIRED_ACKS.
+
+Transactional producers (KIP-98): a request whose record sets hold transactional batches (the
+first batch of each partition tells, as Kafka's ProduceRequest flags) needs a transactional id
+and, with an authorizer, WRITE on that TRANSACTIONAL_ID; otherwise every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED. The batches are appended with the CLIENT origin (epoch,
+sequence and transaction state checked by the partition's producer state). Internal topics are
+written by the broker's coordinators only: a client gets INVALID_TOPIC_EXCEPTION for them.
 """
 
 from __future__ import annotations
@@ -17,7 +24,17 @@ from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import CloseConnection, Connection, Response
 from ..replica_manager import ProduceResult, ReplicaManager
-from .authz import allowed_names
+from ..topic_names import INTERNAL_TOPICS
+from .authz import allowed, allowed_names
+
+_ATTRIBUTES_AT = 21  # int16 attributes in a v2 batch header
+_TRANSACTIONAL_BIT = 0x10
+
+
+def has_transactional_records(records: bytes | None) -> bool:
+    """Whether a partition's record set starts with a transactional batch (header only)."""
+    return bool(records) and len(records) > _ATTRIBUTES_AT + 1 and bool(
+        records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT)
 
 
 class ProduceApi:
@@ -29,6 +46,18 @@ class ProduceApi:
     def handle(self, header: Any, request: Any, conn: Connection
                ) -> Response | Awaitable[Response]:
         denied: frozenset[str] = frozenset()
+        txn_id = request.transactional_id
+        if any(has_transactional_records(p.records) for t in request.topic_data
+               for p in t.partition_data) and (
+                txn_id is None or not allowed(self.authorizer, conn, AclOperation.WRITE,
+                                              ResourceType.TRANSACTIONAL_ID, str(txn_id),
+                                              request_name="Produce")):
+            results = {(t.name, p.index): ProduceResult(
+                ErrorCode.transactional_id_authorization_failed)
+                for t in request.topic_data for p in t.partition_data}
+            if request.acks == 0:
+                raise CloseConnection("acks=0 transactional produce not authorized")
+            return _respond(header, request, results)
         if self.authorizer.enabled:  # Kafka: WRITE on each topic
             names = [t.name for t in request.topic_data]
             denied = frozenset(names) - allowed_names(self.authorizer, conn, AclOperation.WRITE,
@@ -47,14 +76,15 @@ def _handle(replica_manager: ReplicaManager, header: Any, request: Any,
     if acks not in (0, 1, -1):
         results = {tp: ProduceResult(ErrorCode.invalid_required_acks) for tp in entries}
         return _respond(header, request, results)
-    if request.transactional_id is not None:
-        results = {tp: ProduceResult(ErrorCode.transactional_id_authorization_failed,
-                                     message="transactions are not supported")
-                   for tp in entries}
-        return _respond(header, request, results)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
+    unauthorized = denied
+    internal = frozenset(tp[0] for tp in entries if tp[0] in INTERNAL_TOPICS)
+    if internal:  # Kafka's internalTopicsAllowed = false for clients
+        denied = denied | internal
     if denied:
-        refused = {tp: ProduceResult(ErrorCode.topic_authorization_failed)
+        refused = {tp: ProduceResult(ErrorCode.topic_authorization_failed
+                                     if tp[0] in unauthorized
+                                     else ErrorCode.invalid_topic_exception)
                    for tp in entries if tp[0] in denied}
         if acks == 0:
             raise CloseConnection(f"acks=0 produce not authorized for {sorted(denied)}")
