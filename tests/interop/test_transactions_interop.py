@@ -523,18 +523,24 @@ def open_then_fence(bs: str, topic: str, tid: str, first: Any, flush_first: Call
     """`first` has produced 'a-open' records in an open transaction; a confluent-kafka producer
     with the same transactional.id initialises (aborting that transaction, bumping the epoch)
     and commits 'b-*'; then `first_commit()` must fail. Returns its exception."""
+    flush_first()
+    fence_with_second(bs, topic, tid)
+    with pytest.raises(Exception) as info:
+        first_commit()
+    return info.value
+
+
+def fence_with_second(bs: str, topic: str, tid: str) -> None:
+    """A confluent-kafka producer with the same transactional.id: init_transactions (which
+    aborts the first producer's open transaction and bumps the epoch), then commits 'b-*'."""
     from confluent_kafka import Producer
 
-    flush_first()
     second = Producer({"bootstrap.servers": bs, "transactional.id": tid})
     second.init_transactions(30)
     second.begin_transaction()
     for i in range(10):
         second.produce(topic, value=f"b-{i}".encode(), partition=i % PARTITIONS)
     second.commit_transaction(30)
-    with pytest.raises(Exception) as info:
-        first_commit()
-    return info.value
 
 
 def check_fenced_outcome(bs: str, topic: str) -> None:
@@ -604,22 +610,24 @@ def test_aiokafka_second_producer_fences_the_first(txn_broker: BrokerProcess) ->
     topic = unique_topic("fence-aio")
     create_topic(bs, topic, PARTITIONS)
     tid = txn_id("fence-aio")
-    loop = asyncio.new_event_loop()
-    first = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=tid)
-    try:
-        loop.run_until_complete(first.start())
-        loop.run_until_complete(first.begin_transaction())
 
-        async def send_open() -> None:
+    async def run() -> BaseException:
+        first = AIOKafkaProducer(bootstrap_servers=bs, transactional_id=tid)
+        await first.start()
+        try:
+            await first.begin_transaction()
             futs = [await first.send(topic, value=f"a-open-{i}".encode(),
                                      partition=i % PARTITIONS) for i in range(10)]
             await asyncio.gather(*futs)
-        exc = open_then_fence(bs, topic, tid, first,
-                              lambda: loop.run_until_complete(send_open()),
-                              lambda: loop.run_until_complete(first.commit_transaction()))
-        assert isinstance(exc, ProducerFenced), repr(exc)
-    finally:
-        with contextlib.suppress(Exception):  # stopping a fenced producer is not the test
-            loop.run_until_complete(first.stop())
-        loop.close()
+            # The second producer (blocking confluent-kafka calls) on another thread.
+            await asyncio.to_thread(fence_with_second, bs, topic, tid)
+            with pytest.raises(Exception) as info:
+                await first.commit_transaction()
+            return info.value
+        finally:
+            with contextlib.suppress(Exception):  # stopping a fenced producer is not the test
+                await first.stop()
+
+    exc = asyncio.run(run())
+    assert isinstance(exc, ProducerFenced), repr(exc)
     check_fenced_outcome(bs, topic)
