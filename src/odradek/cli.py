@@ -190,6 +190,7 @@ TOOL_MODULES = [
     "configs",
     "acls",
     "consumer_groups",
+    "transactions",
     "leader_election",
     "reassign_partitions",
     "replica_verification",

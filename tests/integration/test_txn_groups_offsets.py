@@ -109,9 +109,10 @@ async def fetch(c: WireClient, partitions: list[int], *, require_stable: bool,
         assert r.groups[0].error_code == ErrorCode.none
         topics = r.groups[0].topics
     else:
-        r = await c.request(make(m.OffsetFetchRequest, group_id=group, require_stable=require_stable,
-                                 topics=(make(m.OffsetFetchRequestTopic, name=TOPIC,
-                                              partition_indexes=tuple(partitions)),)))
+        r = await c.request(make(
+            m.OffsetFetchRequest, group_id=group, require_stable=require_stable,
+            topics=(make(m.OffsetFetchRequestTopic, name=TOPIC,
+                         partition_indexes=tuple(partitions)),)))
         assert r.error_code == ErrorCode.none
         topics = r.topics
     return {p.partition_index: (p.error_code, p.committed_offset)
@@ -222,6 +223,31 @@ def test_kip447_checks_and_request_errors(tmp_path: Path) -> None:
                         committed_offset=3, committed_leader_epoch=-1,
                         committed_metadata="x" * 5000),)),)))
             assert r.topics[0].partitions[0].error_code == ErrorCode.offset_metadata_too_large
+            # While the group's partition loads: v2+ COORDINATOR_LOAD_IN_PROGRESS, older
+            # versions COORDINATOR_NOT_AVAILABLE (KAFKA-7296).
+            manager = broker.group_coordinator.manager
+            p = manager.partition_for("kip447")
+            manager.loading.add(p)
+            try:
+                for version, code in ((0, ErrorCode.coordinator_not_available),
+                                      (1, ErrorCode.coordinator_not_available),
+                                      (2, ErrorCode.coordinator_load_in_progress),
+                                      (3, ErrorCode.coordinator_load_in_progress)):
+                    assert await txn_commit(c, pid, epoch, {(TOPIC, 0): 1}, group="kip447",
+                                            version=version) == {(TOPIC, 0): code}
+            finally:
+                manager.loading.discard(p)
+            # A newer epoch of the producer on the offsets partition fences the older one: the
+            # append's error (from the partition's producer state) is answered and nothing
+            # stays pending for the refused commit.
+            group = manager.get_group("kip447")
+            assert group is not None
+            await write_marker(c, pid, epoch, p, commit=False)
+            assert await txn_commit(c, pid, epoch + 1, {(TOPIC, 0): 8}, group="kip447") == ok
+            refused = await txn_commit(c, pid, epoch, {(TOPIC, 1): 9}, group="kip447")
+            assert refused == {(TOPIC, 1): ErrorCode.invalid_producer_epoch}  # as Kafka 2.7+
+            assert set(group.pending_txn_offset_commits) == {pid}
+            assert set(group.pending_txn_offset_commits[pid]) == {(TOPIC, 0)}
 
     run(main, timeout=100)
 

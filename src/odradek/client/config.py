@@ -48,6 +48,8 @@ PRODUCER: dict[str, Any] = {
     "compression.type": "none",
     "retries": 2147483647,
     "enable.idempotence": True,
+    "transactional.id": None,
+    "transaction.timeout.ms": 60000,
     "max.in.flight.requests.per.connection": 5,
     "delivery.timeout.ms": 120000,
     "max.block.ms": 60000,

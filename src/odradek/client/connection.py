@@ -51,6 +51,11 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),    # CreateTopics
     20: (1, 6),    # DeleteTopics
     22: (0, 4),    # InitProducerId
+    24: (0, 3),    # AddPartitionsToTxn (v4+: the brokers' batched form)
+    25: (0, 3),    # AddOffsetsToTxn
+    26: (0, 3),    # EndTxn
+    27: (1, 1),    # WriteTxnMarkers (Admin.abort_transaction; kio has no v0)
+    28: (0, 3),    # TxnOffsetCommit
     29: (1, 2),    # DescribeAcls
     30: (1, 2),    # CreateAcls
     31: (1, 2),    # DeleteAcls
@@ -65,6 +70,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     47: (0, 0),    # OffsetDelete
     50: (0, 0),    # DescribeUserScramCredentials
     51: (0, 0),    # AlterUserScramCredentials
+    61: (0, 0),    # DescribeProducers
+    65: (0, 0),    # DescribeTransactions
+    66: (0, 1),    # ListTransactions
 }
 
 API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
@@ -76,7 +84,9 @@ API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "Offs
              42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",
              47: "OffsetDelete", 50: "DescribeUserScramCredentials",
-             51: "AlterUserScramCredentials"}
+             51: "AlterUserScramCredentials", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn",
+             26: "EndTxn", 27: "WriteTxnMarkers", 28: "TxnOffsetCommit",
+             61: "DescribeProducers", 65: "DescribeTransactions", 66: "ListTransactions"}
 
 
 def request_for(api_key: int, version: int, **kwargs: Any) -> Any:

@@ -48,9 +48,17 @@ from .errors import (
     OffsetOutOfRangeError,
 )
 from .group import GroupCoordinatorClient, Listener
+from .read_committed import (
+    READ_COMMITTED,
+    AbortedTransactions,
+    abort_marker_checker,
+    aborted_of,
+    isolation_level,
+)
 from .types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
     TopicPartition,
@@ -127,7 +135,7 @@ class AsyncConsumer:
         self.fetch_max_bytes = int(cfg["fetch.max.bytes"])
         self.fetch_max_wait_ms = int(cfg["fetch.max.wait.ms"])
         self.max_partition_fetch_bytes = int(cfg["max.partition.fetch.bytes"])
-        self.isolation_level = 1 if str(cfg["isolation.level"]) == "read_committed" else 0
+        self.isolation_level = isolation_level(cfg["isolation.level"])
         self.check_crcs = bool(cfg["check.crcs"])
         self.retry_backoff = int(cfg["retry.backoff.ms"]) / 1000
         self.request_timeout = int(cfg["request.timeout.ms"]) / 1000
@@ -316,6 +324,21 @@ class AsyncConsumer:
     def highwater(self, tp: TopicPartition | tuple[str, int]) -> int:
         """The high watermark of `tp` from the last fetch (-1 before one)."""
         return self._state(tp).high_watermark
+
+    def last_stable_offset(self, tp: TopicPartition | tuple[str, int]) -> int:
+        """The last stable offset of `tp` from the last fetch (-1 before one)."""
+        return self._state(tp).last_stable_offset
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """The group and this member's generation and ids, for a transactional producer's
+        send_offsets_to_transaction (KIP-447)."""
+        if self.group_id is None or self.group is None:
+            raise IllegalStateError("To use the group management or offset commit APIs, you "
+                                    "must provide a valid group.id in the consumer "
+                                    "configuration.")
+        g = self.group
+        return ConsumerGroupMetadata(self.group_id, g.generation, g.member_id,
+                                     g.group_instance_id)
 
     # -- polling ---------------------------------------------------------------------------------
     async def poll(self, timeout: float = 1.0, max_records: int | None = None
@@ -739,7 +762,9 @@ class AsyncConsumer:
             if not data:
                 return
             try:
-                records, next_offset = self._parse(tp, offset, data)
+                aborted = AbortedTransactions(aborted_of(p)) \
+                    if self.isolation_level == READ_COMMITTED else None
+                records, next_offset = self._parse(tp, offset, data, aborted)
             except (CorruptRecordError, InvalidRecordError) as exc:
                 self._set_error(KafkaError(f"corrupt record batch in {tp} at offset "
                                            f"{offset}: {exc}", ErrorCode.corrupt_message))
@@ -769,7 +794,8 @@ class AsyncConsumer:
             return
         self._set_error(KafkaError.for_code(code, context=f"Fetch {tp}"))
 
-    def _parse(self, tp: TopicPartition, offset: int, data: bytes
+    def _parse(self, tp: TopicPartition, offset: int, data: bytes,
+               aborted: AbortedTransactions | None = None
                ) -> tuple[list[ConsumerRecord], int]:
         view = memoryview(data)
         out: list[ConsumerRecord] = []
@@ -780,6 +806,8 @@ class AsyncConsumer:
             if self.check_crcs:
                 check_batch(view, h.position, end)
             next_offset = max(next_offset, h.next_offset)
+            if aborted is not None and aborted.skip(h, abort_marker_checker(view, h)):
+                continue  # a batch of an aborted transaction (read_committed)
             if h.is_control or h.next_offset <= offset:
                 continue
             ts_type = TIMESTAMP_LOG_APPEND_TIME if h.is_log_append_time else \
@@ -893,6 +921,12 @@ class Consumer:
 
     def highwater(self, tp: TopicPartition | tuple[str, int]) -> int:
         return self._sync(self._c.highwater, tp)
+
+    def last_stable_offset(self, tp: TopicPartition | tuple[str, int]) -> int:
+        return self._sync(self._c.last_stable_offset, tp)
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        return self._sync(self._c.consumer_group_metadata)
 
     def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
                asynchronous: bool = False, timeout: float | None = None) -> None:

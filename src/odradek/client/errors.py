@@ -112,6 +112,24 @@ class ConfigException(KafkaError, ValueError):
         super().__init__(message, code, retriable=False)
 
 
+class ProducerFencedError(KafkaError):
+    """A newer producer with the same transactional.id exists (PRODUCER_FENCED, or
+    INVALID_PRODUCER_EPOCH from a transaction coordinator): fatal, the producer must be closed."""
+
+    def __init__(self, message: str = "producer fenced",
+                 code: int = ErrorCode.producer_fenced) -> None:
+        super().__init__(message, code, retriable=False)
+
+
+class TransactionAbortedError(KafkaError):
+    """A record of a transaction the application aborted before the record was sent (Kafka's
+    TransactionAbortedException)."""
+
+    def __init__(self, message: str = "Failing batch since transaction was aborted",
+                 code: int = -1) -> None:
+        super().__init__(message, code, retriable=False)
+
+
 class TopicAlreadyExistsError(KafkaError):
     pass
 
@@ -126,4 +144,5 @@ _BY_CODE: dict[int, type[KafkaError]] = {
     int(ErrorCode.offset_out_of_range): OffsetOutOfRangeError,
     int(ErrorCode.message_too_large): RecordTooLargeError,
     int(ErrorCode.unsupported_version): UnsupportedVersionError,
+    int(ErrorCode.producer_fenced): ProducerFencedError,
 }

@@ -46,17 +46,23 @@ from .delivery import (
     complete_batch,
 )
 from .errors import (
+    ConfigException,
+    IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
     RecordTooLargeError,
+    TransactionAbortedError,
     UnsupportedVersionError,
 )
 from .partitioner import Partitioner
-from .types import RecordMetadata, TopicPartition
+from .transaction_manager import TransactionManager, TxnState
+from .txn_requests import TransactionalRequests, offsets_of
+from .types import ConsumerGroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition
 
 log = logging.getLogger("odradek.client.producer")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+_TRANSACTIONAL = 0x10  # the batch attribute of a transaction's batches
 _CRC = struct.Struct(">I")
 BATCH_OVERHEAD = 61
 RECORD_OVERHEAD = 21  # varint length + attributes + deltas + key/value/header counts, at most
@@ -120,7 +126,7 @@ class _Record:
 class _Batch:
     __slots__ = ("attempts", "base_sequence", "base_ts", "body", "closed", "count", "created",
                  "deadline", "done", "encoded", "futures", "max_ts", "memory", "order",
-                 "producer_epoch", "producer_id", "sizes", "stamps", "tp")
+                 "producer_epoch", "producer_id", "sizes", "stamps", "tp", "transactional")
 
     def __init__(self, tp: TopicPartition, created: float, deadline: float,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -142,6 +148,7 @@ class _Batch:
         self.encoded: bytes | None = None
         self.closed = False
         self.memory = 0
+        self.transactional = False
         self.done: asyncio.Future[None] = loop.create_future()
 
     def append(self, rec: _Record, fut: _Sink, batch_size: int) -> bool:
@@ -176,7 +183,8 @@ class _Batch:
         if self.encoded is None:
             payload = compress(codec, bytes(self.body)) if codec else bytes(self.body)
             buf = bytearray(_HEADER.pack(
-                0, BATCH_OVERHEAD - 12 + len(payload), -1, 2, 0, int(codec) & 0x07,
+                0, BATCH_OVERHEAD - 12 + len(payload), -1, 2, 0,
+                (int(codec) & 0x07) | (_TRANSACTIONAL if self.transactional else 0),
                 self.count - 1, self.base_ts, self.max_ts, self.producer_id,
                 self.producer_epoch, self.base_sequence, self.count))
             buf += payload
@@ -219,6 +227,7 @@ class AsyncProducer:
         self.retry_backoff = int(cfg["retry.backoff.ms"]) / 1000
         self.key_serializer = cfg.get("key.serializer") or to_bytes
         self.value_serializer = cfg.get("value.serializer") or to_bytes
+        self.transactional_id: str | None = cfg.get("transactional.id") or None
         self.idempotent = self._idempotence(cfg)
         self.partitioner = Partitioner(cfg["partitioner"], self.batch_size)
         self.client = KafkaClient(cfg)
@@ -238,7 +247,18 @@ class AsyncProducer:
         self._flushing = 0
         self._closing = False
         self._closed = False
-        self._need_pid = self.idempotent
+        # The transactional producer (KIP-98): its state, and its coordinator requests (one
+        # at a time, under _txn_lock); its producer id comes from init_transactions().
+        self.txn: TransactionManager | None = None
+        self._txn_requests: TransactionalRequests | None = None
+        if self.transactional_id is not None:
+            self.txn = TransactionManager(self.transactional_id,
+                                          int(cfg["transaction.timeout.ms"]))
+            self._txn_requests = TransactionalRequests(
+                self.client, self.txn, self.retry_backoff, self.request_timeout_ms / 1000)
+        self._txn_lock: asyncio.Lock | None = None
+        self._adding_partitions = False
+        self._need_pid = self.idempotent and self.txn is None
         self._fatal: KafkaError | None = None
         self._rotate = 0
         # per metadata object: topic -> (partition count, partitions with a live leader)
@@ -248,6 +268,9 @@ class AsyncProducer:
 
     def _idempotence(self, cfg: dict[str, Any]) -> bool:
         if not cfg["enable.idempotence"]:
+            if self.transactional_id is not None:
+                raise ConfigException("Cannot set a transactional.id without also enabling "
+                                      "idempotence.")
             return False
         problems = []
         if self.acks != -1:
@@ -257,6 +280,9 @@ class AsyncProducer:
         if self.retries <= 0:
             problems.append("retries must be positive")
         if problems:
+            if self.transactional_id is not None:
+                raise ConfigException("transactional.id is set, which needs idempotence: "
+                                      + "; ".join(problems))
             if "enable.idempotence" in cfg["_explicit"]:
                 raise ValueError("enable.idempotence=true: " + "; ".join(problems))
             return False  # Kafka 3.2+: the default gives way to explicit conflicting settings
@@ -267,6 +293,7 @@ class AsyncProducer:
         self.loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._memory_freed = asyncio.Event()
+        self._txn_lock = asyncio.Lock()
         await self.client.start()
         self._sender = self.loop.create_task(self._run())
         return self
@@ -305,6 +332,9 @@ class AsyncProducer:
             raise KafkaError("the producer is closed")
         if self._fatal is not None:
             raise self._fatal
+        if self.txn is not None:
+            self.txn.check_can_send(f"partition {topic}-{partition}" if partition is not None
+                                    else f"a record of topic {topic}")
         # bytes (the common case) need no serializer call
         k = key if (key is None or type(key) is bytes) and self.key_serializer is to_bytes \
             else self.key_serializer(key)
@@ -422,6 +452,14 @@ class AsyncProducer:
         else:
             p = self.partitioner.partition(rec.topic, rec.key, n, available)
         tp = TopicPartition(rec.topic, p)
+        if self.txn is not None:
+            try:
+                self.txn.maybe_add_partition(tp)  # raises outside a transaction
+            except KafkaError as exc:
+                fut.set_exception(exc)
+                return True
+            if self.txn.new_partitions:
+                self._wake()  # AddPartitionsToTxn before the partition's first batch
         dq = self._batches.get(tp)
         if dq is None:
             dq = self._batches[tp] = deque()
@@ -482,6 +520,147 @@ class AsyncProducer:
     async def partitions_for(self, topic: str) -> list[int]:
         return await self.client.ensure_topic(topic, self.max_block)
 
+    # -- transactions (KIP-98; confluent-kafka's method names) ----------------------------------
+    def _require_txn(self) -> tuple[TransactionManager, TransactionalRequests]:
+        if self.txn is None or self._txn_requests is None:
+            raise IllegalStateError("Transactional method invoked on a non-transactional "
+                                    "producer.")
+        return self.txn, self._txn_requests
+
+    def _deadline(self, timeout: float | None) -> float:
+        assert self.loop is not None
+        return self.loop.time() + (self.max_block if timeout is None else max(0.0, timeout))
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the producer id and epoch of `transactional.id` from its transaction
+        coordinator (fencing older producers with the same id, and completing their pending
+        transaction). Waits at most `timeout` seconds (default max.block.ms): KafkaTimeoutError
+        then, and calling again resumes."""
+        txn, requests = self._require_txn()
+        assert self._txn_lock is not None
+        txn.begin_init()
+        async with self._txn_lock:
+            await requests.init_producer_id(self._deadline(timeout))
+        self._new_producer_id()
+
+    def _new_producer_id(self) -> None:
+        assert self.txn is not None
+        self.producer_id, self.producer_epoch = self.txn.producer_id, self.txn.producer_epoch
+        for st in self._states.values():
+            st.next_sequence = 0
+            st.gap = False
+        log.debug("Transactional id %s: producer id %d epoch %d", self.transactional_id,
+                  self.producer_id, self.producer_epoch)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent from now on belong to it."""
+        txn, _ = self._require_txn()
+        txn.begin_transaction()
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[Any, int | OffsetAndMetadata] | Sequence[Any],
+            group_metadata: ConsumerGroupMetadata | str, timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets as part of the transaction (AddOffsetsToTxn, then
+        TxnOffsetCommit to the group's coordinator with the consumer's generation and member
+        id, KIP-447). `offsets` maps partitions to the next offset to consume (or is a list of
+        TopicPartition-like objects with an offset, as confluent-kafka takes);
+        `group_metadata` is Consumer.consumer_group_metadata() (a group id alone skips the
+        generation check)."""
+        txn, requests = self._require_txn()
+        assert self._txn_lock is not None
+        group = group_metadata if isinstance(group_metadata, ConsumerGroupMetadata) \
+            else ConsumerGroupMetadata(str(group_metadata))
+        if not group.group_id:
+            raise IllegalStateError("Consumer group metadata must have a group id")
+        txn.check_send_offsets()
+        wanted = offsets_of(offsets)
+        if not wanted:
+            return
+        async with self._txn_lock:
+            await requests.send_offsets(wanted, group, self._deadline(timeout))
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Deliver the transaction's records (flush), then commit it (EndTxn): readers in
+        read_committed see them from then on. A record that failed leaves the transaction to
+        be aborted (this raises its error); a fatal error (fenced) raises for good. Calling
+        again after a KafkaTimeoutError resumes the commit."""
+        txn, _ = self._require_txn()
+        if txn.state is not TxnState.COMMITTING_TRANSACTION:
+            txn.begin_commit()
+        await self._complete_transaction(True, self._deadline(timeout))
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent fail (TransactionAbortedError), the
+        coordinator writes ABORT markers (EndTxn). Also the way out of an abortable error."""
+        txn, _ = self._require_txn()
+        if txn.state is not TxnState.ABORTING_TRANSACTION:
+            txn.begin_abort()
+        self._abort_undrained(TransactionAbortedError())
+        await self._complete_transaction(False, self._deadline(timeout))
+
+    async def _complete_transaction(self, commit: bool, deadline: float) -> None:
+        assert self.loop is not None and self._txn_lock is not None
+        txn, requests = self._require_txn()
+        left = await self.flush(max(0.0, deadline - self.loop.time()))
+        if left:
+            raise KafkaTimeoutError(f"{left} record(s) of the transaction were not delivered "
+                                    "in time; call again to resume")
+        if commit and txn.state is not TxnState.COMMITTING_TRANSACTION:
+            txn.maybe_fail_with_error()  # a record failed: the transaction must be aborted
+        async with self._txn_lock:
+            if txn.transaction_started:
+                await requests.end_txn(commit, deadline)
+            txn.complete_transaction()
+            if txn.state is TxnState.INITIALIZING:  # a batch failed: next epoch (KIP-360)
+                await requests.init_producer_id(deadline, bump=True)
+                self._new_producer_id()
+
+    def _transaction_housekeeping(self) -> None:
+        """On each sender pass: add new partitions to the transaction (one request at a time);
+        in an error state or aborting, fail the batches not yet sent (Kafka's
+        abortUndrainedBatches)."""
+        txn = self.txn
+        assert txn is not None and self.loop is not None
+        if txn.state is TxnState.FATAL_ERROR:
+            self._fatal = txn.last_error
+        if txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
+            self._abort_undrained(txn.last_error or TransactionAbortedError())
+        elif txn.state is TxnState.ABORTING_TRANSACTION:
+            self._abort_undrained(TransactionAbortedError())
+        elif txn.new_partitions and not self._adding_partitions:
+            self._adding_partitions = True
+            self._spawn(self._add_partitions())
+
+    async def _add_partitions(self) -> None:
+        assert self.loop is not None and self._txn_lock is not None
+        txn, requests = self._require_txn()
+        try:
+            async with self._txn_lock:
+                parts = txn.take_new_partitions()
+                if parts and txn.state in (TxnState.IN_TRANSACTION,
+                                           TxnState.COMMITTING_TRANSACTION):
+                    await requests.add_partitions(parts, self.loop.time() + self.delivery_timeout)
+                elif parts:
+                    txn.add_partitions_failed(parts, retry=False)
+        except KafkaTimeoutError as exc:
+            txn.abortable_error(exc)
+        except KafkaError as exc:
+            log.debug("AddPartitionsToTxn failed: %s", exc)
+        finally:
+            self._adding_partitions = False
+            self._wake()
+
+    def _abort_undrained(self, exc: KafkaError) -> None:
+        """Fail the records not yet sent (in flight ones complete as the broker answers)."""
+        while self._waiting:
+            _, fut = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()
+        for dq in self._batches.values():
+            while dq:
+                self._fail_batch(dq.popleft(), exc)
+
     # -- the sender ------------------------------------------------------------------------------
     def _wake(self) -> None:
         if self._wakeup is not None:
@@ -509,6 +688,8 @@ class AsyncProducer:
             self._wakeup.clear()
             now = loop.time()
             self._expire(now)
+            if self.txn is not None:
+                self._transaction_housekeeping()
             if self._need_pid and self._inflight_total() == 0 and any(self._batches.values()):
                 await self._init_producer_id()
                 continue
@@ -562,12 +743,15 @@ class AsyncProducer:
         for tp, dq in self._batches.items():
             while dq and dq[0].deadline <= now:
                 b = dq.popleft()
-                if self.idempotent and b.base_sequence >= 0:
+                err = KafkaTimeoutError(
+                    f"expiring {b.count} record(s) for {tp}: {self.delivery_timeout * 1000:.0f} "
+                    "ms has passed since batch creation (delivery.timeout.ms)")
+                if self.txn is not None:
+                    self.txn.batch_failed(int(ErrorCode.request_timed_out), err)
+                elif self.idempotent and b.base_sequence >= 0:
                     self._need_pid = True  # its sequence leaves a gap: start a new producer id
                     self._state(tp).gap = True
-                self._fail_batch(b, KafkaTimeoutError(
-                    f"expiring {b.count} record(s) for {tp}: {self.delivery_timeout * 1000:.0f} "
-                    "ms has passed since batch creation (delivery.timeout.ms)"))
+                self._fail_batch(b, err)
 
     def _drain(self, now: float) -> float | None:
         """Send what is ready; return when to look again (None: on the next wakeup)."""
@@ -586,6 +770,8 @@ class AsyncProducer:
             if now < st.backoff_until:
                 next_at = st.backoff_until if next_at is None else min(next_at, st.backoff_until)
                 continue
+            if self.txn is not None and not self.txn.may_send_to(tp):
+                continue  # not yet added to the transaction
             leader = md.leader(tp)
             if leader is None:
                 unknown_leader = True
@@ -650,6 +836,7 @@ class AsyncProducer:
                 b.producer_id, b.producer_epoch = self.producer_id, self.producer_epoch
                 b.base_sequence = st.next_sequence
                 st.next_sequence = (st.next_sequence + b.count) & 0x7FFFFFFF
+                b.transactional = self.txn is not None
                 b.encoded = None
             b.attempts += 1
             self._state(tp).inflight.append(b)
@@ -663,7 +850,7 @@ class AsyncProducer:
                 {"index": b.tp.partition, "records": b.encode(self.codec)})
         try:
             req = conn.build(0, acks=self.acks, timeout=self.request_timeout_ms,
-                             transactional_id=None,
+                             transactional_id=self.transactional_id,
                              topic_data=[{"name": t, "partition_data": parts}
                                          for t, parts in topics.items()])
         except UnsupportedVersionError as exc:
@@ -729,7 +916,10 @@ class AsyncProducer:
                                  log_append_time)
         else:
             retriable = _retriable(code)
-            if code == ErrorCode.out_of_order_sequence_number:
+            if self.txn is not None and code in (ErrorCode.out_of_order_sequence_number,
+                                                 ErrorCode.unknown_producer_id):
+                retriable = False  # abortable: the next transaction gets a new epoch
+            elif code == ErrorCode.out_of_order_sequence_number:
                 # Explained by an earlier batch of this partition failing (now, or for good):
                 # resend in order. Otherwise the broker lost acknowledged data: report it.
                 retriable = bool(st.failed) or st.gap
@@ -750,7 +940,11 @@ class AsyncProducer:
                         f"(last error {_code_name(code)})")
                 else:
                     err = KafkaError.for_code(code, message, context=f"{b.tp}")
-                if self.idempotent and b.base_sequence >= 0:
+                if self.txn is not None:
+                    self.txn.batch_failed(code, err)
+                    if self.txn.state is TxnState.FATAL_ERROR:
+                        self._fatal = self.txn.last_error
+                elif self.idempotent and b.base_sequence >= 0:
                     st.gap = True  # later sequences of this producer id would be refused
                     self._need_pid = True
                 self._fail_batch(b, err)
@@ -917,6 +1111,29 @@ class Producer:
 
     def partitions_for(self, topic: str) -> list[int]:
         return self._runner.run(self._p.partitions_for(topic))
+
+    # -- transactions (confluent-kafka's names; timeouts in seconds) ------------------------------
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._runner.run(self._p.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        self._runner.run(self._on_loop(self._p.begin_transaction))
+
+    def send_offsets_to_transaction(
+            self, offsets: Mapping[Any, int | OffsetAndMetadata] | Sequence[Any],
+            group_metadata: ConsumerGroupMetadata | str, timeout: float | None = None) -> None:
+        self._runner.run(self._p.send_offsets_to_transaction(offsets, group_metadata, timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Records sent before the call are delivered first (their callbacks have run)."""
+        self._runner.run(self._p.commit_transaction(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._runner.run(self._p.abort_transaction(timeout))
+
+    @staticmethod
+    async def _on_loop(fn: Callable[[], Any]) -> Any:
+        return fn()
 
     def __len__(self) -> int:
         """Records sent and not yet delivered or failed (confluent-kafka's len(producer))."""

@@ -15,6 +15,18 @@ class OffsetAndMetadata(NamedTuple):
     leader_epoch: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """What a transactional producer sends with the consumed offsets (KIP-447): the group and
+    the consumer's membership, so the group coordinator fences a zombie of an older generation
+    (Consumer.consumer_group_metadata())."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
 
@@ -166,3 +178,50 @@ class GroupDescription:
     protocol: str
     members: list[MemberDescription]
     error: int = 0
+
+
+# -- transactions (KIP-98 admin: KIP-664) ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """An active producer of a partition (DescribeProducers); coordinator_epoch and
+    current_transaction_start_offset are -1 when unknown / no transaction is open."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int = -1
+    current_transaction_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transactional id a coordinator knows (ListTransactions)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """The state of one transactional id at its coordinator (DescribeTransactions);
+    transaction_start_time_ms is -1 when no transaction is ongoing."""
+
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    topic_partitions: list[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class AbortTransactionSpec:
+    """The transaction to abort on one partition (Kafka's AbortTransactionSpec)."""
+
+    topic_partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int

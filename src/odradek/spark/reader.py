@@ -14,6 +14,12 @@ Failures, as Spark's KafkaDataConsumer handles them:
   a DataLossError naming the offsets lost, otherwise a warning and the read goes on from the log
   start offset;
 * the range ending beyond the log end (records gone with an unclean election): the same.
+
+`kafka.isolation.level=read_committed` (as Spark's Kafka source passes it to its consumers):
+the fetches ask for read_committed, so they stop at the last stable offset, and the batches of
+aborted transactions the broker lists are skipped (client/read_committed.py, Kafka's consumer
+logic), as are the transaction markers; the planned ranges end at the LSO (the driver's
+ListOffsets is read_committed too).
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ from kio.schema.errors import ErrorCode
 from ..client.cluster_metadata import REFRESH_ERRORS
 from ..client.consumer import AsyncConsumer
 from ..client.errors import KafkaError
+from ..client.read_committed import (
+    READ_COMMITTED,
+    AbortedTransactions,
+    abort_marker_checker,
+    aborted_of,
+)
 from ..client.types import TopicPartition
 from ..protocol.compression import Codec, decompress
 from ..protocol.records import HEADER_SIZE, check_batch, iter_headers, read_varint
@@ -96,10 +108,12 @@ class Columns:
 
 
 def decode_into(cols: Columns, data: bytes | memoryview, start: int, until: int,
-                check_crcs: bool = True, with_headers: bool = False) -> int:
+                check_crcs: bool = True, with_headers: bool = False,
+                aborted: AbortedTransactions | None = None) -> int:
     """Append the records of `data` (a Fetch response's record batches) with offsets in
-    [start, until) to `cols`; control batches are skipped. Returns the offset after the last
-    complete batch (at least `start`)."""
+    [start, until) to `cols`; control batches are skipped, and with `aborted` (read_committed)
+    the batches of aborted transactions. Returns the offset after the last complete batch (at
+    least `start`)."""
     view = memoryview(data)
     next_offset = start
     k_app, v_app, o_app = cols.keys.append, cols.values.append, cols.offsets.append
@@ -110,6 +124,8 @@ def decode_into(cols: Columns, data: bytes | memoryview, start: int, until: int,
             check_batch(view, h.position, end)
         if h.next_offset > next_offset:
             next_offset = h.next_offset
+        if aborted is not None and aborted.skip(h, abort_marker_checker(view, h)):
+            continue
         if h.is_control or h.next_offset <= start:
             continue
         if h.base_offset >= until:
@@ -245,6 +261,7 @@ class RangeReader:
         self.check_crcs = str(cfg.get("check.crcs", True)).strip().lower() not in ("false",
                                                                                   "0")
         self._max_bytes = 0  # max.partition.fetch.bytes, raised if a batch does not fit
+        self._aborted: AbortedTransactions | None = None  # of the last read_committed fetch
         self._loop: asyncio.AbstractEventLoop | None = None
         self._consumer: AsyncConsumer | None = None
 
@@ -310,8 +327,8 @@ class RangeReader:
                 pos = self._out_of_range(tp, pos, r.until_offset, progress_at)
                 continue
             cols = Columns()
-            nxt = decode_into(cols, data, pos, r.until_offset,
-                              self.check_crcs, self.include_headers)
+            nxt = decode_into(cols, data, pos, r.until_offset, self.check_crcs,
+                              self.include_headers, self._aborted)
             if cols:
                 progress_at = time.monotonic()
                 pos = max(cols.offsets[-1] + 1, nxt)
@@ -363,8 +380,10 @@ class RangeReader:
             await self._consumer.client.refresh_metadata()
 
     async def _fetch(self, tp: TopicPartition, pos: int) -> tuple[bytes | None, int]:
-        """One Fetch of `tp` at `pos`: (record bytes, high watermark), (None, -1) when the
-        offset is out of range; raises _Retry on leader changes and connection losses."""
+        """One Fetch of `tp` at `pos`: (record bytes, high watermark - the last stable offset
+        under read_committed, whose aborted transactions are kept for decoding), (None, -1)
+        when the offset is out of range; raises _Retry on leader changes and connection
+        losses."""
         assert self._consumer is not None
         c = self._consumer
         client = c.client
@@ -411,6 +430,10 @@ class RangeReader:
                     continue
                 code = p.error_code
                 if code == ErrorCode.none:
+                    if c.isolation_level == READ_COMMITTED:
+                        self._aborted = AbortedTransactions(aborted_of(p))
+                        lso = getattr(p, "last_stable_offset", -1)
+                        return bytes(p.records or b""), lso if lso >= 0 else p.high_watermark
                     return bytes(p.records or b""), p.high_watermark
                 if code == ErrorCode.offset_out_of_range:
                     return None, -1

@@ -12,6 +12,10 @@ The driver plans offset ranges (`OffsetReader` asks the cluster for partitions a
 (`reader.read_ranges`) and yields Arrow batches. Streaming offsets are KafkaSourceOffset JSON,
 ``{"topic": {"0": 23}}``, kept in the query's checkpoint, so a restarted query goes on from the
 last committed batch without losing or repeating a record.
+
+Transactions: `kafka.isolation.level` is passed to the driver's and the executors' consumers as
+Spark's Kafka source passes it; with read_committed the latest offsets are the partitions' last
+stable offsets (ListOffsets isolation_level=1) and executors skip aborted transactions' records.
 """
 
 from __future__ import annotations

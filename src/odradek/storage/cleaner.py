@@ -7,13 +7,18 @@ deduplicated, from the log start offset to the *first dirty offset* (the offset 
 ``cleaner-offset-checkpoint``), then a *dirty* section. A cleaning pass:
 
 1. **Plans** (on the broker's loop; ``plan_cleaning``): the cleanable dirty section ends at the
-   first uncleanable offset -- the active segment, the segment holding the high watermark (and
-   the first unstable offset, none in odradek), and the first segment with a record newer than
-   ``min.compaction.lag.ms`` -- always at a segment boundary.
+   first uncleanable offset -- the active segment, the segment holding the high watermark, the
+   segment holding the first unstable offset (the first offset of a transaction still open or
+   whose marker is not replicated yet: an ongoing transaction is never touched), and the first
+   segment with a record newer than ``min.compaction.lag.ms`` -- always at a segment boundary.
+   The plan also takes the aborted transactions overlapping the range (from the segments'
+   ``.txnindex``) and each producer's last data offset and epoch.
 2. **Builds the offset map** (off the loop; ``Cleaner.build_offset_map``): key -> last offset
    over the dirty section, at most ``log.cleaner.dedupe.buffer.size / 24 * 0.9`` keys (Kafka's
    load factor and 24 bytes per entry: a 16-byte MD5 digest and an 8-byte offset). A full map
-   ends the pass's dirty section early; the next pass starts there.
+   ends the pass's dirty section early; the next pass starts there. Control batches and batches
+   of aborted transactions are not mapped (Kafka's buildOffsetMapForSegment), so an aborted
+   record never hides a committed one.
 3. **Cleans** (off the loop; ``Cleaner.clean_group``) the segments from the log start up to the
    end of the mapped section, in groups that fit one segment (``group_segments_by_size``), each
    into ``<base>.log.cleaned`` (+ indexes), flushed: a record stays when its offset is >= the
@@ -22,19 +27,26 @@ deduplicated, from the log start offset to the *first dirty offset* (the offset 
    epoch; a batch losing some records is rebuilt (recompressed with its codec), one losing all
    goes -- unless it holds its producer's last sequence (kept as an empty batch, as Kafka does)
    or it is the group's last batch (kept as an empty batch so that the cleaned segment's offset
-   range covers the whole group: see ``docs/compaction.md``, crash safety).
+   range covers the whole group: see ``docs/compaction.md``, crash safety; such a filler carries
+   no producer nor transaction). Transactions (KIP-98, ``cleaned_transaction_metadata.py``):
+   batches of aborted transactions go whole; a COMMIT or ABORT marker stays until a pass reads
+   no batch of its transaction and its segment is past the delete horizon; an ABORT marker
+   that stays writes its aborted transaction into the cleaned segment's ``.txnindex``; a
+   producer whose last entry is a marker keeps that marker.
 4. **Swaps** (on the loop; ``swap_in``): if the log still holds the very segments that were
    cleaned, ``Log.replace_segments`` renames ``.cleaned`` -> ``.swap``, the old segments ->
    ``.deleted``, ``.swap`` -> final (Kafka's replaceSegments order). Otherwise the result is
    discarded and the log is tried again later.
 
 The delete horizon is Kafka 2.x's: the last modification time of the last segment of the clean
-section minus ``delete.retention.ms``; a segment modified after it keeps its tombstones (cleaned
-segments keep the modification time of the last segment they replace).
+section minus ``delete.retention.ms``; a segment modified after it keeps its tombstones and its
+transaction markers (cleaned segments keep the modification time of the last segment they
+replace).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -48,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol.compression import Codec, compress, decompress
+from ..protocol.control_records import ControlRecordType, parse_control_record_type
 from ..protocol.records import (
     COMPRESSION_MASK,
     HEADER_SIZE,
@@ -57,16 +70,31 @@ from ..protocol.records import (
     compute_crc,
     read_varint,
 )
+from .cleaned_transaction_metadata import (
+    BatchRetention,
+    CleanedTransactionMetadata,
+    batch_retention,
+    overlapping,
+    should_discard_batch,
+)
 from .cleaning_plan import CleaningPlan, SourceSegment, plan_cleaning
 from .index import NO_TIMESTAMP
 from .log import Log
 from .log_config import INT_MAX
-from .segment import CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from .segment import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
+from .transaction_index import TXN_INDEX_SUFFIX
 
 log_ = logging.getLogger("kafka.log.LogCleaner")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _U32 = struct.Struct(">I")
+_TXN_CONTROL_MASK = 0x30  # the transactional (0x10) and control (0x20) attribute bits
 
 
 class LogCleaningAbortedError(Exception):
@@ -234,6 +262,27 @@ def rebuild_batch(header: BatchHeader, payload: bytes, kept: Sequence[RawRecord]
     return bytes(out)
 
 
+def control_type_of(header: BatchHeader, batch: bytes | memoryview) -> ControlRecordType | None:
+    """The type in the key of a control batch's (first) record; None for an emptied one."""
+    if header.records_count == 0:
+        return None
+    for record in iter_raw_records(header, records_payload(header, batch)):
+        return parse_control_record_type(record.key)
+    return None
+
+
+def filler_batch(header: BatchHeader) -> bytes:
+    """The empty batch that keeps a cleaned group's offset range when its last batch went (see
+    the module docstring): `header`'s empty batch, but with no producer, transaction or control
+    bits when it was transactional -- it must not count as data of a transaction (which would
+    keep that transaction's marker) nor as a producer's entry."""
+    if not header.is_transactional and not header.is_control:
+        return empty_batch(header)
+    return empty_batch(dataclasses.replace(
+        header, attributes=header.attributes & ~_TXN_CONTROL_MASK, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1))
+
+
 def empty_batch(header: BatchHeader) -> bytes:
     """Kafka's DefaultRecordBatch.writeEmptyHeader: no records, no compression, the batch's
     offsets (base and last), producer id/epoch, base sequence, leader epoch and max
@@ -394,10 +443,11 @@ class Cleaner:
                    plan.log_name, len(dirty), start, end)
         omap.update_latest_offset(start - 1)
         max_entries = omap.max_entries(self.config.dedupe_buffer_load_factor)
+        txns = CleanedTransactionMetadata.of(overlapping(plan.aborted_txns, start, end))
         for i, source in enumerate(dirty):
             nxt = dirty[i + 1].view.base_offset if i + 1 < len(dirty) else end
             position = plan.dirty_start_position if i == 0 else 0
-            if self._map_segment(source, position, start, omap, max_entries, stats):
+            if self._map_segment(source, position, start, omap, max_entries, txns, stats):
                 log_.debug("Cleaner %d: Offset map is full, %d segments fully mapped, segment "
                           "with base offset %d is partially mapped", self.id, i,
                           source.view.base_offset)
@@ -408,12 +458,19 @@ class Cleaner:
         return omap.latest_offset + 1
 
     def _map_segment(self, source: SourceSegment, position: int, start: int, omap: OffsetMap,
-                     max_entries: int, stats: CleanerStats) -> bool:
+                     max_entries: int, txns: CleanedTransactionMetadata,
+                     stats: CleanerStats) -> bool:
+        """Kafka's buildOffsetMapForSegment: control batches only move the transaction state,
+        batches of aborted transactions are not mapped (their records go anyway)."""
         for header, batch in iter_file_batches(source.path, position, source.view.size,
                                                self.config.io_buffer_size, self.check_done):
             stats.map_bytes_read += header.size
-            if not header.is_control and header.records_count > 0 \
-                    and header.last_offset >= start:
+            if header.is_control:
+                txns.on_control_batch_read(header, control_type_of(header, batch))
+                stats.map_messages_read += 1
+            elif txns.on_batch_read(header):
+                stats.map_messages_read += header.records_count
+            elif header.records_count > 0 and header.last_offset >= start:
                 for record in iter_raw_records(header, records_payload(header, batch)):
                     if record.key is not None and record.offset >= start:
                         if omap.size < max_entries:
@@ -428,24 +485,29 @@ class Cleaner:
     # -- step 3: cleaning a group into a .cleaned segment ---------------------------------------
 
     def clean_group(self, plan: CleaningPlan, group: Sequence[SourceSegment],
-                    stats: CleanerStats) -> LogSegment:
-        """Write the group's retained batches into ``<base>.log.cleaned`` (+ indexes), flushed,
-        with the last source segment's modification time. The caller swaps it in or
-        discards it (``discard_cleaned``)."""
+                    stats: CleanerStats,
+                    txns: CleanedTransactionMetadata | None = None) -> LogSegment:
+        """Write the group's retained batches into ``<base>.log.cleaned`` (+ indexes, and the
+        ``.txnindex`` of the aborted transactions whose marker stays), flushed, with the last
+        source segment's modification time. `txns` carries the transaction state from group
+        to group of one pass (a pass's first group: the plan's aborted transactions). The
+        caller swaps the segment in or discards it (``discard_cleaned``)."""
+        if txns is None:
+            txns = CleanedTransactionMetadata.of(plan.aborted_txns)
         base = group[0].view.base_offset
         cleaned = create_cleaned_segment(plan, base)
         try:
             dropped_last: BatchHeader | None = None
             for source in group:
-                retain_deletes = source.view.last_modified_ms > plan.delete_horizon_ms
+                retain = source.view.last_modified_ms > plan.delete_horizon_ms
                 self._info("Cleaning LogSegment(baseOffset=%d, size=%d) in log %s into %d "
                            "with deletion horizon %d, %s deletes.", source.view.base_offset,
                            source.view.size, plan.log_name, base, plan.delete_horizon_ms,
-                           "retaining" if retain_deletes else "discarding")
+                           "retaining" if retain else "discarding")
                 for header, batch in iter_file_batches(source.path, 0, source.view.size,
                                                        self.config.io_buffer_size,
                                                        self.check_done):
-                    out = self.filter_batch(plan, header, batch, retain_deletes, stats)
+                    out = self.filter_batch(plan, header, batch, retain, stats, txns)
                     if out is None:
                         dropped_last = header
                         continue
@@ -453,12 +515,20 @@ class Cleaner:
                     self._append(cleaned, header, out)
             if dropped_last is not None:
                 # keep the group's offset range: see the module docstring
-                self._append(cleaned, dropped_last, empty_batch(dropped_last))
+                self._append(cleaned, dropped_last, filler_batch(dropped_last))
+            kept_aborted = txns.take_retained_aborted()
+            for txn in kept_aborted:
+                cleaned.txn_index.append(txn)
             cleaned.on_become_inactive()
             cleaned.flush()
+            if kept_aborted:
+                cleaned.txn_index.flush()
             cleaned.close_handles()
             mtime = group[-1].view.last_modified_ms
-            for path in (cleaned.log_path, cleaned.index_path, cleaned.time_index_path):
+            paths = [cleaned.log_path, cleaned.index_path, cleaned.time_index_path]
+            if kept_aborted:
+                paths.append(cleaned.txn_index_path)
+            for path in paths:
                 os.utime(path, ns=(mtime * 1_000_000, mtime * 1_000_000))
         except BaseException:
             discard_cleaned(cleaned)
@@ -472,35 +542,53 @@ class Cleaner:
 
     def filter_batch(self, plan: CleaningPlan, header: BatchHeader,
                      batch: bytes | memoryview, retain_deletes: bool,
-                     stats: CleanerStats) -> bytes | None:
+                     stats: CleanerStats,
+                     txns: CleanedTransactionMetadata | None = None) -> bytes | None:
         """The bytes to keep of one batch (the original, a rebuilt batch, an empty batch) or
-        None (Kafka's MemoryRecords.filterTo with the cleaner's RecordFilter)."""
+        None (Kafka's MemoryRecords.filterTo with the cleaner's RecordFilter).
+        `retain_deletes` keeps tombstones and transaction markers (the segment is newer than
+        the delete horizon); `txns` is the pass's transaction state, fed this batch."""
+        if txns is None:
+            txns = CleanedTransactionMetadata.of(plan.aborted_txns)
         stats.bytes_read += header.size
-        if header.is_control:  # none in odradek; kept whole (no transaction index to consult)
-            stats.bytes_written += header.size
-            return bytes(batch)
-        omap = self.offset_map
-        latest = omap.latest_offset
-        payload = records_payload(header, batch) if header.records_count else b""
+        control_type = control_type_of(header, batch) if header.is_control else None
+        discard = should_discard_batch(header, control_type, txns, retain_deletes)
+        retention = batch_retention(header, discard, plan.active_producers)
+        if retention is BatchRetention.DELETE:
+            return None
         kept: list[RawRecord] = []
-        total = 0
-        for record in iter_raw_records(header, payload):
-            total += 1
-            if record.offset > latest:
-                kept.append(record)
-            elif record.key is None:
-                stats.invalid_messages_read += 1
-            elif record.offset >= omap.get(record.key) and (record.has_value or retain_deletes):
-                kept.append(record)
+        total = header.records_count
+        payload = b""
+        if discard:
+            pass  # kept only to hold its producer's state: no record stays
+        elif header.is_control:
+            if total:  # a marker that stays stays whole
+                stats.messages_read += total
+                stats.messages_written += total
+                stats.bytes_written += header.size
+                return bytes(batch)
+        else:
+            omap = self.offset_map
+            latest = omap.latest_offset
+            payload = records_payload(header, batch) if total else b""
+            total = 0
+            for record in iter_raw_records(header, payload):
+                total += 1
+                if record.offset > latest:
+                    kept.append(record)
+                elif record.key is None:
+                    stats.invalid_messages_read += 1
+                elif record.offset >= omap.get(record.key) \
+                        and (record.has_value or retain_deletes):
+                    kept.append(record)
         stats.messages_read += total
         if kept:
             stats.messages_written += len(kept)
             out = bytes(batch) if len(kept) == total else rebuild_batch(header, payload, kept)
             stats.bytes_written += len(out)
             return out
-        if header.has_producer_id and plan.active_producers.get(header.producer_id) \
-                == header.last_offset:
-            out = empty_batch(header)  # BatchRetention.RETAIN_EMPTY
+        if retention is BatchRetention.RETAIN_EMPTY:
+            out = empty_batch(header)
             stats.bytes_written += len(out)
             return out
         return None
@@ -509,7 +597,7 @@ class Cleaner:
 def cleaned_paths(directory: Path, base_offset: int) -> list[Path]:
     prefix = directory / f"{base_offset:020d}"
     return [Path(f"{prefix}{s}{CLEANED_SUFFIX}") for s in (LOG_SUFFIX, INDEX_SUFFIX,
-                                                           TIME_INDEX_SUFFIX)]
+                                                           TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)]
 
 
 def create_cleaned_segment(plan: CleaningPlan, base_offset: int) -> LogSegment:
@@ -615,8 +703,9 @@ def clean_steps(cleaner: Cleaner, log: Log, now_ms: int, last_clean_offset: int 
                   _java_date(plan.delete_horizon_ms))
     groups = plan.groups(end_offset)
     completed = True
+    txns = CleanedTransactionMetadata.of(plan.aborted_txns)
     for group in groups:
-        cleaned = yield (cleaner.clean_group, (plan, group, stats))
+        cleaned = yield (cleaner.clean_group, (plan, group, stats, txns))
         assert isinstance(cleaned, LogSegment)
         if not swap_in(log, plan, group, cleaned):
             cleaner._info("Log %s changed while it was being cleaned: the cleaned segment %d "

@@ -1,8 +1,11 @@
 """Planning a cleaning pass (the planning half of Kafka's LogCleanerManager, its LogToClean
 and the Cleaner's groupSegmentsBySize): which logs are cleanable and how dirty, the dirty range
-[first dirty offset, first uncleanable offset), the groups of segments cleaned into one, and
+[first dirty offset, first uncleanable offset) -- which stops at the log's first unstable offset,
+so that no transaction still open is cleaned --, the groups of segments cleaned into one, and
 the ``CleaningPlan`` snapshot of a log that the off-loop work reads (taken on the loop that
-owns the log). Everything but ``segment_views`` and ``plan_cleaning`` is pure."""
+owns the log: with the aborted transactions of the range and each producer's last record).
+Everything but ``segment_views``, ``plan_cleaning`` and ``last_records_of_active_producers`` is
+pure."""
 
 from __future__ import annotations
 
@@ -12,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cleaned_transaction_metadata import LastRecord
 from .index import NO_TIMESTAMP
 from .log import Log
 from .log_config import INT_MAX, LONG_MAX
 from .segment import LogSegment
+from .transaction_index import AbortedTxn
 
 # ---------------------------------------------------------------------------------------------
 # Planning (pure): which logs, which range, which groups
@@ -229,8 +234,11 @@ class CleaningPlan:
     max_index_size: int
     index_interval_bytes: int
     max_message_bytes: int
-    active_producers: dict[int, int]  # producer id -> offset of its last data batch
+    active_producers: dict[int, LastRecord]  # producer id -> its last data offset and epoch
     truncations: int
+    # the aborted transactions overlapping [log start, first uncleanable offset), by the
+    # segments' transaction indexes (their ABORT markers may lie further on)
+    aborted_txns: list[AbortedTxn]
 
     def views(self) -> list[SegmentView]:
         return [s.view for s in self.sources]
@@ -320,8 +328,9 @@ def plan_cleaning(log: Log, now_ms: int, last_clean_offset: int | None = None
                       if clean_section else 0)
     below = segments_in_range(views, 0, uncleanable)
     cleanable_horizon = below[-1].last_modified_ms if below else 0
-    producers = {pid: entry.last_data_offset
-                 for pid, entry in log.producer_state.producers.items()}
+    producers = last_records_of_active_producers(log)
+    aborted = sorted(log.collect_aborted_transactions(log.log_start_offset, uncleanable),
+                     key=lambda t: (t.first_offset, t.last_offset))
     cfg = log.config
     return CleaningPlan(
         log_name=log.name, directory=log.dir, first_dirty_offset=first_dirty,
@@ -330,7 +339,15 @@ def plan_cleaning(log: Log, now_ms: int, last_clean_offset: int | None = None
         cleanable_horizon_ms=cleanable_horizon, segment_bytes=cfg.segment_bytes,
         max_index_size=cfg.segment_index_bytes, index_interval_bytes=cfg.index_interval_bytes,
         max_message_bytes=cfg.max_message_bytes, active_producers=producers,
-        truncations=log.truncations)
+        truncations=log.truncations, aborted_txns=aborted)
+
+
+def last_records_of_active_producers(log: Log) -> dict[int, LastRecord]:
+    """Each producer's last data offset (None when it has none: its last entry is a marker of a
+    new epoch) and epoch (Kafka's ``Log.lastRecordsOfActiveProducers``)."""
+    return {pid: LastRecord(entry.last_data_offset if entry.last_data_offset >= 0 else None,
+                            entry.producer_epoch)
+            for pid, entry in log.producer_state.producers.items()}
 
 
 __all__ = [
@@ -344,6 +361,7 @@ __all__ = [
     "filthiest",
     "group_segments_by_size",
     "is_cleanable",
+    "last_records_of_active_producers",
     "log_to_clean",
     "max_compaction_delay",
     "offsets_to_clean",

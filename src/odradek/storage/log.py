@@ -872,6 +872,8 @@ class Log:
             if segment.base_offset >= offset:
                 break
             files += (segment.log_path, segment.index_path, segment.time_index_path)
+            if segment.txn_index_path.exists():  # created by the segment's first ABORT
+                files += (segment.txn_index_path,)
             if segment.base_offset >= self.recovery_point:
                 new_files = True
         return FlushPlan(offset, tuple(files), self.dir if new_files else None,

@@ -358,6 +358,8 @@ class ProducerStateManager:
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest ongoing or unreplicated transaction (None: none)."""
+        if not self.ongoing_txns and not self.unreplicated_txns:
+            return None
         return lowest_unstable_offset(self.ongoing_txns, self.unreplicated_txns)
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:

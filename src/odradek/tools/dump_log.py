@@ -14,8 +14,14 @@
   (Kafka's "Mismatches in :FILE" / "Found timestamp mismatch in :FILE" / "Found out of order
   timestamp in :FILE" reports, on stderr at the end). ``--index-sanity-check`` only runs the
   broker's own index sanity check; ``--verify-index-only`` checks without printing entries.
-* ``.snapshot`` (producer state) and ``leader-epoch-checkpoint`` files are printed entry by
-  entry.
+* ``.snapshot`` (producer state), ``.txnindex`` (aborted transactions: "version: 0
+  producerId: P firstOffset: F lastOffset: L lastStableOffset: S") and
+  ``leader-epoch-checkpoint`` files are printed entry by entry.
+* Control batches: their records print Kafka's ``endTxnMarker: COMMIT coordinatorEpoch: N``
+  (``controlType: NAME(id)`` for another control type) and never a key or payload.
+  ``--transaction-log-decoder`` prints `__transaction_state` records as Kafka does
+  ("key: transaction_metadata::transactionalId=... payload: producerId:...,state=...") and,
+  like Kafka's decoders, implies ``--print-data-log``.
 
 Exit status: 0 when every file was read and nothing was flagged, 1 when something was flagged
 (corrupt batch, invalid trailing bytes, index mismatch, failed sanity check), 2 when a file
@@ -35,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..protocol import records as rb
+from ..protocol.control_records import ControlRecordType, EndTransactionMarker
+from ..protocol.primitives import SchemaError
 from ..storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     CheckpointError,
@@ -42,7 +50,9 @@ from ..storage.checkpoints import (
 )
 from ..storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from ..storage.producer_state import CorruptSnapshotError, ProducerStateManager
+from ..storage.transaction_index import ENTRY_SIZE, AbortedTxn
 from .command import Subcommands, ToolError, prefixed, run_tool
+from .transaction_log_decoder import format_record_key_and_value
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
 _OFFSET_ENTRY = struct.Struct(">II")
@@ -75,6 +85,7 @@ class DumpOptions:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     key_decoder: Decoder = string_decoder
     value_decoder: Decoder = string_decoder
+    transaction_log_decoder: bool = False
 
 
 @dataclass
@@ -154,11 +165,40 @@ def record_line(h: rb.BatchHeader, r: rb.Record, opts: DumpOptions) -> str:
             f"keySize: {-1 if r.key is None else len(r.key)} "
             f"valueSize: {-1 if r.value is None else len(r.value)} "
             f"sequence: {seq} headerKeys: [{keys}]")
+    if h.is_control:
+        return line + control_record_text(r)
+    if opts.transaction_log_decoder:
+        try:
+            key, payload = format_record_key_and_value(r.key, r.value)
+        except (SchemaError, ValueError) as exc:
+            return line + f" (not a transaction log record: {exc})"
+        return line + f" key: {key} payload: {payload}"
     if opts.print_data_log:
         if r.key is not None:
             line += f" key: {opts.key_decoder(r.key)}"
         line += f" payload: {'null' if r.value is None else opts.value_decoder(r.value)}"
     return line
+
+
+def control_record_text(r: rb.Record) -> str:
+    """What Kafka prints after a control record's metadata: the end transaction marker, or the
+    control type (a control batch's key and value are never printed as data)."""
+    key = r.key or b""
+    if len(key) < 4:
+        return " controlType: UNKNOWN(-1)"
+    type_id = int.from_bytes(key[2:4], "big", signed=True)
+    try:
+        control_type = ControlRecordType(type_id)
+    except ValueError:
+        control_type = ControlRecordType.UNKNOWN
+    if control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        try:
+            marker = EndTransactionMarker.from_key_value(r.key, r.value)
+        except ValueError as exc:
+            return f" endTxnMarker: corrupt ({exc})"
+        return (f" endTxnMarker: {marker.control_type.name} "
+                f"coordinatorEpoch: {marker.coordinator_epoch}")
+    return f" controlType: {control_type.name}({type_id})"
 
 
 def dump_log_segment(path: Path, opts: DumpOptions, report: DumpReport) -> Iterator[str]:
@@ -184,7 +224,8 @@ def dump_log_segment(path: Path, opts: DumpOptions, report: DumpReport) -> Itera
             valid = False
             report.corrupt_batches += 1
         yield batch_line(h, pos, valid)
-        if (opts.deep_iteration or opts.print_data_log) and h.magic == 2:
+        if (opts.deep_iteration or opts.print_data_log or opts.transaction_log_decoder) \
+                and h.magic == 2:
             try:
                 for r in rb.decode_records(memoryview(data)[pos:pos + h.size]):
                     yield record_line(h, r, opts)
@@ -325,6 +366,19 @@ def dump_producer_snapshot(path: Path, report: DumpReport) -> Iterator[str]:
                f"offsetDelta: {b.offset_delta if b else 0} timestamp: {b.timestamp if b else -1}")
 
 
+def dump_txn_index(path: Path, report: DumpReport) -> Iterator[str]:
+    """A .txnindex file's aborted transactions (Kafka's dumpTxnIndex)."""
+    data = path.read_bytes()
+    whole = len(data) - len(data) % ENTRY_SIZE
+    for pos in range(0, whole, ENTRY_SIZE):
+        t = AbortedTxn.from_bytes(data, pos)
+        yield (f"version: {t.version} producerId: {t.producer_id} firstOffset: {t.first_offset} "
+               f"lastOffset: {t.last_offset} lastStableOffset: {t.last_stable_offset}")
+    if whole < len(data):
+        report.other.append(f"Transaction index file {path} has {len(data) - whole} bytes "
+                            "after its last whole entry")
+
+
 def dump_leader_epoch_checkpoint(path: Path, report: DumpReport) -> Iterator[str]:
     try:
         entries = LeaderEpochCheckpointFile(path).read()
@@ -360,6 +414,8 @@ def dump_file(path: Path, opts: DumpOptions, report: DumpReport) -> Iterator[str
                 yield from dump_time_index(path, opts, report)
         elif name.endswith(".snapshot"):
             yield from dump_producer_snapshot(path, report)
+        elif name.endswith(".txnindex"):
+            yield from dump_txn_index(path, report)
         elif name == LEADER_EPOCH_CHECKPOINT:
             yield from dump_leader_epoch_checkpoint(path, report)
         else:
@@ -387,7 +443,8 @@ def _dump(args: argparse.Namespace) -> int:
         print_data_log=args.print_data_log, deep_iteration=args.deep_iteration,
         index_sanity_check=args.index_sanity_check, verify_index_only=args.verify_index_only,
         max_message_size=args.max_message_size, key_decoder=decoders["key_decoder_class"],
-        value_decoder=decoders["value_decoder_class"])
+        value_decoder=decoders["value_decoder_class"],
+        transaction_log_decoder=args.transaction_log_decoder)
     files = [f.strip() for f in args.files.split(",") if f.strip()]
     if not files:
         raise ToolError("--files names no file", exit_code=2)
@@ -408,7 +465,7 @@ def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("dump-log", help="print log segments, indexes and snapshots "
                        "(Kafka's DumpLogSegments)")
     p.add_argument("--files", required=True,
-                   help="comma-separated .log/.index/.timeindex/.snapshot/"
+                   help="comma-separated .log/.index/.timeindex/.snapshot/.txnindex/"
                         "leader-epoch-checkpoint files")
     p.add_argument("--print-data-log", action="store_true",
                    help="print every record with its key and payload")
@@ -424,4 +481,7 @@ def add_parser(sub: Subcommands) -> None:
                    help="how to print keys: string (default) or hex")
     p.add_argument("--value-decoder-class", default="string",
                    help="how to print payloads: string (default) or hex")
+    p.add_argument("--transaction-log-decoder", action="store_true",
+                   help="if set, log data will be parsed as transaction metadata from the "
+                        "__transaction_state topic")
     p.set_defaults(func=run)
