@@ -1177,7 +1177,8 @@ class TxnChaosConfig:
     values: int = 3000  # the input's unique values
     pipelines: int = 2
     batch: int = 20  # records per transaction at most
-    pause_s: float = 0.25  # between a pipeline's transactions: the run outlasts the faults
+    pause_s: float = 0.05  # between a pipeline's transactions
+    hold_s: float = 0.2  # a transaction open after its records are written: faults hit it
     abort_every: int = 5  # every n-th transaction of a pipeline aborted on purpose
     schedule: tuple[str, ...] = TXN_FAULT_KINDS
     seed: int = 0
@@ -1187,6 +1188,8 @@ class TxnChaosConfig:
     restart_delay_s: float = 1.0
     heal_timeout_s: float = 60.0
     finish_timeout_s: float = 120.0  # for the pipelines to consume the rest after the faults
+    progress_before: int = 3  # transactions committed since the previous fault, before a fault
+    progress_timeout_s: float = 60.0  # pipelines not committing that long: a failure
     coordinator_partitions: int = 6  # of __transaction_state and __consumer_offsets
     input_topic: str = "txn-input"
     output_topic: str = "txn-output"
@@ -1221,6 +1224,7 @@ class TxnChaosConfig:
 class TxnChaosReport:
     config: TxnChaosConfig
     faults: list[FaultRecord] = field(default_factory=list)
+    resumed_s: list[float | None] = field(default_factory=list)  # per fault: until a commit
     committed_read: int = 0  # records a read_committed consumer read from the output
     uncommitted_read: int = 0  # ... a read_uncommitted one
     missing: list[str] = field(default_factory=list)  # input values not in the output
@@ -1229,7 +1233,9 @@ class TxnChaosReport:
     unexpected: list[str] = field(default_factory=list)  # output values from no input
     markers_uncommitted: int = 0  # marker values read_uncommitted (the aborts happened)
     txns_committed: int = 0
-    txns_aborted: int = 0  # deliberate aborts and aborts after errors
+    txns_aborted: int = 0  # on purpose
+    deliberate_abort_records: int = 0  # the input records those transactions carried
+    txns_aborted_after_error: int = 0  # by a pipeline after an abortable error
     pipeline_restarts: int = 0  # restarts by the fault kill_pipeline
     pipeline_exits: list[str] = field(default_factory=list)  # exits nobody caused
     group_offsets: dict[int, int] = field(default_factory=dict)
@@ -1245,6 +1251,15 @@ class TxnChaosReport:
     errors: list[str] = field(default_factory=list)
     workdir: Path | None = None
     elapsed_s: float = 0.0
+
+    @property
+    def fault_aborted_records(self) -> int:
+        """Output records of transactions aborted by something else than a deliberate abort:
+        a pipeline's abort after an error, or the coordinator's abort of a killed pipeline's
+        open transaction when its successor fenced it (read_uncommitted minus what the
+        committed and the deliberately aborted transactions account for)."""
+        return (self.uncommitted_read - self.committed_read - self.deliberate_abort_records
+                - self.markers_uncommitted)
 
     @property
     def failures(self) -> list[str]:
@@ -1336,14 +1351,21 @@ class PipelineProcess:
             self.proc.kill()
             return self.proc.wait(10)
 
-    def counts(self) -> tuple[int, int]:
-        """(transactions committed, transactions aborted) over every run, from stdout."""
-        committed = aborted = 0
+    def counts(self) -> tuple[int, int, int, int]:
+        """Over every run, from stdout: transactions committed, transactions aborted on
+        purpose, the input records those held, transactions aborted after an error."""
+        committed = deliberate = deliberate_records = after_error = 0
         if self.out_path.exists():
             for line in self.out_path.read_text(errors="replace").splitlines():
-                committed += line.startswith("committed ")
-                aborted += line.startswith("aborted")
-        return committed, aborted
+                word, *rest = line.split()
+                if word == "committed":
+                    committed += 1
+                elif word == "aborted" and rest and rest[0].isdigit():
+                    deliberate += 1
+                    deliberate_records += int(rest[0])
+                elif line.startswith("aborted after error"):
+                    after_error += 1
+        return committed, deliberate, deliberate_records, after_error
 
     def tail(self, lines: int = 10) -> str:
         text = self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
@@ -1589,11 +1611,12 @@ def run_txn_chaos(config: TxnChaosConfig, workdir: Path, zookeeper_connect: str,
                 "--bootstrap", cluster.bootstrap, "--input", config.input_topic,
                 "--output", config.output_topic, "--group", config.group,
                 "--transactional-id", config.transactional_id(i), "--batch", str(config.batch),
-                "--pause", str(config.pause_s), "--abort-every", str(config.abort_every)]))
+                "--pause", str(config.pause_s), "--hold", str(config.hold_s),
+                "--abort-every", str(config.abort_every)]))
             pipelines[-1].start()
         supervisor.start()
         injector.t0 = time.monotonic()
-        _txn_faults(config, injector, report, progress)
+        _txn_faults(config, injector, report, progress, pipelines)
         progress("faults over: healing the cluster")
         try:
             injector.heal()
@@ -1606,11 +1629,14 @@ def run_txn_chaos(config: TxnChaosConfig, workdir: Path, zookeeper_connect: str,
             pl.terminate()
         for pl in pipelines:
             pl.wait()
-            c, a = pl.counts()
+            c, a, records, after_error = pl.counts()
             report.txns_committed += c
             report.txns_aborted += a
+            report.deliberate_abort_records += records
+            report.txns_aborted_after_error += after_error
         progress(f"pipelines stopped ({report.txns_committed} transactions committed, "
-                 f"{report.txns_aborted} aborted); reading the output")
+                 f"{report.txns_aborted} aborted on purpose, {report.txns_aborted_after_error} "
+                 "after an error); reading the output")
         bs = cluster.bootstrap
         report.output_hw = list_offsets(bs, config.output_topic, config.partitions,
                                         "read_uncommitted")
@@ -1651,12 +1677,37 @@ def _create_txn_topics(cluster: ProcessCluster, config: TxnChaosConfig) -> None:
 
 
 def _txn_faults(config: TxnChaosConfig, injector: TxnFaultInjector, report: TxnChaosReport,
-                progress: Progress) -> None:
+                progress: Progress, pipelines: list[PipelineProcess]) -> None:
+    """Each fault once the pipelines are committing (`progress_before` new transactions since
+    the previous fault healed), so that every fault hits a running pipeline; after each, how
+    long until a pipeline commits again."""
+    def committed() -> int:
+        return sum(pl.counts()[0] for pl in pipelines)
+
+    def committing(at_least: int) -> bool | None:
+        return True if committed() >= at_least else None
+
     time.sleep(config.first_fault_after_s)
     for kind in config.schedule:
+        wanted = committed() + config.progress_before
+        try:
+            poll_for(lambda: committing(wanted), config.progress_timeout_s,  # noqa: B023
+                     "commits by the pipelines", interval=0.1)
+        except TimeoutError as exc:
+            report.errors.append(f"before {kind}: {exc}")
+            return
         record = injector.run(kind)
         report.faults.append(record)
         if record.error:
+            return
+        next_commit = committed() + 1
+        try:
+            poll_for(lambda: committing(next_commit), config.progress_timeout_s,  # noqa: B023
+                     f"a commit after {kind}", interval=0.05)
+            report.resumed_s.append(time.monotonic() - (injector.t0 + record.at_s))
+        except TimeoutError as exc:
+            report.resumed_s.append(None)
+            report.errors.append(f"after {kind}: {exc}")
             return
         time.sleep(injector.rng.uniform(*config.gap_s))
 
@@ -1680,14 +1731,17 @@ def _await_pipelines(cluster: ProcessCluster, config: TxnChaosConfig, report: Tx
 
 
 def format_txn_report(report: TxnChaosReport) -> str:
-    rows = [("t", "fault", "target", "failover", "healed", "what happened")]
-    for f in report.faults:
+    rows = [("t", "fault", "target", "failover", "healed", "committing", "what happened")]
+    for i, f in enumerate(report.faults):
+        resumed = report.resumed_s[i] if i < len(report.resumed_s) else None
         rows.append((f"{f.at_s:.1f}s", f.kind, str(f.target), _secs(f.failover_s),
-                     _secs(f.healed_s), f.detail + (f" ERROR: {f.error}" if f.error else "")))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+                     _secs(f.healed_s), _secs(resumed),
+                     f.detail + (f" ERROR: {f.error}" if f.error else "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:6], widths, strict=True)) + "  " + r[6]
              for r in rows]
-    lines.insert(1, "-" * min(120, sum(widths) + 12 + len(rows[0][5])))
+    lines.insert(1, "-" * min(120, sum(widths) + 14 + len(rows[0][6])))
+    lines.append("(committing: from the fault until a pipeline committed a transaction again)")
     c = report.config
     identical = ("yes" if report.replicas and not any(r.problem for r in report.replicas)
                  else "NO")
@@ -1697,7 +1751,9 @@ def format_txn_report(report: TxnChaosReport) -> str:
         f"{c.pipelines} exactly-once pipelines (confluent-kafka processes), {c.values} input "
         f"values, {len(report.faults)} faults, {report.elapsed_s:.0f}s in all",
         f"transactions       {report.txns_committed} committed, {report.txns_aborted} aborted "
-        f"(every {c.abort_every}th on purpose, with marker values)",
+        f"on purpose (every {c.abort_every}th, with marker values), "
+        f"{report.txns_aborted_after_error} aborted after an error; each held open "
+        f"{c.hold_s:.2f}s after its records were written",
         f"pipeline restarts  {report.pipeline_restarts} by faults; unexpected exits "
         f"{len(report.pipeline_exits)}" + "".join(f"\n  {e}" for e in report.pipeline_exits[:5]),
         f"finished           {'yes' if report.finished else 'NO'} (group offsets "
@@ -1708,7 +1764,8 @@ def format_txn_report(report: TxnChaosReport) -> str:
         f"aborted visible    {len(report.aborted_visible)}" + _examples(report.aborted_visible),
         f"unexpected         {len(report.unexpected)}" + _examples(report.unexpected),
         f"read_uncommitted   {report.uncommitted_read} records, {report.markers_uncommitted} "
-        "aborted marker values among them",
+        f"aborted marker values among them, {report.fault_aborted_records} records of "
+        "transactions aborted by errors or by fencing a killed pipeline",
         f"output LSO = HW    {'yes' if report.output_lso == report.output_hw else 'NO'} "
         f"({report.output_hw})",
         f"replicas identical {identical} below the HW (output, {len(report.replicas)} "

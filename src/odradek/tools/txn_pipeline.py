@@ -14,8 +14,11 @@ read_committed consumer.
 Errors: an abortable one (``txn_requires_abort``) aborts and rewinds; a retriable commit is
 retried; a fatal one (fenced: a newer process with the same transactional id) ends the process
 with exit status 3. SIGTERM ends it after the current transaction. One progress line per
-transaction goes to stdout (``committed <records> <total>`` / ``aborted <records>``), so the
-harness can count.
+transaction goes to stdout (``committed <records> <total>`` / ``aborted <records>`` for a
+deliberate abort / ``aborted after error``, each ending in `` @<unix time>``), so the harness
+can count. ``--hold`` keeps each
+transaction open for a while after its records reached the log, so that faults hit open
+transactions.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=20, help="records per transaction (at most)")
     p.add_argument("--pause", type=float, default=0.0,
                    help="seconds between transactions (slows the pipeline down)")
+    p.add_argument("--hold", type=float, default=0.0,
+                   help="seconds a transaction stays open after its records reached the log, "
+                        "before its offsets and commit (faults then hit open transactions)")
     p.add_argument("--abort-every", type=int, default=7,
                    help="abort every n-th transaction on purpose (0: never)")
     p.add_argument("--transaction-timeout-ms", type=int, default=20000)
@@ -73,7 +79,7 @@ class Pipeline:
         self.stopping = True
 
     def say(self, line: str) -> None:
-        print(line, flush=True)
+        print(f"{line} @{time.time():.3f}", flush=True)
 
     def rewind(self) -> None:
         """Back to the group's committed offsets (the beginning where there are none)."""
@@ -124,6 +130,9 @@ class Pipeline:
             for p in range(3):
                 self.producer.produce(self.a.output, partition=p, value=(
                     f"{ABORT_MARKER}{self.a.transactional_id}-{self.txns}-p{p}".encode()))
+        if self.a.hold:
+            self.producer.flush(30)
+            time.sleep(self.a.hold)
         positions = self.consumer.position(self.consumer.assignment())
         self.producer.send_offsets_to_transaction(
             [tp for tp in positions if tp.offset >= 0],
