@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from .clients import KCAT, In, Out, create_topic, produce_confluent
-from .conftest import BrokerProcess, unique_topic
+from .conftest import BrokerProcess, free_port, unique_topic
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(180)]
 
@@ -39,7 +39,9 @@ PER_PARTITION = 20  # records per partition per transaction
 # A single broker: the transaction log and the offsets topic cannot have 3 replicas.
 TXN_OVERRIDES = {"transaction.state.log.replication.factor": "1",
                  "transaction.state.log.min.isr": "1",
-                 "offsets.topic.replication.factor": "1"}
+                 "offsets.topic.replication.factor": "1",
+                 # the coordinator looks for timed-out transactions twice a second
+                 "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 FENCED_NAMES = {"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"}
 
@@ -335,6 +337,69 @@ def test_open_transaction_holds_back_the_lso(txn_broker: BrokerProcess) -> None:
     got = read_confluent(bs, topic, 32, READ_COMMITTED)
     assert sorted(r.value for r in got) == sorted(  # type: ignore[type-var]
         [f"open-{i}".encode() for i in range(30)] + [b"plain-after", b"plain-p1"])
+
+
+def test_coordinator_aborts_a_timed_out_transaction(txn_broker: BrokerProcess) -> None:
+    """A producer that leaves its transaction open past transaction.timeout.ms: the coordinator
+    aborts it (its records never visible read_committed, the LSO moves on to the HW), and the
+    producer's late commit fails."""
+    from confluent_kafka import KafkaException, Producer
+
+    bs = bootstrap(txn_broker)
+    topic = unique_topic("txn-timeout")
+    create_topic(bs, topic, PARTITIONS)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": txn_id("timeout"),
+                  "transaction.timeout.ms": 2000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(30):
+        p.produce(topic, value=f"late-{i}".encode(), partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+    assert list_offsets(bs, topic, READ_COMMITTED) == {q: 0 for q in range(PARTITIONS)}
+    deadline = time.monotonic() + 20
+    while True:  # the abort markers: the LSO reaches the HW, past the 10 records each
+        lso, hw = list_offsets(bs, topic, READ_COMMITTED), list_offsets(bs, topic,
+                                                                        READ_UNCOMMITTED)
+        if lso == hw and all(v > 10 for v in lso.values()):
+            break
+        assert time.monotonic() < deadline, f"not aborted after 20 s: LSO {lso}, HW {hw}"
+        time.sleep(0.2)
+    assert hw == {q: 11 for q in range(PARTITIONS)}, f"one ABORT marker each: {hw}"
+    assert read_confluent(bs, topic, 1, READ_COMMITTED, timeout=3) == []
+    with pytest.raises(KafkaException):
+        p.commit_transaction(10)
+    assert read_confluent(bs, topic, 1, READ_COMMITTED, timeout=3) == []
+
+
+def test_open_transaction_survives_a_broker_restart(
+        broker_factory: Callable[..., BrokerProcess]) -> None:
+    """kill -9 of the (only) broker while a transaction is open with records in the log: after
+    the restart the coordinator has reloaded it from `__transaction_state`, the partitions'
+    LSO is still held back by it (rebuilt from the log), and the producer commits it."""
+    from confluent_kafka import Producer
+
+    b = broker_factory(port=free_port(), overrides=TXN_OVERRIDES)  # fixed port: reconnects
+    bs = bootstrap(b)
+    topic = unique_topic("txn-restart")
+    create_topic(bs, topic, PARTITIONS)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": txn_id("restart"),
+                  "transaction.timeout.ms": 60000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(30):
+        p.produce(topic, value=f"kept-{i}".encode(), partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+    b.kill()
+    b.restart(clean=False)
+    lso = list_offsets(bs, topic, READ_COMMITTED)
+    hw = list_offsets(bs, topic, READ_UNCOMMITTED)
+    assert hw == {q: 10 for q in range(PARTITIONS)}, hw
+    assert lso == {q: 0 for q in range(PARTITIONS)}, f"LSO after the restart: {lso}"
+    p.commit_transaction(60)
+    got = read_confluent(bs, topic, 30, READ_COMMITTED)
+    assert sorted(r.value for r in got) == sorted(  # type: ignore[type-var]
+        f"kept-{i}".encode() for i in range(30))
+    assert list_offsets(bs, topic, READ_COMMITTED) == {q: 11 for q in range(PARTITIONS)}
 
 
 # -- consume-transform-produce ---------------------------------------------------------------------
