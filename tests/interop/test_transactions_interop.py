@@ -2,7 +2,8 @@
 
 * Transactional producers of confluent-kafka, kafka-python (>= 2.1 has one; 3.0.12 here) and
   aiokafka (0.14 here) commit and abort transactions spanning several partitions. Consumers of
-  every client and kcat (``-X isolation.level=...``) read the topics back: read_committed sees
+  every client, kcat (``-X isolation.level=...``) and odradek's own Consumer read the topics
+  back: read_committed sees
   exactly the committed records, read_uncommitted sees everything (the aborted records too). The
   high watermark counts one control record (a transaction marker) per partition per transaction,
   and the last stable offset (ListOffsets read_committed) reaches it once nothing is open.
@@ -233,9 +234,30 @@ def read_kcat(bs: str, topic: str, expected: int, isolation: str,
     return out
 
 
+def read_odradek(bs: str, topic: str, expected: int, isolation: str,
+                 timeout: float = 20) -> list[In]:
+    """odradek's own Consumer (odradek.client), the fifth reader: its read_committed
+    filtering against what the real clients wrote."""
+    from odradek.client import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bs, "enable.auto.commit": False,
+                  "isolation.level": isolation})
+    out: list[In] = []
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout
+        while len(out) < expected and time.monotonic() < deadline:
+            out.extend(In(r.partition, r.offset, r.key, r.value, ()) for r in c.poll(0.5))
+    finally:
+        c.close(autocommit=False)
+    return out
+
+
 READERS: dict[str, Callable[..., list[In]]] = {
     "confluent": read_confluent, "kafka-python": read_kafka_python,
-    "aiokafka": read_aiokafka, "kcat": read_kcat}
+    "aiokafka": read_aiokafka, "kcat": read_kcat, "odradek": read_odradek}
 
 
 def list_offsets(bs: str, topic: str, isolation: str) -> dict[int, int]:
