@@ -364,6 +364,8 @@ class AsyncCluster:
             "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
             "default.replication.factor": str(min(3, self.size)),
             "offsets.topic.replication.factor": str(min(3, self.size)),
+            "transaction.state.log.replication.factor": str(min(3, self.size)),
+            "transaction.state.log.min.isr": str(min(2, self.size)),
             "controlled.shutdown.retry.backoff.ms": "200",
         }
         if self.security is not None:

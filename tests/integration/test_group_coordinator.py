@@ -270,7 +270,7 @@ def test_find_coordinator_creates_the_offsets_topic(tmp_path: Path) -> None:
         # abs("my-group".hashCode()) % 50 == 12: the coordinator leads partition 12
         assert offsets_partition(cluster, "my-group") == 12
         assert info.partitions[12].leader == node
-        # v0 (no key type) and v4 (batched keys) agree; transactional ids are not served
+        # v0 (no key type) and v4 (batched keys) agree; unknown key types are refused
         r0 = await c.request(req_module(10, 0).FindCoordinatorRequest(key="my-group"))
         assert (r0.error_code, r0.node_id) == (ErrorCode.none, node)
         m4 = req_module(10, 4)
@@ -279,7 +279,7 @@ def test_find_coordinator_creates_the_offsets_topic(tmp_path: Path) -> None:
         got = {x.key: (x.error_code, x.node_id) for x in r4.coordinators}
         assert got["my-group"] == (ErrorCode.none, node)
         assert got["other"][0] == ErrorCode.none
-        tx = await c.request(m.FindCoordinatorRequest(key="tx", key_type=1))
+        tx = await c.request(m.FindCoordinatorRequest(key="tx", key_type=2))
         assert tx.error_code == ErrorCode.invalid_request
         await c.close()
     with_cluster(tmp_path, body)

@@ -290,3 +290,142 @@ def test_abort_a_hanging_transaction(cluster: Cluster, admin: Admin) -> None:
         assert consume(cluster, name, "read_committed", 0, partitions=1, timeout=1) == []
     finally:
         p.close()
+
+
+def test_spark_source_read_committed(cluster: Cluster, admin: Admin) -> None:
+    """kafka.isolation.level=read_committed for the Spark source: the driver's latest offsets
+    are the LSOs, an executor's range read returns committed records only."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from odradek.spark.offsets import OffsetRange
+    from odradek.spark.reader import read_ranges
+    from odradek.spark.source import OffsetReader
+
+    name = topic(admin, "txn-spark", 1)
+    p = producer(cluster, "spark-writer")
+    try:
+        p.init_transactions(30)
+        for prefix, commit in (("c", True), ("a", False), ("d", True)):
+            p.begin_transaction()
+            for v in values(prefix, 4):
+                p.send(name, v, partition=0)
+            if commit:
+                p.commit_transaction(30)
+            else:
+                p.flush()
+                p.abort_transaction(30)
+        p.begin_transaction()
+        p.send(name, b"open", partition=0)
+        p.flush()
+        kafka = {"bootstrap.servers": cluster.bootstrap_servers,
+                 "isolation.level": "read_committed"}
+        with OffsetReader(kafka) as offsets:
+            # 3 transactions of 4 records and their markers: 15; the open one starts there
+            latest = eventually(lambda: offsets.latest([(name, 0)]),
+                                lambda found: found[(name, 0)] == 15)
+        with OffsetReader({"bootstrap.servers": cluster.bootstrap_servers}) as offsets:
+            assert offsets.latest([(name, 0)])[(name, 0)] == 16  # the high watermark
+        batches = list(read_ranges([OffsetRange(name, 0, 0, latest[(name, 0)])], kafka,
+                                   fail_on_data_loss=True, include_headers=False))
+        got = [v for b in batches for v in b.column("value").to_pylist()]
+        assert got == values("c", 4) + values("d", 4)
+        p.abort_transaction(30)
+    finally:
+        p.close()
+
+
+def test_list_duration_filter(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """--duration-filter needs ListTransactions v1 (Kafka 3.8): refused with Kafka's message by
+    brokers that only speak v0."""
+    code, out, err = run_tool(capsys, "transactions", "--bootstrap-server",
+                              cluster.bootstrap_servers, "list", "--duration-filter", "1000")
+    if code == 0:  # the brokers speak v1
+        assert out[0].split() == ["TransactionalId", "Coordinator", "ProducerId",
+                                  "TransactionState"]
+    else:
+        assert err.startswith("Failed to list transactions: Duration filter can be set only "
+                              "when using API version 1 or higher.")
+
+
+def test_find_and_abort_a_hanging_transaction_with_the_tool(
+        cluster: Cluster, admin: Admin, capsys: pytest.CaptureFixture[str]) -> None:
+    """A transactional batch of a producer id no coordinator knows (written by hand, as a
+    producer whose coordinator lost its state would leave it) keeps the LSO back: find-hanging
+    lists it, `abort --start-offset` ends it, read_committed readers then see past it."""
+    import asyncio
+    import dataclasses
+
+    from odradek.protocol.records import build_batch
+    from tests.integration.broker_harness import produce
+    from tests.wire import WireClient
+
+    name = topic(admin, "txn-hung", 1)
+    leader = admin.describe_topics([name])[name].partitions[0].leader
+    node = next(b for b in admin.describe_cluster().brokers if b.node_id == leader)
+    ghost = 777_777
+
+    async def write() -> Any:
+        c = await WireClient.connect(node.host, node.port)
+        try:
+            batch = build_batch([(None, b"ghost")], producer_id=ghost, producer_epoch=0,
+                                base_sequence=0, is_transactional=True)
+            req = dataclasses.replace(produce(name, 0, batch), transactional_id="ghost-id")
+            return await c.request(req)
+        finally:
+            await c.close()
+    resp = asyncio.run(write())
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers}) as plain:
+        plain.send(name, b"after", partition=0).result(10)
+    assert consume(cluster, name, "read_committed", 0, partitions=1, timeout=1) == []
+
+    bs = ["transactions", "--bootstrap-server", cluster.bootstrap_servers]
+    code, out, err = run_tool(capsys, *bs, "find-hanging", "--topic", name,
+                              "--max-transaction-timeout", "0")
+    assert code == 0, err
+    assert out[0].split() == ["Topic", "Partition", "ProducerId", "ProducerEpoch",
+                              "CoordinatorEpoch", "StartOffset", "LastTimestamp",
+                              "Duration(min)"]
+    assert [r.split()[:6] for r in out[1:]] == [[name, "0", str(ghost), "0", "-1", "0"]]
+    code, out, err = run_tool(capsys, *bs, "find-hanging", "--broker-id", str(leader),
+                              "--max-transaction-timeout", "0")
+    assert code == 0 and any(r.split()[:3] == [name, "0", str(ghost)] for r in out[1:]), err
+    code, out, err = run_tool(capsys, *bs, "abort", "--topic", name, "--partition", "0",
+                              "--start-offset", "5")
+    assert code == 1 and "Could not find any open transactions starting at offset 5" in err
+    code, out, err = run_tool(capsys, *bs, "abort", "--topic", name, "--partition", "0",
+                              "--start-offset", "0")
+    assert (code, out) == (0, []), err
+    assert consume(cluster, name, "read_committed", 1, partitions=1) == [b"after"]
+    code, out, err = run_tool(capsys, *bs, "find-hanging", "--topic", name, "--partition", "0",
+                              "--max-transaction-timeout", "0")
+    assert code == 0 and out[1:] == [], err
+
+
+def test_a_failed_batch_is_abortable_and_the_next_transaction_gets_a_new_epoch(
+        cluster: Cluster, admin: Admin) -> None:
+    """A record the broker refuses (larger than the topic's max.message.bytes) puts the
+    transaction in the abortable error state: the commit raises, the abort succeeds, the next
+    epoch is taken (sequences restart) and the next transaction commits."""
+    admin.create_topics([NewTopic("txn-small", 1, 3, {"max.message.bytes": "300"})])
+    admin.wait_for_topics(["txn-small"])
+    p = producer(cluster, "abortable")
+    try:
+        p.init_transactions(30)
+        epoch = p._p.producer_epoch
+        p.begin_transaction()
+        big = p.send("txn-small", b"x" * 1000, partition=0)
+        p.flush()
+        assert "MESSAGE_TOO_LARGE" in str(big.exception())
+        with pytest.raises(KafkaError, match="in an error state"):
+            p.commit_transaction(30)
+        with pytest.raises(KafkaError, match="in an error state"):
+            p.send("txn-small", b"more", partition=0)
+        p.abort_transaction(30)
+        assert p._p.producer_epoch == epoch + 1  # KIP-360: a fresh epoch after the failure
+        p.begin_transaction()
+        p.send("txn-small", b"after", partition=0)
+        p.commit_transaction(30)
+        assert consume(cluster, "txn-small", "read_committed", 1, partitions=1) == [b"after"]
+    finally:
+        p.close()

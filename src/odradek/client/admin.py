@@ -33,7 +33,13 @@ from ._loop import LoopThread
 from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
 from .cluster_metadata import KafkaClient
 from .config import ADMIN, build_config, parse_servers
-from .errors import ConfigException, KafkaConnectionError, KafkaError, KafkaTimeoutError
+from .errors import (
+    ConfigException,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
 from .group import parse_offset_fetch
 from .types import (
     AbortTransactionSpec,
@@ -852,6 +858,11 @@ class AsyncAdmin:
         md = await self.client.refresh_metadata()
         out: dict[int, list[TransactionListing]] = {}
         for node in sorted(md.brokers):
+            if duration_ms >= 0 and (await self.client.connection(node)).version(66) < 1:
+                raise UnsupportedVersionError(
+                    "Duration filter can be set only when using API version 1 or higher. If "
+                    "client is connected to an older broker, do not specify duration filter or "
+                    "set duration filter to -1.")
             resp = await self.client.send(node, 66, state_filters=list(states),
                                           producer_id_filters=list(producer_ids),
                                           duration_filter=duration_ms)

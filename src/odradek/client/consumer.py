@@ -11,9 +11,11 @@ The fetcher runs in the background: one Fetch in flight per leader broker, cover
 assigned partition it leads that has a position and no buffered records (full fetch requests,
 no fetch sessions). Records are checked (CRC32C, `check.crcs`) and decoded when they arrive;
 control batches are skipped; records before the position (a compressed batch fetched from its
-middle) are dropped. poll() returns at most `max.poll.records` buffered records and advances the
-positions past them; a seek() drops what was buffered for that partition, and a fetch that
-answers for an old position is discarded.
+middle) are dropped. With `isolation.level=read_committed` fetches and ListOffsets stop at the
+last stable offset and the batches of aborted transactions are skipped (`read_committed`).
+poll() returns at most `max.poll.records` buffered records and advances the positions past
+them; a seek() drops what was buffered for that partition, and a fetch that answers for an old
+position is discarded.
 
 With `group.id` and subscribe(), membership is `group.GroupCoordinatorClient`'s; poll() joins
 and rejoins (so revocation happens between two polls, as in Java). With

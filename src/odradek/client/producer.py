@@ -15,6 +15,15 @@ partition's queue in sequence order and are resent with their original sequences
 likewise retries in sequence order, up to 5 in flight). UNKNOWN_PRODUCER_ID, or an
 OUT_OF_ORDER_SEQUENCE_NUMBER not explained by an earlier failure, resets the producer id
 once nothing is in flight.
+
+Transactions (KIP-98, with `transactional.id`; confluent-kafka's method names): the producer id
+and epoch come from init_transactions() (the transaction coordinator, found with FindCoordinator
+key type 1), not from the idempotent path. Records may only be sent between begin_transaction()
+and commit_transaction() / abort_transaction(); each partition joins the transaction
+(AddPartitionsToTxn) before its first batch is sent, batches carry the transactional bit and
+Produce the transactional id. commit_transaction() delivers everything first, then EndTxn;
+abort_transaction() fails what was not sent yet. The state machine and the error classes
+(abortable vs fatal) are `transaction_manager`'s, the coordinator requests `txn_requests`'s.
 """
 
 from __future__ import annotations
