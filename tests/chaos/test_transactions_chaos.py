@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.tools.chaos import (
+from odradek.tools.chaos_transactions import (
     TXN_FAULT_KINDS,
     TxnChaosConfig,
     format_txn_report,

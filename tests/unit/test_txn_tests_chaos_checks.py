@@ -1,6 +1,6 @@
-"""The verdicts of `odradek chaos --transactions` (tools/chaos.py): the coordinator partition the
-fault injector kills is the one the brokers use, and the output check catches every way an
-exactly-once pipeline can go wrong."""
+"""The verdicts of `odradek chaos --transactions` (tools/chaos_transactions.py): the coordinator
+partition the fault injector kills is the one the brokers use, and the output check catches
+every way an exactly-once pipeline can go wrong."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import pytest
 
 from odradek.coordinator.offsets import java_string_hashcode, kafka_abs
 from odradek.coordinator.transaction_state import partition_for
-from odradek.tools.chaos import TxnChaosConfig, TxnChaosReport, check_output, coordinator_partition
+from odradek.tools.chaos_transactions import (
+    TxnChaosConfig,
+    TxnChaosReport,
+    check_output,
+    coordinator_partition,
+)
 
 
 @pytest.mark.parametrize("key", ["txn-pipeline-0", "txn-pipeline-1", "txn-pipeline", "", "a",
@@ -53,3 +58,13 @@ def test_each_violation_fails_the_run(committed: list[str], field: str,
 def test_no_marker_read_uncommitted_fails_the_run() -> None:
     r = report_for(GOOD, GOOD)
     assert any("aborts were not tested" in f for f in r.failures)
+
+
+def test_the_command_checks_transactional_fault_names(capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek.cli import main
+
+    assert main(["chaos", "--transactions", "--faults", "kill_pipeline,bogus"]) == 2
+    assert "unknown transactional faults ['bogus']" in capsys.readouterr().err
+    # The transactional faults are not the replication run's.
+    assert main(["chaos", "--faults", "kill_pipeline"]) == 2
+    assert "unknown faults ['kill_pipeline']" in capsys.readouterr().err
