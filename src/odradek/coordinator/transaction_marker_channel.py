@@ -256,6 +256,7 @@ class TransactionMarkerChannelManager:
             except Exception:
                 log.exception("[Transaction Marker Channel Manager %d]: sending markers failed",
                               self.broker_id)
+            await asyncio.sleep(0)  # a wakeup set meanwhile must not starve the loop
 
     # -- what is pending ------------------------------------------------------------------------
     @property
@@ -413,13 +414,15 @@ class TransactionMarkerChannelManager:
         by_destination: dict[Destination | None, set[TopicPartition]] = {}
         for tp in partitions:
             by_destination.setdefault(self.leader_for(tp), set()).add(tp)
+        sendable = False
         for destination, tps in by_destination.items():
             if destination is not None:
                 entry = TxnIdAndMarkerEntry(transactional_id, TxnMarkerEntry(
                     producer_id, producer_epoch, coordinator_epoch, result, frozenset(tps)))
-                if destination[0] < 0:
+                if destination[0] < 0:  # looked up again at the next periodic pump
                     self.markers_queue_for_unknown_broker.add_markers(txn_partition, entry)
                 else:
+                    sendable = True
                     queue = self.markers_queue_per_broker.get(destination[0])
                     if queue is None:
                         queue = self.markers_queue_per_broker[destination[0]] = \
@@ -446,7 +449,8 @@ class TransactionMarkerChannelManager:
                 for tp in tps:
                     found.transaction_metadata.remove_partition(tp)
                 self.maybe_write_txn_completion(transactional_id)
-        self.wakeup()
+        if sendable:
+            self.wakeup()
 
     def maybe_write_txn_completion(self, transactional_id: str) -> None:
         pending = self.transactions_with_pending_markers.get(transactional_id)
