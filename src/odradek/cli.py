@@ -183,7 +183,7 @@ def cmd_zookeeper(args: argparse.Namespace) -> int:
 # subcommand (named after Kafka's tool) with set_defaults(func=...).
 TOOL_MODULES = [
     "dump_log",
-    "chaos",
+    "chaos_command",
     "console_producer",
     "console_consumer",
     "topics",

@@ -39,23 +39,21 @@ Then the cluster is healed, the producers flush, and three things are verified:
 ``--plot FILE.svg`` draws the acknowledged writes per second of each producer over time, with
 the faults as markers (odradek.plot).
 
-`run_chaos()` is the function tests call; `odradek chaos` wraps it with its own ZooKeeper.
+`run_chaos()` is the function tests call; `odradek chaos` (odradek.tools.chaos_command) wraps
+it with its own ZooKeeper. ``odradek chaos --transactions`` runs the transactional workload of
+odradek.tools.chaos_transactions instead, with this module's fault injector.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
 import random
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import traceback
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -64,7 +62,6 @@ from typing import Any, TypeVar
 
 from ..protocol import records as rb
 from ..storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from .command import Subcommands, ToolError, prefixed, run_tool
 from .processes import ProcessCluster
 
 FAULT_KINDS = ("kill_leader", "kill_controller", "pause_leader", "restart")
@@ -990,90 +987,3 @@ def format_report(report: ChaosReport) -> str:
 
 def _examples(items: list[str]) -> str:
     return f"  e.g. {', '.join(items[:5])}" if items else ""
-
-
-# -- the command -----------------------------------------------------------------------------------
-
-
-def run(args: argparse.Namespace) -> int:
-    return run_tool(lambda: _run(args), refused=prefixed("chaos"))
-
-
-def _run(args: argparse.Namespace) -> int:
-    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    known = FAULT_KINDS + ADMIN_FAULT_KINDS
-    unknown = [f for f in faults if f not in known]
-    if unknown or not faults:
-        raise ToolError(f"unknown faults {unknown}; choose from {','.join(known)}", exit_code=2)
-    if args.admin_ops:
-        faults += tuple(k for k in ADMIN_FAULT_KINDS if k not in faults)
-    if args.plot and not args.plot.endswith(".svg"):
-        raise ToolError(f"--plot writes an SVG file: {args.plot!r} does not end in .svg",
-                        exit_code=2)
-    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
-    config = ChaosConfig(brokers=args.brokers, partitions=args.partitions,
-                         duration_s=args.duration, seed=seed, producers=args.producers,
-                         rate=args.rate, faults=faults)
-    own_dir = args.data_dir is None
-    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    progress = stderr_progress(t0)
-    progress(f"odradek chaos: seed {seed}, data in {workdir}")
-    try:
-        report = _run_with_zookeeper(config, workdir, args.zookeeper, progress)
-    except (OSError, RuntimeError, TimeoutError) as exc:  # ZooKeeper missing or not starting
-        raise ToolError(str(exc), exit_code=2) from None
-    print(format_report(report), flush=True)
-    if args.plot:
-        try:
-            plot_report(report, args.plot)
-            print(f"throughput chart written to {args.plot}", file=sys.stderr)
-        except (OSError, ImportError, ValueError) as exc:  # ValueError: nothing to draw
-            print(f"odradek chaos: could not write {args.plot}: {exc}", file=sys.stderr)
-    if report.ok and own_dir and not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        print(f"broker logs and data kept in {workdir}", file=sys.stderr)
-    return 0 if report.ok else 1
-
-
-def _run_with_zookeeper(config: ChaosConfig, workdir: Path, zookeeper: str | None,
-                        progress: Progress) -> ChaosReport:
-    chroot = f"/odradek-chaos-{uuid.uuid4().hex[:8]}"
-    if zookeeper:
-        return run_chaos(config, workdir / "brokers", zookeeper.rstrip("/") + chroot, progress)
-    from ..coordination.zk_server import ZooKeeperServer
-
-    with ZooKeeperServer(data_dir=workdir / "zookeeper", tick_time=500) as zk:
-        progress(f"ZooKeeper on {zk.connect_string}")
-        return run_chaos(config, workdir / "brokers", zk.connect_string + chroot, progress)
-
-
-def add_parser(sub: Subcommands) -> None:
-    p = sub.add_parser("chaos", help="replication under faults: acks=all writes, kill -9, "
-                       "SIGSTOP, restarts; verify nothing acknowledged is lost")
-    p.add_argument("--brokers", type=int, default=3)
-    p.add_argument("--partitions", type=int, default=6)
-    p.add_argument("--duration", type=float, default=60.0,
-                   help="seconds of fault injection (default 60)")
-    p.add_argument("--seed", type=int, help="random seed (default: random, printed)")
-    p.add_argument("--producers", type=int, default=2)
-    p.add_argument("--rate", type=float, default=200.0,
-                   help="values per second per producer (default 200)")
-    p.add_argument("--data-dir", help="broker data and logs (default: a temporary directory, "
-                   "removed after a successful run)")
-    p.add_argument("--keep", action="store_true", help="keep the data dir after success")
-    p.add_argument("--zookeeper", metavar="HOST:PORT",
-                   help="an existing ZooKeeper (default: start a local one)")
-    p.add_argument("--faults", default=",".join(FAULT_KINDS),
-                   help=f"comma-separated subset of {','.join(FAULT_KINDS + ADMIN_FAULT_KINDS)}")
-    p.add_argument("--admin-ops", action="store_true",
-                   help="add admin operations to the faults: partition reassignment to random "
-                        "replica sets (AlterPartitionReassignments, sometimes with the "
-                        "controller killed right after) and preferred leader election "
-                        "(ElectLeaders); the report checks every reassignment completed")
-    p.add_argument("--plot", metavar="FILE.svg",
-                   help="write a chart of acknowledged writes per second per producer, with "
-                        "the faults as markers")
-    p.set_defaults(func=run)

@@ -1,0 +1,159 @@
+"""`odradek chaos`: the command of the replication chaos run (odradek.tools.chaos) and, with
+``--transactions``, of the exactly-once pipeline run (odradek.tools.chaos_transactions), each
+on an existing ZooKeeper or on a local one started for the run."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .chaos import (
+    ADMIN_FAULT_KINDS,
+    FAULT_KINDS,
+    ChaosConfig,
+    Progress,
+    format_report,
+    plot_report,
+    run_chaos,
+    stderr_progress,
+)
+from .chaos_transactions import TXN_FAULT_KINDS, TxnChaosConfig, format_txn_report, run_txn_chaos
+from .command import Subcommands, ToolError, prefixed, run_tool
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_tool(lambda: _run(args), refused=prefixed("chaos"))
+
+
+def _run(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    if args.transactions:
+        return _run_transactions(args, seed)
+    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    known = FAULT_KINDS + ADMIN_FAULT_KINDS
+    unknown = [f for f in faults if f not in known]
+    if unknown or not faults:
+        raise ToolError(f"unknown faults {unknown}; choose from {','.join(known)}", exit_code=2)
+    if args.admin_ops:
+        faults += tuple(k for k in ADMIN_FAULT_KINDS if k not in faults)
+    if args.plot and not args.plot.endswith(".svg"):
+        raise ToolError(f"--plot writes an SVG file: {args.plot!r} does not end in .svg",
+                        exit_code=2)
+    config = ChaosConfig(brokers=args.brokers, partitions=args.partitions,
+                         duration_s=args.duration, seed=seed, producers=args.producers,
+                         rate=args.rate, faults=faults)
+    own_dir = args.data_dir is None
+    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    progress = stderr_progress(t0)
+    progress(f"odradek chaos: seed {seed}, data in {workdir}")
+    try:
+        report = _run_with_zookeeper(config, workdir, args.zookeeper, progress)
+    except (OSError, RuntimeError, TimeoutError) as exc:  # ZooKeeper missing or not starting
+        raise ToolError(str(exc), exit_code=2) from None
+    print(format_report(report), flush=True)
+    if args.plot:
+        try:
+            plot_report(report, args.plot)
+            print(f"throughput chart written to {args.plot}", file=sys.stderr)
+        except (OSError, ImportError, ValueError) as exc:  # ValueError: nothing to draw
+            print(f"odradek chaos: could not write {args.plot}: {exc}", file=sys.stderr)
+    if report.ok and own_dir and not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"broker logs and data kept in {workdir}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _run_with_zookeeper(config: Any, workdir: Path, zookeeper: str | None,
+                        progress: Progress, runner: Callable[..., Any] | None = None) -> Any:
+    """`runner` (run_chaos, or run_txn_chaos with a TxnChaosConfig) on `zookeeper` or on a
+    local ZooKeeper started for the run, in a chroot of its own."""
+    runner = runner or run_chaos
+    chroot = f"/odradek-chaos-{uuid.uuid4().hex[:8]}"
+    if zookeeper:
+        return runner(config, workdir / "brokers", zookeeper.rstrip("/") + chroot, progress)
+    from ..coordination.zk_server import ZooKeeperServer
+
+    with ZooKeeperServer(data_dir=workdir / "zookeeper", tick_time=500) as zk:
+        progress(f"ZooKeeper on {zk.connect_string}")
+        return runner(config, workdir / "brokers", zk.connect_string + chroot, progress)
+
+
+def _run_transactions(args: argparse.Namespace, seed: int) -> int:
+    """`odradek chaos --transactions`: the exactly-once pipeline under the transactional
+    faults (run_txn_chaos); --duration is not used (the schedule is each fault once)."""
+    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    if args.faults == ",".join(FAULT_KINDS):  # the default of the replication run
+        faults = TXN_FAULT_KINDS
+    unknown = [f for f in faults if f not in TXN_FAULT_KINDS]
+    if unknown or not faults:
+        raise ToolError(f"unknown transactional faults {unknown}; choose from "
+                        f"{','.join(TXN_FAULT_KINDS)}", exit_code=2)
+    config = TxnChaosConfig(brokers=args.brokers, partitions=args.partitions, seed=seed,
+                            values=args.values, pipelines=args.pipelines, schedule=faults)
+    own_dir = args.data_dir is None
+    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-txn-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    progress = stderr_progress(time.monotonic())
+    progress(f"odradek chaos --transactions: seed {seed}, data in {workdir}")
+    try:
+        report = _run_with_zookeeper(config, workdir, args.zookeeper, progress,
+                                     runner=run_txn_chaos)
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        raise ToolError(str(exc), exit_code=2) from None
+    print(format_txn_report(report), flush=True)
+    if report.ok and own_dir and not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"broker and pipeline logs kept in {workdir}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def add_parser(sub: Subcommands) -> None:
+    p = sub.add_parser("chaos", help="replication under faults: acks=all writes, kill -9, "
+                       "SIGSTOP, restarts; verify nothing acknowledged is lost")
+    p.add_argument("--brokers", type=int, default=3)
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--duration", type=float, default=60.0,
+                   help="seconds of fault injection (default 60)")
+    p.add_argument("--seed", type=int, help="random seed (default: random, printed)")
+    p.add_argument("--producers", type=int, default=2)
+    p.add_argument("--rate", type=float, default=200.0,
+                   help="values per second per producer (default 200)")
+    p.add_argument("--data-dir", help="broker data and logs (default: a temporary directory, "
+                   "removed after a successful run)")
+    p.add_argument("--keep", action="store_true", help="keep the data dir after success")
+    p.add_argument("--zookeeper", metavar="HOST:PORT",
+                   help="an existing ZooKeeper (default: start a local one)")
+    p.add_argument("--faults", default=",".join(FAULT_KINDS),
+                   help=f"comma-separated subset of {','.join(FAULT_KINDS + ADMIN_FAULT_KINDS)}")
+    p.add_argument("--admin-ops", action="store_true",
+                   help="add admin operations to the faults: partition reassignment to random "
+                        "replica sets (AlterPartitionReassignments, sometimes with the "
+                        "controller killed right after) and preferred leader election "
+                        "(ElectLeaders); the report checks every reassignment completed")
+    p.add_argument("--transactions", action="store_true",
+                   help="instead: an exactly-once consume-transform-produce pipeline "
+                        "(confluent-kafka processes, transactions with "
+                        "send_offsets_to_transaction) under kill -9 of the transaction and "
+                        "group coordinators, partition leaders and the pipeline processes; "
+                        "checks every input value is read_committed exactly once and nothing "
+                        f"aborted is visible (faults: {','.join(TXN_FAULT_KINDS)})")
+    p.add_argument("--values", type=int, default=3000,
+                   help="with --transactions: the input's unique values (default 3000)")
+    p.add_argument("--pipelines", type=int, default=2,
+                   help="with --transactions: pipeline processes (default 2)")
+    p.add_argument("--plot", metavar="FILE.svg",
+                   help="write a chart of acknowledged writes per second per producer, with "
+                        "the faults as markers")
+    p.set_defaults(func=run)
