@@ -597,8 +597,8 @@ def test_negative_timestamp_in_a_response_reads_as_minus_one_ms() -> None:
     from odradek.protocol.codec import request_class as rc
 
     epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-    state = make(mod.TransactionState, error_code=ErrorCode.transactional_id_not_found, transactional_id="t",
-                 transaction_state="", transaction_timeout=0,
+    state = make(mod.TransactionState, error_code=ErrorCode.transactional_id_not_found,
+                 transactional_id="t", transaction_state="", transaction_timeout=0,
                  transaction_start_time=epoch + datetime.timedelta(milliseconds=-1),
                  producer_id=-1, producer_epoch=-1, topics=())
     frame = encode_response(rc(65, 0), 7, make(mod.DescribeTransactionsResponse, throttle_time=0,

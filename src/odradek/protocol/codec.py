@@ -23,7 +23,6 @@ from kio._kio_native import (
     read_compact_string_as_bytes,
     read_compact_string_as_bytes_nullable,
     read_compact_string_nullable,
-    read_datetime_i64,
     read_error_code,
     read_float64,
     read_int8,
@@ -46,7 +45,6 @@ from kio._kio_native import (
     read_uuid,
 )
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import OutOfBoundValue
 from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import (
     EntityField,
@@ -57,6 +55,7 @@ from kio.serial._introspect import (
     get_field_tag,
     is_optional,
 )
+from kio.serial.errors import OutOfBoundValue
 
 _HH = struct.Struct(">hh")
 _I = struct.Struct(">i")
