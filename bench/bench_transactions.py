@@ -27,7 +27,7 @@ Each figure is the best of `--repeat` (3) runs. The markdown section goes betwee
 docs/img/transactions-throughput.svg::
 
     python bench/bench_transactions.py                           # markdown on stdout
-    python bench/bench_transactions.py --update-doc docs/performance-transactions.md
+    python bench/bench_transactions.py --update-doc docs/performance.md
     python bench/bench_transactions.py --quick                   # smoke test, ~1 minute
 
 Internal: `python bench/bench_transactions.py worker ...` runs one producer.

@@ -38,13 +38,13 @@ if [ -n "${BENCH_REV:-}" ]; then
     echo "[run_all] benchmarking src/ of commit $rev" >&2
 fi
 
-echo "[run_all] 1/8 bench/bench_broker.py $*" >&2
+echo "[run_all] 1/9 bench/bench_broker.py $*" >&2
 timeout 3600 "$PY" bench/bench_broker.py --output "$tmp/broker.md" "$@"
 
-echo "[run_all] 2/8 bench/bench_timer.py --ops $TIMER_OPS" >&2
+echo "[run_all] 2/9 bench/bench_timer.py --ops $TIMER_OPS" >&2
 timeout 1800 "$PY" bench/bench_timer.py --ops "$TIMER_OPS" >"$tmp/timer.md"
 
-echo "[run_all] 3/8 bench/bench_failover.py $FAILOVER_ARGS" >&2
+echo "[run_all] 3/9 bench/bench_failover.py $FAILOVER_ARGS" >&2
 # shellcheck disable=SC2086  # FAILOVER_ARGS is a list of arguments
 timeout 5400 "$PY" bench/bench_failover.py --output "$tmp/failover.md" $FAILOVER_ARGS
 
@@ -109,10 +109,11 @@ if security:  # carried over for bench_security.py --update-doc (keeps its notes
 Path(out).write_text(doc)
 PYEOF
 "$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
-echo "[run_all] 4/8 bench/bench_replication.py --update-doc $OUT" >&2
+echo "[run_all] 4/9 bench/bench_replication.py --update-doc $OUT" >&2
 timeout 3600 "$PY" bench/bench_replication.py --no-timer --update-doc "$OUT"
-echo "[run_all] 5/8 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
-echo "[run_all] 6/8 bench/bench_client.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_client.py --update-doc "$OUT"
-echo "[run_all] 7/8 bench/bench_cleaner.py --profile --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_cleaner.py --profile --update-doc "$OUT"
-echo "[run_all] 8/8 bench/bench_security.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_security.py --update-doc "$OUT"
-echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client, cleaner and security sections)" >&2
+echo "[run_all] 5/9 bench/bench_spark.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_spark.py --update-doc "$OUT"
+echo "[run_all] 6/9 bench/bench_client.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_client.py --update-doc "$OUT"
+echo "[run_all] 7/9 bench/bench_cleaner.py --profile --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_cleaner.py --profile --update-doc "$OUT"
+echo "[run_all] 8/9 bench/bench_security.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_security.py --update-doc "$OUT"
+echo "[run_all] 9/9 bench/bench_transactions.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_transactions.py --update-doc "$OUT"
+echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client, cleaner, security and transactions sections)" >&2

@@ -718,3 +718,101 @@ def test_aiokafka_second_producer_fences_the_first(txn_broker: BrokerProcess) ->
     exc = asyncio.run(run())
     assert isinstance(exc, ProducerFenced), repr(exc)
     check_fenced_outcome(bs, topic)
+
+
+def test_kafka_python_admin_transaction_apis(txn_broker: BrokerProcess) -> None:
+    """kafka-python's KafkaAdminClient (KIP-664) against odradek: list_transactions,
+    describe_transactions and describe_producers see an open transaction of confluent-kafka;
+    a transaction left open with no coordinator state (a transactional batch of a producer id
+    no coordinator knows) is found by `odradek transactions find-hanging` (kafka-python's
+    find_hanging_transactions only flags coordinator transactions older than the timeout plus
+    5 minutes, and none is), and kafka-python's abort_transaction ends it: the LSO reaches
+    the HW."""
+    from confluent_kafka import Producer
+    from kafka import TopicPartition as KTP
+    from kafka.admin import AbortTransactionSpec, KafkaAdminClient
+
+    bs = bootstrap(txn_broker)
+    topic = unique_topic("txn-admin")
+    create_topic(bs, topic, PARTITIONS)
+    tid = txn_id("admin")
+    p = Producer({"bootstrap.servers": bs, "transactional.id": tid})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(PARTITIONS):
+        p.produce(topic, value=f"a-{i}".encode(), partition=i)
+    assert p.flush(30) == 0
+    admin = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        listed = [t for ts in admin.list_transactions().values() for t in ts
+                  if t.transactional_id == tid]
+        assert len(listed) == 1 and listed[0].state.value == "Ongoing", listed
+        desc = admin.describe_transactions([tid])[tid]
+        assert desc.state.value == "Ongoing"
+        assert {(tp.topic, tp.partition) for tp in desc.topic_partitions} == {
+            (topic, i) for i in range(PARTITIONS)}
+        producers = admin.describe_producers([KTP(topic, 0)])[KTP(topic, 0)].active_producers
+        assert [s.producer_id for s in producers] == [desc.producer_id]
+        assert producers[0].current_transaction_start_offset == 0
+        p.commit_transaction(30)
+        # A hanging transaction: the coordinator never heard of it (its partition was written
+        # with an expired producer's transactional batch), so only an abort ends it.
+        assert admin.find_hanging_transactions() == []
+        assert find_hanging(bs, topic) == []
+        hang = hanging_transaction(bs, topic)
+        assert find_hanging(bs, topic) == [(topic, "1", str(hang))]
+        assert list_offsets(bs, topic, READ_COMMITTED)[1] < list_offsets(
+            bs, topic, READ_UNCOMMITTED)[1]
+        admin.abort_transaction(AbortTransactionSpec(KTP(topic, 1), hang, 0, 0))
+        assert wait_for(lambda: list_offsets(bs, topic, READ_COMMITTED)
+                        == list_offsets(bs, topic, READ_UNCOMMITTED), 15)
+        assert find_hanging(bs, topic) == []
+    finally:
+        admin.close()
+
+
+def hanging_transaction(bs: str, topic: str, partition: int = 1,
+                        producer_id: int = 888_888) -> int:
+    """Write one transactional batch of a producer id no coordinator knows to `partition`:
+    what a producer whose coordinator lost its state leaves open. Returns the producer id."""
+    import dataclasses
+
+    from odradek.protocol.records import build_batch
+    from tests.integration.broker_harness import produce
+    from tests.wire import WireClient
+
+    host, port = bs.split(",")[0].rsplit(":", 1)
+
+    async def write() -> Any:
+        c = await WireClient.connect(host, int(port))
+        try:
+            batch = build_batch([(None, b"hanging")], producer_id=producer_id, producer_epoch=0,
+                                base_sequence=0, is_transactional=True)
+            req = dataclasses.replace(produce(topic, partition, batch),
+                                      transactional_id="hanging-id")
+            return await c.request(req)
+        finally:
+            await c.close()
+
+    resp = asyncio.run(write())
+    assert resp.responses[0].partition_responses[0].error_code == 0, resp
+    return producer_id
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def find_hanging(bs: str, topic: str) -> list[tuple[str, str, str]]:
+    """`odradek transactions find-hanging --topic T --max-transaction-timeout 0`: (topic,
+    partition, producer id) of each row."""
+    out = subprocess.run(["odradek", "transactions", "--bootstrap-server", bs, "find-hanging",
+                          "--topic", topic, "--max-transaction-timeout", "0"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
+    return [(r[0], r[1], r[2]) for r in rows]
