@@ -216,3 +216,92 @@ def test_odradek_cluster_command_secured(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
+
+
+TXN_ACLS = [ClusterAcl("User:carol", op, "Topic", t) for t in ("txn-in", "txn-out")
+            for op in ("Write", "Read", "Describe")] + [
+    ClusterAcl("User:carol", "Read", "Group", "txn-g"),
+    ClusterAcl("User:carol", "Write", "TransactionalId", "carol-", pattern="PREFIXED"),
+    ClusterAcl("User:carol", "Describe", "TransactionalId", "carol-", pattern="PREFIXED"),
+    ClusterAcl("User:dave", "Write", "Topic", "txn-out"),
+    ClusterAcl("User:dave", "Describe", "Topic", "txn-out")]
+
+
+def test_transactions_on_a_sasl_ssl_cluster_with_acls(
+        secure_cluster: Callable[..., Cluster]) -> None:  # noqa: F811
+    """Transactions on a SASL_SSL/SCRAM cluster with ACLs: the coordinators' marker channel
+    and the group coordinator's appends go over the secured inter-broker listener; carol (WRITE
+    on her transactional ids, the topics, READ on the group) runs a consume-transform-produce
+    loop with confluent-kafka, read_committed sees it exactly once; dave (no ACL on any
+    transactional id) gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED from init_transactions."""
+    import confluent_kafka
+
+    security = ClusterSecurity(listeners=("SASL_SSL",), sasl_mechanisms=("SCRAM-SHA-256",),
+                               users={"carol": "carol-secret", "dave": "dave-secret"},
+                               super_users=("root",), acls=TXN_ACLS)
+    cluster = secure_cluster(3, security=security, overrides={
+        "transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3",
+        "group.initial.rebalance.delay.ms": "0"})
+    with Admin(cluster.client_config()) as admin:
+        admin.create_topics([NewTopic("txn-in", 2, 3), NewTopic("txn-out", 2, 3)])
+        admin.wait_for_topics(["txn-in", "txn-out"], 60)
+    with Producer(cluster.client_config()) as producer:
+        for i in range(50):
+            producer.send("txn-in", f"v{i}".encode(), partition=i % 2)
+        assert producer.flush(60) == 0
+
+    carol = cluster.client_config("carol", style="librdkafka")
+    consumer = confluent_kafka.Consumer({**carol, "group.id": "txn-g",
+                                         "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False})
+    producer = confluent_kafka.Producer({**carol, "transactional.id": "carol-etl"})
+    try:
+        producer.init_transactions(60)
+        consumer.subscribe(["txn-in"])
+        copied, aborted_once = 0, False
+        deadline = time.monotonic() + 90
+        while copied < 50:
+            assert time.monotonic() < deadline, f"copied {copied} of 50"
+            batch = [m for m in consumer.consume(10, 1.0) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for m in batch:
+                producer.produce("txn-out", b"out:" + m.value(), partition=m.partition())
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30)
+            if not aborted_once:  # the first batch is aborted: written, never visible
+                producer.flush(30)
+                producer.abort_transaction(30)
+                aborted_once = True
+                committed = consumer.committed(consumer.assignment(), 30)
+                for tp in committed:
+                    consumer.seek(confluent_kafka.TopicPartition(
+                        tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+                continue
+            producer.commit_transaction(30)
+            copied += len(batch)
+    finally:
+        consumer.close()
+
+    reader = confluent_kafka.Consumer({**carol, "group.id": "txn-g-check",
+                                       "isolation.level": "read_committed",
+                                       "auto.offset.reset": "earliest"})
+    try:
+        reader.assign([confluent_kafka.TopicPartition("txn-out", p, 0) for p in (0, 1)])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 50 and time.monotonic() < deadline:
+            seen += [m.value() for m in reader.consume(100, 0.5) if m.error() is None]
+        time.sleep(1.0)
+        seen += [m.value() for m in reader.consume(100, 0.5) if m.error() is None]
+    finally:
+        reader.close()
+    assert sorted(seen) == sorted(f"out:v{i}".encode() for i in range(50))
+
+    dave = confluent_kafka.Producer({**cluster.client_config("dave", style="librdkafka"),
+                                     "transactional.id": "dave-etl"})
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        dave.init_transactions(30)
+    assert refused.value.args[0].code() == \
+        confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

@@ -34,24 +34,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import sys
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
-from ..protocol.codec import (
-    decode_response,
-    encode_request,
-    make,
-    request_class,
-    response_class,
-)
-from ..security.connector import ClientSecurity, open_connection
+from ..protocol.codec import make, request_class
+from ..security.connector import BrokerBlockingSender, ClientSecurity, Connector, open_connection
 from .transaction_state import TransactionMetadata, TransactionResult, TxnTransitMetadata
 from .transaction_state_manager import TransactionStateManager
 
@@ -66,7 +59,6 @@ NO_NODE: Destination = (-1, "", -1)
 # a partition's leader: None if the partition is unknown (deleted), NO_NODE if its leader is
 # known but not available
 LeaderLookup = Callable[[TopicPartition], Destination | None]
-Connector = Callable[..., Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 
 RETRIABLE = frozenset({
     ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
@@ -78,7 +70,6 @@ FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced,
 REMOVABLE = frozenset({ErrorCode.unsupported_for_message_format,
                        ErrorCode.unsupported_version})
 
-_I = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,48 +123,6 @@ class TxnMarkerQueue:
         return sum(len(q) for q in self.markers_per_txn_partition.values())
 
 
-class MarkerConnection:
-    """One connection to a broker, one request at a time, reopened after any failure."""
-
-    def __init__(self, destination: Destination, security: ClientSecurity | None,
-                 timeout_ms: int, client_id: str, connector: Connector) -> None:
-        self.destination = destination
-        self.security = security
-        self.timeout = timeout_ms / 1000
-        self.client_id = client_id
-        self.connector = connector
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._correlation = 0
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
-
-    async def send(self, request: Any) -> Any:
-        if self._writer is None:
-            _, host, port = self.destination
-            self._reader, self._writer = await self.connector(
-                host, port, self.security, timeout=self.timeout, client_id=self.client_id)
-        assert self._reader is not None and self._writer is not None
-        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-        cid = self._correlation
-        try:
-            self._writer.write(encode_request(request, cid, self.client_id))
-            async with asyncio.timeout(self.timeout):
-                size = _I.unpack(await self._reader.readexactly(4))[0]
-                payload = await self._reader.readexactly(size)
-            got, response = decode_response(response_class(type(request)), payload)
-        except BaseException:
-            self.close()
-            raise
-        if got != cid:
-            self.close()
-            raise ConnectionError(f"correlation id {got} does not match {cid}")
-        return response
-
-
 def write_txn_markers_request(entries: Iterable[TxnIdAndMarkerEntry],
                               version: int = WRITE_TXN_MARKERS_VERSION) -> Any:
     cls = request_class(WRITE_TXN_MARKERS, version)
@@ -216,7 +165,7 @@ class TransactionMarkerChannelManager:
         self.markers_queue_for_unknown_broker = TxnMarkerQueue(NO_NODE)
         self.txn_log_append_retry_queue: deque[PendingCompleteTxn] = deque()
         self.transactions_with_pending_markers: dict[str, PendingCompleteTxn] = {}
-        self._connections: dict[int, MarkerConnection] = {}
+        self._connections: dict[int, tuple[Destination, BrokerBlockingSender]] = {}
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._wakeup = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
@@ -235,7 +184,7 @@ class TransactionMarkerChannelManager:
                 await t
         self._pump = None
         self._in_flight.clear()
-        for conn in self._connections.values():
+        for _, conn in self._connections.values():
             conn.close()
         self._connections.clear()
         self.markers_queue_per_broker.clear()
@@ -295,13 +244,15 @@ class TransactionMarkerChannelManager:
     async def _send(self, broker_id: int, destination: Destination,
                     entries: list[TxnIdAndMarkerEntry]) -> None:
         try:
-            conn = self._connections.get(broker_id)
-            if conn is None or conn.destination != destination:
-                if conn is not None:
-                    conn.close()
-                conn = self._connections[broker_id] = MarkerConnection(
-                    destination, self.security, self.request_timeout_ms, self.client_id,
-                    self.connector)
+            known = self._connections.get(broker_id)
+            if known is None or known[0] != destination:
+                if known is not None:
+                    known[1].close()
+                _, host, port = destination
+                known = self._connections[broker_id] = (destination, BrokerBlockingSender(
+                    lambda: (host, port), self.security, self.request_timeout_ms,
+                    self.client_id, connector=self.connector, peer=f"broker {broker_id}"))
+            conn = known[1]
             try:
                 response = await conn.send(write_txn_markers_request(entries))
             except asyncio.CancelledError:

@@ -2,18 +2,21 @@
 ChannelBuilders on the client side). The client, the controller's channel, the replica fetchers
 and the tools all call `open_connection` with a `ClientSecurity`, built from the Java client's
 property names (`ClientSecurity.from_client_props`) or, for a broker, from its inter-broker
-listener's configs."""
+listener's configs. `BrokerBlockingSender` is a broker's own channel to another broker (the
+replica fetchers, the transaction marker channel): one request at a time on one connection."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Mapping
+import struct
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..protocol.codec import decode_response, encode_request, response_class
 from .protocol import SecurityProtocol
 from .ssl_factory import SslConfigError, client_ssl_context
 
@@ -140,3 +143,63 @@ async def open_connection(host: str, port: int, security: ClientSecurity | None,
                 await writer.wait_closed()
             raise
     return reader, writer
+
+
+Connector = Callable[..., Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+_SIZE = struct.Struct(">i")
+
+
+class BrokerBlockingSender:
+    """One connection to a broker, one request at a time, reopened after any failure (Kafka's
+    BrokerBlockingSender). `address()` is asked at every (re)connect, so a broker that comes
+    back on another port is found; None raises ConnectionError. A timeout, a lost connection
+    or a response whose correlation id is not the request's closes the connection and raises."""
+
+    def __init__(self, address: Callable[[], tuple[str, int] | None],
+                 security: ClientSecurity | None, timeout_ms: int, client_id: str, *,
+                 connector: Connector = open_connection, peer: str = "the broker") -> None:
+        self.address = address
+        self.security = security
+        self.timeout_ms = timeout_ms
+        self.client_id = client_id
+        self.connector = connector
+        self.peer = peer
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def send(self, request: Any, extra_timeout_ms: int = 0) -> Any:
+        """Send a kio request and return its decoded response."""
+        timeout = (self.timeout_ms + extra_timeout_ms) / 1000
+        if self._writer is None:
+            addr = self.address()
+            if addr is None:
+                raise ConnectionError(f"no endpoint known for {self.peer}")
+            self._reader, self._writer = await self.connector(
+                addr[0], addr[1], self.security, timeout=self.timeout_ms / 1000,
+                client_id=self.client_id)
+        assert self._reader is not None and self._writer is not None
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        cid = self._correlation
+        try:
+            self._writer.write(encode_request(request, cid, self.client_id))
+            async with asyncio.timeout(timeout):
+                size = _SIZE.unpack(await self._reader.readexactly(4))[0]
+                payload = await self._reader.readexactly(size)
+            got, response = decode_response(response_class(type(request)), payload)
+        except BaseException:
+            self.close()
+            raise
+        if got != cid:
+            self.close()
+            raise ConnectionError(f"correlation id {got} does not match {cid}")
+        return response

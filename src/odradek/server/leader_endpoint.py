@@ -5,8 +5,6 @@ requests to the leader broker over one connection."""
 
 from __future__ import annotations
 
-import asyncio
-import struct
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,8 +13,8 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
-from ..protocol.codec import decode_response, encode_request, make, request_class, response_class
-from ..security.connector import open_connection
+from ..protocol.codec import make, request_class
+from ..security.connector import BrokerBlockingSender
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -24,9 +22,6 @@ FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 6
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
-
-_I = struct.Struct(">i")
-
 
 @dataclass(frozen=True, slots=True)
 class EpochEndOffset:
@@ -99,9 +94,9 @@ def _module(api_key: int, version: int) -> Any:
 
 
 class RemoteLeaderEndpoint:
-    """The leader over the wire (Kafka's BrokerBlockingSender): one connection, one request at
-    a time, reconnected after any error. `address()` is asked at every (re)connect, so a
-    leader that comes back on another port is found."""
+    """The leader over the wire (Kafka's RemoteLeaderEndPoint on a BrokerBlockingSender): one
+    connection, one request at a time, reconnected after any error. `address()` is asked at
+    every (re)connect, so a leader that comes back on another port is found."""
 
     def __init__(self, broker_id: int, leader_id: int,
                  address: Callable[[], tuple[str, int] | None], config: EndpointConfig,
@@ -111,44 +106,16 @@ class RemoteLeaderEndpoint:
         self.address = address
         self.config = config
         self.client_id = client_id or f"broker-{broker_id}-fetcher"
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._correlation = 0
-
-    async def _connect(self) -> None:
-        addr = self.address()
-        if addr is None:
-            raise ConnectionError(f"no endpoint known for broker {self.leader_id}")
-        timeout = self.config.socket_timeout_ms / 1000
         # the inter-broker listener's security (TLS, SASL), if the config carries one
-        self._reader, self._writer = await open_connection(
-            addr[0], addr[1], getattr(self.config, "security", None), timeout=timeout,
-            client_id=self.client_id)
+        self.sender = BrokerBlockingSender(
+            address, getattr(config, "security", None), config.socket_timeout_ms,
+            self.client_id, peer=f"broker {leader_id}")
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        self.sender.close()
 
     async def send(self, request: Any, extra_timeout_ms: int = 0) -> Any:
-        if self._writer is None:
-            await self._connect()
-        assert self._reader is not None and self._writer is not None
-        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
-        cid = self._correlation
-        timeout = (self.config.socket_timeout_ms + extra_timeout_ms) / 1000
-        try:
-            self._writer.write(encode_request(request, cid, self.client_id))
-            size = _I.unpack(await asyncio.wait_for(self._reader.readexactly(4), timeout))[0]
-            payload = await asyncio.wait_for(self._reader.readexactly(size), timeout)
-            got, response = decode_response(response_class(type(request)), payload)
-        except BaseException:
-            self.close()
-            raise
-        if got != cid:
-            self.close()
-            raise ConnectionError(f"correlation id {got} does not match {cid}")
-        return response
+        return await self.sender.send(request, extra_timeout_ms)
 
     async def fetch(self, partitions: Mapping[TopicPartition, FetchPartitionRequest]
                     ) -> dict[TopicPartition, FetchedPartition]:
