@@ -68,3 +68,27 @@ def test_the_command_checks_transactional_fault_names(capsys: pytest.CaptureFixt
     # The transactional faults are not the replication run's.
     assert main(["chaos", "--faults", "kill_pipeline"]) == 2
     assert "unknown faults ['kill_pipeline']" in capsys.readouterr().err
+
+
+def test_commit_times_and_the_commits_chart(tmp_path: pytest.TempPathFactory) -> None:
+    """The pipelines' `committed ... @<time>` lines give the commit times (other lines, and
+    one without a time, are skipped); --plot draws commits per second with the faults marked."""
+    from pathlib import Path
+
+    from odradek.tools.chaos import FaultRecord
+    from odradek.tools.chaos_transactions import PipelineProcess, plot_txn_report
+
+    work = Path(str(tmp_path))
+    pl = PipelineProcess(0, work, [])
+    pl.out_path.write_text("ready @100.000\ncommitted 20 @100.500\naborted 20 @101.000\n"
+                           "committed 20 @102.250\ncommitted 20 @\n")
+    assert pl.commit_times() == [100.5, 102.25]
+    report = TxnChaosReport(TxnChaosConfig(values=10))
+    report.commit_times_s = [0.2, 0.7, 0.9, 3.5]
+    report.faults = [FaultRecord(1.5, "kill_txn_coordinator", 1)]
+    out = work / "commits.svg"
+    plot_txn_report(report, str(out))
+    svg = out.read_text()
+    assert svg.startswith("<svg") and "kill_txn_coordinator" in svg and "commits/s" in svg
+    with pytest.raises(ValueError):
+        plot_txn_report(TxnChaosReport(TxnChaosConfig(values=10)), str(out))

@@ -25,7 +25,13 @@ from .chaos import (
     run_chaos,
     stderr_progress,
 )
-from .chaos_transactions import TXN_FAULT_KINDS, TxnChaosConfig, format_txn_report, run_txn_chaos
+from .chaos_transactions import (
+    TXN_FAULT_KINDS,
+    TxnChaosConfig,
+    format_txn_report,
+    plot_txn_report,
+    run_txn_chaos,
+)
 from .command import Subcommands, ToolError, prefixed, run_tool
 
 
@@ -99,6 +105,9 @@ def _run_transactions(args: argparse.Namespace, seed: int) -> int:
     if unknown or not faults:
         raise ToolError(f"unknown transactional faults {unknown}; choose from "
                         f"{','.join(TXN_FAULT_KINDS)}", exit_code=2)
+    if args.plot and not args.plot.endswith(".svg"):
+        raise ToolError(f"--plot writes an SVG file: {args.plot!r} does not end in .svg",
+                        exit_code=2)
     config = TxnChaosConfig(brokers=args.brokers, partitions=args.partitions, seed=seed,
                             values=args.values, pipelines=args.pipelines, schedule=faults)
     own_dir = args.data_dir is None
@@ -112,6 +121,12 @@ def _run_transactions(args: argparse.Namespace, seed: int) -> int:
     except (OSError, RuntimeError, TimeoutError) as exc:
         raise ToolError(str(exc), exit_code=2) from None
     print(format_txn_report(report), flush=True)
+    if args.plot:
+        try:
+            plot_txn_report(report, args.plot)
+            print(f"commits chart written to {args.plot}", file=sys.stderr)
+        except (OSError, ImportError, ValueError) as exc:  # ValueError: nothing to draw
+            print(f"odradek chaos: could not write {args.plot}: {exc}", file=sys.stderr)
     if report.ok and own_dir and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     else:

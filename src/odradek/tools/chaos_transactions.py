@@ -134,6 +134,7 @@ class TxnChaosReport:
     txns_aborted: int = 0  # on purpose
     deliberate_abort_records: int = 0  # the input records those transactions carried
     txns_aborted_after_error: int = 0  # by a pipeline after an abortable error
+    commit_times_s: list[float] = field(default_factory=list)  # each commit, s since t0
     pipeline_restarts: int = 0  # restarts by the fault kill_pipeline
     pipeline_exits: list[str] = field(default_factory=list)  # exits nobody caused
     group_offsets: dict[int, int] = field(default_factory=dict)
@@ -264,6 +265,19 @@ class PipelineProcess:
                 elif line.startswith("aborted after error"):
                     after_error += 1
         return committed, deliberate, deliberate_records, after_error
+
+    def commit_times(self) -> list[float]:
+        """The wall-clock time (epoch seconds) of every commit, over every run, from the
+        `@<time>` that ends each progress line."""
+        times: list[float] = []
+        if self.out_path.exists():
+            for line in self.out_path.read_text(errors="replace").splitlines():
+                if line.startswith("committed") and "@" in line:
+                    try:
+                        times.append(float(line.rsplit("@", 1)[1]))
+                    except ValueError:
+                        continue
+        return times
 
     def tail(self, lines: int = 10) -> str:
         text = self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
@@ -514,6 +528,7 @@ def run_txn_chaos(config: TxnChaosConfig, workdir: Path, zookeeper_connect: str,
             pipelines[-1].start()
         supervisor.start()
         injector.t0 = time.monotonic()
+        wall_t0 = time.time()
         _txn_faults(config, injector, report, progress, pipelines)
         progress("faults over: healing the cluster")
         try:
@@ -532,6 +547,7 @@ def run_txn_chaos(config: TxnChaosConfig, workdir: Path, zookeeper_connect: str,
             report.txns_aborted += a
             report.deliberate_abort_records += records
             report.txns_aborted_after_error += after_error
+            report.commit_times_s += [t - wall_t0 for t in pl.commit_times()]
         progress(f"pipelines stopped ({report.txns_committed} transactions committed, "
                  f"{report.txns_aborted} aborted on purpose, {report.txns_aborted_after_error} "
                  "after an error); reading the output")
@@ -682,3 +698,22 @@ def _seconds(v: float | None) -> str:
 
 def _some(items: list[str]) -> str:
     return f"  e.g. {', '.join(items[:5])}" if items else ""
+
+
+def plot_txn_report(report: TxnChaosReport, path: str) -> None:
+    """Committed transactions per second (every pipeline) with the faults as markers, as an
+    SVG file: where the pipelines stalled and when they committed again."""
+    from .. import plot
+
+    times = sorted(t for t in report.commit_times_s if t >= 0)
+    if not times:
+        raise ValueError("no committed transaction to draw")
+    per_second = [0] * (int(times[-1]) + 1)
+    for t in times:
+        per_second[int(t)] += 1
+    svg = plot.line_chart(
+        {"commits": [(float(i), float(n)) for i, n in enumerate(per_second)]},
+        title=f"odradek chaos --transactions, seed {report.config.seed}: commits per second",
+        x_label="seconds since the pipelines started", y_label="commits/s",
+        markers=[(f.at_s, f.kind) for f in report.faults], step=True)
+    plot.write_svg(path, svg)
