@@ -23,6 +23,7 @@ from odradek.coordinator.transaction_state import (
     TxnTransitMetadata,
 )
 from odradek.protocol.primitives import SchemaError
+from odradek.protocol.transaction_log_records import format_record_key_and_value
 
 # -- golden bytes ----------------------------------------------------------------------------------
 
@@ -173,11 +174,11 @@ def test_null_topic_or_partition_ids_are_refused() -> None:
 # -- DumpLogSegments ------------------------------------------------------------------------------
 
 def test_format_record_key_and_value() -> None:
-    assert tl.format_record_key_and_value(KEY_MY_TXN, VALUE_ONGOING) == (
+    assert format_record_key_and_value(KEY_MY_TXN, VALUE_ONGOING) == (
         "transaction_metadata::transactionalId=my-txn",
         "producerId:1000,producerEpoch:5,state=Ongoing,partitions=[bar-1,foo-0,foo-2],"
         "txnLastUpdateTimestamp=1000000,txnTimeoutMs=60000")
-    assert tl.format_record_key_and_value(KEY_MY_TXN, None) == (
+    assert format_record_key_and_value(KEY_MY_TXN, None) == (
         "transaction_metadata::transactionalId=my-txn", "<DELETE>")
 
 

@@ -31,10 +31,10 @@ from odradek.protocol.control_records import (
     build_end_txn_marker_batch,
 )
 from odradek.protocol.records import build_batch
+from odradek.protocol.transaction_log_records import format_record_key_and_value
 from odradek.storage.transaction_index import AbortedTxn
 from odradek.tools import transactions as tool
 from odradek.tools.dump_log import DumpOptions, DumpReport, dump_file
-from odradek.tools.transaction_log_decoder import format_record_key_and_value
 
 SEG = "00000000000000000000"
 
@@ -108,14 +108,21 @@ def test_transaction_log_decoder(tmp_path: Path) -> None:
        st.sets(st.tuples(st.sampled_from(["a", "b", "topic"]), st.integers(0, 40)),
                max_size=6),
        st.text(min_size=1, max_size=12))
-def test_the_tools_decoder_matches_the_coordinators(state: TransactionState,
-                                                    parts: set[tuple[str, int]],
-                                                    tid: str) -> None:
+def test_the_decoder_prints_what_the_coordinator_wrote(state: TransactionState,
+                                                       parts: set[tuple[str, int]],
+                                                       tid: str) -> None:
+    """What dump-log prints for the bytes the coordinator writes names the same id, producer,
+    state and partitions (sorted; none for Empty) as the metadata written."""
     tps = set() if state is TransactionState.EMPTY else {TopicPartition(*p) for p in parts}
     key = transaction_log.key_to_bytes(tid)
     value = transaction_log.value_to_bytes(transit(state, tps))
-    assert format_record_key_and_value(key, value) == \
-        transaction_log.format_record_key_and_value(key, value)
+    shown = ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(tps))
+    assert format_record_key_and_value(key, value) == (
+        f"transaction_metadata::transactionalId={tid}",
+        f"producerId:9,producerEpoch:2,state={state.state_name},partitions=[{shown}],"
+        "txnLastUpdateTimestamp=200,txnTimeoutMs=60000")
+    loaded = transaction_log.read_txn_record_value(tid, value)
+    assert loaded is not None and loaded.state is state and loaded.topic_partitions == tps
 
 
 def test_dump_txn_index(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """The records of `__transaction_state` (Kafka 2.8's TransactionLog, with the generated
 TransactionLogKey and TransactionLogValue of core/src/main/resources/common/message), byte for byte.
 
-The transaction state manager writes and loads these (transaction_state_manager.py).
+The transaction state manager writes and loads these (transaction_state_manager.py); reading
+the bytes, and formatting them as dump-log prints them, is protocol/transaction_log_records.py,
+shared with the tools.
 
 Key and value start with an int16 schema version. Kafka 2.8 knows only version 0 of each, and
 neither is flexible: strings are int16 length + UTF-8, arrays int32 count + elements (-1 = null).
@@ -26,8 +28,14 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from ..common import TopicPartition
-from ..protocol.primitives import INT16, INT32, INT64, Reader, SchemaError, write_string
+from ..protocol.primitives import INT16, INT32, INT64, SchemaError, write_string
 from ..protocol.records import NO_PRODUCER_ID
+from ..protocol.transaction_log_records import (
+    KEY_VERSION,
+    VALUE_VERSION,
+    read_key,
+    read_value,
+)
 from .transaction_state import (
     NO_PRODUCER_EPOCH,
     Empty,
@@ -36,9 +44,6 @@ from .transaction_state import (
     TransactionState,
     TxnTransitMetadata,
 )
-
-KEY_VERSION = 0  # TransactionLogKey.HIGHEST_SUPPORTED_VERSION in 2.8
-VALUE_VERSION = 0  # TransactionLogValue.HIGHEST_SUPPORTED_VERSION in 2.8
 
 INT8 = struct.Struct(">b")
 
@@ -88,57 +93,23 @@ def value_to_bytes(transit: TxnTransitMetadata) -> bytes:
 
 def read_txn_record_key(data: bytes | memoryview) -> TxnKey:
     """TransactionLog.readTxnRecordKey; an unknown version is a SchemaError."""
-    r = Reader(data)
-    version = r.int16()
-    if version != KEY_VERSION:
-        raise SchemaError(f"unknown transaction log key version {version}")
-    return TxnKey(r.string(), version)
+    return TxnKey(read_key(data), KEY_VERSION)
 
 
 def read_txn_record_value(transactional_id: str,
                           data: bytes | memoryview | None) -> TransactionMetadata | None:
     """TransactionLog.readTxnRecordValue: the metadata a value holds, None for a tombstone. An
     unknown version or status byte is a SchemaError."""
-    if data is None:
+    value = read_value(data)
+    if value is None:
         return None
-    r = Reader(data)
-    version = r.int16()
-    if version != VALUE_VERSION:
-        raise SchemaError(f"unknown transaction log value version {version}")
-    producer_id = r.int64()
-    producer_epoch = r.int16()
-    timeout_ms = r.int32()
-    status = INT8.unpack(r.take(1))[0]
-    partitions: set[TopicPartition] = set()
-    count = r.int32()
-    for _ in range(max(count, 0)):
-        topic = r.string()
-        n = r.int32()
-        if n < 0:
-            raise SchemaError("null in the non-nullable array partition_ids")
-        partitions.update(TopicPartition(topic, r.int32()) for _ in range(n))
-    last_update = r.int64()
-    start = r.int64()
     try:
-        state = TransactionState.from_id(status)
+        state = TransactionState.from_id(value.status)
     except IllegalTransactionState as exc:
         raise SchemaError(str(exc)) from None
+    partitions = {TopicPartition(t, p) for t, p in value.partitions}
     return TransactionMetadata(
-        transactional_id, producer_id, NO_PRODUCER_ID, producer_epoch, NO_PRODUCER_EPOCH,
-        timeout_ms, state, set() if state is Empty else partitions, start, last_update)
-
-
-def format_record_key_and_value(key: bytes | memoryview,
-                                value: bytes | memoryview | None) -> tuple[str, str]:
-    """The two strings Kafka's DumpLogSegments prints for a `__transaction_state` record
-    (TransactionLog.formatRecordKeyAndValue), partitions sorted."""
-    txn_key = read_txn_record_key(key)
-    key_string = f"transaction_metadata::transactionalId={txn_key.transactional_id}"
-    meta = read_txn_record_value(txn_key.transactional_id, value)
-    if meta is None:
-        return key_string, "<DELETE>"
-    partitions = ",".join(str(tp) for tp in sorted(meta.topic_partitions))
-    return key_string, (f"producerId:{meta.producer_id},producerEpoch:{meta.producer_epoch},"
-                        f"state={meta.state},partitions=[{partitions}],"
-                        f"txnLastUpdateTimestamp={meta.txn_last_update_timestamp},"
-                        f"txnTimeoutMs={meta.txn_timeout_ms}")
+        transactional_id, value.producer_id, NO_PRODUCER_ID, value.producer_epoch,
+        NO_PRODUCER_EPOCH, value.transaction_timeout_ms, state,
+        set() if state is Empty else partitions, value.start_timestamp_ms,
+        value.last_update_timestamp_ms)

@@ -43,6 +43,7 @@ from pathlib import Path
 from ..protocol import records as rb
 from ..protocol.control_records import ControlRecordType, EndTransactionMarker
 from ..protocol.primitives import SchemaError
+from ..protocol.transaction_log_records import format_record_key_and_value
 from ..storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     CheckpointError,
@@ -52,7 +53,6 @@ from ..storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from ..storage.producer_state import CorruptSnapshotError, ProducerStateManager
 from ..storage.transaction_index import ENTRY_SIZE, AbortedTxn
 from .command import Subcommands, ToolError, prefixed, run_tool
-from .transaction_log_decoder import format_record_key_and_value
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
 _OFFSET_ENTRY = struct.Struct(">II")
