@@ -67,18 +67,27 @@ def _run(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError, TimeoutError) as exc:  # ZooKeeper missing or not starting
         raise ToolError(str(exc), exit_code=2) from None
     print(format_report(report), flush=True)
+    return _finish(report.ok, args, workdir, own_dir,
+                   lambda path: plot_report(report, path), "throughput chart",
+                   "broker logs and data")
+
+
+
+def _finish(ok: bool, args: argparse.Namespace, workdir: Path, own_dir: bool,
+            plot: Callable[[str], None], chart: str, kept: str) -> int:
+    """The end of a run, once its report is printed: the --plot chart, the data directory
+    removed after a success (unless --keep or given), the exit status."""
     if args.plot:
         try:
-            plot_report(report, args.plot)
-            print(f"throughput chart written to {args.plot}", file=sys.stderr)
+            plot(args.plot)
+            print(f"{chart} written to {args.plot}", file=sys.stderr)
         except (OSError, ImportError, ValueError) as exc:  # ValueError: nothing to draw
             print(f"odradek chaos: could not write {args.plot}: {exc}", file=sys.stderr)
-    if report.ok and own_dir and not args.keep:
+    if ok and own_dir and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
-        print(f"broker logs and data kept in {workdir}", file=sys.stderr)
-    return 0 if report.ok else 1
-
+        print(f"{kept} kept in {workdir}", file=sys.stderr)
+    return 0 if ok else 1
 
 def _run_with_zookeeper(config: Any, workdir: Path, zookeeper: str | None,
                         progress: Progress, runner: Callable[..., Any] | None = None) -> Any:
@@ -121,17 +130,9 @@ def _run_transactions(args: argparse.Namespace, seed: int) -> int:
     except (OSError, RuntimeError, TimeoutError) as exc:
         raise ToolError(str(exc), exit_code=2) from None
     print(format_txn_report(report), flush=True)
-    if args.plot:
-        try:
-            plot_txn_report(report, args.plot)
-            print(f"commits chart written to {args.plot}", file=sys.stderr)
-        except (OSError, ImportError, ValueError) as exc:  # ValueError: nothing to draw
-            print(f"odradek chaos: could not write {args.plot}: {exc}", file=sys.stderr)
-    if report.ok and own_dir and not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        print(f"broker and pipeline logs kept in {workdir}", file=sys.stderr)
-    return 0 if report.ok else 1
+    return _finish(report.ok, args, workdir, own_dir,
+                   lambda path: plot_txn_report(report, path), "commits chart",
+                   "broker and pipeline logs")
 
 
 def add_parser(sub: Subcommands) -> None:
