@@ -1,0 +1,1 @@
+"""The web console's static files (served by the broker's HTTP listener at `/`)."""
