@@ -1,0 +1,430 @@
+// odradek console: a single page polling the broker's JSON API (no reload, no external files).
+"use strict";
+
+const POLL_MS = 1500;
+const FETCH_TIMEOUT_MS = 3000;
+const TIMELINE_CAP = 500;
+const HISTORY_WINDOW_S = 600;
+// The console's charts: [key, title, metric names to ask for, per-second rate of a counter?]
+const CHARTS = [
+  ["messages-in", "messages in /s", ["kafka_server_brokertopicmetrics_messagesin_total"], true],
+  ["bytes-in", "bytes in /s", ["kafka_server_brokertopicmetrics_bytesin_total"], true],
+  ["bytes-out", "bytes out /s", ["kafka_server_brokertopicmetrics_bytesout_total"], true],
+  ["under-replicated", "under-replicated partitions",
+    ["kafka_server_replicamanager_underreplicatedpartitions"], false],
+  ["offline", "offline partitions", ["kafka_controller_kafkacontroller_offlinepartitionscount"], false],
+  ["active-controller", "active controller", ["kafka_controller_kafkacontroller_activecontrollercount"], false],
+  ["eventloop-lag", "event-loop lag (s)", ["odradek_eventloop_lag_seconds"], false],
+];
+
+const state = {
+  cluster: null,          // last /api/cluster answer
+  reachable: null,        // this page's broker answered the last poll?
+  failures: 0,
+  timeline: [],           // newest first, at most TIMELINE_CAP
+  timelineKeys: new Set(),
+  timelineSince: 0,
+  pending: false,
+};
+
+const $ = (id) => document.getElementById(id);
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => (
+    { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+}
+
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = Number(n);
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+  return (i === 0 ? v.toFixed(0) : v.toFixed(1)) + " " + units[i];
+}
+
+function fmtNum(v) {
+  if (v === null || v === undefined || Number.isNaN(v)) return "–";
+  const a = Math.abs(v);
+  if (a >= 1e6) return (v / 1e6).toFixed(2) + "M";
+  if (a >= 1e3) return (v / 1e3).toFixed(1) + "k";
+  if (a !== 0 && a < 0.01) return v.toExponential(1);
+  return Number.isInteger(v) ? String(v) : v.toFixed(2);
+}
+
+function fmtTime(ms) {
+  const d = new Date(ms);
+  return d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
+}
+
+async function getJSON(path) {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
+  try {
+    const resp = await fetch(path, { signal: ctl.signal, cache: "no-store" });
+    if (!resp.ok) {
+      const err = new Error(path + ": HTTP " + resp.status);
+      err.status = resp.status;
+      throw err;
+    }
+    return await resp.json();
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// ---- routing ---------------------------------------------------------------------------------
+
+function route() {
+  const hash = decodeURIComponent(location.hash.replace(/^#/, "")) || "cluster";
+  const slash = hash.indexOf("/");
+  const page = slash < 0 ? hash : hash.slice(0, slash);
+  const arg = slash < 0 ? null : hash.slice(slash + 1);
+  const known = ["cluster", "topics", "groups", "timeline", "metrics"];
+  return { page: known.includes(page) ? page : "cluster", arg };
+}
+
+function showPage() {
+  const { page, arg } = route();
+  for (const section of document.querySelectorAll("section.page")) {
+    section.hidden = section.id !== "page-" + page;
+  }
+  for (const a of document.querySelectorAll("#nav a")) {
+    a.classList.toggle("active", a.dataset.page === page);
+  }
+  $("topics-list-view").hidden = page === "topics" && arg !== null;
+  $("topic-detail-view").hidden = !(page === "topics" && arg !== null);
+  $("groups-list-view").hidden = page === "groups" && arg !== null;
+  $("group-detail-view").hidden = !(page === "groups" && arg !== null);
+}
+
+// ---- connection state ------------------------------------------------------------------------
+
+function setReachable(ok, error) {
+  state.reachable = ok;
+  const conn = $("connection");
+  const banner = $("banner");
+  if (ok) {
+    state.failures = 0;
+    const id = state.cluster ? state.cluster.broker_id : "?";
+    conn.textContent = "broker " + id + " (" + location.host + ")";
+    conn.className = "connection ok";
+    banner.hidden = true;
+    document.body.classList.remove("unreachable");
+  } else {
+    state.failures += 1;
+    const id = state.cluster ? "broker " + state.cluster.broker_id : "the broker";
+    conn.textContent = "unreachable";
+    conn.className = "connection down";
+    banner.textContent = id + " serving this page (" + location.host + ") is unreachable: "
+      + (error ? error.message || String(error) : "no answer")
+      + " — retrying every " + (POLL_MS / 1000) + " s (" + state.failures
+      + " failed polls); the data below is from the last successful poll.";
+    banner.hidden = false;
+    document.body.classList.add("unreachable");
+  }
+}
+
+// ---- cluster ---------------------------------------------------------------------------------
+
+function renderCluster(c) {
+  $("cluster-id").textContent = c.cluster_id ? "cluster " + c.cluster_id : "";
+  const ctl = c.controller || {};
+  $("controller-id").textContent = ctl.id === null || ctl.id === undefined || ctl.id < 0 ? "none" : ctl.id;
+  $("controller-epoch").textContent = ctl.epoch ?? "–";
+  const brokers = c.brokers || [];
+  $("brokers-alive").textContent = brokers.filter((b) => b.alive).length + " / " + brokers.length;
+  const ur = c.under_replicated || [];
+  const off = c.offline || [];
+  $("under-replicated-count").textContent = ur.length;
+  $("offline-count").textContent = off.length;
+  $("under-replicated-list").textContent = ur.slice(0, 20).join(" ") + (ur.length > 20 ? " …" : "");
+  $("offline-list").textContent = off.slice(0, 20).join(" ") + (off.length > 20 ? " …" : "");
+  $("under-replicated-card").classList.toggle("under-replicated", ur.length > 0);
+  $("offline-card").classList.toggle("offline", off.length > 0);
+
+  const faults = Boolean(c.faults_enabled);
+  for (const th of document.querySelectorAll(".faults-col")) th.hidden = !faults;
+  const rows = brokers.slice().sort((a, b) => a.id - b.id).map((b) => {
+    const role = [];
+    if (b.id === ctl.id) role.push('<span class="pill controller">controller</span>');
+    if (b.id === c.broker_id) role.push('<span class="pill">serving this page</span>');
+    const buttons = faults ? '<td class="faults">' + ["kill", "restart", "pause", "resume"].map((a) => (
+      '<button class="fault ' + a + '" data-action="' + a + '" data-broker="' + esc(b.id)
+      + '" id="fault-' + a + '-' + esc(b.id) + '">' + a + "</button>")).join("") + "</td>" : "";
+    return '<tr class="broker ' + (b.alive ? "alive" : "dead") + '" data-broker="' + esc(b.id) + '">'
+      + "<td>" + esc(b.id) + "</td><td>" + esc(b.host ?? "") + "</td><td>" + esc(b.port ?? "")
+      + '</td><td><span class="pill ' + (b.alive ? "alive" : "dead") + '">'
+      + (b.alive ? "alive" : "dead / unreachable") + "</span></td><td>" + role.join(" ") + "</td>"
+      + buttons + "</tr>";
+  });
+  setRows("brokers", rows.join(""));
+}
+
+// Replace a tbody's rows only when they changed (keeps focus and avoids flicker).
+function setRows(id, html) {
+  const el = $(id);
+  if (el.dataset.html !== html) {
+    el.innerHTML = html;
+    el.dataset.html = html;
+  }
+}
+
+async function fault(action, broker) {
+  const c = state.cluster;
+  if (!c || !c.faults_enabled) return;
+  const out = $("fault-result");
+  out.textContent = action + " broker " + broker + "…";
+  try {
+    const resp = await fetch("/api/faults/" + action, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Odradek-CSRF": c.csrf_token || "" },
+      body: JSON.stringify({ broker: Number(broker) }),
+    });
+    const text = await resp.text();
+    out.textContent = action + " broker " + broker + ": " + (resp.ok ? "done" : "HTTP " + resp.status + " " + text);
+  } catch (e) {
+    out.textContent = action + " broker " + broker + " failed: " + e.message;
+  }
+}
+
+// ---- topics ----------------------------------------------------------------------------------
+
+function renderTopics(list) {
+  const showInternal = $("show-internal").checked;
+  const rows = list.filter((t) => showInternal || !t.internal)
+    .sort((a, b) => a.name.localeCompare(b.name)).map((t) => {
+      const ur = Number(t.under_replicated || 0);
+      return '<tr class="clickable topic' + (ur > 0 ? " under-replicated" : "") + '" data-href="#topics/'
+        + esc(encodeURIComponent(t.name)) + '"><td>' + esc(t.name) + (t.internal ? ' <span class="pill">internal</span>' : "")
+        + '</td><td class="num">' + esc(t.partitions) + '</td><td class="num">' + esc(t.replication_factor)
+        + '</td><td class="num">' + esc(ur) + "</td></tr>";
+    });
+  setRows("topics", rows.join("") || '<tr><td colspan="4" class="muted">no topics</td></tr>');
+}
+
+function renderTopic(t) {
+  $("topic-name").textContent = t.name;
+  const rows = (t.partitions || []).slice().sort((a, b) => a.partition - b.partition).map((p) => {
+    const cls = p.offline ? "offline" : p.under_replicated ? "under-replicated" : "";
+    const st = p.offline ? "offline" : p.under_replicated ? "under-replicated" : "ok";
+    const leader = p.leader === null || p.leader === undefined || p.leader < 0 ? "none" : p.leader;
+    return '<tr class="partition ' + cls + '" data-partition="' + esc(p.partition) + '"><td class="num">'
+      + esc(p.partition) + '</td><td class="num">' + esc(leader) + "</td><td>" + esc((p.replicas || []).join(", "))
+      + "</td><td>" + esc((p.isr || []).join(", ")) + '</td><td class="num">' + esc(p.log_start_offset ?? "–")
+      + '</td><td class="num">' + esc(p.high_watermark ?? "–") + '</td><td class="num">'
+      + esc(p.log_end_offset ?? "–") + '</td><td class="num">' + esc(fmtBytes(p.size_bytes))
+      + "</td><td>" + st + "</td></tr>";
+  });
+  setRows("topic-partitions", rows.join(""));
+  const configs = Object.entries(t.configs || {}).sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => "<tr><td>" + esc(k) + "</td><td>" + esc(v) + "</td></tr>");
+  setRows("topic-configs", configs.join("") || '<tr><td colspan="2" class="muted">defaults</td></tr>');
+}
+
+// ---- groups ----------------------------------------------------------------------------------
+
+function renderGroups(list) {
+  const rows = list.slice().sort((a, b) => a.group_id.localeCompare(b.group_id)).map((g) => (
+    '<tr class="clickable group" data-href="#groups/' + esc(encodeURIComponent(g.group_id)) + '"><td>'
+    + esc(g.group_id) + "</td><td>" + esc(g.state) + "</td><td>" + esc(g.protocol_type ?? "")
+    + '</td><td class="num">' + esc(Array.isArray(g.members) ? g.members.length : g.members) + "</td></tr>"));
+  setRows("groups", rows.join("") || '<tr><td colspan="4" class="muted">no groups</td></tr>');
+}
+
+function renderGroup(g) {
+  $("group-name").textContent = g.group_id;
+  $("group-state").textContent = g.state;
+  const members = (g.members || []).map((m) => (
+    "<tr><td>" + esc(m.member_id) + "</td><td>" + esc(m.client_id) + "</td><td>" + esc(m.host)
+    + "</td><td>" + esc((m.assignment || []).map(([t, p]) => t + "-" + p).join(", ")) + "</td></tr>"));
+  setRows("group-members", members.join("") || '<tr><td colspan="4" class="muted">no members</td></tr>');
+  let total = 0;
+  const offsets = (g.offsets || []).slice().sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition)
+    .map((o) => {
+      if (typeof o.lag === "number") total += o.lag;
+      return '<tr class="offset' + (o.lag > 0 ? " lagging" : "") + '"><td>' + esc(o.topic) + '</td><td class="num">'
+        + esc(o.partition) + '</td><td class="num">' + esc(o.committed ?? "–") + '</td><td class="num">'
+        + esc(o.log_end_offset ?? "–") + '</td><td class="num lag">' + esc(o.lag ?? "–") + "</td></tr>";
+    });
+  setRows("group-offsets", offsets.join("") || '<tr><td colspan="5" class="muted">no committed offsets</td></tr>');
+  $("group-total-lag").textContent = total;
+}
+
+// ---- timeline --------------------------------------------------------------------------------
+
+function addTimeline(events) {
+  let added = false;
+  for (const e of events) {
+    const key = e.time_ms + "|" + e.partition + "|" + e.what + "|" + (e.line ?? "") + "|" + e.leader_epoch;
+    if (state.timelineKeys.has(key)) continue;
+    state.timelineKeys.add(key);
+    state.timeline.push(Object.assign({ key }, e));
+    state.timelineSince = Math.max(state.timelineSince, e.time_ms);
+    added = true;
+  }
+  if (!added) return false;
+  state.timeline.sort((a, b) => b.time_ms - a.time_ms);
+  while (state.timeline.length > TIMELINE_CAP) {
+    state.timelineKeys.delete(state.timeline.pop().key);
+  }
+  return true;
+}
+
+function renderTimeline() {
+  const filter = $("timeline-filter").value.trim();
+  const shown = state.timeline.filter((e) => !filter || String(e.partition).includes(filter));
+  const rows = shown.map((e) => (
+    '<tr class="event ' + esc(String(e.what).replace(/\s+/g, "-")) + '" data-partition="' + esc(e.partition) + '"><td>'
+    + esc(fmtTime(e.time_ms)) + "</td><td>" + esc(e.partition) + "</td><td>" + esc(e.what) + '</td><td class="num">'
+    + esc(e.leader ?? "–") + "</td><td>" + esc(Array.isArray(e.isr) ? e.isr.join(", ") : e.isr ?? "")
+    + '</td><td class="num">' + esc(e.leader_epoch ?? "–") + '</td><td class="timeline-line">' + esc(e.line ?? "")
+    + "</td></tr>"));
+  setRows("timeline", rows.join("") || '<tr><td colspan="7" class="muted">no leader or ISR changes yet</td></tr>');
+  $("timeline-count").textContent = state.timeline.length;
+  renderLanes(shown);
+}
+
+// One lane per partition (at most 12, the most recently changed), a mark per event, the leader
+// written next to each leader change: a quick picture of failovers over the kept window.
+function renderLanes(events) {
+  const box = $("timeline-lanes");
+  if (events.length === 0) { box.innerHTML = ""; return; }
+  const lanes = [];
+  for (const e of events) if (!lanes.includes(e.partition) && lanes.length < 12) lanes.push(e.partition);
+  const t1 = events[0].time_ms;
+  const t0 = Math.min(...events.map((e) => e.time_ms));
+  const width = 900, left = 110, laneH = 22, height = lanes.length * laneH + 24;
+  const x = (t) => left + (t1 === t0 ? (width - left - 20) : (t - t0) / (t1 - t0) * (width - left - 20));
+  let svg = '<svg id="timeline-svg" viewBox="0 0 ' + width + " " + height + '" width="100%" height="' + height + '">';
+  lanes.forEach((p, i) => {
+    const y = 14 + i * laneH;
+    svg += '<text x="4" y="' + (y + 4) + '">' + esc(p) + "</text>";
+    svg += '<line x1="' + left + '" x2="' + (width - 10) + '" y1="' + y + '" y2="' + y + '" stroke="#ddd"/>';
+  });
+  for (const e of events) {
+    const i = lanes.indexOf(e.partition);
+    if (i < 0) continue;
+    const y = 14 + i * laneH;
+    const leaderChange = String(e.what).startsWith("leader");
+    svg += '<circle cx="' + x(e.time_ms).toFixed(1) + '" cy="' + y + '" r="' + (leaderChange ? 5 : 3)
+      + '" fill="' + (leaderChange ? "#c53030" : "#2b6cb0") + '"><title>' + esc(fmtTime(e.time_ms) + " "
+      + e.partition + " " + e.what + " leader " + e.leader + " isr " + (e.isr || []).join(",")) + "</title></circle>";
+    if (leaderChange) svg += '<text x="' + (x(e.time_ms) + 6).toFixed(1) + '" y="' + (y - 5) + '">' + esc(e.leader) + "</text>";
+  }
+  svg += '<text x="' + left + '" y="' + (height - 2) + '">' + esc(fmtTime(t0)) + "</text>";
+  svg += '<text x="' + (width - 90) + '" y="' + (height - 2) + '">' + esc(fmtTime(t1)) + "</text></svg>";
+  box.innerHTML = svg;
+}
+
+// ---- metrics ---------------------------------------------------------------------------------
+
+// Per-second rate of a counter's samples [[t, v], ...] (t in seconds); a reset starts again.
+function rate(points) {
+  const out = [];
+  for (let i = 1; i < points.length; i++) {
+    const dt = points[i][0] - points[i - 1][0];
+    const dv = points[i][1] - points[i - 1][1];
+    if (dt > 0 && dv >= 0) out.push([points[i][0], dv / dt]);
+  }
+  return out;
+}
+
+function normaliseTime(points) {
+  // accept seconds or milliseconds since the epoch
+  return points.map(([t, v]) => [t > 1e11 ? t / 1000 : t, Number(v)]);
+}
+
+function chartSVG(points) {
+  const w = 320, h = 120, pad = 28;
+  const now = points.length ? points[points.length - 1][0] : Date.now() / 1000;
+  const t0 = now - HISTORY_WINDOW_S;
+  const vs = points.map((p) => p[1]);
+  const vmax = Math.max(1e-9, ...vs);
+  const vmin = Math.min(0, ...vs);
+  const x = (t) => pad + (t - t0) / HISTORY_WINDOW_S * (w - pad - 4);
+  const y = (v) => h - 14 - (v - vmin) / (vmax - vmin) * (h - 22);
+  const pts = points.filter((p) => p[0] >= t0).map((p) => x(p[0]).toFixed(1) + "," + y(p[1]).toFixed(1)).join(" ");
+  return '<svg viewBox="0 0 ' + w + " " + h + '" preserveAspectRatio="none">'
+    + '<line class="axis" x1="' + pad + '" x2="' + w + '" y1="' + (h - 14) + '" y2="' + (h - 14) + '"/>'
+    + '<line class="axis" x1="' + pad + '" x2="' + pad + '" y1="4" y2="' + (h - 14) + '"/>'
+    + '<text x="2" y="12">' + esc(fmtNum(vmax)) + "</text>"
+    + '<text x="2" y="' + (h - 16) + '">' + esc(fmtNum(vmin)) + "</text>"
+    + '<text x="' + pad + '" y="' + (h - 2) + '">-10 min</text>'
+    + '<text x="' + (w - 24) + '" y="' + (h - 2) + '">now</text>'
+    + (pts ? '<polyline points="' + pts + '"/>' : "") + "</svg>";
+}
+
+function renderCharts(history) {
+  const box = $("charts");
+  for (const [key, title, names, isCounter] of CHARTS) {
+    let div = $("chart-" + key);
+    if (!div) {
+      div = document.createElement("div");
+      div.className = "chart";
+      div.id = "chart-" + key;
+      box.appendChild(div);
+    }
+    const name = names.find((n) => Array.isArray(history[n]));
+    let points = name ? normaliseTime(history[name]) : [];
+    if (isCounter) points = rate(points);
+    const last = points.length ? fmtNum(points[points.length - 1][1]) : "no data";
+    div.dataset.points = String(points.length);
+    div.innerHTML = '<div class="title">' + esc(title) + '<span class="last">' + esc(last) + "</span></div>"
+      + chartSVG(points);
+  }
+}
+
+// ---- polling ---------------------------------------------------------------------------------
+
+async function poll() {
+  if (state.pending) return;
+  state.pending = true;
+  try {
+    const cluster = await getJSON("/api/cluster");
+    state.cluster = cluster;
+    setReachable(true);
+    renderCluster(cluster);
+    const { page, arg } = route();
+    if (page === "topics" && arg === null) renderTopics(await getJSON("/api/topics"));
+    if (page === "topics" && arg !== null) renderTopic(await getJSON("/api/topics/" + encodeURIComponent(arg)));
+    if (page === "groups" && arg === null) renderGroups(await getJSON("/api/groups"));
+    if (page === "groups" && arg !== null) renderGroup(await getJSON("/api/groups/" + encodeURIComponent(arg)));
+    // the timeline is kept up to date on every page so that no change is missed
+    const since = state.timelineSince;
+    const events = await getJSON("/api/timeline?since_ms=" + since);
+    if (addTimeline(Array.isArray(events) ? events : events.events || []) || page === "timeline") {
+      if (page === "timeline") renderTimeline();
+    }
+    if (page === "metrics") {
+      const names = CHARTS.flatMap((c) => c[2]);
+      renderCharts(await getJSON("/api/metrics/history?names=" + names.map(encodeURIComponent).join(",")));
+    }
+  } catch (e) {
+    if (e.status === undefined) setReachable(false, e);
+    else {
+      // the broker answered, but not this request (e.g. a topic deleted, the admin call failed)
+      $("fault-result").textContent = e.message;
+    }
+  } finally {
+    state.pending = false;
+  }
+}
+
+function start() {
+  $("timeline-cap").textContent = TIMELINE_CAP;
+  window.addEventListener("hashchange", () => { showPage(); poll(); });
+  document.addEventListener("click", (ev) => {
+    const btn = ev.target.closest("button.fault");
+    if (btn) { fault(btn.dataset.action, btn.dataset.broker); return; }
+    const row = ev.target.closest("tr[data-href]");
+    if (row) location.hash = row.dataset.href;
+  });
+  $("show-internal").addEventListener("change", poll);
+  $("timeline-filter").addEventListener("input", renderTimeline);
+  showPage();
+  poll();
+  setInterval(poll, POLL_MS);
+}
+
+start();
