@@ -391,7 +391,9 @@ async function poll() {
     if (page === "groups" && arg === null) renderGroups(await getJSON("/api/groups"));
     if (page === "groups" && arg !== null) renderGroup(await getJSON("/api/groups/" + encodeURIComponent(arg)));
     // the timeline is kept up to date on every page so that no change is missed
-    const since = state.timelineSince;
+    // one millisecond back: an event logged in the same millisecond as the newest one seen
+    // still arrives (the keys drop the repeats)
+    const since = Math.max(0, state.timelineSince - 1);
     const events = await getJSON("/api/timeline?since_ms=" + since);
     if (addTimeline(Array.isArray(events) ? events : events.events || []) || page === "timeline") {
       if (page === "timeline") renderTimeline();
