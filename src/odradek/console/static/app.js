@@ -340,8 +340,9 @@ function chartSVG(points) {
   const now = points.length ? points[points.length - 1][0] : Date.now() / 1000;
   const t0 = now - HISTORY_WINDOW_S;
   const vs = points.map((p) => p[1]);
-  const vmax = Math.max(1e-9, ...vs);
   const vmin = Math.min(0, ...vs);
+  let vmax = Math.max(vmin, ...vs);
+  if (vmax <= vmin) vmax = vmin + 1;
   const x = (t) => pad + (t - t0) / HISTORY_WINDOW_S * (w - pad - 4);
   const y = (v) => h - 14 - (v - vmin) / (vmax - vmin) * (h - 22);
   const pts = points.filter((p) => p[0] >= t0).map((p) => x(p[0]).toFixed(1) + "," + y(p[1]).toFixed(1)).join(" ");
