@@ -26,7 +26,7 @@ class FakeApi:
             "brokers": [{"id": i, "host": "127.0.0.1", "port": 9090 + i, "alive": True}
                         for i in (1, 2, 3)],
             "under_replicated": [], "offline": [], "faults_enabled": False,
-            "csrf_token": "token-123"}
+            "fault_actions": ["kill", "restart"], "csrf_token": "token-123"}
         self.topics: list[dict[str, Any]] = []
         self.topic_details: dict[str, dict[str, Any]] = {}
         self.groups: list[dict[str, Any]] = []

@@ -62,7 +62,7 @@ def test_fault_buttons_post_with_the_csrf_header(driver: Any, api: FakeApi) -> N
     api.cluster["faults_enabled"] = True
     driver.get(api.url)
     button = wait(driver, lambda d: rows(d, "#fault-kill-3"))[0]
-    assert len(rows(driver, "button.fault")) == 12
+    assert len(rows(driver, "button.fault")) == 6  # the actions the API offers
     button.click()
     wait(driver, lambda d: api.posts)
     path, headers, body = api.posts[0]
@@ -134,14 +134,15 @@ def test_timeline_is_newest_first_and_bounded(driver: Any, api: FakeApi) -> None
 
 def test_metrics_charts(driver: Any, api: FakeApi, screenshot: Any) -> None:
     t = time.time()
-    api.history = {
-        "kafka_server_brokertopicmetrics_messagesin_total": [[t - 60 + i, 10.0 * i]
-                                                             for i in range(61)],
-        "kafka_server_replicamanager_underreplicatedpartitions": [[t - 60 + i, i % 2]
-                                                                  for i in range(61)]}
+    api.history = {  # a rate series (MetricsHistory's) and a counter drawn as its rate
+        "messages_in_per_sec": [[t - 60 + i, 10.0] for i in range(61)],
+        "kafka_server_brokertopicmetrics_bytesin_total": [[t - 60 + i, 100.0 * i]
+                                                          for i in range(61)],
+        "under_replicated_partitions": [[t - 60 + i, i % 2] for i in range(61)]}
     driver.get(api.url + "#metrics")
     wait(driver, lambda d: rows(d, "#chart-messages-in polyline"))
-    assert text(driver, "#chart-messages-in .last") == "10"  # the counter drawn as a rate /s
+    assert text(driver, "#chart-messages-in .last") == "10"
+    assert text(driver, "#chart-bytes-in .last") == "100"
     assert rows(driver, "#chart-under-replicated polyline")
     assert "no data" in text(driver, "#chart-offline")
     screenshot("metrics")

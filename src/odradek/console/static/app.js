@@ -5,16 +5,27 @@ const POLL_MS = 1500;
 const FETCH_TIMEOUT_MS = 3000;
 const TIMELINE_CAP = 500;
 const HISTORY_WINDOW_S = 600;
-// The console's charts: [key, title, metric names to ask for, per-second rate of a counter?]
+// The console's charts: [key, title, candidate series]. A candidate is [name, counter?]: the
+// broker's MetricsHistory names its series as already computed rates ("messages_in_per_sec");
+// a Prometheus counter ("..._total") is drawn as its per-second rate.
 const CHARTS = [
-  ["messages-in", "messages in /s", ["kafka_server_brokertopicmetrics_messagesin_total"], true],
-  ["bytes-in", "bytes in /s", ["kafka_server_brokertopicmetrics_bytesin_total"], true],
-  ["bytes-out", "bytes out /s", ["kafka_server_brokertopicmetrics_bytesout_total"], true],
-  ["under-replicated", "under-replicated partitions",
-    ["kafka_server_replicamanager_underreplicatedpartitions"], false],
-  ["offline", "offline partitions", ["kafka_controller_kafkacontroller_offlinepartitionscount"], false],
-  ["active-controller", "active controller", ["kafka_controller_kafkacontroller_activecontrollercount"], false],
-  ["eventloop-lag", "event-loop lag (s)", ["odradek_eventloop_lag_seconds"], false],
+  ["messages-in", "messages in /s", [["messages_in_per_sec", false],
+    ["kafka_server_brokertopicmetrics_messagesin_total", true]]],
+  ["bytes-in", "bytes in /s", [["bytes_in_per_sec", false],
+    ["kafka_server_brokertopicmetrics_bytesin_total", true]]],
+  ["bytes-out", "bytes out /s", [["bytes_out_per_sec", false],
+    ["kafka_server_brokertopicmetrics_bytesout_total", true]]],
+  ["under-replicated", "under-replicated partitions", [["under_replicated_partitions", false],
+    ["kafka_server_replicamanager_underreplicatedpartitions", false]]],
+  ["offline", "offline partitions", [["offline_partitions", false],
+    ["kafka_controller_kafkacontroller_offlinepartitionscount", false]]],
+  ["active-controller", "active controller", [["active_controller_count", false],
+    ["kafka_controller_kafkacontroller_activecontrollercount", false]]],
+  ["eventloop-lag", "event-loop lag p99 (s)", [["event_loop_lag_p99_seconds", false],
+    ["odradek_eventloop_lag_seconds", false]]],
+  ["produce-requests", "produce requests /s", [["produce_requests_per_sec", false]]],
+  ["fetch-requests", "fetch requests /s", [["fetch_requests_per_sec", false]]],
+  ["produce-p99", "produce total time p99 (ms)", [["produce_total_time_p99_ms", false]]],
 ];
 
 const state = {
@@ -149,7 +160,8 @@ function renderCluster(c) {
     const role = [];
     if (b.id === ctl.id) role.push('<span class="pill controller">controller</span>');
     if (b.id === c.broker_id) role.push('<span class="pill">serving this page</span>');
-    const buttons = faults ? '<td class="faults">' + ["kill", "restart", "pause", "resume"].map((a) => (
+    const actions = Array.isArray(c.fault_actions) ? c.fault_actions : ["kill", "restart", "pause", "resume"];
+    const buttons = faults ? '<td class="faults">' + actions.map((a) => (
       '<button class="fault ' + a + '" data-action="' + a + '" data-broker="' + esc(b.id)
       + '" id="fault-' + a + '-' + esc(b.id) + '">' + a + "</button>")).join("") + "</td>" : "";
     return '<tr class="broker ' + (b.alive ? "alive" : "dead") + '" data-broker="' + esc(b.id) + '">'
@@ -358,7 +370,7 @@ function chartSVG(points) {
 
 function renderCharts(history) {
   const box = $("charts");
-  for (const [key, title, names, isCounter] of CHARTS) {
+  for (const [key, title, candidates] of CHARTS) {
     let div = $("chart-" + key);
     if (!div) {
       div = document.createElement("div");
@@ -366,9 +378,10 @@ function renderCharts(history) {
       div.id = "chart-" + key;
       box.appendChild(div);
     }
-    const name = names.find((n) => Array.isArray(history[n]));
-    let points = name ? normaliseTime(history[name]) : [];
-    if (isCounter) points = rate(points);
+    const found = candidates.find(([n]) => Array.isArray(history[n]) && history[n].length > 0)
+      || candidates.find(([n]) => Array.isArray(history[n]));
+    let points = found ? normaliseTime(history[found[0]]) : [];
+    if (found && found[1]) points = rate(points);
     const last = points.length ? fmtNum(points[points.length - 1][1]) : "no data";
     div.dataset.points = String(points.length);
     div.innerHTML = '<div class="title">' + esc(title) + '<span class="last">' + esc(last) + "</span></div>"
@@ -400,7 +413,7 @@ async function poll() {
       if (page === "timeline") renderTimeline();
     }
     if (page === "metrics") {
-      const names = CHARTS.flatMap((c) => c[2]);
+      const names = CHARTS.flatMap((c) => c[2].map(([n]) => n));
       renderCharts(await getJSON("/api/metrics/history?names=" + names.map(encodeURIComponent).join(",")));
     }
   } catch (e) {
