@@ -5,12 +5,13 @@ briefly unreachable. The end-to-end tests against odradek.Cluster are in test_co
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.browser.fake_api import FakeApi
+from tests.browser.pages import rows, text, wait
 
 
 @pytest.fixture
@@ -20,21 +21,6 @@ def api() -> Iterator[FakeApi]:
         yield fake
     finally:
         fake.stop()
-
-
-def wait(driver: Any, predicate: Callable[[Any], Any], timeout: float = 10.0) -> Any:
-    from selenium.webdriver.support.ui import WebDriverWait
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(predicate)
-
-
-def text(driver: Any, css: str) -> str:
-    from selenium.webdriver.common.by import By
-    return driver.find_element(By.CSS_SELECTOR, css).text
-
-
-def rows(driver: Any, css: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-    return driver.find_elements(By.CSS_SELECTOR, css)
 
 
 def test_cluster_summary_and_highlights(driver: Any, api: FakeApi, screenshot: Any) -> None:
