@@ -2,6 +2,7 @@
 
   odradek broker --config server.properties [--override key=value ...]
   odradek cluster --brokers N [--base-port P] [--data-dir D]   N brokers in one process
+          [--console-faults] [--no-http] [--log-config FILE]   (prints each broker's console)
           [--security-protocol SASL_SSL --sasl-mechanism SCRAM-SHA-256 --user alice:secret
            --super-user admin --acl User:alice,Read,Topic,events ...]   secured (prints the
            client properties files it wrote)
@@ -32,11 +33,20 @@ from .common.properties import parse_properties
 from .server.config import ConfigError, KafkaConfig
 
 
-def _setup_logging(level: str) -> None:
-    """Kafka's log line shape on stderr; each broker also writes its own state-change.log."""
+def _setup_logging(level: str, log_config: str | None = None) -> None:
+    """Kafka's log line shape on stderr; each broker also writes its own state-change.log.
+    --log-config FILE then configures logging from a file (common/log_config.py: INI, JSON or
+    YAML; Kafka's logger names map to odradek's)."""
     fmt = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt,
                         stream=sys.stderr)
+    if log_config:
+        from .common.log_config import LogConfigError, configure
+
+        try:
+            configure(log_config)
+        except LogConfigError as exc:
+            raise SystemExit(f"odradek: --log-config: {exc}") from None
 
 
 def _overrides(items: list[str]) -> dict[str, str]:
@@ -69,7 +79,7 @@ async def _serve(config: KafkaConfig, announce: bool) -> int:
 def cmd_broker(args: argparse.Namespace) -> int:
     text = Path(args.config).read_text() if args.config else ""
     config = KafkaConfig.from_properties(parse_properties(text), _overrides(args.override))
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_config)
     for key in config.unknown_keys:
         logging.getLogger("odradek.config").warning(
             "The configuration '%s' was supplied but isn't a known config.", key)
@@ -81,7 +91,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     props = {"broker.id": "0", "listeners": f"PLAINTEXT://{args.host}:{args.port}",
              "log.dirs": str(data_dir / "broker-0")}
     config = KafkaConfig.from_properties(props, _overrides(args.override))
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_config)
     return asyncio.run(_serve(config, announce=True))
 
 
@@ -145,12 +155,13 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
     security = cluster_security_from_args(args)
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-cluster-"))
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_config)
 
     async def serve() -> int:
         cluster = AsyncCluster(args.brokers, data_dir=data_dir, base_port=args.base_port,
                                host=args.host, overrides=_overrides(args.override),
-                               security=security)
+                               security=security, http=not args.no_http,
+                               console_faults=args.console_faults)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -162,6 +173,10 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         if security is not None:
             for line in _write_client_properties(cluster, security, data_dir):
                 print(line, flush=True)
+        for broker_id, url in sorted((i, b.http_url) for i, b in cluster.brokers.items()):
+            if url:
+                print(f"console: {url}/ (broker {broker_id}; metrics at {url}/metrics)",
+                      flush=True)
         await stop.wait()
         await cluster.stop()
         return 0
@@ -198,6 +213,11 @@ TOOL_MODULES = [
 ]
 
 
+LOG_CONFIG_HELP = ("configure logging from a file: Python logging's fileConfig INI, or a "
+                   "dictConfig as JSON or YAML; Kafka's logger names (kafka.request.logger, "
+                   "state.change.logger, kafka.controller, ...) apply (docs/console.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="odradek", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -207,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="server.properties file")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-config", metavar="FILE", help=LOG_CONFIG_HELP)
     p.set_defaults(func=cmd_broker)
 
     p = sub.add_parser("standalone", help="a one-broker cluster on an embedded store")
@@ -215,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="default: a new temporary directory")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-config", metavar="FILE", help=LOG_CONFIG_HELP)
     p.set_defaults(func=cmd_standalone)
 
     p = sub.add_parser("cluster", help="N brokers in one process on an embedded store")
@@ -226,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a server.properties setting for every broker")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-config", metavar="FILE", help=LOG_CONFIG_HELP)
+    p.add_argument("--no-http", action="store_true",
+                   help="no HTTP listener (by default broker i serves /metrics and the console "
+                        "on base-port + i + 100 * number of listeners; free ports with "
+                        "--base-port 0)")
+    p.add_argument("--console-faults", action="store_true",
+                   help="let the console kill and restart brokers (POST /api/faults/...)")
     security = p.add_argument_group(
         "security", "a secured cluster: one listener per --security-protocol (the first is the "
         "inter-broker one; listener k of broker i on base-port + i + 100k), certificates "

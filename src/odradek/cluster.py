@@ -318,12 +318,46 @@ def scram_user_znodes(security: ClusterSecurity) -> dict[str, bytes]:
     return out
 
 
+class ClusterFaults:
+    """The console's fault actions (`console_faults=True`): each broker's HTTP listener may
+    kill (a crash, as `kill_broker`) or restart (`restart_broker`: a clean stop if running,
+    then a start) any broker of the cluster. Pausing a broker is not offered: the cluster has
+    no way to stop a broker's processing short of stopping it. The tasks are the cluster's,
+    so a broker killing itself through its own console still completes the action."""
+
+    actions = ("kill", "restart")
+
+    def __init__(self, cluster: AsyncCluster) -> None:
+        self._cluster = cluster
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def run(self, action: str, broker_id: int) -> asyncio.Future[None]:
+        if action not in self.actions:
+            raise ValueError(f"unknown fault action {action!r}")
+        if broker_id not in self._cluster.brokers:
+            raise ValueError(f"no broker {broker_id}")
+        task = asyncio.ensure_future(self._run(action, broker_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _run(self, action: str, broker_id: int) -> None:
+        await asyncio.sleep(0)  # the request that asked is answered first
+        if action == "kill":
+            broker = self._cluster.brokers[broker_id]
+            if broker.started:
+                await self._cluster.kill_broker(broker_id)
+        else:
+            await self._cluster.restart_broker(broker_id)
+
+
 class AsyncCluster:
     def __init__(self, brokers: int = 3, *, data_dir: str | Path | None = None,
                  base_port: int = 0, host: str = "127.0.0.1",
                  overrides: dict[str, Any] | None = None,
                  broker_overrides: dict[int, dict[str, Any]] | None = None,
-                 security: ClusterSecurity | None = None) -> None:
+                 security: ClusterSecurity | None = None, http: bool = True,
+                 console_faults: bool = False) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.size = brokers
@@ -344,6 +378,11 @@ class AsyncCluster:
         self.ports: dict[int, int] = {}
         #: Every listener's port per broker, in the order of the listeners.
         self.listener_ports: dict[int, list[int]] = {}
+        #: The HTTP listener (/metrics, the console) of every broker, unless http=False.
+        self.http = http
+        self.http_ports: dict[int, int] = {}
+        #: The console's fault actions (kill, restart a broker), with console_faults=True.
+        self.faults: ClusterFaults | None = ClusterFaults(self) if console_faults else None
 
     @property
     def listener_names(self) -> tuple[str, ...]:
@@ -368,6 +407,10 @@ class AsyncCluster:
             "transaction.state.log.min.isr": str(min(2, self.size)),
             "controlled.shutdown.retry.backoff.ms": "200",
         }
+        if self.http:  # after the listeners: base-port + id + 100 * (number of listeners)
+            port = self.http_ports.get(broker_id, self.base_port and (
+                self.base_port + broker_id + 100 * len(self.listener_names)))
+            props["http.listener"] = f"http://{self.host}:{port}"
         if self.security is not None:
             props.update(security_broker_props(self.security, self.security_files))
         props.update(self.overrides)
@@ -401,12 +444,27 @@ class AsyncCluster:
     async def start_broker(self, broker_id: int) -> Broker:
         if broker_id in self.brokers and self.brokers[broker_id].started:
             raise RuntimeError(f"broker {broker_id} is running")
-        broker = Broker(self.config_for(broker_id), embedded_zk=self.zookeeper)
+        broker = Broker(self.config_for(broker_id), embedded_zk=self.zookeeper,
+                        fault_actions=self.faults)
         await broker.start()
         self.brokers[broker_id] = broker
         self.ports[broker_id] = broker.bound_ports[0]
         self.listener_ports[broker_id] = list(broker.bound_ports)
+        if broker.http_listener is not None:  # the same console address after a restart
+            self.http_ports[broker_id] = broker.http_listener.port
         return broker
+
+    @property
+    def http_urls(self) -> list[str]:
+        """The running brokers' HTTP listeners (/metrics, the console), by broker id."""
+        return [url for i in sorted(self.brokers)
+                if self.brokers[i].started and (url := self.brokers[i].http_url)]
+
+    @property
+    def console_url(self) -> str | None:
+        """The console of the first running broker with an HTTP listener."""
+        urls = self.http_urls
+        return urls[0] + "/" if urls else None
 
     async def stop_broker(self, broker_id: int) -> None:
         """Clean shutdown (controlled shutdown first, as SIGTERM does)."""
@@ -588,6 +646,15 @@ class Cluster:
 
     def bootstrap_servers_for(self, listener: str) -> str:
         return self.c.bootstrap_servers_for(listener)
+
+    @property
+    def http_urls(self) -> list[str]:
+        """See `AsyncCluster.http_urls`."""
+        return self.c.http_urls
+
+    @property
+    def console_url(self) -> str | None:
+        return self.c.console_url
 
     def client_config(self, user: str | None = None, **kwargs: Any) -> dict[str, str]:
         """See `AsyncCluster.client_config`."""

@@ -42,9 +42,11 @@ from .admin_manager import AdminManager
 from .apis import KafkaApis
 from .authorizer import authorizer_from_config
 from .broker_config_manager import BrokerConfigManager
-from .config import ConfigError, KafkaConfig
+from .config import ConfigError, KafkaConfig, parse_http_listener
+from .console_api import LocalReplica
 from .credential_cache import CredentialCache
 from .gc_freeze import freeze_long_lived, process_owned
+from .http_listener import AdminAccess, FaultActions, HttpListener, console_static_dir
 from .metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
 from .network import Listener, SocketServer
 from .producer_id_manager import ProducerIdManager
@@ -67,9 +69,11 @@ class Broker:
     components are None; afterwards they are what tests and tools read (`replica_manager`,
     `group_coordinator`, `controller`, ...)."""
 
-    def __init__(self, config: KafkaConfig, *, embedded_zk: EmbeddedZooKeeper | None = None
-                 ) -> None:
+    def __init__(self, config: KafkaConfig, *, embedded_zk: EmbeddedZooKeeper | None = None,
+                 fault_actions: FaultActions | None = None) -> None:
         self.config = config
+        self.fault_actions = fault_actions  # the console's fault routes (odradek.Cluster)
+        self.http_listener: HttpListener | None = None
         self.broker_id = config.broker_id
         self._embedded_zk = embedded_zk
         self._owns_embedded_zk = False
@@ -243,9 +247,59 @@ class Broker:
         await self.controller.startup()
         await self._await_cluster_metadata()
         self._start_periodic_tasks()
+        await self._start_http_listener()
         self.started = True
         log.info("[KafkaServer id=%d] started; listening on %s", self.broker_id,
                  ", ".join(e.connection_string for e in self.advertised_endpoints()))
+
+    # -- the HTTP listener (http.listener: /metrics, the console) ------------------------------
+    @property
+    def http_url(self) -> str | None:
+        """http://host:port of the HTTP listener, None when `http.listener` is empty."""
+        return self.http_listener.url if self.http_listener is not None else None
+
+    async def _start_http_listener(self) -> None:
+        bind = parse_http_listener(self.config["http.listener"])
+        if bind is None:
+            return
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        # until the broker has its metrics (odradek.metrics), /metrics renders an empty
+        # per-broker registry
+        registry = CollectorRegistry()
+        listener = self.http_listener = HttpListener(
+            self.broker_id, bind[0], bind[1], self._console_admin_access(),
+            controller_epoch=lambda: self.controller_epoch_seen,
+            local_replicas=self._local_replicas,
+            state_change_log=self.config.log_dirs[0] / "state-change.log",
+            render_metrics=lambda: generate_latest(registry),
+            fault_actions=self.fault_actions, static_dir=console_static_dir())
+        await listener.start()
+
+    def _console_admin_access(self) -> AdminAccess:
+        """The console's admin clients use this broker's first SASL listener (so the HTTP
+        user's credentials and ACLs apply), else its first listener."""
+        cfg = self.config
+        names = [ep.listener for ep in cfg.advertised_listeners]
+        name = next((n for n in names if cfg.security_protocol(n).uses_sasl), names[0])
+        protocol = cfg.security_protocol(name)
+        tls: dict[str, str] = {}
+        if protocol.uses_ssl:
+            props = cfg.listener_props(name)
+            keys = ["ssl.truststore.type", "ssl.truststore.location"]
+            if props.get("ssl.client.auth", "none") == "required":
+                keys += ["ssl.keystore.type", "ssl.keystore.location"]
+            tls = {k: str(props[k]) for k in keys if props.get(k)}
+        mechanisms = cfg.sasl_enabled_mechanisms(name) if protocol.uses_sasl else []
+        return AdminAccess(self.bootstrap_for(name), protocol.value,
+                           mechanisms[0] if mechanisms else None, tls)
+
+    def _local_replicas(self, topic: str) -> dict[int, LocalReplica]:
+        rm = self.replica_manager
+        if rm is None:
+            return {}
+        return {tp.partition: LocalReplica(p.log_end_offset, p.log.size)
+                for tp, p in list(rm.partitions.items()) if tp.topic == topic}
 
     def _txn_marker_destination(self, tp: TopicPartition) -> Destination | None:
         """Where the transaction markers of `tp` go (Kafka's getPartitionLeaderEndpoint on the
@@ -514,6 +568,9 @@ class Broker:
                     "shutdown attempts", self.broker_id)
 
     async def _stop_network_and_tasks(self) -> None:
+        if self.http_listener is not None:
+            await self.http_listener.stop()
+            self.http_listener = None
         if self.socket_server is not None:
             await self.socket_server.stop()
         for t in self._tasks:

@@ -98,6 +98,29 @@ def _protocol_map(v: str) -> ProtocolMap:
     return out
 
 
+_HTTP_LISTENER = re.compile(r"^http://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)/?$")
+
+
+def parse_http_listener(v: str) -> tuple[str, int] | None:
+    """http.listener: ``http://host:port`` (port 0: a free port; empty: no HTTP listener) as
+    (host, port), or None when empty."""
+    text = v.strip()
+    if not text:
+        return None
+    m = _HTTP_LISTENER.match(text)
+    if m is None:
+        raise ValueError("expected http://host:port (or empty for no HTTP listener)")
+    port = int(m["port"])
+    if port > 65535:
+        raise ValueError(f"port {port} out of range")
+    return m["host"].strip("[]"), port
+
+
+def _http_listener(v: str) -> str:
+    parse_http_listener(v)
+    return v.strip()
+
+
 def _protocol(v: str) -> str:
     return SecurityProtocol.for_name(v).value
 
@@ -129,6 +152,8 @@ DEFS: dict[str, Def] = {
     "broker.id": Def(_int, -1, _at_least(-1), ">= -1"),
     "listeners": Def(_list, ["PLAINTEXT://:9092"]),
     "advertised.listeners": Def(_list, None),
+    # odradek's HTTP listener (/metrics, the console's JSON API and files): off when empty
+    "http.listener": Def(_http_listener, ""),
     "log.dirs": Def(_list, None),
     "log.dir": Def(_str, "/tmp/kafka-logs"),
     "zookeeper.connect": Def(_str, None),

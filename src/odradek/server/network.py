@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import ssl
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 from ..protocol.framing import FrameDecoder, FrameError
 from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, ssl_principal
 from ..security.protocol import SecurityProtocol
+from . import request_log
 
 log = logging.getLogger("odradek.network")
 
@@ -58,11 +60,15 @@ class CloseConnection(Exception):
 
 
 class _Slot:
-    __slots__ = ("done", "value")
+    __slots__ = ("done", "logged", "ready_at", "started", "value")
 
     def __init__(self) -> None:
         self.done = False
         self.value: Response = None
+        # kafka.request.logger at DEBUG only: (request frame, start), when the response was ready
+        self.logged: bytes | None = None
+        self.started = 0.0
+        self.ready_at = 0.0
 
 
 class Listener:
@@ -224,6 +230,8 @@ class Connection(asyncio.Protocol):
     def _dispatch(self, payload: bytes) -> None:
         slot = _Slot()
         self._slots.append(slot)
+        if request_log.request_logger.isEnabledFor(logging.DEBUG):
+            slot.logged, slot.started = payload[:512], time.monotonic()
         try:
             result = self.server.handler(self, payload)
         except CloseConnection as exc:
@@ -240,6 +248,8 @@ class Connection(asyncio.Protocol):
             fut.add_done_callback(lambda f, s=slot: self._completed(s, f))
         else:
             slot.done, slot.value = True, result
+            if slot.logged is not None:
+                slot.ready_at = time.monotonic()
             self._flush()
         self._update_reading()
 
@@ -257,6 +267,8 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         slot.done, slot.value = True, fut.result()
+        if slot.logged is not None:
+            slot.ready_at = time.monotonic()
         self._flush()
         self._update_reading()
 
@@ -266,7 +278,10 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         out: list[bytes | bytearray | memoryview] = []
         while self._slots and self._slots[0].done and not self._sending and not self._closed:
-            value = self._slots.popleft().value
+            slot = self._slots.popleft()
+            value = slot.value
+            if slot.logged is not None:
+                self._log_completed(slot)
             if value is None:
                 continue
             if isinstance(value, bytes | bytearray):
@@ -337,6 +352,23 @@ class Connection(asyncio.Protocol):
             self.transport.write(chunk)  # type: ignore[union-attr]
             sent += len(chunk)
         return sent
+
+    def _log_completed(self, slot: _Slot) -> None:
+        """Kafka's request log line (server/request_log.py) of a request whose response
+        leaves now."""
+        assert slot.logged is not None
+        now = time.monotonic()
+        transport = self.transport
+        local = transport.get_extra_info("sockname") if transport is not None else None
+        remote = transport.get_extra_info("peername") if transport is not None else None
+        request_log.request_logger.debug("%s", request_log.completed_request_line(
+            request_log.request_header(slot.logged),
+            request_log.connection_id(local, remote),
+            total_ms=(now - slot.started) * 1000, local_ms=(slot.ready_at - slot.started) * 1000,
+            response_queue_ms=(now - slot.ready_at) * 1000,
+            security_protocol=self.security_protocol.value, principal=str(self.principal),
+            listener=self.listener_name,
+            client_software=self.attributes.get("client_software")))
 
     def _update_reading(self) -> None:
         if self._closed or self.transport is None:

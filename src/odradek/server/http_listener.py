@@ -1,0 +1,377 @@
+"""The broker's HTTP listener (config `http.listener`): /metrics, the console's JSON API and its
+static files (docs/console.md).
+
+An aiohttp application on the broker's own event loop, stopped with the broker. Everything it
+shows about the cluster comes over the Kafka protocol: an `odradek.client.AsyncAdmin` against
+this broker's own listener (the first SASL listener if there is one, else the first), opened
+with the HTTP user's basic-auth credentials on a SASL listener, so a wrong password is a 401 and
+ACLs filter what the user sees; anonymous otherwise. Admin clients are kept per user (a few).
+
+Bounded: a small request body limit, header line/field/count limits, a keep-alive timeout and
+a cap on open connections (beyond it a connection is closed at once); unknown paths are 404,
+wrong methods 405; nothing here shares state with the Kafka listeners.
+
+Mutating routes (the fault actions, given by `odradek.Cluster(console_faults=True)`) need the
+per-listener token of /api/cluster in `X-Odradek-CSRF` and a same-origin (or absent) Origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib.resources
+import json
+import logging
+import secrets
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from aiohttp import web
+from kio.schema.errors import ErrorCode
+
+from ..client.admin import AsyncAdmin
+from ..client.errors import KafkaError
+from ..client.types import ConfigResource
+from ..common import TopicPartition
+from ..security.sasl_server import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
+from . import console_api
+
+log = logging.getLogger("odradek.http")
+
+MAX_BODY = 16 * 1024
+MAX_CONNECTIONS = 64
+KEEPALIVE_S = 15.0
+STATE_CHANGE_TAIL = 1 << 20  # the last MiB of state-change.log feeds /api/timeline
+MAX_ADMINS = 8  # admin clients kept open (per user)
+REALM = 'Basic realm="odradek", charset="UTF-8"'
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class FaultActions(Protocol):
+    """What `odradek.Cluster(console_faults=True)` gives every broker's listener."""
+
+    actions: Sequence[str]
+
+    def run(self, action: str, broker_id: int) -> asyncio.Future[None]:
+        """Start `action` on broker `broker_id`; the future (owned by the cluster, so it
+        outlives this listener when a broker kills itself) completes when it is done."""
+        ...
+
+
+@dataclass(frozen=True)
+class AdminAccess:
+    """How the listener's admin clients reach their broker: the bootstrap of one listener,
+    its security protocol and SASL mechanism, and its TLS trust (client properties)."""
+
+    bootstrap: str
+    security_protocol: str
+    sasl_mechanism: str | None = None
+    tls: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def requires_auth(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    def client_config(self, user: tuple[str, str] | None) -> dict[str, str]:
+        cfg = {"bootstrap.servers": self.bootstrap, "security.protocol": self.security_protocol,
+               "client.id": "odradek-console", **self.tls}
+        if self.requires_auth and user is not None and self.sasl_mechanism is not None:
+            module = PLAIN_LOGIN_MODULE if self.sasl_mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
+            cfg["sasl.mechanism"] = self.sasl_mechanism
+            cfg["sasl.jaas.config"] = (f"{module} required username={_quote(user[0])} "
+                                       f"password={_quote(user[1])};")
+        return cfg
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def console_static_dir() -> Path | None:
+    """The console's files (package odradek.console, directory static/), if installed."""
+    try:
+        root = importlib.resources.files("odradek.console") / "static"
+    except ModuleNotFoundError:
+        return None
+    path = Path(str(root))
+    return path if path.is_dir() else None
+
+
+class _Refused(asyncio.Protocol):
+    """A connection beyond the cap: closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+class HttpListener:
+    def __init__(self, broker_id: int, host: str, port: int, access: AdminAccess, *,
+                 controller_epoch: Callable[[], int],
+                 local_replicas: Callable[[str], Mapping[int, console_api.LocalReplica]],
+                 state_change_log: Path | None,
+                 render_metrics: Callable[[], bytes] | None = None,
+                 history: Callable[[list[str]], dict[str, Any]] | None = None,
+                 fault_actions: FaultActions | None = None,
+                 static_dir: Path | None = None,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.access = access
+        self.controller_epoch = controller_epoch
+        self.local_replicas = local_replicas
+        self.state_change_log = state_change_log
+        self.render_metrics = render_metrics
+        self.history = history
+        self.fault_actions = fault_actions
+        self.static_dir = static_dir
+        self.max_connections = max_connections
+        self.csrf_token = secrets.token_urlsafe(24)
+        self.url = ""
+        self._admins: OrderedDict[tuple[str, str] | None, AsyncAdmin] = OrderedDict()
+        self._admin_lock = asyncio.Lock()
+        self._runner: web.AppRunner | None = None
+        self._server: asyncio.AbstractServer | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._auth])
+        r = app.router
+        r.add_get("/metrics", self.metrics)
+        r.add_get("/api/cluster", self.api_cluster)
+        r.add_get("/api/topics", self.api_topics)
+        r.add_get("/api/topics/{name}", self.api_topic)
+        r.add_get("/api/groups", self.api_groups)
+        r.add_get("/api/groups/{group_id}", self.api_group)
+        r.add_get("/api/timeline", self.api_timeline)
+        r.add_get("/api/metrics/history", self.api_history)
+        r.add_post("/api/faults/{action}", self.api_fault)
+        r.add_get("/", self.index)
+        if self.static_dir is not None:
+            r.add_static("/static/", self.static_dir, follow_symlinks=False)
+        return app
+
+    async def start(self) -> str:
+        runner = self._runner = web.AppRunner(
+            self.application(), handle_signals=False, access_log=None,
+            keepalive_timeout=KEEPALIVE_S, max_line_size=4096, max_field_size=4096,
+            max_headers=64, shutdown_timeout=2.0)
+        await runner.setup()
+        server = runner.server
+        assert server is not None
+
+        def protocol() -> asyncio.BaseProtocol:
+            if len(server.connections) >= self.max_connections:
+                return _Refused()
+            return server()
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(protocol, self.host or None, self.port,
+                                                reuse_address=True, backlog=64)
+        bound = self._server.sockets[0].getsockname()
+        host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        self.port = bound[1]
+        self.url = f"http://{host}:{self.port}"
+        log.info("[KafkaServer id=%d] HTTP listener bound to %s", self.broker_id, self.url)
+        return self.url
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._runner is not None:
+            await self._runner.shutdown()
+            await self._runner.cleanup()
+            self._runner = None
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+        admins, self._admins = list(self._admins.values()), OrderedDict()
+        for admin in admins:
+            with contextlib.suppress(Exception):
+                await admin.close()
+
+    # -- middlewares -------------------------------------------------------------------------
+    @web.middleware
+    async def _errors(self, request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                      ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except KafkaError as exc:
+            code = 403 if exc.code in (ErrorCode.topic_authorization_failed,
+                                       ErrorCode.group_authorization_failed,
+                                       ErrorCode.cluster_authorization_failed) else 503
+            return _json({"error": str(exc)}, status=code)
+
+    @web.middleware
+    async def _auth(self, request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        """On a SASL listener every route needs basic auth, checked by opening the admin
+        client with it (a wrong password: 401)."""
+        user = console_api.parse_basic_auth(request.headers.get("Authorization"))
+        if self.access.requires_auth and user is None:
+            raise web.HTTPUnauthorized(headers={"WWW-Authenticate": REALM},
+                                       text="authentication required")
+        request["user"] = user if self.access.requires_auth else None
+        return await handler(request)
+
+    async def admin(self, request: web.Request) -> AsyncAdmin:
+        user: tuple[str, str] | None = request["user"]
+        key = None if user is None else (user[0], hashlib.sha256(user[1].encode()).hexdigest())
+        async with self._admin_lock:
+            found = self._admins.get(key)
+            if found is not None:
+                self._admins.move_to_end(key)
+                return found
+            admin = AsyncAdmin(self.access.client_config(user))
+            try:
+                await admin.start()
+            except KafkaError as exc:
+                with contextlib.suppress(Exception):
+                    await admin.close()
+                if exc.code == ErrorCode.sasl_authentication_failed:
+                    raise web.HTTPUnauthorized(headers={"WWW-Authenticate": REALM},
+                                               text="authentication failed") from None
+                raise
+            self._admins[key] = admin
+            while len(self._admins) > MAX_ADMINS:
+                _, old = self._admins.popitem(last=False)
+                with contextlib.suppress(Exception):
+                    await old.close()
+            return admin
+
+    # -- routes ------------------------------------------------------------------------------
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        if self.render_metrics is None:
+            raise web.HTTPNotFound(text="no metrics on this broker")
+        return web.Response(body=self.render_metrics(),
+                            headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+    async def api_cluster(self, request: web.Request) -> web.StreamResponse:
+        admin = await self.admin(request)
+        cluster = await admin.describe_cluster()
+        topics = await admin.describe_topics()
+        faults = self.fault_actions
+        return _json(console_api.cluster_view(
+            self.broker_id, cluster, topics, self.controller_epoch(), faults is not None,
+            faults.actions if faults is not None else (), self.csrf_token))
+
+    async def api_topics(self, request: web.Request) -> web.StreamResponse:
+        admin = await self.admin(request)
+        return _json(console_api.topics_view(await admin.describe_topics()))
+
+    async def api_topic(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        admin = await self.admin(request)
+        try:
+            topic = (await admin.describe_topics([name]))[name]
+        except KafkaError as exc:
+            if exc.code == ErrorCode.unknown_topic_or_partition:
+                raise web.HTTPNotFound(text=f"no topic {name}") from None
+            raise
+        configs = (await admin.describe_configs([ConfigResource("topic", name)])).get(
+            ConfigResource("topic", name), {})
+        led = [TopicPartition(name, p.partition) for p in topic.partitions if p.leader >= 0]
+        start = await admin.list_offsets(dict.fromkeys(led, -2)) if led else {}
+        end = await admin.list_offsets(dict.fromkeys(led, -1)) if led else {}
+        return _json(console_api.topic_view(
+            topic, configs, {tp.partition: o for tp, (o, _) in start.items()},
+            {tp.partition: o for tp, (o, _) in end.items()}, self.local_replicas(name)))
+
+    async def api_groups(self, request: web.Request) -> web.StreamResponse:
+        admin = await self.admin(request)
+        listings = await admin.list_groups()
+        described = await admin.describe_groups([g.group_id for g in listings]) \
+            if listings else {}
+        return _json(console_api.groups_view(listings, described))
+
+    async def api_group(self, request: web.Request) -> web.StreamResponse:
+        group_id = request.match_info["group_id"]
+        admin = await self.admin(request)
+        group = (await admin.describe_groups([group_id])).get(group_id)
+        if group is None:
+            raise web.HTTPNotFound(text=f"no group {group_id}")
+        committed = {tp: om.offset for tp, om in
+                     (await admin.list_consumer_group_offsets(group_id)).items()}
+        ends = await admin.list_offsets(dict.fromkeys(committed, -1)) if committed else {}
+        return _json(console_api.group_view(group, committed,
+                                            {tp: o for tp, (o, _) in ends.items()}))
+
+    async def api_timeline(self, request: web.Request) -> web.StreamResponse:
+        await self.admin(request)  # the credentials are checked as for every route
+        since = console_api.parse_since_ms(request.query.get("since_ms"))
+        lines = await asyncio.to_thread(_tail_lines, self.state_change_log, STATE_CHANGE_TAIL)
+        return _json(console_api.timeline(lines, since))
+
+    async def api_history(self, request: web.Request) -> web.StreamResponse:
+        if self.history is None:
+            raise web.HTTPNotFound(text="no metrics history on this broker")
+        names = console_api.parse_names(request.query.get("names"))
+        return _json({k: [list(s) for s in v] for k, v in self.history(names).items()})
+
+    async def api_fault(self, request: web.Request) -> web.StreamResponse:
+        refusal = console_api.mutation_refusal(
+            request.headers.get(console_api.CSRF_HEADER), self.csrf_token,
+            request.headers.get("Origin"), request.headers.get("Host"))
+        if refusal is not None:
+            raise web.HTTPForbidden(text=refusal)
+        faults = self.fault_actions
+        if faults is None:
+            raise web.HTTPForbidden(text="fault actions are not enabled (--console-faults)")
+        action = request.match_info["action"]
+        if action not in faults.actions:
+            raise web.HTTPNotFound(text=f"no fault action {action}")
+        await self.admin(request)  # credentials checked before anything happens
+        try:
+            body = await request.json()
+            broker = int(body["broker"])
+        except (ValueError, KeyError, TypeError):
+            raise web.HTTPBadRequest(text='expected {"broker": N}') from None
+        log.warning("[KafkaServer id=%d] console fault action: %s broker %d", self.broker_id,
+                    action, broker)
+        try:
+            done = faults.run(action, broker)
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        if broker == self.broker_id:  # this listener goes with its broker: answer first
+            return _json({"ok": True, "scheduled": True})
+        try:
+            await asyncio.wait_for(asyncio.shield(done), 120)
+        except Exception as exc:
+            return _json({"ok": False, "error": str(exc)}, status=500)
+        return _json({"ok": True})
+
+    async def index(self, request: web.Request) -> web.StreamResponse:
+        index = self.static_dir / "index.html" if self.static_dir is not None else None
+        if index is None or not index.is_file():
+            raise web.HTTPNotFound(text="the console's files are not installed")
+        return web.FileResponse(index)
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(value, separators=(",", ":")), status=status,
+                        content_type="application/json")
+
+
+def _tail_lines(path: Path | None, size: int) -> list[str]:
+    """The whole lines of the last `size` bytes of a file (none if it does not exist)."""
+    if path is None:
+        return []
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            end = f.tell()
+            f.seek(max(0, end - size))
+            data = f.read(size)
+    except FileNotFoundError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[1:] if end > size else lines
