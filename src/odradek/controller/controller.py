@@ -33,6 +33,7 @@ from ..coordination.store import (
     NoNodeError,
     SessionState,
 )
+from ..metrics.stats import ControllerStats
 from ..security.protocol import SecurityProtocol
 from ..state_change import StateChangeLogger
 from .channel import ControllerChannelManager, RequestSender
@@ -124,7 +125,8 @@ class TopicElectionConfig(Protocol):
 class KafkaController:
     def __init__(self, store: CoordinationStore, broker_id: int, config: ControllerConfig,
                  metadata_cache: ControllerIdHolder, topic_configs: TopicConfigLoader,
-                 topic_config: Callable[[str], TopicElectionConfig]) -> None:
+                 topic_config: Callable[[str], TopicElectionConfig], *,
+                 stats: ControllerStats | None = None) -> None:
         self.store = store
         self.broker_id = broker_id
         self.config = config
@@ -142,7 +144,8 @@ class KafkaController:
         self.replica_state_machine = ReplicaStateMachine(self.ctx, self.zk, self.sc)
         self.partition_state_machine = PartitionStateMachine(
             self.ctx, self.zk, self.replica_state_machine, self.sc,
-            lambda topic: bool(topic_config(topic).unclean_leader_election_enable))
+            lambda topic: bool(topic_config(topic).unclean_leader_election_enable),
+            stats if stats is not None else ControllerStats())
         self.topic_deletion = TopicDeletionManager(
             broker_id, self.ctx, self.zk, self.partition_state_machine,
             self.replica_state_machine, self.requests, self.events.put, self._forget_topic,

@@ -11,9 +11,11 @@ elections and ISR shrinks, each a fenced optimistic update of the partition stat
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..metrics.stats import ControllerStats
 from ..state_change import StateChangeLogger, leadership_text
 from . import leader_selectors as sel
 from .channel import RequestBatch
@@ -97,6 +99,8 @@ class PartitionStateMachine:
     replicas: ReplicaStateMachine
     sc: StateChangeLogger
     unclean_leader_election_enable: Callable[[str], bool]
+    # LeaderElectionRateAndTimeMs, UncleanLeaderElectionsPerSec (metrics/)
+    stats: ControllerStats = field(default_factory=ControllerStats)
 
     def initialize(self, partitions: Iterable[TopicPartition]) -> None:
         """Kafka's initializePartitionState at failover: states are read off the stored
@@ -178,6 +182,7 @@ class PartitionStateMachine:
         """One leader election, a fenced optimistic update of the state node (re-read and
         decided again when the node moved, S-4.2). Returns True if a leader was written."""
         ctx = self.ctx
+        started = time.perf_counter()
         elections: list[tuple[LeaderAndIsr, sel.ElectionResult]] = []
 
         def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
@@ -205,6 +210,7 @@ class PartitionStateMachine:
         if stored is None:
             return False
         current, result = elections[-1]
+        self.stats.record_election((time.perf_counter() - started) * 1000, result.unclean)
         if result.unclean:
             self.sc.controller(ctx.epoch, (
                 f"Unclean leader election for partition {tp}: replica {stored.leader} "

@@ -31,6 +31,8 @@ from ..coordinator.transaction_marker_channel import (
     TransactionMarkerChannelManager,
 )
 from ..coordinator.transaction_state_manager import TransactionConfig, TransactionStateManager
+from ..metrics.history import MetricsHistory
+from ..metrics.registry import BrokerMetrics
 from ..security import ssl_factory
 from ..security.authorizer import ALLOW_ALL, Authorizer
 from ..security.sasl_server import DEFAULT_MAX_RECEIVE_SIZE, listener_prop
@@ -98,6 +100,9 @@ class Broker:
         self._state_change_handler: logging.Handler | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
+        # this broker's metrics (metrics/), built again by start(); history sampled every second
+        self.metrics = BrokerMetrics(self.broker_id)
+        self.metrics_history = MetricsHistory(self.metrics)
 
     # -- what tests and tools read --------------------------------------------------------------
     def topic_config(self, topic: str) -> LogConfig:
@@ -176,11 +181,16 @@ class Broker:
         cluster_id = await self._cluster_id()
         self.broker_id = self._check_meta_properties(log_dirs, cluster_id)
         self._state_change_handler = state_change.attach_file(self.broker_id, log_dirs[0])
+        metrics = self.metrics = BrokerMetrics(
+            self.broker_id, recording=cfg["metrics.recording.enabled"])
+        self.metrics_history = MetricsHistory(metrics)
+        store.add_session_listener(metrics.on_session_state)  # ZooKeeper session meters
         cache = self.metadata_cache
         cache.cluster_id = cluster_id
         defaults = LogConfig.from_props(cfg.topic_defaults(), allow_unknown=True)
         log_manager = self.log_manager = LogManager(
-            log_dirs, defaults, producer_id_expiration_ms=cfg["producer.id.expiration.ms"])
+            log_dirs, defaults, producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
+            flush_stats=metrics.log_flush)
         log_manager.start_cleaner(cleaner_config_from(cfg))  # compaction (S-2.7)
         # many loaded logs: out of the cyclic GC's generations (server/gc_freeze.py)
         freeze_long_lived(len(log_manager.all_logs()), collect=True, reason="loading logs")
@@ -188,7 +198,9 @@ class Broker:
             lower_switch_interval()
         log_configs = self.log_configs = TopicConfigs(defaults, log_manager)
         rm = self.replica_manager = ReplicaManager(self.broker_id, log_manager, log_configs.config,
-                                                   metadata_cache=cache)
+                                                   metadata_cache=cache,
+                                                   topic_stats=metrics.topics,
+                                                   isr_stats=metrics.isr)
         rm.start()
         inter_broker = cfg.inter_broker_listener_name
         rm.start_replication(  # replica fetchers and ISR tasks (S-3), on the inter-broker listener
@@ -219,7 +231,7 @@ class Broker:
         await txn_coordinator.startup()  # listens to LeaderAndIsr of __transaction_state
         self.controller = KafkaController(
             store, self.broker_id, ControllerConfig.from_broker_config(cfg), cache,
-            topic_configs, log_configs.config)
+            topic_configs, log_configs.config, stats=metrics.controller)
         self.authorizer = authorizer_from_config(cfg, store, self.broker_id, log_dirs[0])
         if self.authorizer.enabled:
             await self.authorizer.start()  # type: ignore[attr-defined]
@@ -231,7 +243,9 @@ class Broker:
             topic_config_manager=topic_configs,
             producer_ids=self.producer_ids, controller=self.controller, store=store,
             flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer,
-            credential_cache=credentials)
+            credential_cache=credentials, request_stats=metrics.requests,
+            topic_stats=metrics.topics)
+        self._register_metrics()
         socket_server = self.socket_server = SocketServer(
             self.apis.handle, cfg["socket.request.max.bytes"],
             max_in_flight=min(cfg["queued.max.requests"], 64))
@@ -300,6 +314,22 @@ class Broker:
             return {}
         return {tp.partition: LocalReplica(p.log_end_offset, p.log.size)
                 for tp, p in list(rm.partitions.items()) if tp.topic == topic}
+
+    def _register_metrics(self) -> None:
+        """The scrape-time gauges read the components' state through these callables."""
+        rm, lm, coordinator = self.replica_manager, self.log_manager, self.group_coordinator
+        assert rm is not None and lm is not None and coordinator is not None
+        metrics = self.metrics
+        metrics.register_replica_manager(
+            lambda: rm.partitions.values(),
+            lambda topic: rm.topic_config(topic).min_insync_replicas,
+            {"Produce": rm.produce_purgatory, "Fetch": rm.fetch_purgatory},
+            lambda: rm.fetcher_manager.max_lag() if rm.fetcher_manager is not None else 0)
+        metrics.register_logs(lm.all_logs)
+        metrics.register_controller(
+            lambda: self.controller is not None and self.controller.is_active,
+            lambda: self.controller.ctx if self.controller is not None else None)
+        metrics.register_groups(lambda: coordinator.manager.groups.values())
 
     def _txn_marker_destination(self, tp: TopicPartition) -> Destination | None:
         """Where the transaction markers of `tp` go (Kafka's getPartitionLeaderEndpoint on the
@@ -465,6 +495,10 @@ class Broker:
                         log.exception("Periodic task %s failed", name)
             self._tasks.append(asyncio.create_task(loop(), name=f"broker-{self.broker_id}-{name}"))
 
+        self._tasks.append(asyncio.create_task(self.metrics.run_event_loop_probe(),
+                                               name=f"broker-{self.broker_id}-eventloop-lag"))
+        self._tasks.append(asyncio.create_task(self.metrics_history.run(),
+                                               name=f"broker-{self.broker_id}-metrics-history"))
         every("kafka-log-retention", cfg["log.retention.check.interval.ms"],
               lambda: lm.cleanup_logs(_now_ms()))
         flush_every = min(cfg["log.flush.scheduler.interval.ms"], 1000)

@@ -202,6 +202,8 @@ DEFS: dict[str, Def] = {
                             "producer, uncompressed, gzip, snappy, lz4 or zstd"),
     "message.max.bytes": Def(_int32, 1048588, _at_least(0), ">= 0"),
     "socket.request.max.bytes": Def(_int, 104857600, _at_least(1), ">= 1"),
+    # odradek: False stops the Produce/Fetch/request recording of metrics/ (gauges still work)
+    "metrics.recording.enabled": Def(_bool, True),
     "queued.max.requests": Def(_int, 500, _at_least(1), ">= 1"),
     "max.connections": Def(_int, 2**31 - 1, _at_least(0), ">= 0"),
     "fetch.max.bytes": Def(_int, 57671680, _at_least(1024), ">= 1024"),

@@ -620,6 +620,12 @@ class ReplicaFetcherManager:
     def is_fetching(self, tp: TopicPartition) -> bool:
         return self.fetch_state(tp) is not None
 
+    def max_lag(self) -> int:
+        """Kafka's ReplicaFetcherManager MaxLag: the largest lag (messages behind the
+        leader's high watermark) of a partition fetched here; 0 without any."""
+        return max((st.lag or 0 for f in self.fetchers.values() for st in f.states.values()),
+                   default=0)
+
     def shutdown_idle_fetchers(self) -> None:
         for key, fetcher in list(self.fetchers.items()):
             if not fetcher.states:

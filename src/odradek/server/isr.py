@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..common import TopicPartition
 from ..coordination import paths
 from ..coordination.store import BadVersionError, CoordinationError, NoNodeError
+from ..metrics.stats import IsrStats
 from ..state_change import StateChangeLogger
 from .partition import Partition, fmt_isr
 
@@ -55,8 +56,9 @@ class IsrChangeManager:
     def __init__(self, broker_id: int, replica_manager: IsrReplicaManager,
                  store: Callable[[], CoordinationStore | None], clock: Callable[[], int], *,
                  check_interval_ms: int = 100, linger_ms: int = 100,
-                 max_delay_ms: int = 500) -> None:
+                 max_delay_ms: int = 500, isr_stats: IsrStats | None = None) -> None:
         self.broker_id = broker_id
+        self.isr_stats = isr_stats if isr_stats is not None else IsrStats()
         self.replica_manager = replica_manager
         self.store = store
         self.clock = clock
@@ -225,6 +227,7 @@ class IsrChangeManager:
                 and p.leader_epoch == epoch and p.zk_version == version):
             self._drop(p, new_isr, epoch, version)
             return
+        self.isr_stats.record_isr_change(p.isr, new_isr)  # IsrShrinksPerSec, IsrExpandsPerSec
         p.complete_isr_update(new_isr, new_version, controller_epoch)
         self.state_change.broker(controller_epoch, (
             f"{self._prefix(p)} ISR of partition {p} updated to {fmt_isr(new_isr)} and "

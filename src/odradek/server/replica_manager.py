@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
+from ..metrics.stats import IsrStats, TopicStats
 from ..protocol import interbroker as ib
 from ..protocol import records as rb
 from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -227,8 +228,13 @@ class ReplicaManager:
                  topic_config: Callable[[str], LogConfig],
                  clock: Callable[[], int] = _now_ms,
                  replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS, *,
-                 metadata_cache: MetadataCache | None = None) -> None:
+                 metadata_cache: MetadataCache | None = None,
+                 topic_stats: TopicStats | None = None,
+                 isr_stats: IsrStats | None = None) -> None:
         self.broker_id = broker_id
+        # BrokerTopicMetrics (messages and bytes in per topic) and the ISR meters (metrics/)
+        self.topic_stats = topic_stats if topic_stats is not None else TopicStats()
+        self.isr_stats = isr_stats if isr_stats is not None else IsrStats()
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.metadata_cache = metadata_cache if metadata_cache is not None else MetadataCache()
@@ -278,7 +284,8 @@ class ReplicaManager:
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.partitions.get, FetcherConfig.from_config(config),
             broker_endpoint, quota=self.follower_quota)
-        self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock)
+        self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock,
+                                            isr_stats=self.isr_stats)
         self.isr_manager.start()
 
     def shutdown(self) -> None:
@@ -595,6 +602,7 @@ class ReplicaManager:
                                           allow_control=origin is AppendOrigin.COORDINATOR)
             for h in headers:
                 if h.size > config.max_message_bytes:
+                    self.topic_stats.record_failed_produce(tp[0])
                     return ProduceResult(
                         ErrorCode.message_too_large,
                         message=f"batch of {h.size} bytes exceeds max.message.bytes "
@@ -603,6 +611,7 @@ class ReplicaManager:
             info = partition.append_records_to_leader(
                 buf, headers, acks, config.min_insync_replicas, now, origin)
         except Exception as exc:  # every failure is a per-partition error code
+            self.topic_stats.record_failed_produce(tp[0])
             code = _error_for(exc)
             if code == ErrorCode.unknown_server_error:
                 log.exception("Error appending to %s-%d", *tp)
@@ -610,6 +619,9 @@ class ReplicaManager:
                 log.debug("Produce to %s-%d failed: %s", tp[0], tp[1], exc)
             return ProduceResult(code, message=str(exc))
         if not getattr(info, "duplicate", False):
+            # counted from the batch headers: no record is parsed for the metrics
+            self.topic_stats.record_append(
+                tp[0], sum(h.last_offset_delta + 1 for h in headers), len(data))
             self._after_append(tp)
         return ProduceResult(ErrorCode.none, info.first_offset, info.last_offset,
                              info.log_append_time, partition.log_start_offset)

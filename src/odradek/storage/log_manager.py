@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ..common import TopicPartition
+from ..metrics.stats import LogFlushStats
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -88,8 +89,10 @@ class LogManager:
                  topic_configs: Mapping[str, LogConfig] | None = None,
                  max_open_segments: int = 1024,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 lock_dirs: bool = True) -> None:
+                 lock_dirs: bool = True, flush_stats: LogFlushStats | None = None) -> None:
         self.log_dirs = [Path(d).absolute() for d in log_dirs]
+        # LogFlushRateAndTimeMs (metrics/)
+        self.flush_stats = flush_stats if flush_stats is not None else LogFlushStats()
         if not self.log_dirs:
             raise ValueError("at least one log dir is required")
         if len(set(self.log_dirs)) != len(self.log_dirs):
@@ -303,7 +306,11 @@ class LogManager:
                  if (plan := lg.maybe_flush_plan(now)) is not None]
         if not plans:
             return 0
+        started = time.perf_counter()
         failed = await asyncio.to_thread(_fsync_plans, [plan for _, plan in plans])
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        for _ in range(len(plans) - len(failed)):  # one flush per log, fsynced together
+            self.flush_stats.record_flush(elapsed_ms)
         for i, (lg, plan) in enumerate(plans):
             if not lg.closed:
                 lg.complete_flush(plan, ok=i not in failed)

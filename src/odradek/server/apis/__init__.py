@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import Any
 
 from ...controller.controller import KafkaController
 from ...coordination.store import CoordinationStore
 from ...coordinator.group_coordinator import GroupCoordinator
 from ...coordinator.transaction_coordinator import TransactionCoordinator
+from ...metrics.stats import RequestStats, RequestTimer, TopicStats
 from ...protocol import interbroker as ib
 from ...protocol.codec import MalformedRequest, UnsupportedVersion, decode_request, peek_api
 from ...security.authorizer import ALLOW_ALL, Authorizer
@@ -124,8 +126,13 @@ class KafkaApis:
                  controller: KafkaController, store: CoordinationStore,
                  flush_checkpoints: Callable[[], Awaitable[Any]],
                  authorizer: Authorizer = ALLOW_ALL,
-                 credential_cache: CredentialCache | None = None) -> None:
+                 credential_cache: CredentialCache | None = None,
+                 request_stats: RequestStats | None = None,
+                 topic_stats: TopicStats | None = None) -> None:
         auth = authorizer
+        # RequestMetrics per request name (metrics/): count, total/local/remote time
+        self.request_stats = request_stats if request_stats is not None else RequestStats()
+        self._timers = {key: self.request_stats.timer(name) for key, (name, _, _) in APIS.items()}
         admin = AdminApis(broker_id, admin_manager, metadata_cache, auth)
         alter_configs = AlterConfigsApis(admin_manager, auth)
         groups = GroupApis(group_coordinator, auth)
@@ -142,7 +149,7 @@ class KafkaApis:
                                            controller, flush_checkpoints, auth)
         self.handlers: dict[int, HandlerFn] = {
             0: ProduceApi(replica_manager, auth).handle,
-            1: FetchApi(replica_manager, config["fetch.max.bytes"], auth).handle,
+            1: FetchApi(replica_manager, config["fetch.max.bytes"], auth, topic_stats).handle,
             2: ListOffsetsApi(replica_manager, auth).handle,
             3: MetadataApi(metadata_cache, config["auto.create.topics.enable"],
                            admin_manager.auto_create_topics, auth).handle,
@@ -230,4 +237,21 @@ class KafkaApis:
             header, request = decode_request(payload)
         except (MalformedRequest, UnsupportedVersion) as exc:
             raise CloseConnection(f"malformed {name} v{version} request: {exc}") from None
-        return self.handlers[key](header, request, conn)
+        if not self.request_stats.enabled:
+            return self.handlers[key](header, request, conn)
+        start = perf_counter()
+        result = self.handlers[key](header, request, conn)
+        local = perf_counter() - start
+        if isinstance(result, Awaitable):
+            return _timed(result, self._timers[key], start, local)
+        self._timers[key].record(local, local)
+        return result
+
+
+async def _timed(result: Awaitable[Response], timer: RequestTimer, start: float,
+                 local: float) -> Response:
+    """The response of a request that waits (a purgatory, another broker): its total time
+    counts until the response is ready."""
+    response = await result
+    timer.record(local, perf_counter() - start)
+    return response

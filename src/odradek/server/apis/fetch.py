@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...metrics.stats import TopicStats
 from ...protocol.fetch_response import PartitionData, encode_fetch_response
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
@@ -26,8 +27,11 @@ from .authz import allowed, allowed_names
 
 class FetchApi:
     def __init__(self, replica_manager: ReplicaManager, fetch_max_bytes: int,
-                 authorizer: Authorizer = ALLOW_ALL) -> None:
+                 authorizer: Authorizer = ALLOW_ALL, topic_stats: TopicStats | None = None
+                 ) -> None:
         self.replica_manager = replica_manager
+        # BytesOutPerSec (consumers), ReplicationBytesOutPerSec (followers), failed fetches
+        self.topic_stats = topic_stats if topic_stats is not None else TopicStats()
         self.fetch_max_bytes = fetch_max_bytes
         self.authorizer = authorizer
 
@@ -45,11 +49,13 @@ class FetchApi:
                 denied = frozenset(names) - allowed_names(auth, conn, AclOperation.READ,
                                                           ResourceType.TOPIC, names,
                                                           request_name="Fetch")
-        return _handle(self.replica_manager, self.fetch_max_bytes, header, request, denied)
+        return _handle(self.replica_manager, self.fetch_max_bytes, header, request, denied,
+                       self.topic_stats)
 
 
 def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, request: Any,
-            denied: frozenset[str] = frozenset()) -> Response | Awaitable[Response]:
+            denied: frozenset[str] = frozenset(), stats: TopicStats | None = None
+            ) -> Response | Awaitable[Response]:
     version = header.request_api_version
     if getattr(request, "session_id", 0) != 0:
         return encode_fetch_response(version, header.correlation_id, [],
@@ -74,16 +80,30 @@ def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, 
     outcome = replica_manager.fetch_messages(
         request.replica_id, max_wait_ms, request.min_bytes, max_bytes, requests, isolation)
     if isinstance(outcome, dict):
-        return _respond(version, header.correlation_id,
-                        {**refused, **outcome} if refused else outcome)
-    return _await_and_respond(version, header.correlation_id, outcome, refused)
+        results = {**refused, **outcome} if refused else outcome
+        if stats is not None and stats.enabled:
+            _record(stats, results, request.replica_id >= 0)
+        return _respond(version, header.correlation_id, results)
+    return _await_and_respond(version, header.correlation_id, outcome, refused, stats,
+                              request.replica_id >= 0)
 
 
 async def _await_and_respond(version: int, correlation_id: int, outcome: Awaitable[Any],
-                             refused: dict[tuple[str, int], FetchResult] | None = None
+                             refused: dict[tuple[str, int], FetchResult] | None = None,
+                             stats: TopicStats | None = None, follower: bool = False
                              ) -> list[Any]:
     results = await outcome
-    return _respond(version, correlation_id, {**refused, **results} if refused else results)
+    results = {**refused, **results} if refused else results
+    if stats is not None and stats.enabled:
+        _record(stats, results, follower)
+    return _respond(version, correlation_id, results)
+
+
+def _record(stats: TopicStats, results: dict[tuple[str, int], FetchResult],
+            follower: bool) -> None:
+    none = ErrorCode.none
+    for (topic, _), r in results.items():
+        stats.record_fetch(topic, r.size, follower, r.error != none)
 
 
 def _respond(version: int, correlation_id: int,
