@@ -69,6 +69,7 @@ function fmtTime(ms) {
 }
 
 async function getJSON(path) {
+  // (errors: a network failure or timeout has no .status; an HTTP error has it)
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
   try {
@@ -134,6 +135,12 @@ function setReachable(ok, error) {
     banner.hidden = false;
     document.body.classList.add("unreachable");
   }
+}
+
+function showApiError(e) {
+  const box = $("api-error");
+  box.hidden = e === null;
+  box.textContent = e === null ? "" : "the broker could not answer " + e.message + "; retrying";
 }
 
 // ---- cluster ---------------------------------------------------------------------------------
@@ -414,14 +421,18 @@ async function poll() {
     }
     if (page === "metrics") {
       const names = CHARTS.flatMap((c) => c[2].map(([n]) => n));
-      renderCharts(await getJSON("/api/metrics/history?names=" + names.map(encodeURIComponent).join(",")));
+      let history = {};
+      try {
+        history = await getJSON("/api/metrics/history?names=" + names.map(encodeURIComponent).join(","));
+      } catch (e) {
+        if (e.status !== 404) throw e;  // 404: this broker keeps no history; empty charts
+      }
+      renderCharts(history);
     }
+    showApiError(null);
   } catch (e) {
     if (e.status === undefined) setReachable(false, e);
-    else {
-      // the broker answered, but not this request (e.g. a topic deleted, the admin call failed)
-      $("fault-result").textContent = e.message;
-    }
+    else showApiError(e);  // the broker answered, not this request (a topic deleted, ...)
   } finally {
     state.pending = false;
   }
