@@ -145,3 +145,19 @@ def test_unreachable_broker_is_reported_and_polling_resumes(driver: Any, api: Fa
     api.start()  # the same port again
     wait(driver, lambda d: text(d, "#controller-id") == "3")
     assert not rows(driver, "#banner")[0].is_displayed()
+
+
+def test_timeline_hides_repeated_state_lines_unless_asked(driver: Any, api: FakeApi) -> None:
+    now = int(time.time() * 1000)
+    api.timeline = [
+        {"time_ms": now - 10, "partition": "t-0", "what": "leader change", "leader": 2,
+         "isr": [2], "leader_epoch": 3, "line": "elected"},
+        {"time_ms": now, "partition": "t-0", "what": "replica state", "leader": None,
+         "isr": None, "leader_epoch": None, "line": "replica offline"}]
+    driver.get(api.url + "#timeline")
+    wait(driver, lambda d: text(d, "#timeline-count") == "2")
+    wait(driver, lambda d: len(rows(d, "#timeline tr.event")) == 1)
+    assert "elected" in rows(driver, "#timeline tr.event")[0].text
+    rows(driver, "#timeline-changes-only")[0].click()
+    wait(driver, lambda d: len(rows(d, "#timeline tr.event")) == 2)
+    assert "replica offline" in rows(driver, "#timeline tr.event")[0].text

@@ -290,14 +290,24 @@ function addTimeline(events) {
   return true;
 }
 
+// A leader or ISR change, or a partition's own state change (New/Online/Offline), as opposed
+// to the lines that repeat what is known (requests sent, replica states).
+function isChange(e) {
+  const what = String(e.what);
+  return what === "leader change" || what === "isr change" || /Partition$/.test(what);
+}
+
 function renderTimeline() {
   const filter = $("timeline-filter").value.trim();
-  const shown = state.timeline.filter((e) => !filter || String(e.partition).includes(filter));
+  const changesOnly = $("timeline-changes-only").checked;
+  const shown = state.timeline.filter((e) => (!filter || String(e.partition).includes(filter))
+    && (!changesOnly || isChange(e)));
   const rows = shown.map((e) => (
     '<tr class="event ' + esc(String(e.what).replace(/\s+/g, "-")) + '" data-partition="' + esc(e.partition) + '"><td>'
     + esc(fmtTime(e.time_ms)) + "</td><td>" + esc(e.partition) + "</td><td>" + esc(e.what) + '</td><td class="num">'
     + esc(e.leader ?? "–") + "</td><td>" + esc(Array.isArray(e.isr) ? e.isr.join(", ") : e.isr ?? "")
-    + '</td><td class="num">' + esc(e.leader_epoch ?? "–") + '</td><td class="timeline-line">' + esc(e.line ?? "")
+    + '</td><td class="num">' + esc(e.leader_epoch ?? "–") + '</td><td class="timeline-line" title="'
+    + esc(e.line ?? "") + '">' + esc(e.line ?? "")
     + "</td></tr>"));
   setRows("timeline", rows.join("") || '<tr><td colspan="7" class="muted">no leader or ISR changes yet</td></tr>');
   $("timeline-count").textContent = state.timeline.length;
@@ -449,6 +459,7 @@ function start() {
   });
   $("show-internal").addEventListener("change", poll);
   $("timeline-filter").addEventListener("input", renderTimeline);
+  $("timeline-changes-only").addEventListener("change", renderTimeline);
   showPage();
   poll();
   setInterval(poll, POLL_MS);
