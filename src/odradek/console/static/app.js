@@ -35,6 +35,7 @@ const state = {
   timeline: [],           // newest first, at most TIMELINE_CAP
   timelineKeys: new Set(),
   timelineSince: 0,
+  seq: 0,                 // arrival order of timeline events
   pending: false,
 };
 
@@ -278,12 +279,14 @@ function addTimeline(events) {
     const key = e.time_ms + "|" + e.partition + "|" + e.what + "|" + (e.line ?? "") + "|" + e.leader_epoch;
     if (state.timelineKeys.has(key)) continue;
     state.timelineKeys.add(key);
-    state.timeline.push(Object.assign({ key }, e));
+    state.seq += 1;
+    state.timeline.push(Object.assign({ key, seq: state.seq }, e));
     state.timelineSince = Math.max(state.timelineSince, e.time_ms);
     added = true;
   }
   if (!added) return false;
-  state.timeline.sort((a, b) => b.time_ms - a.time_ms);
+  // newest first; within a millisecond, the later line (the API answers oldest first) first
+  state.timeline.sort((a, b) => b.time_ms - a.time_ms || b.seq - a.seq);
   while (state.timeline.length > TIMELINE_CAP) {
     state.timelineKeys.delete(state.timeline.pop().key);
   }
