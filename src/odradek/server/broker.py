@@ -298,8 +298,8 @@ class Broker:
         rm = self.replica_manager
         if rm is None:
             return {}
-        return {tp.partition: LocalReplica(p.log_end_offset, p.log.size)
-                for tp, p in list(rm.partitions.items()) if tp.topic == topic}
+        return {partition: LocalReplica(p.log_end_offset, p.log.size)
+                for (name, partition), p in list(rm.partitions.items()) if name == topic}
 
     def _txn_marker_destination(self, tp: TopicPartition) -> Destination | None:
         """Where the transaction markers of `tp` go (Kafka's getPartitionLeaderEndpoint on the
