@@ -186,7 +186,7 @@ def test_request_log_at_debug(cluster: Cluster, caplog: pytest.LogCaptureFixture
     assert {r["requestHeader"]["requestApiKey"] for r in
             map(lambda m: json.loads(m.removeprefix("Completed request:")), lines)} >= {3, 18}
     caplog.clear()
-    assert not logger.isEnabledFor(logging.DEBUG) or logger.level == logging.NOTSET
+    assert not logger.isEnabledFor(logging.DEBUG)  # measured only when enabled
     _kafka_metadata_time(cluster)
     assert not [r for r in caplog.records if r.name == "kafka.request.logger"]
 

@@ -38,6 +38,8 @@ from ..client.admin import AsyncAdmin
 from ..client.errors import KafkaError
 from ..client.types import ConfigResource
 from ..common import TopicPartition
+from ..security.connector import ClientSecurity, open_connection
+from ..security.errors import SaslError
 from ..security.sasl_server import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
 from . import console_api
 
@@ -288,15 +290,15 @@ class HttpListener:
             if found is not None:
                 self._admins.move_to_end(key)
                 return found
-            admin = AsyncAdmin(self.access.client_config(user))
+            config = self.access.client_config(user)
+            if self.access.requires_auth:
+                await self._authenticate(config)
+            admin = AsyncAdmin(config)
             try:
                 await admin.start()
-            except KafkaError as exc:
+            except KafkaError:
                 with contextlib.suppress(Exception):
                     await admin.close()
-                if exc.code == ErrorCode.sasl_authentication_failed:
-                    raise web.HTTPUnauthorized(headers={"WWW-Authenticate": REALM},
-                                               text="authentication failed") from None
                 raise
             self._admins[key] = admin
             while len(self._admins) > MAX_ADMINS:
@@ -304,6 +306,20 @@ class HttpListener:
                 with contextlib.suppress(Exception):
                     await old.close()
             return admin
+
+    async def _authenticate(self, config: Mapping[str, str]) -> None:
+        """One SASL exchange with the broker with the user's credentials: refused -> 401."""
+        host, _, port = self.access.bootstrap.rpartition(":")
+        try:
+            _, writer = await open_connection(
+                host, int(port), ClientSecurity.from_client_props(config), timeout=10.0,
+                client_id="odradek-console")
+        except SaslError:
+            raise web.HTTPUnauthorized(headers={"WWW-Authenticate": REALM},
+                                       text="authentication failed") from None
+        except (OSError, TimeoutError) as exc:
+            raise web.HTTPServiceUnavailable(text=f"broker not reachable: {exc}") from None
+        writer.close()
 
     # -- routes ------------------------------------------------------------------------------
     async def metrics(self, request: web.Request) -> web.StreamResponse:
