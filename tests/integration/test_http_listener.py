@@ -22,6 +22,7 @@ from odradek.client import Admin, NewTopic, Producer
 from odradek.cluster import Cluster
 from odradek.common import TopicPartition
 from odradek.server.console_api import CSRF_HEADER
+from odradek.server.http_listener import MAX_CONNECTIONS
 
 
 def http(url: str, method: str = "GET", body: Any = None,
@@ -231,3 +232,22 @@ def test_faults_kill_and_restart_with_the_flag() -> None:
                                headers={CSRF_HEADER: own_token})
         assert status == 200 and json.loads(body)["ok"] is True
         c.wait_for(lambda: c.live_brokers() == [0, 2], 30, "broker 1 killed")
+
+
+def test_connection_cap(cluster: Cluster) -> None:
+    base = cluster.http_urls[1]
+    port = int(base.rsplit(":", 1)[1])
+    held = [socket.create_connection(("127.0.0.1", port), 5) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.2)  # all accepted
+        with socket.create_connection(("127.0.0.1", port), 5) as extra:
+            extra.settimeout(5)
+            extra.sendall(b"GET /api/cluster HTTP/1.1\r\nHost: x\r\n\r\n")
+            with contextlib.suppress(ConnectionResetError):
+                assert extra.recv(100) == b""  # closed at once, not served
+        assert _kafka_metadata_time(cluster) < 5
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.2)
+    assert get_json(base + "/api/cluster")["broker_id"] == 1  # served again
