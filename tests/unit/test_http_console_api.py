@@ -162,7 +162,7 @@ def test_http_listener_config() -> None:
     assert parse_http_listener("http://[::1]:80") == ("::1", 80)
     assert KafkaConfig.from_properties({})["http.listener"] == ""
     for bad in ("9644", "https://h:1", "http://h", "http://h:99999", "http://h:1/x"):
-        with pytest.raises(ConfigError, match="http.listener"):
+        with pytest.raises(ConfigError, match=r"http\.listener"):
             KafkaConfig.from_properties({"http.listener": bad})
 
 
@@ -232,5 +232,5 @@ def test_log_config_ini_and_yaml(tmp_path: Path, restore_loggers: object) -> Non
         configure(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text('{"handlers": {"x": {"class": "no.such.Handler"}}}')
-    with pytest.raises(LogConfigError, match="bad.json"):
+    with pytest.raises(LogConfigError, match=r"bad\.json"):
         configure(bad)

@@ -312,8 +312,8 @@ class Broker:
         rm = self.replica_manager
         if rm is None:
             return {}
-        return {tp[1]: LocalReplica(p.log_end_offset, p.log.size)
-                for tp, p in list(rm.partitions.items()) if tp[0] == topic}
+        return {partition: LocalReplica(p.log_end_offset, p.log.size)
+                for (name, partition), p in list(rm.partitions.items()) if name == topic}
 
     def _register_metrics(self) -> None:
         """The scrape-time gauges read the components' state through these callables."""

@@ -8,7 +8,8 @@ with the HTTP user's basic-auth credentials on a SASL listener, so a wrong passw
 ACLs filter what the user sees; anonymous otherwise. Admin clients are kept per user (a few).
 
 Bounded: a small request body limit, header line/field/count limits, a keep-alive timeout and
-a cap on open connections (beyond it a connection is closed at once); unknown paths are 404,
+a cap on open connections (beyond it a connection is closed at once), a deadline on each
+request's header block (slow clients are dropped); unknown paths are 404,
 wrong methods 405; nothing here shares state with the Kafka listeners.
 
 Mutating routes (the fault actions, given by `odradek.Cluster(console_faults=True)`) need the
@@ -37,6 +38,8 @@ from ..client.admin import AsyncAdmin
 from ..client.errors import KafkaError
 from ..client.types import ConfigResource
 from ..common import TopicPartition
+from ..security.connector import ClientSecurity, open_connection
+from ..security.errors import SaslError
 from ..security.sasl_server import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
 from . import console_api
 
@@ -45,6 +48,7 @@ log = logging.getLogger("odradek.http")
 MAX_BODY = 16 * 1024
 MAX_CONNECTIONS = 64
 KEEPALIVE_S = 15.0
+HEADER_TIMEOUT_S = 10.0  # a request's header block must arrive within this (slow clients)
 STATE_CHANGE_TAIL = 1 << 20  # the last MiB of state-change.log feeds /api/timeline
 MAX_ADMINS = 8  # admin clients kept open (per user)
 REALM = 'Basic realm="odradek", charset="UTF-8"'
@@ -108,6 +112,59 @@ class _Refused(asyncio.Protocol):
         transport.close()
 
 
+class _HeaderDeadline(asyncio.Protocol):
+    """aiohttp's request handler with a deadline on header blocks: a connection that has sent
+    part of a request's headers and not their end within `timeout` seconds is closed (aiohttp
+    itself waits forever for a slow client's headers)."""
+
+    def __init__(self, inner: asyncio.Protocol, timeout: float) -> None:
+        self.inner = inner
+        self.timeout = timeout
+        self.transport: asyncio.Transport | None = None
+        self._tail = b""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        seen = self._tail + data
+        if b"\r\n\r\n" in seen:  # a header block ended (what follows may begin the next)
+            self._disarm()
+            seen = seen[seen.rindex(b"\r\n\r\n") + 4:]
+        if seen and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.timeout, self._expired)
+        self._tail = seen[-3:]
+        self.inner.data_received(data)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self) -> None:
+        self._timer = None
+        if self.transport is not None and not self.transport.is_closing():
+            log.info("Closing a slow HTTP connection from %s (no complete request headers "
+                     "within %.0f s)", self.transport.get_extra_info("peername"), self.timeout)
+            self.transport.close()
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
 class HttpListener:
     def __init__(self, broker_id: int, host: str, port: int, access: AdminAccess, *,
                  controller_epoch: Callable[[], int],
@@ -117,7 +174,8 @@ class HttpListener:
                  history: Callable[[list[str]], dict[str, Any]] | None = None,
                  fault_actions: FaultActions | None = None,
                  static_dir: Path | None = None,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS,
+                 header_timeout: float = HEADER_TIMEOUT_S) -> None:
         self.broker_id = broker_id
         self.host = host
         self.port = port
@@ -130,6 +188,7 @@ class HttpListener:
         self.fault_actions = fault_actions
         self.static_dir = static_dir
         self.max_connections = max_connections
+        self.header_timeout = header_timeout
         self.csrf_token = secrets.token_urlsafe(24)
         self.url = ""
         self._admins: OrderedDict[tuple[str, str] | None, AsyncAdmin] = OrderedDict()
@@ -167,7 +226,7 @@ class HttpListener:
         def protocol() -> asyncio.BaseProtocol:
             if len(server.connections) >= self.max_connections:
                 return _Refused()
-            return server()
+            return _HeaderDeadline(server(), self.header_timeout)
 
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(protocol, self.host or None, self.port,
@@ -231,15 +290,15 @@ class HttpListener:
             if found is not None:
                 self._admins.move_to_end(key)
                 return found
-            admin = AsyncAdmin(self.access.client_config(user))
+            config = self.access.client_config(user)
+            if self.access.requires_auth:
+                await self._authenticate(config)
+            admin = AsyncAdmin(config)
             try:
                 await admin.start()
-            except KafkaError as exc:
+            except KafkaError:
                 with contextlib.suppress(Exception):
                     await admin.close()
-                if exc.code == ErrorCode.sasl_authentication_failed:
-                    raise web.HTTPUnauthorized(headers={"WWW-Authenticate": REALM},
-                                               text="authentication failed") from None
                 raise
             self._admins[key] = admin
             while len(self._admins) > MAX_ADMINS:
@@ -247,6 +306,20 @@ class HttpListener:
                 with contextlib.suppress(Exception):
                     await old.close()
             return admin
+
+    async def _authenticate(self, config: Mapping[str, str]) -> None:
+        """One SASL exchange with the broker with the user's credentials: refused -> 401."""
+        host, _, port = self.access.bootstrap.rpartition(":")
+        try:
+            _, writer = await open_connection(
+                host, int(port), ClientSecurity.from_client_props(config), timeout=10.0,
+                client_id="odradek-console")
+        except SaslError:
+            raise web.HTTPUnauthorized(headers={"WWW-Authenticate": REALM},
+                                       text="authentication failed") from None
+        except (OSError, TimeoutError) as exc:
+            raise web.HTTPServiceUnavailable(text=f"broker not reachable: {exc}") from None
+        writer.close()
 
     # -- routes ------------------------------------------------------------------------------
     async def metrics(self, request: web.Request) -> web.StreamResponse:
