@@ -57,7 +57,8 @@ class MetricsHistory:
                 "fetch_requests_per_sec": t.requests if (t := by_name.get("Fetch")) else 0}
 
     def _p99(self, key: str, h: Histogram) -> float:
-        previous = self._last_buckets.setdefault(key, list(h.counts))
+        # a histogram seen for the first time: all it holds is new
+        previous = self._last_buckets.setdefault(key, [0] * len(h.counts))
         return interval_quantile(h, previous, 0.99)
 
     def sample(self, now: float | None = None) -> None:
