@@ -4,6 +4,7 @@ and headless chromium on the console one of them serves."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -122,12 +123,28 @@ def test_killed_broker_shows_under_replicated_then_healthy(driver: Any, cluster:
 
 
 def test_metrics_page_draws_charts(driver: Any, cluster: Cluster, screenshot: Any) -> None:
-    create_topic(cluster, records=200)
-    driver.get(cluster.console_url + "#metrics")
+    create_topic(cluster, records=1)
+    page_broker = cluster.controller_id()
+    driver.get(console_of(cluster, page_broker) + "#metrics")
     wait(driver, lambda d: len(rows(d, ".chart")) >= 7)
     # the history is sampled every second: a few points make a line
     wait(driver, lambda d: rows(d, "#chart-active-controller polyline")
          and rows(d, "#chart-under-replicated polyline"), timeout=20)
+    assert float(rows(driver, "#chart-active-controller")[0].get_attribute("data-max")) == 1
+    # records produced while the page is open show as messages in /s on the serving broker
+    # (it leads one of the topic's 3 partitions)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    try:
+        deadline = time.monotonic() + 20
+        while float(rows(driver, "#chart-messages-in")[0].get_attribute("data-max")) <= 0:
+            assert time.monotonic() < deadline, "no messages in /s charted"
+            for i in range(100):
+                producer.send(TOPIC, b"x", key=str(i).encode())
+            producer.flush(10)
+            time.sleep(0.5)
+    finally:
+        producer.close()
+    time.sleep(2)  # a few more samples
     screenshot("metrics")
 
 

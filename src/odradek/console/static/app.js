@@ -370,12 +370,16 @@ function normaliseTime(points) {
 function chartSVG(points) {
   const w = 320, h = 120, pad = 28;
   const now = points.length ? points[points.length - 1][0] : Date.now() / 1000;
-  const t0 = now - HISTORY_WINDOW_S;
+  // the kept span (at least a minute, at most the 10 minutes kept): a young broker's few
+  // points make a line across the chart, not a dot at its right edge
+  const first = points.length ? points[0][0] : now - HISTORY_WINDOW_S;
+  const span = Math.min(HISTORY_WINDOW_S, Math.max(60, now - first));
+  const t0 = now - span;
   const vs = points.map((p) => p[1]);
   const vmin = Math.min(0, ...vs);
   let vmax = Math.max(vmin, ...vs);
   if (vmax <= vmin) vmax = vmin + 1;
-  const x = (t) => pad + (t - t0) / HISTORY_WINDOW_S * (w - pad - 4);
+  const x = (t) => pad + (t - t0) / span * (w - pad - 4);
   const y = (v) => h - 14 - (v - vmin) / (vmax - vmin) * (h - 22);
   const pts = points.filter((p) => p[0] >= t0).map((p) => x(p[0]).toFixed(1) + "," + y(p[1]).toFixed(1)).join(" ");
   return '<svg viewBox="0 0 ' + w + " " + h + '" preserveAspectRatio="none">'
@@ -383,7 +387,7 @@ function chartSVG(points) {
     + '<line class="axis" x1="' + pad + '" x2="' + pad + '" y1="4" y2="' + (h - 14) + '"/>'
     + '<text x="2" y="12">' + esc(fmtNum(vmax)) + "</text>"
     + '<text x="2" y="' + (h - 16) + '">' + esc(fmtNum(vmin)) + "</text>"
-    + '<text x="' + pad + '" y="' + (h - 2) + '">-10 min</text>'
+    + '<text x="' + pad + '" y="' + (h - 2) + '">-' + (span >= 120 ? Math.round(span / 60) + " min" : Math.round(span) + " s") + "</text>"
     + '<text x="' + (w - 24) + '" y="' + (h - 2) + '">now</text>'
     + (pts ? '<polyline points="' + pts + '"/>' : "") + "</svg>";
 }
@@ -404,6 +408,7 @@ function renderCharts(history) {
     if (found && found[1]) points = rate(points);
     const last = points.length ? fmtNum(points[points.length - 1][1]) : "no data";
     div.dataset.points = String(points.length);
+    div.dataset.max = String(points.reduce((m, p) => Math.max(m, p[1]), 0));
     div.innerHTML = '<div class="title">' + esc(title) + '<span class="last">' + esc(last) + "</span></div>"
       + chartSVG(points);
   }
