@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from odradek import Cluster
-from odradek.client import Admin, Producer
+from odradek.client import Admin, Consumer, Producer
+from odradek.common import TopicPartition
 from tests.browser.pages import rows, text, wait
 
 TOPIC = "orders"
@@ -163,3 +164,48 @@ def test_fault_button_kills_a_broker(driver: Any, faulty_cluster: Cluster,
     wait(driver, lambda d: "dead" in rows(d, f'#brokers tr[data-broker="{victim}"]')[0]
          .get_attribute("class"), timeout=20)
     wait(driver, lambda d: "done" in text(d, "#fault-result"))
+
+
+def test_page_says_when_its_own_broker_dies_and_recovers(driver: Any, faulty_cluster: Cluster,
+                                                         screenshot: Any) -> None:
+    cluster = faulty_cluster
+    page_broker = next(i for i in sorted(cluster.brokers) if i != cluster.controller_id())
+    driver.get(console_of(cluster, page_broker))
+    wait(driver, lambda d: f"broker {page_broker}" in text(d, "#connection"))
+    wait(driver, lambda d: rows(d, f"#fault-kill-{page_broker}"))[0].click()  # itself
+    cluster.wait_for(lambda: page_broker not in cluster.live_brokers(), timeout=20,
+                     what=f"broker {page_broker} killed from its own console")
+    wait(driver, lambda d: text(d, "#connection") == "unreachable", timeout=20)
+    banner = text(driver, "#banner")
+    assert f"broker {page_broker}" in banner and "unreachable" in banner, banner
+    screenshot("own-broker-unreachable")
+    cluster.restart_broker(page_broker)  # the same HTTP port again
+    wait(driver, lambda d: f"broker {page_broker}" in text(d, "#connection")
+         and len(rows(d, "#brokers tr.broker.alive")) == 3, timeout=30)
+    assert not rows(driver, "#banner")[0].is_displayed()
+
+
+def test_group_page_shows_members_and_lag(driver: Any, cluster: Cluster,
+                                          screenshot: Any) -> None:
+    create_topic(cluster, records=30)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "console-g",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": "false",
+                         "client.id": "console-test"})
+    try:
+        consumer.subscribe([TOPIC])
+        deadline = time.monotonic() + 30
+        while len(consumer.assignment()) < 3:
+            assert time.monotonic() < deadline, "no assignment"
+            consumer.poll(0.5)
+        # committed offset 0 on each partition: the lag is every record, 30 in all
+        consumer.commit({TopicPartition(TOPIC, p): 0 for p in range(3)})
+        driver.get(cluster.console_url + "#groups")
+        wait(driver, lambda d: rows(d, "#groups tr.group"), timeout=20)[0].click()
+        wait(driver, lambda d: text(d, "#group-total-lag") == "30", timeout=20)
+        assert text(driver, "#group-name") == "console-g"
+        assert "console-test" in text(driver, "#group-members")
+        assert f"{TOPIC}-0" in text(driver, "#group-members")
+        assert len(rows(driver, "#group-offsets tr.offset")) == 3
+        screenshot("group")
+    finally:
+        consumer.close()
