@@ -42,6 +42,7 @@ from ..security.connector import ClientSecurity, open_connection
 from ..security.errors import SaslError
 from ..security.sasl_server import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
 from . import console_api
+from .config import ConfigError
 
 log = logging.getLogger("odradek.http")
 
@@ -51,6 +52,7 @@ KEEPALIVE_S = 15.0
 HEADER_TIMEOUT_S = 10.0  # a request's header block must arrive within this (slow clients)
 STATE_CHANGE_TAIL = 1 << 20  # the last MiB of state-change.log feeds /api/timeline
 MAX_ADMINS = 8  # admin clients kept open (per user)
+REVERIFY_S = 30.0  # a user's credentials are checked with the broker again after this long
 REALM = 'Basic realm="odradek", charset="UTF-8"'
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -192,6 +194,7 @@ class HttpListener:
         self.csrf_token = secrets.token_urlsafe(24)
         self.url = ""
         self._admins: OrderedDict[tuple[str, str] | None, AsyncAdmin] = OrderedDict()
+        self._verified: dict[tuple[str, str], float] = {}  # user -> until when
         self._admin_lock = asyncio.Lock()
         self._runner: web.AppRunner | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -229,8 +232,14 @@ class HttpListener:
             return _HeaderDeadline(server(), self.header_timeout)
 
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(protocol, self.host or None, self.port,
-                                                reuse_address=True, backlog=64)
+        try:
+            self._server = await loop.create_server(protocol, self.host or None, self.port,
+                                                    reuse_address=True, backlog=64)
+        except OSError as exc:
+            await runner.cleanup()
+            self._runner = None
+            raise ConfigError(f"http.listener: cannot listen on {self.host}:{self.port}: "
+                              f"{exc.strerror or exc}") from None
         bound = self._server.sockets[0].getsockname()
         host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
         self.port = bound[1]
@@ -286,13 +295,19 @@ class HttpListener:
         user: tuple[str, str] | None = request["user"]
         key = None if user is None else (user[0], hashlib.sha256(user[1].encode()).hexdigest())
         async with self._admin_lock:
+            config = self.access.client_config(user)
+            now = asyncio.get_running_loop().time()
+            if key is not None and self._verified.get(key, 0.0) < now:
+                # again every REVERIFY_S: a changed password or removed user stops working
+                self._verified.pop(key, None)
+                await self._authenticate(config)
+                self._verified[key] = now + REVERIFY_S
+                if len(self._verified) > 4 * MAX_ADMINS:
+                    self._verified = {k: t for k, t in self._verified.items() if t >= now}
             found = self._admins.get(key)
             if found is not None:
                 self._admins.move_to_end(key)
                 return found
-            config = self.access.client_config(user)
-            if self.access.requires_auth:
-                await self._authenticate(config)
             admin = AsyncAdmin(config)
             try:
                 await admin.start()
