@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
+from common import (
     BrokerProcess,
     add_section_options,
     cpu_seconds,
@@ -53,22 +53,31 @@ class Result:
     started: float
     facts: dict[str, str]
     records: int
-    rounds: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # rec/s, us/rec
+    # (scenario, "on"|"off") -> [(records/s, broker CPU us/record)]
+    rounds: dict[tuple[str, str], list[tuple[float, float]]] = field(default_factory=dict)
     recorder_ns: dict[str, float] = field(default_factory=dict)
     render_ms: list[float] = field(default_factory=list)
     render_bytes: int = 0
     render_samples: int = 0
 
 
-def produce_round(recording: bool, records: int) -> tuple[float, float]:
+#: (name, producer settings, share of --records): big batches (the per-record cost) and small
+#: ones (about 20 records a batch: many more requests, so the per-request cost shows)
+SCENARIOS: tuple[tuple[str, dict[str, Any], float], ...] = (
+    ("batch.size=1000000, linger.ms=5", {"batch.size": 1_000_000, "linger.ms": 5}, 1.0),
+    ("batch.size=2000, linger.ms=0", {"batch.size": 2000, "linger.ms": 0}, 0.2),
+)
+
+
+def produce_round(recording: bool, records: int, settings: dict[str, Any]
+                  ) -> tuple[float, float]:
     from confluent_kafka import Producer
 
     overrides = {"metrics.recording.enabled": str(recording).lower(), "num.partitions": "6"}
     with BrokerProcess(overrides=overrides) as broker:
         ensure_topic(broker.bootstrap, "bench", 6)
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": 1,
-                      "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
-                      "log_level": 0})
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": 1,
+                      "queue.buffering.max.messages": 1_000_000, "log_level": 0, **settings})
         produce_records(p, "bench", b"x" * 100, 1000)  # warm up: connections, metadata
         p.flush(30)
         cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
@@ -175,11 +184,15 @@ def render_cost(scrapes: int) -> tuple[list[float], int, int]:
 
 def run(a: argparse.Namespace) -> Result:
     res = Result(time.monotonic(), machine_facts(), a.records)
-    for r in range(a.rounds):
-        for recording in (True, False) if r % 2 == 0 else (False, True):
-            mode = "on" if recording else "off"
-            progress(f"round {r + 1}/{a.rounds}: recording {mode}, {a.records} records")
-            res.rounds.setdefault(mode, []).append(produce_round(recording, a.records))
+    for scenario, settings, share in SCENARIOS:
+        records = int(a.records * share)
+        for r in range(a.rounds):
+            for recording in (True, False) if r % 2 == 0 else (False, True):
+                mode = "on" if recording else "off"
+                progress(f"{scenario} round {r + 1}/{a.rounds}: recording {mode}, "
+                         f"{records} records")
+                res.rounds.setdefault((scenario, mode), []).append(
+                    produce_round(recording, records, settings))
     progress("recorder costs")
     res.recorder_ns = recorder_costs()
     progress(f"render() with {PARTITIONS} partitions")
@@ -193,20 +206,21 @@ def render(res: Result, a: argparse.Namespace) -> str:
              f" --scrapes {a.scrapes}`", ""]
     lines += [f"- {k}: {v}" for k, v in res.facts.items()]
     lines += ["", "### Produce with metrics recording on and off", "",
-              f"One `odradek broker` per round, a 6-partition topic, {fmt_int(res.records)} "
-              "records of 100 bytes from one confluent-kafka producer (linger.ms=5, acks=1) "
-              "on the same machine; medians of the rounds (each mode "
-              f"{len(res.rounds.get('on', []))} rounds, alternating).", ""]
+              "One `odradek broker` per round, a 6-partition topic, records of 100 bytes from "
+              "one confluent-kafka producer (acks=1) on the same machine; medians of the rounds "
+              f"({a.rounds} per mode, alternating on/off).", ""]
     rows = []
-    for mode in ("on", "off"):
-        rs = res.rounds.get(mode, [])
-        if rs:
-            rows.append([f"`metrics.recording.enabled={'true' if mode == 'on' else 'false'}`",
-                         fmt_int(statistics.median(x for x, _ in rs)),
-                         f"{statistics.median(y for _, y in rs):.2f}",
-                         ", ".join(fmt_int(x) for x, _ in rs)])
-    lines.append(table(["recording", "records/s", "broker CPU us/record", "each round (rec/s)"],
-                       rows, "lrrr"))
+    for scenario, _, share in SCENARIOS:
+        for mode in ("on", "off"):
+            rs = res.rounds.get((scenario, mode), [])
+            if rs:
+                rows.append([scenario, fmt_int(res.records * share),
+                             "true" if mode == "on" else "false",
+                             fmt_int(statistics.median(x for x, _ in rs)),
+                             f"{statistics.median(y for _, y in rs):.2f}",
+                             ", ".join(fmt_int(x) for x, _ in rs)])
+    lines.append(table(["producer", "records", "`metrics.recording.enabled`", "records/s",
+                        "broker CPU us/record", "each round (rec/s)"], rows, "lrlrrr"))
     lines += ["", "### The recorders alone (per call, in-process timeit, best of 5)", ""]
     lines.append(table(["call", "ns"], [[k, f"{v:.0f}"] for k, v in res.recorder_ns.items()],
                        "lr"))

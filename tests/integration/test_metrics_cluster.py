@@ -114,6 +114,19 @@ def test_one_active_controller(cluster: Cluster) -> None:
     assert value(cluster, controller, "kafka_controller_kafkacontroller_globaltopiccount") >= 1
     assert value(cluster, controller,
                  "kafka_controller_kafkacontroller_globalpartitioncount") >= 3
+    # the session opened at start-up counts as a sync connect, as Kafka's first SyncConnected
+    for b in cluster.live_brokers():
+        assert value(cluster, b,
+                     "kafka_server_sessionexpirelistener_zookeepersyncconnects_total") >= 1
+    # the console's history: sampled every second by the broker
+    history = cluster.brokers[controller].metrics_history
+
+    def active_in_history() -> bool:
+        async def read() -> dict[str, list[tuple[float, float]]]:
+            return history.series(["active_controller_count"])
+        points = cluster.run(read())["active_controller_count"]
+        return bool(points) and points[-1][1] == 1
+    cluster.wait_for(active_in_history, timeout=5, what="active controller in the history")
 
 
 def test_under_replicated_partitions_follow_a_killed_broker(cluster: Cluster,

@@ -123,6 +123,9 @@ def test_request_metrics_histograms() -> None:
     assert s[key("kafka_network_requestmetrics_totaltimems_bucket", request="Produce",
                  le="+Inf")] == 2
     assert s[key("odradek_handler_seconds_count", request="Produce")] == 2
+    assert abs(s[key("odradek_handler_seconds_sum", request="Produce")] - 0.003) < 1e-12
+    assert s[key("odradek_handler_seconds_bucket", request="Produce", le="0.001")] == 1
+    assert s[key("odradek_handler_seconds_bucket", request="Produce", le="0.0025")] == 2
 
 
 def test_replica_manager_gauges() -> None:
@@ -238,6 +241,16 @@ def test_histogram_quantile_and_cumulative() -> None:
     assert h.quantile(0.5) == 10
     assert h.quantile(0.99) == 100  # the +Inf bucket reports the last finite bound
     assert Histogram([1]).quantile(0.9) == 0
+
+
+def test_milliseconds_histogram_in_seconds() -> None:
+    h = Histogram([0.5, 1, 10, 100, 1000, 30000])
+    for v in (0.2, 0.7, 5, 50, 20000, 99999):
+        h.observe(v)
+    s = h.in_seconds([0.001, 0.1])
+    assert s.bounds == (0.001, 0.1)
+    assert s.counts == [2, 2, 2]  # <= 1 ms, <= 100 ms, the rest
+    assert abs(s.sum - h.sum / 1000) < 1e-12
 
 
 def test_group_counts_and_small_recorders() -> None:

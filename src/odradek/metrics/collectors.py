@@ -211,7 +211,7 @@ class RequestStatsCollector(Collector):
             add_histogram(times["TotalTimeMs"], [name], t.total_time_ms)
             add_histogram(times["LocalTimeMs"], [name], t.local_time_ms)
             add_histogram(times["RemoteTimeMs"], [name], t.remote_time_ms)
-            add_histogram(handler, [name], t.handler_seconds)
+            add_histogram(handler, [name], t.local_time_ms.in_seconds())
         yield requests
         yield from times.values()
         yield handler

@@ -13,8 +13,9 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
+from . import exposition
 from .collectors import (
     ControllerCollector,
     ControllerContextView,
@@ -119,4 +120,4 @@ class BrokerMetrics:
     # -- exposition --------------------------------------------------------------------------
     def render(self) -> bytes:
         """The Prometheus text exposition (version 0.0.4) of every metric of this broker."""
-        return generate_latest(self.registry)
+        return exposition.text(self.registry)

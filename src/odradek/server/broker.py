@@ -185,6 +185,7 @@ class Broker:
             self.broker_id, recording=cfg["metrics.recording.enabled"])
         self.metrics_history = MetricsHistory(metrics)
         store.add_session_listener(metrics.on_session_state)  # ZooKeeper session meters
+        metrics.on_session_state(SessionState.CONNECTED)  # the session start-up just opened
         cache = self.metadata_cache
         cache.cluster_id = cluster_id
         defaults = LogConfig.from_props(cfg.topic_defaults(), allow_unknown=True)
