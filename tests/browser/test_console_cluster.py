@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -126,6 +127,11 @@ def test_killed_broker_shows_under_replicated_then_healthy(driver: Any, cluster:
 def test_metrics_page_draws_charts(driver: Any, cluster: Cluster, screenshot: Any) -> None:
     create_topic(cluster, records=1)
     page_broker = cluster.controller_id()
+    try:
+        api(console_of(cluster, page_broker), "/api/metrics/history?names=messages_in_per_sec")
+    except urllib.error.HTTPError as e:
+        pytest.fail(f"the broker's HTTP listener has no /api/metrics/history ({e}): the "
+                    "broker's MetricsHistory is not handed to its HttpListener")
     driver.get(console_of(cluster, page_broker) + "#metrics")
     wait(driver, lambda d: len(rows(d, ".chart")) >= 7)
     # the history is sampled every second: a few points make a line
