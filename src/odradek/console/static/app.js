@@ -425,10 +425,17 @@ async function poll() {
     setReachable(true);
     renderCluster(cluster);
     const { page, arg } = route();
-    if (page === "topics" && arg === null) renderTopics(await getJSON("/api/topics"));
-    if (page === "topics" && arg !== null) renderTopic(await getJSON("/api/topics/" + encodeURIComponent(arg)));
-    if (page === "groups" && arg === null) renderGroups(await getJSON("/api/groups"));
-    if (page === "groups" && arg !== null) renderGroup(await getJSON("/api/groups/" + encodeURIComponent(arg)));
+    const hash = location.hash;
+    // an answer for a page left meanwhile is dropped (the next poll asks for the new page)
+    const current = (render) => (data) => { if (location.hash === hash) render(data); };
+    if (page === "topics" && arg === null) current(renderTopics)(await getJSON("/api/topics"));
+    if (page === "topics" && arg !== null) {
+      current(renderTopic)(await getJSON("/api/topics/" + encodeURIComponent(arg)));
+    }
+    if (page === "groups" && arg === null) current(renderGroups)(await getJSON("/api/groups"));
+    if (page === "groups" && arg !== null) {
+      current(renderGroup)(await getJSON("/api/groups/" + encodeURIComponent(arg)));
+    }
     // the timeline is kept up to date on every page so that no change is missed
     // one millisecond back: an event logged in the same millisecond as the newest one seen
     // still arrives (the keys drop the repeats)
@@ -458,7 +465,13 @@ async function poll() {
 
 function start() {
   $("timeline-cap").textContent = TIMELINE_CAP;
-  window.addEventListener("hashchange", () => { showPage(); poll(); });
+  window.addEventListener("hashchange", () => {
+    // a detail page shows nothing of the previous topic or group while its own data comes
+    for (const id of ["topic-partitions", "topic-configs", "group-members", "group-offsets"]) setRows(id, "");
+    for (const id of ["topic-name", "group-name", "group-state"]) $(id).textContent = "";
+    showPage();
+    poll();
+  });
   document.addEventListener("click", (ev) => {
     const btn = ev.target.closest("button.fault");
     if (btn) { fault(btn.dataset.action, btn.dataset.broker); return; }
