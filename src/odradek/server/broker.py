@@ -277,17 +277,13 @@ class Broker:
         bind = parse_http_listener(self.config["http.listener"])
         if bind is None:
             return
-        from prometheus_client import CollectorRegistry, generate_latest
-
-        # until the broker has its metrics (odradek.metrics), /metrics renders an empty
-        # per-broker registry
-        registry = CollectorRegistry()
         listener = self.http_listener = HttpListener(
             self.broker_id, bind[0], bind[1], self._console_admin_access(),
             controller_epoch=lambda: self.controller_epoch_seen,
             local_replicas=self._local_replicas,
             state_change_log=self.config.log_dirs[0] / "state-change.log",
-            render_metrics=lambda: generate_latest(registry),
+            render_metrics=self.metrics.render,
+            history=lambda names: self.metrics_history.series(names),
             fault_actions=self.fault_actions, static_dir=console_static_dir())
         await listener.start()
 
