@@ -198,3 +198,15 @@ def test_gauges_of_the_hosted_partitions(cluster: Cluster, admin: Admin) -> None
     assert ("kafka_server_replicafetchermanager_maxlag",
             frozenset({"clientId": "Replica"}.items())) in samples
     assert samples[("odradek_eventloop_lag_seconds_count", frozenset())] > 0
+
+
+def test_topic_metrics_removed_with_the_topic(cluster: Cluster, admin: Admin) -> None:
+    topic = new_topic(admin, partitions=1)
+    produce(cluster, topic, 3)
+    name = "kafka_server_brokertopicmetrics_messagesin_total"
+    assert total(cluster, name, topic=topic) == 3
+    admin.delete_topics([topic])
+    cluster.wait_for(lambda: all((name, frozenset({"topic": topic}.items())) not in
+                                 scrape(cluster, b) for b in cluster.live_brokers()),
+                     what="the deleted topic's metrics gone")
+    assert total(cluster, name) >= 3  # the all-topics total keeps what was counted

@@ -128,16 +128,18 @@ class TopicStats:
 
     def record_fetch(self, topic: str, size: int, follower: bool, failed: bool) -> None:
         """A Fetch response carried `size` bytes of `topic` (Kafka's updateBytesOut: a
-        follower's bytes count as replication bytes out, a consumer's as bytes out)."""
-        c = self._of(topic)
+        follower's bytes count as replication bytes out, on the all-topics total only; a
+        consumer's as bytes out of the topic)."""
         t = self.total
-        c.total_fetch_requests += 1
         t.total_fetch_requests += 1
+        if follower:
+            t.replication_bytes_out += size
+            return
+        c = self._of(topic)
+        c.total_fetch_requests += 1
         if failed:
             c.failed_fetch_requests += 1
             t.failed_fetch_requests += 1
-        elif follower:
-            t.replication_bytes_out += size
         else:
             c.bytes_out += size
             t.bytes_out += size

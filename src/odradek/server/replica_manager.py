@@ -223,6 +223,16 @@ def fetch_limit(partition: Partition, replica_id: int, isolation_level: int) -> 
     return partition.high_watermark
 
 
+#: Errors Kafka's appendToLocalLog and readFromLocalLog answer without marking the failed
+#: produce / fetch meters (a client's stale metadata, a retry, a deleted topic).
+EXPECTED_ERRORS = frozenset({
+    ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+    ErrorCode.offset_out_of_range, ErrorCode.message_too_large,
+    ErrorCode.record_list_too_large, ErrorCode.corrupt_message,
+    ErrorCode.kafka_storage_error})
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  topic_config: Callable[[str], LogConfig],
@@ -527,6 +537,8 @@ class ReplicaManager:
         if p is None:
             if delete and self.log_manager.get_log(*tp) is not None:
                 self.log_manager.delete_log(*tp)
+            if delete:
+                self._forget_topic_metrics(tp[0])
             return ErrorCode.none
         self.stop_replica(tp[0], tp[1], delete)
         return ErrorCode.none
@@ -543,8 +555,15 @@ class ReplicaManager:
             purgatory.check_and_complete((topic, index))
         if delete:
             self.log_manager.delete_log(topic, index)
+            self._forget_topic_metrics(topic)
         elif p is not None:
             p.log.flush()
+
+    def _forget_topic_metrics(self, topic: str) -> None:
+        """Kafka's removeMetrics: a deleted topic's BrokerTopicMetrics go with its last
+        partition here."""
+        if not any(t == topic for t, _ in self.partitions):
+            self.topic_stats.remove_topic(topic)
 
     # -- ISR changes (called by isr.IsrChangeManager) -----------------------------------------
     def on_high_watermark_moved(self, tp: TopicPartition) -> None:
@@ -602,7 +621,6 @@ class ReplicaManager:
                                           allow_control=origin is AppendOrigin.COORDINATOR)
             for h in headers:
                 if h.size > config.max_message_bytes:
-                    self.topic_stats.record_failed_produce(tp[0])
                     return ProduceResult(
                         ErrorCode.message_too_large,
                         message=f"batch of {h.size} bytes exceeds max.message.bytes "
@@ -611,8 +629,9 @@ class ReplicaManager:
             info = partition.append_records_to_leader(
                 buf, headers, acks, config.min_insync_replicas, now, origin)
         except Exception as exc:  # every failure is a per-partition error code
-            self.topic_stats.record_failed_produce(tp[0])
             code = _error_for(exc)
+            if code not in EXPECTED_ERRORS:  # Kafka marks FailedProduceRequestsPerSec so
+                self.topic_stats.record_failed_produce(tp[0])
             if code == ErrorCode.unknown_server_error:
                 log.exception("Error appending to %s-%d", *tp)
             else:

@@ -21,7 +21,12 @@ from ...protocol.fetch_response import PartitionData, encode_fetch_response
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection, Response
-from ..replica_manager import FetchRequestPartition, FetchResult, ReplicaManager
+from ..replica_manager import (
+    EXPECTED_ERRORS,
+    FetchRequestPartition,
+    FetchResult,
+    ReplicaManager,
+)
 from .authz import allowed, allowed_names
 
 
@@ -103,7 +108,11 @@ def _record(stats: TopicStats, results: dict[tuple[str, int], FetchResult],
             follower: bool) -> None:
     none = ErrorCode.none
     for (topic, _), r in results.items():
-        stats.record_fetch(topic, r.size, follower, r.error != none)
+        error = r.error
+        if error == none:
+            stats.record_fetch(topic, r.size, follower, False)
+        elif error not in EXPECTED_ERRORS and not follower:
+            stats.record_fetch(topic, 0, follower, True)
 
 
 def _respond(version: int, correlation_id: int,
