@@ -50,7 +50,14 @@ def test_transactions_do_not_grow_the_heap(tmp_path: Path) -> None:
                 tracemalloc.stop()
         finally:
             p.close()
-        growth = sum(s.size_diff for s in after.compare_to(before, "filename"))
+        diffs = after.compare_to(before, "filename")
+        # What odradek's own code holds: 300 transactions wrote ~1,500 batches, and 1 KiB kept
+        # per transaction would be 300 KiB. Transport write buffers (asyncio's, sized by what
+        # is in flight at the snapshot, up to 256 KiB) are left out of that sum but bound the
+        # total.
+        own = sum(d.size_diff for d in diffs
+                  if "odradek" in d.traceback[0].filename.replace("\\", "/"))
+        total = sum(d.size_diff for d in diffs)
         top = after.compare_to(before, "lineno")[:5]
-        # 300 transactions wrote ~1,500 batches; 1 KiB per transaction would be 300 KiB.
-        assert growth < 256 * 1024, (growth, [str(s) for s in top])
+        assert own < 128 * 1024, (own, [str(s) for s in top])
+        assert total < 1024 * 1024, (total, [str(s) for s in top])
