@@ -100,8 +100,16 @@ class ZooKeeperServer:
         log_level: str = "WARN",
         startup_timeout: float = 30.0,
         extra_config: dict[str, str] | None = None,
+        server_id: int | None = None,
+        peers: dict[int, str] | None = None,
+        command_prefix: Sequence[str] = (),
     ) -> None:
         self.host = host
+        # An ensemble member: its myid and every member's address (server.N lines, the
+        # quorum port 2888 and the election port 3888 on each member's own address).
+        self.server_id = server_id
+        self.peers = dict(peers or {})
+        self.command_prefix = list(command_prefix)  # e.g. ["ip", "netns", "exec", NS]
         self.port = port
         self.tick_time = tick_time
         self.java = java
@@ -137,8 +145,10 @@ class ZooKeeperServer:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> ZooKeeperServer:
-        """Start the server and wait until it serves; returns ``self``."""
+    def start(self, wait: bool = True) -> ZooKeeperServer:
+        """Start the server and (with `wait`) wait until it serves; returns ``self``. A member
+        of an ensemble serves only once a quorum is up: start them all with ``wait=False``,
+        then `wait_ready` each."""
         if self.running:
             return self
         self._check_installed()
@@ -151,7 +161,7 @@ class ZooKeeperServer:
             if pick_port:
                 self.port = find_free_port(self.host)
             try:
-                self._launch()
+                self._launch(wait)
                 return self
             except OSError:
                 self._terminate(signal.SIGKILL)
@@ -169,6 +179,17 @@ class ZooKeeperServer:
     def kill(self) -> None:
         """Hard-kill the server (kill -9) keeping its data dir, for fault injection."""
         self._terminate(signal.SIGKILL)
+
+    def mode(self) -> str | None:
+        """``leader``, ``follower``, ``standalone`` from ``srvr``; None: not serving."""
+        try:
+            answer = four_letter_word(self.host, self.port, "srvr", timeout=0.5)
+        except OSError:
+            return None
+        for line in answer.splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return None
 
     def restart(self) -> ZooKeeperServer:
         """Stop (SIGTERM) and start again on the same port and data (sessions survive if the
@@ -233,15 +254,19 @@ class ZooKeeperServer:
             "maxClientCnxns": "0",
             "admin.enableServer": "false",
             "4lw.commands.whitelist": "ruok,srvr,mntr,stat,cons",
+            **{f"server.{n}": f"{addr}:2888:3888" for n, addr in sorted(self.peers.items())},
             **self.extra_config,
         }
+        if self.server_id is not None:
+            (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
+            (self.data_dir / "data" / "myid").write_text(f"{self.server_id}\n")
         conf_dir.mkdir(parents=True, exist_ok=True)
         cfg = conf_dir / "zoo.cfg"
         cfg.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         (conf_dir / "log4j.properties").write_text(_LOG4J.format(level=self.log_level))
         return cfg
 
-    def _launch(self) -> None:
+    def _launch(self, wait: bool = True) -> None:
         assert self.data_dir is not None
         conf_dir = self.data_dir / "conf"
         cfg = self._write_config(conf_dir)
@@ -249,6 +274,7 @@ class ZooKeeperServer:
             [str(conf_dir), str(ZOOKEEPER_JAR), *(str(j) for j in _LOG_JARS)]
         )
         cmd = [
+            *self.command_prefix,
             self.java,
             f"-Xmx{self.heap}",
             "-XX:+UseSerialGC",
@@ -270,7 +296,8 @@ class ZooKeeperServer:
             )
         # Kill the process group if this object is collected or the interpreter exits.
         self._finalizer = weakref.finalize(self, _kill_group, self._proc.pid, signal.SIGKILL)
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
 
     def _terminate(self, sig: int, timeout: float = 10.0) -> None:
         proc, self._proc = self._proc, None

@@ -30,7 +30,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +71,11 @@ class BrokerProcess:
 
     def __init__(self, workdir: Path, broker_id: int = 0, port: int = 0,
                  overrides: dict[str, str] | None = None, log_level: str = "INFO",
-                 listener: str = "PLAINTEXT", env: Mapping[str, str] | None = None) -> None:
+                 listener: str = "PLAINTEXT", env: Mapping[str, str] | None = None,
+                 host: str = "127.0.0.1", command_prefix: Sequence[str] = ()) -> None:
         self.workdir = workdir
+        self.host = host  # the listener's address (a network namespace's own, say)
+        self.command_prefix = list(command_prefix)  # e.g. ["ip", "netns", "exec", NS]
         self.listener = listener  # the security protocol of its one listener (and its name)
         self.env = dict(env or {})  # added to the environment (KAFKA_OPTS, say)
         self.log_level = log_level
@@ -92,9 +95,10 @@ class BrokerProcess:
     # -- lifecycle ----------------------------------------------------------------------------
     def command(self) -> list[str]:
         props = {"broker.id": str(self.broker_id),
-                 "listeners": f"{self.listener}://127.0.0.1:{self.port}",
+                 "listeners": f"{self.listener}://{self.host}:{self.port}",
                  "log.dirs": str(self.log_dir), **self.overrides}
-        cmd = [*_odradek_command(), "broker", "--log-level", self.log_level]
+        cmd = [*self.command_prefix, *_odradek_command(), "broker", "--log-level",
+               self.log_level]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -282,15 +286,20 @@ class ProcessCluster:
     def __init__(self, workdir: Path, connect: str, brokers: int = 3,
                  overrides: dict[str, str] | None = None, session_timeout_ms: int = 4000,
                  log_level: str = "INFO", listener: str = "PLAINTEXT",
-                 zookeeper_jaas: str | Path | None = None) -> None:
+                 zookeeper_jaas: str | Path | None = None,
+                 hosts: Mapping[int, str] | None = None,
+                 command_prefixes: Mapping[int, Sequence[str]] | None = None) -> None:
+        """`hosts` and `command_prefixes` (broker id -> address, command prefix) run each broker
+        in a network namespace of its own (odradek.tools.netns), all on port 9092."""
         self.connect = connect
+        self.hosts = {i: (hosts or {}).get(i, "127.0.0.1") for i in range(brokers)}
         self.listener = listener
         self.zk_identity: ZkDigestIdentity | None = None
         if zookeeper_jaas is not None:
             self.zk_identity = zookeeper_identity(Path(zookeeper_jaas).read_text())
             if self.zk_identity is None:
                 raise ValueError(f"{zookeeper_jaas} has no ZooKeeper 'Client' digest login")
-        self.ports = free_ports(brokers)
+        self.ports = [9092] * brokers if hosts else free_ports(brokers)
         base = {"zookeeper.connect": connect,
                 "zookeeper.session.timeout.ms": str(session_timeout_ms),
                 "default.replication.factor": str(min(3, brokers)),
@@ -300,7 +309,9 @@ class ProcessCluster:
         base.update(overrides or {})
         self.brokers = {i: BrokerProcess(Path(workdir) / f"broker-{i}", broker_id=i,
                                          port=self.ports[i], overrides=base,
-                                         log_level=log_level, listener=listener)
+                                         log_level=log_level, listener=listener,
+                                         host=self.hosts[i],
+                                         command_prefix=(command_prefixes or {}).get(i, ()))
                         for i in range(brokers)}
         self.zk = self.zookeeper_client()
 
@@ -340,7 +351,7 @@ class ProcessCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        return ",".join(f"{self.hosts[i]}:{p}" for i, p in enumerate(self.ports))
 
     # -- inspection -----------------------------------------------------------------------------
     def json(self, path: str) -> Any:
