@@ -250,10 +250,12 @@ def _y_label(out: list[str], label: str, top: float, bottom: float) -> None:
 def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str,
                x_label: str, y_label: str, markers: Sequence[tuple[float, str]] = (),
                width: int = 900, height: int = 420, y_log: bool = False,
-               step: bool = False) -> str:
+               step: bool = False, bands: Sequence[tuple[float, float, str]] = ()) -> str:
     """Several (x, y) series with a legend. `markers` are (x, label) events drawn as vertical
     dashed lines; `y_log` plots y on a log axis (points with y <= 0 are left out); `step` draws
-    each series as a step function (the value holds until the next point)."""
+    each series as a step function (the value holds until the next point). `bands` are
+    (start, end, label) periods (a fault that lasted) shaded behind the series, each marked and
+    labelled at its start like a marker."""
     _check_size(width, height)
     names = [str(n) for n in series]
     data: list[list[tuple[float, float]]] = []
@@ -261,7 +263,10 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
         clean = sorted((float(x), float(y)) for x, y in pts if _finite(x, y)
                        and (not y_log or 1e-300 < y < _MAX))
         data.append(clean)
-    marks = [(float(x), str(label)) for x, label in markers if _finite(x)]
+    spans = [(min(float(a), float(b)), max(float(a), float(b)), str(label))
+             for a, b, label in bands if _finite(a, b)]
+    marks = sorted([(float(x), str(label)) for x, label in markers if _finite(x)]
+                   + [(a, label) for a, _, label in spans], key=lambda m: m[0])
     legend_chars = min(28, max((len(n) for n in names), default=0))
     right_margin = 24 + (legend_chars * CHAR_W + 34 if names else 0)
     left, top = 72.0, 40.0
@@ -271,7 +276,8 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
         right = width - (24 + legend_chars * CHAR_W + 34)
     out = _svg_open(width, height, title)
     out.append("<style>.legend{font-size:12px}</style>")
-    all_x = [x for pts in data for x, _ in pts] + [x for x, _ in marks]
+    all_x = ([x for pts in data for x, _ in pts] + [x for x, _ in marks]
+             + [b for _, b, _ in spans])
     all_y = [y for pts in data for _, y in pts]
     if not all_x:
         all_x = [0.0, 1.0]
@@ -303,6 +309,11 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
                'stroke="#333333"/>')
     _x_axis(out, xs, xticks, top, bottom, x_label, width, height, left, right)
     _y_label(out, y_label, top, bottom)
+    for a, b, label in spans:
+        x0, x1 = xs(a), xs(b)
+        out.append(f'<rect class="band" x="{_n(x0)}" y="{_n(top)}" width="{_n(max(1.0, x1 - x0))}" '
+                   f'height="{_n(bottom - top)}" fill="#b22222" fill-opacity="0.10">'
+                   f"<title>{esc(f'{label} [{a:g}, {b:g}]')}</title></rect>")
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(names))]
     for name, pts, colour in zip(names, data, colours, strict=True):
         out.append(f'<g class="series" data-name="{esc(name)}">')
