@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    if args.network:
+        return _run_network(args, seed)
     if args.transactions:
         return _run_transactions(args, seed)
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
@@ -135,6 +137,48 @@ def _run_transactions(args: argparse.Namespace, seed: int) -> int:
                    "broker and pipeline logs")
 
 
+def _run_network(args: argparse.Namespace, seed: int) -> int:
+    """`odradek chaos --network`: brokers and a ZooKeeper ensemble of three in network
+    namespaces, network faults between them (odradek.tools.chaos_network); needs root."""
+    from .chaos_network import (
+        NETWORK_FAULT_KINDS,
+        NetChaosConfig,
+        format_network_report,
+        plot_network_report,
+        run_network_chaos,
+    )
+    from .netns import netns_problem
+
+    faults = NETWORK_FAULT_KINDS
+    if args.faults != ",".join(FAULT_KINDS):  # not the replication run's default
+        faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    unknown = [f for f in faults if f not in NETWORK_FAULT_KINDS]
+    if unknown or not faults:
+        raise ToolError(f"unknown network faults {unknown}; choose from "
+                        f"{','.join(NETWORK_FAULT_KINDS)}", exit_code=2)
+    if args.brokers < 3:
+        raise ToolError("--network needs at least 3 brokers (RF 3)", exit_code=2)
+    if args.plot and not args.plot.endswith(".svg"):
+        raise ToolError(f"--plot writes an SVG file: {args.plot!r} does not end in .svg",
+                        exit_code=2)
+    problem = netns_problem()
+    if problem:
+        raise ToolError(f"--network: {problem}", exit_code=2)
+    config = NetChaosConfig(brokers=args.brokers, partitions=args.partitions,
+                            cycles=args.cycles, seed=seed, faults=faults,
+                            producers=args.producers, rate=args.rate)
+    own_dir = args.data_dir is None
+    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-net-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    progress = stderr_progress(time.monotonic())
+    progress(f"odradek chaos --network: seed {seed}, {args.cycles} cycles, data in {workdir}")
+    report = run_network_chaos(config, workdir, progress)
+    print(format_network_report(report), flush=True)
+    return _finish(report.ok, args, workdir, own_dir,
+                   lambda path: plot_network_report(report, path), "checker timeline",
+                   "broker, ZooKeeper and client logs, histories and faults.log")
+
+
 def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("chaos", help="replication under faults: acks=all writes, kill -9, "
                        "SIGSTOP, restarts; verify nothing acknowledged is lost")
@@ -165,6 +209,15 @@ def add_parser(sub: Subcommands) -> None:
                         "group coordinators, partition leaders and the pipeline processes; "
                         "checks every input value is read_committed exactly once and nothing "
                         f"aborted is visible (faults: {','.join(TXN_FAULT_KINDS)})")
+    p.add_argument("--network", action="store_true",
+                   help="instead: network faults between broker and ZooKeeper processes, each "
+                        "in a Linux network namespace of its own (needs root), on a ZooKeeper "
+                        "ensemble of three: the partition leader cut from ZooKeeper and its "
+                        "followers while clients still reach it, isolation, one-way cuts, "
+                        "ZooKeeper leader kill, quorum loss and regain, lossy links, kill, "
+                        "pause; the consistency checker's report at the end")
+    p.add_argument("--cycles", type=int, default=8,
+                   help="with --network: fault cycles (default 8)")
     p.add_argument("--values", type=int, default=3000,
                    help="with --transactions: the input's unique values (default 3000)")
     p.add_argument("--pipelines", type=int, default=2,

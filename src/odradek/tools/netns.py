@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 __all__ = [
     "CLIENTS",
     "LinkFault",
-    "Network",
     "NetnsUnavailable",
+    "Network",
     "blackhole_routes",
     "netns_problem",
     "nft_rules",
