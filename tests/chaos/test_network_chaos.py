@@ -14,6 +14,7 @@ Needs root and network namespaces (CI runs as root); skipped with the reason oth
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -48,9 +49,12 @@ def namespaces() -> None:
         pytest.skip(f"network namespaces unavailable: {problem}")
 
 
-@pytest.fixture
-def network(namespaces: None) -> Iterator[Network]:
-    net = Network().create()
+@pytest.fixture(params=["nftables", "routes"])
+def network(namespaces: None, request: pytest.FixtureRequest) -> Iterator[Network]:
+    """Both backends: nftables rules in the namespaces, or blackhole routes without nft."""
+    if request.param == "nftables" and shutil.which("nft") is None:
+        pytest.skip("nft not installed (apt-get install nftables)")
+    net = Network(use_nft=request.param == "nftables").create()
     try:
         yield net
     finally:
