@@ -144,6 +144,7 @@ def test_the_classic_partition_and_zookeeper_faults_keep_acks_all_writes(
         assert acks_all.row(key).observed == 0, table
     assert acks_all.row("lost").checked > 100, table
     assert report.acks1_lost is not None, table  # counted (expected), whatever it is
+    assert report.classic and report.classic[0].startswith("cycle 1 "), table
     assert report.ok, table
     kinds = (tmp_path / "faults.log").read_text()
     for kind in ("partition", "zk-kill", "zk-quorum-loss"):

@@ -159,3 +159,24 @@ def test_fault_schedule_covers_every_kind_in_each_round() -> None:
     assert sorted(schedule[n:2 * n]) == sorted(NETWORK_FAULT_KINDS)
     forced = NetChaosConfig(schedule=("zk-leader-kill", "kill"))
     assert fault_schedule(forced, random.Random(0)) == ["zk-leader-kill", "kill"]
+
+
+def test_classic_summary_counts_what_the_cut_off_leader_acknowledged() -> None:
+    from odradek.tools.chaos_network import Cycle, classic_summary
+    from odradek.tools.history import History
+
+    h = History()
+    ops = {}
+    for v, p in (("a", 0), ("b", 1), ("c", 0)):
+        ops[v] = h.invoke(process="one-p0", f="send", value=v, partition=p)
+    h.ok(ops["a"], offset=0)
+    h.ok(ops["b"], offset=0)
+    after = h.ops()[-1].wall
+    h.ok(ops["c"], offset=1)
+    end = h.ops()[-1].wall
+    lost = [op for op in h.ops() if op.type == "ok" and op.value == "c"]
+    cycle = Cycle(3, "leader-from-zk-and-followers", ("broker-1", "zk-1"), partition=0,
+                  start_wall=after - 10, end_wall=end + 0.001)
+    line = classic_summary(cycle, {"chaos-acks1": (h.ops(), lost)})
+    assert line.startswith("cycle 3 (broker-1 cut ")
+    assert line.endswith("partition 0): chaos-acks1: 2 acknowledged, 1 lost")

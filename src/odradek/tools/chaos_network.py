@@ -36,6 +36,7 @@ import random
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from typing import Any
 from ..common.fault_log import FAULT_LOG_NAME, FaultLog
 from ..protocol import records as rb
 from .chaos import Progress, client_logger, consume_all, stderr_progress, valid_batches
-from .history import History
+from .history import History, Op
 from .netns import CLIENTS, Network
 from .processes import ProcessCluster
 from .zk_ensemble import ZkEnsemble, zk_node
@@ -104,6 +105,9 @@ class Cycle:
     failover_s: float | None = None  # the partition's new leader, where the fault moves it
     healed_s: float | None = None
     error: str | None = None
+    partition: int | None = None  # of the acks=all topic, whose leader the fault hit
+    start_wall: float | None = None  # time.time() when the fault began and ended
+    end_wall: float | None = None
 
 
 @dataclass
@@ -118,6 +122,7 @@ class NetChaosReport:
     backend: str = ""
     elapsed_s: float = 0.0
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> op counts
+    classic: list[str] = field(default_factory=list)  # what each classic cut let through
 
     @property
     def failures(self) -> list[str]:
@@ -311,6 +316,7 @@ class Injector:
                       old: int | None = None) -> None:
         fid = self.log.start(FAULT_LOG_KIND[kind], cycle.targets, cycle.detail)
         start = time.monotonic()
+        cycle.partition, cycle.start_wall = p, time.time()
         try:
             if p is not None and old is not None:
                 cycle.failover_s = self._wait_new_leader(p, old, self.config.hold)
@@ -318,6 +324,7 @@ class Injector:
         finally:
             for f in faults:
                 self.net.heal(f)
+            cycle.end_wall = time.time()
             self.log.end(fid, FAULT_LOG_KIND[kind], cycle.targets)
 
     def _leader_from_zk_and_followers(self, cycle: Cycle) -> None:
@@ -635,6 +642,10 @@ def _workload_and_cycles(cluster: ProcessCluster, config: NetChaosConfig, inject
     acks1 = report.checks.get(TOPIC_ACKS1)
     if acks1 is not None:
         report.acks1_lost = _lost_count(acks1)
+    report.classic = [classic_summary(c, {t: (h.ops(), report.checks[t].lost)
+                                          for t, h in histories.items()})
+                      for c in report.cycles if c.kind == "leader-from-zk-and-followers"
+                      and c.start_wall is not None and c.end_wall is not None]
     (workdir / "cycles.json").write_text(json.dumps([c.__dict__ for c in report.cycles],
                                                     indent=1))
 
@@ -647,6 +658,27 @@ def _check(h: History, topic: str, final: dict[int, list[tuple[int, str]]],
     settings = Guarantees(acks=acks, min_insync_replicas=2, unclean_leader_election=False,
                           idempotent=acks == "all", transactional=False)
     return check(h, settings, final_logs=final, replica_logs=replicas, high_watermarks=hws)
+
+
+def acked_during(ops: Iterable[Op], partition: int, start: float, end: float) -> list[Op]:
+    """The sends of `partition` acknowledged between the wall times `start` and `end`."""
+    return [op for op in ops if op.f == "send" and op.type == "ok"
+            and op.partition == partition and start <= op.wall <= end]
+
+
+def classic_summary(cycle: Cycle, topics: dict[str, tuple[Iterable[Op], Iterable[Op]]]) -> str:
+    """What a classic cut let through on its partition: per topic (ops, the checker's lost
+    ops), the writes acknowledged while the leader was cut off and how many were lost."""
+    assert cycle.partition is not None and cycle.start_wall is not None
+    assert cycle.end_wall is not None
+    parts = []
+    for topic, (ops, lost) in topics.items():
+        acked = acked_during(ops, cycle.partition, cycle.start_wall, cycle.end_wall)
+        lost_values = {op.value for op in lost}
+        n_lost = sum(1 for op in acked if op.value in lost_values)
+        parts.append(f"{topic}: {len(acked)} acknowledged, {n_lost} lost")
+    return (f"cycle {cycle.index} ({cycle.targets[0]} cut {cycle.end_wall - cycle.start_wall:.1f}s"
+            f", partition {cycle.partition}): " + "; ".join(parts))
 
 
 def _lost_count(report: Any) -> int:
@@ -675,6 +707,10 @@ def format_network_report(report: NetChaosReport) -> str:
         lines.append(check_report.to_text())
     if report.acks1_lost is not None:
         lines.append(f"acks=1 acknowledged writes lost (expected, counted): {report.acks1_lost}")
+    if report.classic:
+        lines.append("the classic cuts (leader from ZooKeeper and followers), writes to its "
+                     "partition acknowledged during the cut:")
+        lines += [f"  {line}" for line in report.classic]
     lines += [f"FAILED: {f}" for f in report.failures]
     lines.append("OK: every guarantee held" if report.ok else "NOT OK")
     return "\n".join(lines)
