@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -172,11 +173,20 @@ def _run_network(args: argparse.Namespace, seed: int) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     progress = stderr_progress(time.monotonic())
     progress(f"odradek chaos --network: seed {seed}, {args.cycles} cycles, data in {workdir}")
-    report = run_network_chaos(config, workdir, progress)
+    # SIGTERM unwinds like Ctrl-C, so that the namespaces, the bridge and the processes go too.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        report = run_network_chaos(config, workdir, progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(format_network_report(report), flush=True)
     return _finish(report.ok, args, workdir, own_dir,
                    lambda path: plot_network_report(report, path), "checker timeline",
                    "broker, ZooKeeper and client logs, histories and faults.log")
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def add_parser(sub: Subcommands) -> None:
