@@ -102,7 +102,7 @@ class Cycle:
     targets: tuple[str, ...]
     detail: str = ""
     at_s: float = 0.0
-    failover_s: float | None = None  # the partition's new leader, where the fault moves it
+    failover_s: float | None = None  # a new leader (or, one-way: the ISR shrunk), if it came
     healed_s: float | None = None
     error: str | None = None
     partition: int | None = None  # of the acks=all topic, whose leader the fault hit
@@ -306,6 +306,17 @@ class Injector:
             time.sleep(0.1)
         return None
 
+    def _wait_isr_without(self, p: int, broker: int, timeout: float) -> float | None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                if broker not in self.cluster.state(TOPIC, p)["isr"]:
+                    return time.monotonic() - t0
+            except Exception:
+                pass
+            time.sleep(0.1)
+        return None
+
     # -- one cycle ------------------------------------------------------------------------------
     def run(self, index: int, kind: str, t0: float) -> Cycle:
         cycle = Cycle(index, kind, (), at_s=time.monotonic() - t0)
@@ -313,13 +324,17 @@ class Injector:
         return cycle
 
     def _hold_network(self, cycle: Cycle, kind: str, faults: list[Any], p: int | None = None,
-                      old: int | None = None) -> None:
+                      old: int | None = None, shrunk: int | None = None) -> None:
+        """Hold `faults` for the configured time, then heal them. `failover_s` is when the
+        partition `p` got a leader other than `old`, or when its ISR lost `shrunk`."""
         fid = self.log.start(FAULT_LOG_KIND[kind], cycle.targets, cycle.detail)
         start = time.monotonic()
         cycle.partition, cycle.start_wall = p, time.time()
         try:
             if p is not None and old is not None:
                 cycle.failover_s = self._wait_new_leader(p, old, self.config.hold)
+            elif p is not None and shrunk is not None:
+                cycle.failover_s = self._wait_isr_without(p, shrunk, self.config.hold)
             time.sleep(max(0.0, self.config.hold - (time.monotonic() - start)))
         finally:
             for f in faults:
@@ -351,7 +366,8 @@ class Injector:
         cycle.targets = (broker_node(f), broker_node(leader))
         cycle.detail = f"follower {f} -> leader {leader} of {TOPIC}-{p} dropped"
         self._hold_network(cycle, "one-way",
-                           [self.net.cut_one_way(broker_node(f), broker_node(leader))])
+                           [self.net.cut_one_way(broker_node(f), broker_node(leader))],
+                           p, shrunk=f)
 
     def _slow_link(self, cycle: Cycle) -> None:
         p, leader, isr = self._leader_of()
