@@ -179,4 +179,7 @@ def test_classic_summary_counts_what_the_cut_off_leader_acknowledged() -> None:
                   start_wall=after - 10, end_wall=end + 0.001)
     line = classic_summary(cycle, {"chaos-acks1": (h.ops(), lost)})
     assert line.startswith("cycle 3 (broker-1 cut ")
-    assert line.endswith("partition 0): chaos-acks1: 2 acknowledged, 1 lost")
+    assert line.endswith("s): chaos-acks1 p0: 2 acknowledged, 1 lost")
+    cycle.led = {"chaos-acks1": [0, 1]}
+    assert classic_summary(cycle, {"chaos-acks1": (h.ops(), lost)}).endswith(
+        "s): chaos-acks1 p0,1: 3 acknowledged, 1 lost")

@@ -106,6 +106,7 @@ class Cycle:
     healed_s: float | None = None
     error: str | None = None
     partition: int | None = None  # of the acks=all topic, whose leader the fault hit
+    led: dict[str, list[int]] = field(default_factory=dict)  # topic -> partitions it led
     start_wall: float | None = None  # time.time() when the fault began and ended
     end_wall: float | None = None
 
@@ -348,6 +349,8 @@ class Injector:
         cycle.targets = (broker_node(leader), *sorted({b for _, b in links}))
         cycle.detail = (f"leader {leader} of {TOPIC}-{p} (isr {isr}) cut from ZooKeeper and "
                         "its followers; clients still reach it")
+        cycle.led = {t: sorted(q for q, st in self.cluster.states(t).items()
+                               if st["leader"] == leader) for t in self.topics}
         faults = [self.net.cut(a, b) for a, b in links]
         self._hold_network(cycle, "leader-from-zk-and-followers", faults, p, leader)
 
@@ -676,25 +679,30 @@ def _check(h: History, topic: str, final: dict[int, list[tuple[int, str]]],
     return check(h, settings, final_logs=final, replica_logs=replicas, high_watermarks=hws)
 
 
-def acked_during(ops: Iterable[Op], partition: int, start: float, end: float) -> list[Op]:
-    """The sends of `partition` acknowledged between the wall times `start` and `end`."""
+def acked_during(ops: Iterable[Op], partitions: Iterable[int], start: float, end: float
+                 ) -> list[Op]:
+    """The sends to `partitions` acknowledged between the wall times `start` and `end`."""
+    wanted = set(partitions)
     return [op for op in ops if op.f == "send" and op.type == "ok"
-            and op.partition == partition and start <= op.wall <= end]
+            and op.partition in wanted and start <= op.wall <= end]
 
 
 def classic_summary(cycle: Cycle, topics: dict[str, tuple[Iterable[Op], Iterable[Op]]]) -> str:
-    """What a classic cut let through on its partition: per topic (ops, the checker's lost
-    ops), the writes acknowledged while the leader was cut off and how many were lost."""
+    """What a classic cut let through: per topic (ops, the checker's lost ops), the writes to
+    the partitions the cut-off broker led when it was cut (`cycle.led`; else the cycle's
+    partition) acknowledged during the cut, and how many of them were lost."""
     assert cycle.partition is not None and cycle.start_wall is not None
     assert cycle.end_wall is not None
     parts = []
     for topic, (ops, lost) in topics.items():
-        acked = acked_during(ops, cycle.partition, cycle.start_wall, cycle.end_wall)
+        led = cycle.led.get(topic, [cycle.partition])
+        acked = acked_during(ops, led, cycle.start_wall, cycle.end_wall)
         lost_values = {op.value for op in lost}
         n_lost = sum(1 for op in acked if op.value in lost_values)
-        parts.append(f"{topic}: {len(acked)} acknowledged, {n_lost} lost")
+        parts.append(f"{topic} p{','.join(map(str, led)) or '-'}: {len(acked)} acknowledged, "
+                     f"{n_lost} lost")
     return (f"cycle {cycle.index} ({cycle.targets[0]} cut {cycle.end_wall - cycle.start_wall:.1f}s"
-            f", partition {cycle.partition}): " + "; ".join(parts))
+            "): " + "; ".join(parts))
 
 
 def _lost_count(report: Any) -> int:
@@ -724,8 +732,8 @@ def format_network_report(report: NetChaosReport) -> str:
     if report.acks1_lost is not None:
         lines.append(f"acks=1 acknowledged writes lost (expected, counted): {report.acks1_lost}")
     if report.classic:
-        lines.append("the classic cuts (leader from ZooKeeper and followers), writes to its "
-                     "partition acknowledged during the cut:")
+        lines.append("the classic cuts (leader from ZooKeeper and followers): writes to the "
+                     "partitions it led, acknowledged during the cut:")
         lines += [f"  {line}" for line in report.classic]
     lines += [f"FAILED: {f}" for f in report.failures]
     lines.append("OK: every guarantee held" if report.ok else "NOT OK")
