@@ -45,7 +45,7 @@ from ..common.fault_log import FAULT_LOG_NAME, FaultLog
 from ..protocol import records as rb
 from .chaos import Progress, client_logger, consume_all, stderr_progress, valid_batches
 from .history import History, Op
-from .netns import CLIENTS, Network
+from .netns import CLIENTS, LinkFault, Network
 from .processes import ProcessCluster
 from .zk_ensemble import ZkEnsemble, zk_node
 
@@ -324,7 +324,8 @@ class Injector:
         getattr(self, "_" + kind.replace("-", "_"))(cycle)
         return cycle
 
-    def _hold_network(self, cycle: Cycle, kind: str, faults: list[Any], p: int | None = None,
+    def _hold_network(self, cycle: Cycle, kind: str, faults: list[LinkFault],
+                      p: int | None = None,
                       old: int | None = None, shrunk: int | None = None) -> None:
         """Hold `faults` for the configured time, then heal them. `failover_s` is when the
         partition `p` got a leader other than `old`, or when its ISR lost `shrunk`."""
@@ -338,8 +339,7 @@ class Injector:
                 cycle.failover_s = self._wait_isr_without(p, shrunk, self.config.hold)
             time.sleep(max(0.0, self.config.hold - (time.monotonic() - start)))
         finally:
-            for f in faults:
-                self.net.heal(f)
+            self.net.heal(faults)
             cycle.end_wall = time.time()
             self.log.end(fid, FAULT_LOG_KIND[kind], cycle.targets)
 
@@ -351,7 +351,7 @@ class Injector:
                         "its followers; clients still reach it")
         cycle.led = {t: sorted(q for q, st in self.cluster.states(t).items()
                                if st["leader"] == leader) for t in self.topics}
-        faults = [self.net.cut(a, b) for a, b in links]
+        faults = self.net.inject_all([LinkFault("cut", a, b) for a, b in links])
         self._hold_network(cycle, "leader-from-zk-and-followers", faults, p, leader)
 
     def _isolate_broker(self, cycle: Cycle) -> None:
@@ -409,17 +409,17 @@ class Injector:
         cycle.targets = tuple(zk_node(n) for n in victims)
         cycle.detail = f"quorum lost: {how} {', '.join(cycle.targets)}, then back"
         fid = self.log.start("zk-quorum-loss", cycle.targets, cycle.detail)
-        faults = []
+        faults: list[LinkFault] = []
         try:
             if how == "kill":
                 for n in victims:
                     self.ens.kill(n)
             else:
-                faults = [self.net.isolate(zk_node(n)) for n in victims]
+                faults = self.net.inject_all([LinkFault("isolate", zk_node(n))
+                                              for n in victims])
             time.sleep(self.config.hold)
         finally:
-            for f in faults:
-                self.net.heal(f)
+            self.net.heal(faults)
             for n in victims:
                 if n not in self.ens.running():
                     self.ens.start_server(n)

@@ -342,21 +342,27 @@ class Network:
         return self.inject(LinkFault("slow", a, b, latency_ms, loss))
 
     def inject(self, fault: LinkFault) -> LinkFault:
-        self.faults.append(fault)
+        return self.inject_all([fault])[0]
+
+    def inject_all(self, faults: Sequence[LinkFault]) -> list[LinkFault]:
+        """Several faults at once: each namespace's rules change in one nft transaction."""
+        self.faults.extend(faults)
         try:
             self.apply()
         except Exception:
-            self.faults.remove(fault)
+            for f in faults:
+                self.faults.remove(f)
             self.apply()
             raise
-        return fault
+        return list(faults)
 
-    def heal(self, fault: LinkFault | None = None) -> None:
-        """Remove `fault` (None: every fault) and apply what is left."""
+    def heal(self, fault: LinkFault | Sequence[LinkFault] | None = None) -> None:
+        """Remove `fault` (several: a sequence; None: every fault) and apply what is left."""
         if fault is None:
             self.faults.clear()
-        elif fault in self.faults:
-            self.faults.remove(fault)
+        for f in [fault] if isinstance(fault, LinkFault) else (fault or []):
+            if f in self.faults:
+                self.faults.remove(f)
         self.apply()
 
     def apply(self) -> None:
