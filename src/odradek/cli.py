@@ -210,6 +210,8 @@ TOOL_MODULES = [
     "reassign_partitions",
     "replica_verification",
     "state_change_log",
+    "broker_api_versions",
+    "get_offsets",
 ]
 
 
