@@ -212,6 +212,7 @@ TOOL_MODULES = [
     "state_change_log",
     "broker_api_versions",
     "get_offsets",
+    "producer_perf_test",
 ]
 
 
