@@ -213,6 +213,7 @@ TOOL_MODULES = [
     "broker_api_versions",
     "get_offsets",
     "producer_perf_test",
+    "consumer_perf_test",
 ]
 
 
