@@ -155,6 +155,7 @@ def test_percentiles_throttle_props_payload_and_metrics() -> None:
     t = Throttler(100, 0)
     assert t.delay_s(50, 100) == pytest.approx(0.4)
     assert t.delay_s(5, 1000) == 0.0
+    assert Throttler(1000, 0).delay_s(1001, 1000) == 0.0  # 1 ms ahead: not worth a sleep yet
     assert Throttler(-1, 0).delay_s(10**9, 0) == 0.0
     assert parse_props(["acks=all", "bootstrap.servers=h:1"]) == {
         "acks": "all", "bootstrap.servers": "h:1"}

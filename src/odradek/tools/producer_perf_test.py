@@ -187,9 +187,12 @@ def read_payloads(path: str, delimiter: str) -> list[bytes]:
     return payloads
 
 
+MIN_SLEEP_S = 0.002  # Kafka's ThroughputThrottler.MIN_SLEEP_NS: shorter sleeps are deferred
+
+
 class Throttler:
     """Kafka's ThroughputThrottler: at most `throughput` records/s on average (-1: no limit;
-    0: stop sending)."""
+    0: stop sending); sleeps of less than 2 ms are left to accumulate."""
 
     def __init__(self, throughput: int, start_ms: int) -> None:
         self.throughput = throughput
@@ -202,7 +205,8 @@ class Throttler:
         if self.throughput == 0:
             return float("inf")
         due = self.start_ms + 1000.0 * sent / self.throughput
-        return max(0.0, (due - now_ms) / 1000.0)
+        delay = (due - now_ms) / 1000.0
+        return delay if delay >= MIN_SLEEP_S else 0.0
 
 
 class _Client:
