@@ -198,3 +198,22 @@ def test_describe_cluster_endpoint_types() -> None:
                        "endpoint of type CONTROLLER")
     assert endpoint_type_error(7) == (ErrorCode.unsupported_endpoint_type,
                                       "Unsupported endpoint type 7")
+
+
+def test_java_client_properties_for_librdkafka() -> None:
+    from odradek.tools.producer_perf_test import librdkafka_props
+
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            'username="alice" password="s3;cret";')
+    assert librdkafka_props({
+        "bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-256", "sasl.jaas.config": jaas,
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem",
+        "ssl.endpoint.identification.algorithm": ""}) == {
+        "bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice", "sasl.password": "s3;cret",
+        "ssl.ca.location": "/ca.pem", "ssl.endpoint.identification.algorithm": "none"}
+    assert librdkafka_props({"ssl.keystore.location": "/me.pem"}) == {
+        "ssl.certificate.location": "/me.pem", "ssl.key.location": "/me.pem"}
+    with pytest.raises(ToolError, match=r"PEM files only, not ssl\.truststore\.type=JKS"):
+        librdkafka_props({"ssl.truststore.type": "JKS", "ssl.truststore.location": "/t.jks"})

@@ -209,6 +209,39 @@ class Throttler:
         return delay if delay >= MIN_SLEEP_S else 0.0
 
 
+def librdkafka_props(props: dict[str, str]) -> dict[str, str]:
+    """A Java client's properties as librdkafka takes them, for ``--client confluent-kafka``:
+    ``sasl.jaas.config``'s username and password as ``sasl.username``/``sasl.password``, PEM
+    trust and key stores as ``ssl.ca.location``/``ssl.certificate.location`` and
+    ``ssl.key.location``, an empty ``ssl.endpoint.identification.algorithm`` as ``none``; the
+    other names are passed as they are (librdkafka's own names too)."""
+    from ..security.jaas import JaasError, parse_jaas_config
+
+    out = dict(props)
+    jaas = out.pop("sasl.jaas.config", None)
+    if jaas:
+        try:
+            options = parse_jaas_config(jaas).options
+        except JaasError as exc:
+            raise ToolError(f"Invalid sasl.jaas.config: {exc}") from None
+        for java, rd in (("username", "sasl.username"), ("password", "sasl.password")):
+            if java in options:
+                out.setdefault(rd, str(options[java]))
+    for store, names in (("truststore", ("ssl.ca.location",)),
+                         ("keystore", ("ssl.certificate.location", "ssl.key.location"))):
+        kind = out.pop(f"ssl.{store}.type", "PEM").upper()
+        location = out.pop(f"ssl.{store}.location", None)
+        if location is not None:
+            if kind != "PEM":
+                raise ToolError(f"--client confluent-kafka reads PEM files only, not "
+                                f"ssl.{store}.type={kind}")
+            for name in names:
+                out.setdefault(name, location)
+    if out.get("ssl.endpoint.identification.algorithm") == "":
+        out["ssl.endpoint.identification.algorithm"] = "none"
+    return out
+
+
 class _Client:
     """The producer the test drives: send(topic, value, callback), poll(), flush(), close(),
     and the transaction calls, on odradek's client or confluent-kafka."""
@@ -223,7 +256,7 @@ class _Client:
                 raise ToolError("--client confluent-kafka needs the confluent-kafka package "
                                 "(pip install confluent-kafka)") from None
             try:
-                self.p: Any = CkProducer(dict(props))
+                self.p: Any = CkProducer(librdkafka_props(props))
             except Exception as exc:
                 raise ToolError(f"Invalid producer configuration: {exc}") from None
         else:
