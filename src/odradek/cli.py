@@ -15,6 +15,8 @@
   odradek replica-verification                        kafka-replica-verification (S-6.4)
   odradek state-change-log                            the state-change log merger (S-6.5)
   odradek console-producer / console-consumer / chaos
+  odradek broker-api-versions / get-offsets          kafka-broker-api-versions, GetOffsetShell
+  odradek producer-perf-test / consumer-perf-test   kafka-producer-perf-test, -consumer-perf-test
 """
 
 from __future__ import annotations
@@ -210,6 +212,10 @@ TOOL_MODULES = [
     "reassign_partitions",
     "replica_verification",
     "state_change_log",
+    "broker_api_versions",
+    "get_offsets",
+    "producer_perf_test",
+    "consumer_perf_test",
 ]
 
 

@@ -37,6 +37,7 @@ from .acls import AclApis
 from .admin import AdminApis
 from .alter_configs import AlterConfigsApis
 from .api_versions import ApiVersionsApi
+from .describe_cluster import DescribeClusterApi
 from .describe_producers import DescribeProducersApi
 from .elect_leaders import ElectLeadersApi
 from .fetch import FetchApi
@@ -53,6 +54,7 @@ from .reassignments import ReassignmentApis
 from .sasl import SaslApis, sasl_server_configs
 from .scram_credentials import ScramCredentialApis
 from .transactions import TransactionApis
+from .update_features import UpdateFeaturesApi
 from .write_txn_markers import WriteTxnMarkersApi
 
 log = logging.getLogger("odradek.apis")
@@ -100,6 +102,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     47: ("OffsetDelete", 0, 0),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
+    57: ("UpdateFeatures", 0, 0),
+    60: ("DescribeCluster", 0, 1),  # v1: Kafka 3.7 (KIP-919, endpoint_type)
     61: ("DescribeProducers", 0, 0),
     65: ("DescribeTransactions", 0, 0),  # Kafka 3.0 (KIP-664)
     66: ("ListTransactions", 0, 0),  # Kafka 3.0 (KIP-664)
@@ -190,6 +194,8 @@ class KafkaApis:
             47: offsets.handle_offset_delete,
             50: scram.handle_describe,
             51: scram.handle_alter,
+            57: UpdateFeaturesApi(controller, auth).handle,
+            60: DescribeClusterApi(metadata_cache, auth).handle,
             61: DescribeProducersApi(replica_manager, metadata_cache, auth).handle,
             65: transactions.handle_describe_transactions,
             66: transactions.handle_list_transactions,
