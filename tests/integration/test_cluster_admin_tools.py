@@ -146,6 +146,8 @@ def test_cluster_authorized_operations_follow_the_acls(cluster: Cluster, admin: 
         d = wait_until(described_without_operations,
                        what="the DESCRIBE denial to reach the brokers")
         assert len(d["brokers"]) == 2
+        # Metadata v8-10 (what confluent-kafka's describe_cluster asks) answers the same 0
+        assert metadata_cluster_ops(admin, 9) == 0
         admin.delete_acls([AclBindingFilter(ResourcePatternFilter(
             ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
             AccessControlEntryFilter(operation=AclOperation.DESCRIBE))])
@@ -155,6 +157,23 @@ def test_cluster_authorized_operations_follow_the_acls(cluster: Cluster, admin: 
     finally:
         admin.delete_acls([AclBindingFilter(ResourcePatternFilter(ResourceType.CLUSTER))])
     wait_until(lambda: kp_ops(cluster) == ALL_CLUSTER_OPS, what="the ACLs gone")
+
+
+def metadata_cluster_ops(admin: Admin, version: int) -> int:
+    async def ask() -> Any:
+        conn = await admin._a.client.any_connection()
+        return await conn.request(request_for(
+            3, version, topics=(), allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+            include_cluster_authorized_operations=True))
+
+    response = admin._runner.run(ask())  # type: ignore[attr-defined]
+    return int(response.cluster_authorized_operations)
+
+
+def test_metadata_cluster_operations_need_describe_on_the_cluster(admin: Admin) -> None:
+    assert metadata_cluster_ops(admin, 9) == sum(1 << int(AclOperation[o])
+                                                  for o in ALL_CLUSTER_OPS)
 
 
 def test_describe_cluster_v1_endpoint_types(admin: Admin) -> None:
