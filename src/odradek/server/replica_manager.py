@@ -36,6 +36,7 @@ from ..storage.append_origin import AppendOrigin
 from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
+from ..storage.log_validator import RecordValidationError
 from .fetcher import (
     FetcherConfig,
     InitialFetchState,
@@ -81,6 +82,8 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    # KIP-467 (Produce v8+): (batch index, message) of the records that failed the batch
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 @dataclass(slots=True)
@@ -636,6 +639,9 @@ class ReplicaManager:
                 log.exception("Error appending to %s-%d", *tp)
             else:
                 log.debug("Produce to %s-%d failed: %s", tp[0], tp[1], exc)
+            if isinstance(exc, RecordValidationError):
+                return ProduceResult(code, log_start_offset=partition.log_start_offset,
+                                     message=str(exc), record_errors=exc.record_errors)
             return ProduceResult(code, message=str(exc))
         if not getattr(info, "duplicate", False):
             # counted from the batch headers: no record is parsed for the metrics
