@@ -210,6 +210,7 @@ TOOL_MODULES = [
     "reassign_partitions",
     "replica_verification",
     "state_change_log",
+    "delete_records",
 ]
 
 
