@@ -227,3 +227,41 @@ def test_a_dead_follower_holds_no_answer_back(cluster: Cluster, admin: Admin) ->
         cluster.start_broker(follower)
     cluster.wait_for(lambda: log_starts(cluster, topic).get(follower) == 8,
                      what="the restarted follower took the leader's log start offset")
+
+
+def test_without_delete_on_the_topic_the_answer_is_topic_authorization_failed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek.security.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    overrides = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                 "allow.everyone.if.no.acl.found": "true"}
+    with Cluster(1, data_dir=tmp_path / "data", overrides=overrides) as secured, \
+            Admin({"bootstrap.servers": secured.bootstrap_servers}) as a:
+        a.create_topic("secret", 1, 1)
+        a.wait_for_topics(["secret"])
+        produce(secured, "secret", 8)
+        # User:ANONYMOUS may describe the topic (the tool finds its leader) but not DELETE
+        a.create_acls([AclBinding(
+            ResourcePattern(ResourceType.TOPIC, "secret", PatternType.LITERAL),
+            AccessControlEntry("User:ANONYMOUS", "*", AclOperation.DESCRIBE,
+                               AclPermissionType.ALLOW))])
+        secured.wait_for(lambda: wire_delete(secured, 0, "secret", 0, 3)
+                         == (ErrorCode.topic_authorization_failed, -1), what="ACL in force")
+        path = tmp_path / "offsets.json"
+        path.write_text(json.dumps({"partitions": [{"topic": "secret", "partition": 0,
+                                                    "offset": 3}], "version": 1}))
+        capsys.readouterr()
+        assert main(["delete-records", "--bootstrap-server", secured.bootstrap_servers,
+                     "--offset-json-file", str(path)]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            "partition: secret-0\terror: org.apache.kafka.common.errors."
+            "TopicAuthorizationException: Topic authorization failed.")
+        assert log_starts(secured, "secret") == {0: 0}
