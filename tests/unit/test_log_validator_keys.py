@@ -35,6 +35,7 @@ record = st.tuples(st.one_of(st.none(), st.binary(max_size=12)),
 codecs = st.sampled_from([Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.lists(record, min_size=1, max_size=25), min_size=1, max_size=4),
        codec=codecs)
 def test_the_error_names_exactly_the_keyless_records_of_the_first_bad_batch(
@@ -71,7 +72,8 @@ def _log(tmp: Path, policy: str) -> Log:
                     clock=lambda: NOW)
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(records=st.lists(record, min_size=1, max_size=10))
 def test_compacted_logs_append_nothing_of_a_batch_with_a_keyless_record(
         tmp_path_factory: pytest.TempPathFactory, records: list) -> None:
