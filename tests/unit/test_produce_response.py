@@ -7,7 +7,7 @@ import datetime
 
 import kio.index
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
@@ -58,6 +58,7 @@ def test_byte_identical_to_kio(version: int, corr: int, topics: list) -> None:
 
 
 @pytest.mark.parametrize("version", [8, 9, 10])
+@settings(deadline=None)
 @given(errors=st.lists(st.tuples(st.integers(0, 2**31 - 1),
                                  st.one_of(st.none(), st.text(max_size=40))),
                        min_size=1, max_size=6),
