@@ -265,3 +265,33 @@ def test_without_delete_on_the_topic_the_answer_is_topic_authorization_failed(
             "partition: secret-0\terror: org.apache.kafka.common.errors."
             "TopicAuthorizationException: Topic authorization failed.")
         assert log_starts(secured, "secret") == {0: 0}
+
+
+def test_a_follower_that_does_not_fetch_holds_the_answer_until_the_timeout(
+        cluster: Cluster, admin: Admin) -> None:
+    """The follower stays alive but stops fetching: the request times out (REQUEST_TIMED_OUT
+    with the low watermark seen), the leader's log start offset has moved all the same, and
+    once the follower fetches again a retry answers at once."""
+    topic = new_topic(admin)
+    produce(cluster, topic, 20)
+    leader = leader_of(cluster, topic)
+    follower = next(b for b in range(3) if b != leader)
+    rm = cluster.brokers[follower].replica_manager
+
+    async def stop_fetching() -> None:
+        assert rm.fetcher_manager is not None
+        rm.fetcher_manager.remove_fetcher_for_partitions([(topic, 0)])
+
+    async def fetch_again() -> None:
+        rm.start_fetching(rm.partitions[(topic, 0)])
+
+    cluster.run(stop_fetching())
+    try:
+        assert wire_delete(cluster, leader, topic, 0, 9, timeout_ms=800) == (
+            ErrorCode.request_timed_out, 0)
+        assert log_starts(cluster, topic)[leader] == 9
+        assert log_starts(cluster, topic)[follower] == 0
+    finally:
+        cluster.run(fetch_again())
+    assert wire_delete(cluster, leader, topic, 0, 9) == (ErrorCode.none, 9)
+    assert log_starts(cluster, topic) == {0: 9, 1: 9, 2: 9}
