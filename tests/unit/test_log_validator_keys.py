@@ -1,11 +1,11 @@
 """Compacted topics refuse records without a key (Kafka's LogValidator.validateKey, KIP-467):
-the append fails whole, naming exactly the keyless records of the first batch that has any;
-other topics and the coordinators' appends are not read record by record."""
+the append fails whole, naming exactly the keyless records of the first batch that has any.
+(Which appends are checked, client produces to compacted topics only, is
+tests/integration/test_compacted_keys.py's.)"""
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,9 +18,6 @@ from odradek.protocol.records import (
     build_batch,
     validate_batches,
 )
-from odradek.storage.append_origin import AppendOrigin
-from odradek.storage.log import Log
-from odradek.storage.log_config import LogConfig
 from odradek.storage.log_validator import (
     RECORDS_REJECTED,
     RecordValidationError,
@@ -65,41 +62,3 @@ def test_a_batch_whose_records_overrun_it_is_corrupt() -> None:
         keyless_record_indexes(buf, dataclasses.replace(h, records_count=3))
     with pytest.raises(CorruptRecordError):  # leaves data after its last record
         keyless_record_indexes(buf, dataclasses.replace(h, records_count=1))
-
-
-def _log(tmp: Path, policy: str) -> Log:
-    return Log.open(tmp / "t-0", LogConfig.from_props({"cleanup.policy": policy}),
-                    clock=lambda: NOW)
-
-
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(records=st.lists(record, min_size=1, max_size=10))
-def test_compacted_logs_append_nothing_of_a_batch_with_a_keyless_record(
-        tmp_path_factory: pytest.TempPathFactory, records: list) -> None:
-    tmp = tmp_path_factory.mktemp("log")
-    for policy in ("compact", "compact,delete"):
-        log = _log(tmp / policy.replace(",", "_"), policy)
-        buf = bytearray(build_batch(records, timestamp_ms=NOW))
-        headers = validate_batches(buf)
-        if any(k is None for k, _ in records):
-            with pytest.raises(RecordValidationError):
-                log.append_as_leader(buf, headers, 0, NOW)
-            assert log.log_end_offset == 0
-        else:
-            log.append_as_leader(buf, headers, 0, NOW)
-            assert log.log_end_offset == len(records)
-        # the coordinators (COORDINATOR origin) are trusted: not read record by record
-        buf = bytearray(build_batch(records, timestamp_ms=NOW))
-        end = log.log_end_offset
-        log.append_as_leader(buf, validate_batches(buf), 0, NOW, AppendOrigin.COORDINATOR)
-        assert log.log_end_offset == end + len(records)
-        log.close()
-
-
-def test_delete_only_logs_take_keyless_records(tmp_path: Path) -> None:
-    log = _log(tmp_path, "delete")
-    buf = bytearray(build_batch([(None, b"v")] * 3, timestamp_ms=NOW))
-    log.append_as_leader(buf, validate_batches(buf), 0, NOW)
-    assert log.log_end_offset == 3
-    log.close()

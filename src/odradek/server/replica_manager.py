@@ -1,7 +1,8 @@
 """The replica manager: this broker's partitions, appends, reads, and their purgatories.
 
-Produce: validate each partition's record set by batch headers and CRC (never records), append on
-the leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
+Produce: validate each partition's record set by batch headers and CRC (records only for a
+compacted topic, whose records need keys: Kafka's LogValidator.validateKey), append on the
+leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
 (S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO (followers); if
 fewer than min_bytes are ready, wait in the fetch purgatory until an append or HW move completes
 the DelayedFetch, or max_wait passes.
@@ -36,7 +37,7 @@ from ..storage.append_origin import AppendOrigin
 from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
-from ..storage.log_validator import RecordValidationError
+from ..storage.log_validator import RecordValidationError, validate_record_keys
 from .fetcher import (
     FetcherConfig,
     InitialFetchState,
@@ -683,6 +684,9 @@ class ReplicaManager:
                 raise rb.InvalidRecordError("empty record set")
             headers = rb.validate_batches(data,
                                           allow_control=origin is AppendOrigin.COORDINATOR)
+            if origin is AppendOrigin.CLIENT and partition.log.config.compact:
+                # Kafka's validateKey: the only records a produce request has read
+                validate_record_keys(data, headers, f"{tp[0]}-{tp[1]}")
             for h in headers:
                 if h.size > config.max_message_bytes:
                     return ProduceResult(

@@ -57,7 +57,6 @@ from .log_validator import (
     follower_append_runs,
     read_follower_batches,
     validate_leader_batches,
-    validate_record_keys,
 )
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from .segment import DELETED_SUFFIX, SWAP_SUFFIX, FileHandleCache, FileRegion, LogSegment
@@ -361,10 +360,8 @@ class Log:
         assign offsets in place, stamp `leader_epoch` (and LogAppendTime), de-duplicate
         idempotent producers, roll if needed, write with one write. `origin` decides the
         producer checks (``AppendOrigin``); only COORDINATOR appends may hold control batches
-        (transaction markers, whose first record is read). A client's records for a
-        compacted topic need keys (RecordValidationError otherwise: nothing is appended).
-        Raises RecordTooLargeError, RecordBatchTooLargeError, InvalidTimestampError,
-        InvalidRecordError (RecordValidationError),
+        (transaction markers, whose first record is read). Raises RecordTooLargeError,
+        RecordBatchTooLargeError, InvalidTimestampError, InvalidRecordError,
         OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
         TransactionCoordinatorFencedError."""
         cfg = self.config
@@ -373,8 +370,6 @@ class Log:
         log_append = cfg.log_append_time
         if not log_append:
             check_timestamps(headers, now_ms, cfg, self.name)
-        if cfg.compact and origin is AppendOrigin.CLIENT:  # the only records read here
-            validate_record_keys(buf, headers, self.name)
         psm = self.producer_state
         markers = _leader_markers(buf, headers, origin) if has_producer else None
         if has_producer:

@@ -5,8 +5,9 @@ which a follower's fetched batches fit segments.
 
 Records are read only where Kafka must: a client's append to a compacted topic
 (``cleanup.policy`` holding ``compact``) needs a key in every record (``validate_record_keys``,
-which reads each record's key length and nothing else). Every other leader append is checked by
-its batch headers alone."""
+which reads each record's key length and nothing else; the replica manager calls it for
+Produce requests, the coordinators' own appends are trusted). Every other leader append is
+checked by its batch headers alone."""
 
 from __future__ import annotations
 
