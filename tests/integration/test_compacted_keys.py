@@ -48,9 +48,11 @@ def leader_of(cluster: Cluster, topic: str) -> int:
 
 
 def send(cluster: Cluster, topic: str, records: list[tuple[bytes | None, bytes | None]],
-         version: int) -> Any:
+         version: int, broker: int | None = None) -> Any:
+    target = leader_of(cluster, topic) if broker is None else broker
+
     async def request() -> Any:
-        c = await WireClient.connect("127.0.0.1", cluster.c.ports[leader_of(cluster, topic)])
+        c = await WireClient.connect("127.0.0.1", cluster.c.ports[target])
         try:
             r = await c.request(produce(topic, 0, build_batch(records), version=version))
         finally:
@@ -83,6 +85,10 @@ def test_a_keyless_record_fails_its_batch_with_the_record_errors(
     old = send(cluster, topic, [(None, b"x")], 7)
     assert old.error_code == ErrorCode.invalid_record
     assert log_end(cluster, topic) == 1
+    # a follower answers NOT_LEADER_OR_FOLLOWER first, as Kafka's leader check comes first
+    follower = next(b for b in range(3) if b != leader_of(cluster, topic))
+    assert send(cluster, topic, [(None, b"x")], 9, broker=follower).error_code == \
+        ErrorCode.not_leader_or_follower
 
 
 def test_delete_topics_take_keyless_records(cluster: Cluster, admin: Admin) -> None:

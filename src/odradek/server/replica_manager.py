@@ -684,15 +684,17 @@ class ReplicaManager:
                 raise rb.InvalidRecordError("empty record set")
             headers = rb.validate_batches(data,
                                           allow_control=origin is AppendOrigin.COORDINATOR)
-            if origin is AppendOrigin.CLIENT and partition.log.config.compact:
-                # Kafka's validateKey: the only records a produce request has read
-                validate_record_keys(data, headers, f"{tp[0]}-{tp[1]}")
             for h in headers:
                 if h.size > config.max_message_bytes:
                     return ProduceResult(
                         ErrorCode.message_too_large,
                         message=f"batch of {h.size} bytes exceeds max.message.bytes "
                                 f"{config.max_message_bytes}")
+            if origin is AppendOrigin.CLIENT and partition.is_leader \
+                    and partition.log.config.compact:
+                # Kafka's validateKey (after the leader and size checks, as the Log's append
+                # runs it): the only records a produce request has read
+                validate_record_keys(data, headers, f"{tp[0]}-{tp[1]}")
             buf = bytearray(data)
             info = partition.append_records_to_leader(
                 buf, headers, acks, config.min_insync_replicas, now, origin)
