@@ -1,9 +1,9 @@
 """DeleteRecords and compacted-topic key validation seen by real clients, on an in-process
 3-broker cluster: confluent-kafka's AdminClient.delete_records (low watermarks, -1 for the
-high watermark, OFFSET_OUT_OF_RANGE beyond it) and kafka-python's KafkaAdminClient.
-delete_records; consumers from the beginning start at the new log start offset; a keyless
-record to a compacted topic is a delivery error INVALID_RECORD for confluent-kafka (with the
-broker's message) and for kafka-python."""
+high watermark, OFFSET_OUT_OF_RANGE beyond it), kafka-python's KafkaAdminClient.delete_records
+and aiokafka's AIOKafkaAdminClient.delete_records; consumers from the beginning start at the
+new log start offset; a keyless record to a compacted topic is a delivery error INVALID_RECORD
+for confluent-kafka (the whole batch fails) and for kafka-python."""
 
 from __future__ import annotations
 
@@ -88,6 +88,27 @@ def test_kafka_python_delete_records(cluster: Cluster) -> None:
         admin.close()
     assert result[TopicPartition(topic, 0)]["low_watermark"] == 7
     assert log_starts(cluster, topic) == {0: 7, 1: 7, 2: 7}
+
+
+def test_aiokafka_delete_records(cluster: Cluster) -> None:
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.records_to_delete import RecordsToDelete
+    from aiokafka.structs import TopicPartition
+
+    topic = topic_with(cluster, 15)
+
+    async def delete() -> dict[TopicPartition, int]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+        await admin.start()
+        try:
+            return await admin.delete_records(
+                {TopicPartition(topic, 0): RecordsToDelete(before_offset=11)}, timeout_ms=20000)
+        finally:
+            await admin.close()
+    assert asyncio.run(delete()) == {TopicPartition(topic, 0): 11}
+    assert log_starts(cluster, topic) == {0: 11, 1: 11, 2: 11}
 
 
 def test_confluent_kafka_producer_gets_invalid_record_for_a_keyless_record(
