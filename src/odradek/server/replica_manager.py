@@ -317,6 +317,7 @@ class ReplicaManager:
                          AsyncTimerDriver(self.fetch_purgatory.timer),
                          AsyncTimerDriver(self.delete_records_purgatory.timer)]
         self._log_start_checkpoint_due = False
+        self._shut_down = False
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.isr_manager: IsrChangeManager | None = None
         self._checkpointed_hw: dict[TopicPartition, int] = {}
@@ -365,6 +366,7 @@ class ReplicaManager:
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
         self.delete_records_purgatory.shutdown()
+        self._shut_down = True  # the log manager writes its own checkpoints at shutdown
 
     def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
         """Kafka's shouldLeaderThrottle: a follower's fetch of a throttled partition gets no
@@ -772,18 +774,20 @@ class ReplicaManager:
         log-start-offset-checkpoint soon (once for the moves of one loop iteration) rather
         than at the next periodic checkpoint, so a crash does not bring deleted records
         back."""
-        if self._log_start_checkpoint_due:
+        if self._log_start_checkpoint_due or self._shut_down:
             return
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.log_manager.checkpoint_recovery_points_and_log_start_offsets()
+        except RuntimeError:  # no loop (a caller outside the broker): write it now
+            self._checkpoint_log_starts()
             return
         self._log_start_checkpoint_due = True
         loop.call_soon(self._checkpoint_log_starts)
 
     def _checkpoint_log_starts(self) -> None:
         self._log_start_checkpoint_due = False
+        if self._shut_down:
+            return
         try:
             self.log_manager.checkpoint_recovery_points_and_log_start_offsets()
         except Exception:
