@@ -216,6 +216,7 @@ TOOL_MODULES = [
     "get_offsets",
     "producer_perf_test",
     "consumer_perf_test",
+    "delete_records",
 ]
 
 

@@ -320,7 +320,8 @@ class Broker:
         metrics.register_replica_manager(
             lambda: rm.partitions.values(),
             lambda topic: rm.topic_config(topic).min_insync_replicas,
-            {"Produce": rm.produce_purgatory, "Fetch": rm.fetch_purgatory},
+            {"Produce": rm.produce_purgatory, "Fetch": rm.fetch_purgatory,
+             "DeleteRecords": rm.delete_records_purgatory},
             lambda: rm.fetcher_manager.max_lag() if rm.fetcher_manager is not None else 0)
         metrics.register_logs(lm.all_logs)
         metrics.register_controller(

@@ -1,7 +1,8 @@
 """The replica manager: this broker's partitions, appends, reads, and their purgatories.
 
-Produce: validate each partition's record set by batch headers and CRC (never records), append on
-the leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
+Produce: validate each partition's record set by batch headers and CRC (records only for a
+compacted topic, whose records need keys: Kafka's LogValidator.validateKey), append on the
+leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
 (S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO (followers); if
 fewer than min_bytes are ready, wait in the fetch purgatory until an append or HW move completes
 the DelayedFetch, or max_wait passes.
@@ -36,6 +37,7 @@ from ..storage.append_origin import AppendOrigin
 from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
+from ..storage.log_validator import RecordValidationError, validate_record_keys
 from .fetcher import (
     FetcherConfig,
     InitialFetchState,
@@ -54,6 +56,7 @@ from .partition import (
     UnknownLeaderEpochError,
 )
 from .replication_quota import ReplicationQuotaManager, should_leader_throttle
+from .topic_names import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from ..coordination.store import CoordinationStore
@@ -81,6 +84,8 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    # KIP-467 (Produce v8+): (batch index, message) of the records that failed the batch
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 @dataclass(slots=True)
@@ -173,6 +178,54 @@ class DelayedProduce(DelayedOperation):
             self.future.set_result(self.pending)
 
 
+@dataclass(slots=True)
+class DeleteRecordsResult:
+    """One partition of a DeleteRecords answer (Kafka's DeleteRecordsPartitionStatus)."""
+
+    error: ErrorCode = ErrorCode.none
+    low_watermark: int = -1
+    requested_offset: int = -1
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """Kafka's DelayedDeleteRecords: completes when, for every partition, the low watermark
+    (the smallest log start offset of the leader and its followers on live brokers) reached
+    the offset asked for, or the partition failed (no longer led here). Partitions still
+    waiting at the timeout answer REQUEST_TIMED_OUT with the low watermark first seen."""
+
+    def __init__(self, timeout_ms: int, manager: ReplicaManager,
+                 results: dict[TopicPartition, DeleteRecordsResult],
+                 future: asyncio.Future[dict[TopicPartition, DeleteRecordsResult]]) -> None:
+        super().__init__(timeout_ms)
+        self.manager = manager
+        self.results = results
+        self.future = future
+        self.waiting = {tp for tp, r in results.items() if r.error == ErrorCode.none}
+
+    def try_complete(self) -> bool:
+        for tp in list(self.waiting):
+            partition = self.manager.partitions.get(tp)
+            result = self.results[tp]
+            if partition is None or not partition.is_leader:
+                result.error = (ErrorCode.unknown_topic_or_partition if partition is None
+                                else ErrorCode.not_leader_or_follower)
+                result.low_watermark = -1
+                self.waiting.discard(tp)
+                continue
+            low = partition.low_watermark(self.manager.is_broker_alive)
+            if low >= result.requested_offset:
+                result.low_watermark = low
+                self.waiting.discard(tp)
+        return not self.waiting and self.force_complete()
+
+    def on_complete(self) -> None:
+        if self.timed_out:
+            for tp in self.waiting:
+                self.results[tp].error = ErrorCode.request_timed_out
+        if not self.future.done():
+            self.future.set_result(self.results)
+
+
 class DelayedFetch(DelayedOperation):
     """Waits until min_bytes are readable across the fetched partitions, or max_wait passes."""
 
@@ -258,8 +311,13 @@ class ReplicaManager:
             DelayedOperationPurgatory("Produce", Timer())
         self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
             DelayedOperationPurgatory("Fetch", Timer())
+        self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
+            DelayedOperationPurgatory("DeleteRecords", Timer())
         self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
-                         AsyncTimerDriver(self.fetch_purgatory.timer)]
+                         AsyncTimerDriver(self.fetch_purgatory.timer),
+                         AsyncTimerDriver(self.delete_records_purgatory.timer)]
+        self._log_start_checkpoint_due = False
+        self._shut_down = False
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.isr_manager: IsrChangeManager | None = None
         self._checkpointed_hw: dict[TopicPartition, int] = {}
@@ -307,6 +365,8 @@ class ReplicaManager:
             d.stop()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
+        self.delete_records_purgatory.shutdown()
+        self._shut_down = True  # the log manager writes its own checkpoints at shutdown
 
     def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
         """Kafka's shouldLeaderThrottle: a follower's fetch of a throttled partition gets no
@@ -334,6 +394,7 @@ class ReplicaManager:
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                           clock=self.clock)
             p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
+            p.log_start_listener = self._on_log_start_moved
             self.partitions[tp] = p
         return p
 
@@ -441,6 +502,9 @@ class ReplicaManager:
             f"{len(states)} partitions (UpdateMetadata correlationId "
             f"{correlation_id} from controller {req.controller_id})"), logging.DEBUG)
         cache.initialized.set()
+        if self.delete_records_purgatory.delayed():  # a dead follower no longer holds them
+            for tp in [tp for tp, p in self.partitions.items() if p.is_leader]:
+                self.delete_records_purgatory.check_and_complete(tp)
         return ErrorCode.none
 
     # -- leadership -----------------------------------------------------------------------------
@@ -516,6 +580,7 @@ class ReplicaManager:
             listener(tp[1], leader == self.broker_id, leader_epoch)
         # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
         self._after_append(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
         return ErrorCode.none
 
     def start_fetching(self, p: Partition, leader_endpoint: tuple[str, int] | None = None
@@ -551,7 +616,8 @@ class ReplicaManager:
             p.abort_isr_update()
         if p is not None and (listener := self.role_listeners.get(topic)) is not None:
             listener(index, False, -1)
-        for purgatory in (self.produce_purgatory, self.fetch_purgatory):
+        for purgatory in (self.produce_purgatory, self.fetch_purgatory,
+                          self.delete_records_purgatory):
             purgatory.check_and_complete((topic, index))
         if delete:
             self.log_manager.delete_log(topic, index)
@@ -573,6 +639,7 @@ class ReplicaManager:
     def on_leadership_lost(self, tp: TopicPartition) -> None:
         """The state node names another leader: answer waiting produces NOT_LEADER."""
         self._after_append(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     # -- OffsetForLeaderEpoch (leader side) ---------------------------------------------------
     def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
@@ -625,6 +692,11 @@ class ReplicaManager:
                         ErrorCode.message_too_large,
                         message=f"batch of {h.size} bytes exceeds max.message.bytes "
                                 f"{config.max_message_bytes}")
+            if origin is AppendOrigin.CLIENT and partition.is_leader \
+                    and partition.log.config.compact:
+                # Kafka's validateKey (after the leader and size checks, as the Log's append
+                # runs it): the only records a produce request has read
+                validate_record_keys(data, headers, f"{tp[0]}-{tp[1]}")
             buf = bytearray(data)
             info = partition.append_records_to_leader(
                 buf, headers, acks, config.min_insync_replicas, now, origin)
@@ -636,6 +708,9 @@ class ReplicaManager:
                 log.exception("Error appending to %s-%d", *tp)
             else:
                 log.debug("Produce to %s-%d failed: %s", tp[0], tp[1], exc)
+            if isinstance(exc, RecordValidationError):
+                return ProduceResult(code, log_start_offset=partition.log_start_offset,
+                                     message=str(exc), record_errors=exc.record_errors)
             return ProduceResult(code, message=str(exc))
         if not getattr(info, "duplicate", False):
             # counted from the batch headers: no record is parsed for the metrics
@@ -648,6 +723,75 @@ class ReplicaManager:
     def _after_append(self, tp: TopicPartition) -> None:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+
+    # -- DeleteRecords ----------------------------------------------------------------------
+    def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int]
+                       ) -> dict[TopicPartition, DeleteRecordsResult] | asyncio.Future[Any]:
+        """Kafka's deleteRecords: move each partition's log start offset up to the offset
+        asked for (-1: the high watermark) on its leader, then answer once every live
+        replica's log start offset (the low watermark) reached it (DelayedDeleteRecords):
+        followers take the leader's from their fetch responses. Errors per partition:
+        INVALID_TOPIC_EXCEPTION (internal topic), UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE (negative or beyond the high watermark),
+        POLICY_VIOLATION (cleanup.policy without delete)."""
+        results = {tp: self._delete_records_on_leader(tp, offset)
+                   for tp, offset in offsets.items()}
+        if not any(r.error == ErrorCode.none and r.low_watermark < r.requested_offset
+                   for r in results.values()):
+            return results
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        op = DelayedDeleteRecords(timeout_ms, self, results, future)
+        self.delete_records_purgatory.try_complete_else_watch(op, list(results))
+        return future
+
+    def _delete_records_on_leader(self, tp: TopicPartition, offset: int) -> DeleteRecordsResult:
+        if tp[0] in INTERNAL_TOPICS:
+            return DeleteRecordsResult(ErrorCode.invalid_topic_exception)
+        partition = self.partitions.get((tp[0], tp[1]))
+        if partition is None:
+            return DeleteRecordsResult(
+                ErrorCode.not_leader_or_follower
+                if self.metadata_cache.partition(tp[0], tp[1]) is not None
+                else ErrorCode.unknown_topic_or_partition)
+        try:
+            requested = partition.delete_records_on_leader(offset)
+        except Exception as exc:
+            code = _error_for(exc)
+            if code == ErrorCode.unknown_server_error:
+                log.exception("Error processing delete records operation on partition %s-%d",
+                              *tp)
+            else:
+                log.debug("DeleteRecords on %s-%d failed: %s", tp[0], tp[1], exc)
+            return DeleteRecordsResult(code)
+        return DeleteRecordsResult(ErrorCode.none,
+                                   partition.low_watermark(self.is_broker_alive), requested)
+
+    def is_broker_alive(self, broker_id: int) -> bool:
+        return broker_id in self.metadata_cache.brokers
+
+    def _on_log_start_moved(self, partition: Partition) -> None:
+        """A log start offset moved (DeleteRecords here or on the leader): write
+        log-start-offset-checkpoint soon (once for the moves of one loop iteration) rather
+        than at the next periodic checkpoint, so a crash does not bring deleted records
+        back."""
+        if self._log_start_checkpoint_due or self._shut_down:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a caller outside the broker): write it now
+            self._checkpoint_log_starts()
+            return
+        self._log_start_checkpoint_due = True
+        loop.call_soon(self._checkpoint_log_starts)
+
+    def _checkpoint_log_starts(self) -> None:
+        self._log_start_checkpoint_due = False
+        if self._shut_down:
+            return
+        try:
+            self.log_manager.checkpoint_recovery_points_and_log_start_offsets()
+        except Exception:
+            log.exception("Error writing the log start offset checkpoint")
 
     # -- fetch ------------------------------------------------------------------------------
     def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
@@ -701,6 +845,8 @@ class ReplicaManager:
                 self.isr_manager.expand_isr(partition, outcome.expand_isr_to, replica_id)
             if outcome.high_watermark_moved:
                 self._after_append(tp)
+            if outcome.log_start_moved:
+                self.delete_records_purgatory.check_and_complete(tp)
             result.high_watermark = partition.high_watermark
             result.last_stable_offset = partition.last_stable_offset
 

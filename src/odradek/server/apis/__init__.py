@@ -38,6 +38,7 @@ from .admin import AdminApis
 from .alter_configs import AlterConfigsApis
 from .api_versions import ApiVersionsApi
 from .describe_cluster import DescribeClusterApi
+from .delete_records import DeleteRecordsApi
 from .describe_producers import DescribeProducersApi
 from .elect_leaders import ElectLeadersApi
 from .fetch import FetchApi
@@ -80,6 +81,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
+    21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
     24: ("AddPartitionsToTxn", 0, 3),
@@ -171,6 +173,7 @@ class KafkaApis:
             18: self.api_versions.handle,
             19: admin.handle_create_topics,
             20: admin.handle_delete_topics,
+            21: DeleteRecordsApi(replica_manager, metadata_cache, auth).handle,
             22: InitProducerIdApi(producer_ids, txn_coordinator, auth).handle,
             23: OffsetForLeaderEpochApi(replica_manager, auth).handle,
             24: transactions.handle_add_partitions_to_txn,
