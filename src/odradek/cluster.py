@@ -365,7 +365,7 @@ class ClusterFaults:
         self._rules: dict[int, Rule] = {}
         self._active: dict[int, ActiveFault] = {}
         self._paused: dict[int, int] = {}  # broker id -> its pause's fault id
-        self._store_cut: set[int] = set()  # brokers whose store client we disconnected
+        self._store_cut: dict[int, EmbeddedStore] = {}  # the store clients we disconnected
 
     # -- the console's entry point ----------------------------------------------------------
     def run(self, action: str, broker_id: int) -> asyncio.Future[None]:
@@ -532,14 +532,13 @@ class ClusterFaults:
         for broker_id, broker in self._cluster.brokers.items():
             store = broker.store
             if not broker.started or not isinstance(store, EmbeddedStore):
-                self._store_cut.discard(broker_id)
+                self._store_cut.pop(broker_id, None)
                 continue
             if store_cut(state, broker_id):
-                if broker_id not in self._store_cut:
-                    self._store_cut.add(broker_id)
+                if self._store_cut.get(broker_id) is not store:  # a restart: a new client
+                    self._store_cut[broker_id] = store
                     store.disconnect()
-            elif broker_id in self._store_cut:
-                self._store_cut.discard(broker_id)
+            elif self._store_cut.pop(broker_id, None) is store:
                 store.reconnect()
 
     async def reset(self) -> None:

@@ -289,3 +289,30 @@ def test_the_fixture_and_a_real_producer_during_a_partition(odradek_cluster: Clu
             seen.append(msg.value())
     consumer.close()
     assert len(delivered) == 11 and sorted(seen) == sorted(delivered)
+
+
+def test_console_actions_and_a_restart_under_a_store_cut(tmp_path: Path) -> None:
+    """The console's entry point (`run`) isolates and heals; a broker restarted while cut from
+    the store stays cut (its new session expires) until healed."""
+    async def body(cluster: AsyncCluster) -> None:
+        faults = cluster.faults
+        assert faults.actions == ("kill", "restart", "pause", "resume", "isolate", "heal")
+        target = 2
+        await faults.run("isolate", target)
+        assert [f.kind for f in faults.active()] == ["isolate"]
+        await cluster.wait_for(lambda: not registered(cluster, target), 10, "session expiry")
+        await faults.run("heal", target)
+        assert faults.active() == []
+        await cluster.wait_for(lambda: registered(cluster, target), 30, "re-registered")
+        with pytest.raises(ValueError):
+            faults.run("explode", target)
+
+        handle = await faults.isolate_from_store(target)
+        await faults.restart(target)
+        store = cluster.brokers[target].store
+        assert store is not None and not store.connected
+        await cluster.wait_for(lambda: not registered(cluster, target), 10, "session expiry")
+        await faults.heal(handle)
+        await cluster.wait_for(lambda: registered(cluster, target), 30, "re-registered")
+        await in_sync(cluster)
+    with_cluster(tmp_path, body, console_faults=True)
