@@ -794,6 +794,15 @@ class AsyncCluster:
                                          client_id=client_id)
         return connect
 
+    @property
+    def link_proxies(self) -> dict[tuple[Node, int, int], LinkProxy]:
+        """The fault network's proxies by (from node, to broker, listener index): the
+        clients' (from ``"clients"``) and the brokers' links. Empty without network faults."""
+        out: dict[tuple[Node, int, int], LinkProxy] = {
+            (CLIENTS, b, i): p for (b, i), p in self._client_proxies.items()}
+        out.update(self._link_proxies)
+        return out
+
     async def _close_proxies(self) -> None:
         for proxy in [*self._client_proxies.values(), *self._link_proxies.values()]:
             await proxy.close()

@@ -316,3 +316,33 @@ def test_console_actions_and_a_restart_under_a_store_cut(tmp_path: Path) -> None
         await cluster.wait_for(lambda: registered(cluster, target), 30, "re-registered")
         await in_sync(cluster)
     with_cluster(tmp_path, body, console_faults=True)
+
+
+def test_tls_and_sasl_pass_through_the_proxies(tmp_path: Path) -> None:
+    """A SASL_SSL cluster behind the fault network: clients and brokers (replication, the
+    controller) reach each other through the proxies, end to end secured."""
+    from odradek.client import AsyncAdmin, AsyncProducer
+    from odradek.cluster import ClusterSecurity
+
+    async def main() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST, http=False,
+                               network_faults=True, security=ClusterSecurity(
+                                   listeners=("SASL_SSL",), users={"alice": "alice-secret"}))
+        await cluster.start()
+        try:
+            config = cluster.client_config()
+            admin = AsyncAdmin(config)
+            await admin.start()
+            await admin.create_topic("t", 1, 3, config=MIN_ISR_2)
+            await admin.close()
+            producer = AsyncProducer({**config, "acks": "all"})
+            await producer.start()
+            await producer.send_and_wait("t", b"secured")
+            await producer.close()
+            proxies = cluster.link_proxies
+            assert any(p.connections for (src, _, _), p in proxies.items() if src == "clients")
+            assert any(p.connections for (src, _, _), p in proxies.items() if src != "clients")
+            await in_sync(cluster)
+        finally:
+            await cluster.stop()
+    run(main, 90)
