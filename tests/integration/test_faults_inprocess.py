@@ -346,3 +346,56 @@ def test_tls_and_sasl_pass_through_the_proxies(tmp_path: Path) -> None:
         finally:
             await cluster.stop()
     run(main, 90)
+
+
+def test_link_proxy_holds_then_delivers_in_order() -> None:
+    """The proxy alone, in front of an echo server: a cut direction holds bytes (nothing is
+    lost, nothing arrives) and heal delivers them in order; a one-way cut holds only its
+    direction; loss delays a chunk by a retransmission timeout, never reorders."""
+    from odradek.faults import FaultNetwork, LinkProxy, NetworkState, Rule
+    from odradek.faults.network import RETRANSMISSION_TIMEOUT_MS, group
+
+    async def main() -> None:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while data := await reader.read(1024):
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        network = FaultNetwork(seed=1)
+        proxy = LinkProxy(network, 0, 1, "127.0.0.1", lambda: port)
+        await proxy.start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        try:
+            writer.write(b"a")
+            assert await asyncio.wait_for(reader.readexactly(1), 5) == b"a"
+            cut = NetworkState({1: Rule("partition", group([0]), group([1]))})
+            network.set_state(cut)
+            writer.write(b"bc")
+            writer.write(b"d")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(reader.read(10), 0.3)
+            network.set_state(NetworkState())
+            assert await asyncio.wait_for(reader.readexactly(3), 5) == b"bcd"
+            # one way, answers cut: the request reaches the echo, the answer waits
+            network.set_state(NetworkState({1: Rule("one-way-partition", group([1]),
+                                                    group([0]), one_way=True)}))
+            writer.write(b"e")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(reader.read(10), 0.3)
+            network.set_state(NetworkState())
+            assert await asyncio.wait_for(reader.readexactly(1), 5) == b"e"
+            # every chunk lost once: one retransmission timeout each way, in order
+            network.set_state(NetworkState({1: Rule("slow-link", group([0]), group([1]),
+                                                    loss=1.0)}))
+            start = time.monotonic()
+            writer.write(b"f")
+            assert await asyncio.wait_for(reader.readexactly(1), 5) == b"f"
+            assert time.monotonic() - start >= 2 * RETRANSMISSION_TIMEOUT_MS / 1000
+        finally:
+            writer.close()
+            await proxy.close()
+            server.close()
+    run(main, 30)
