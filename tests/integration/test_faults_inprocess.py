@@ -99,7 +99,9 @@ def test_isolated_leader_with_acks_all_loses_no_acknowledged_write(tmp_path: Pat
         pending = await send(c, b"zombie-acks-all", timeout_ms=1500)
         assert pending.error_code != ErrorCode.none  # never committed: no follower, no ZK
         await cluster.wait_for(lambda: leader(cluster) in others, 30, "a new leader")
-        new = leader(cluster)
+        new = leader(cluster)  # in the store; then told by LeaderAndIsr:
+        await cluster.wait_for(lambda: partition(cluster, new).leader_id == new, 30,
+                               "the new leader to know it leads")
         c2 = await client(cluster, new)
         for i in range(5):
             r = await send(c2, b"during-%d" % i)
