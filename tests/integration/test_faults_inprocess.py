@@ -401,3 +401,29 @@ def test_link_proxy_holds_then_delivers_in_order() -> None:
             await proxy.close()
             server.close()
     run(main, 30)
+
+
+def test_a_controller_cut_from_the_store_is_replaced(tmp_path: Path) -> None:
+    """The controller loses the store: once its session expires another broker takes
+    /controller; healed, the old one learns of the expiry, resigns and registers again."""
+    from odradek.coordination import paths
+
+    def store_controller(cluster: AsyncCluster) -> int:
+        data = cluster.zookeeper.dump(paths.CONTROLLER).get(paths.CONTROLLER)
+        reg = paths.decode_controller(data)
+        return -1 if reg is None else reg.broker_id
+
+    async def body(cluster: AsyncCluster) -> None:
+        old = store_controller(cluster)
+        assert old >= 0
+        handle = await cluster.faults.isolate_from_store(old)
+        await cluster.wait_for(lambda: store_controller(cluster) not in (-1, old), 30,
+                               "another controller")
+        await cluster.faults.heal(handle)
+        controller = cluster.brokers[old].controller
+        await cluster.wait_for(lambda: controller is not None and not controller.is_active,
+                               30, "the old controller to resign")
+        await cluster.wait_for(lambda: registered(cluster, old), 30, "re-registered")
+        assert cluster.controller_id() == store_controller(cluster) != old
+        await in_sync(cluster)
+    with_cluster(tmp_path, body)
