@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
@@ -202,6 +203,7 @@ class Broker:
                                                    metadata_cache=cache,
                                                    topic_stats=metrics.topics,
                                                    isr_stats=metrics.isr)
+        rm.on_all_log_dirs_offline = self._halt_on_log_dir_failure  # KIP-112
         rm.start()
         inter_broker = cfg.inter_broker_listener_name
         rm.start_replication(  # replica fetchers and ISR tasks (S-3), on the inter-broker listener
@@ -504,6 +506,16 @@ class Broker:
               lm.checkpoint_recovery_points_and_log_start_offsets)
         every("highwatermark-checkpoint", cfg["replica.high.watermark.checkpoint.interval.ms"],
               self.checkpoint_high_watermarks)
+
+    def _halt_on_log_dir_failure(self) -> None:
+        """Every log dir failed: Kafka halts the broker. A broker owning its process exits;
+        one in a test process stops as if it crashed."""
+        log.error("[KafkaServer id=%d] Halting: every log dir has failed", self.broker_id)
+        if process_owned():
+            logging.shutdown()
+            os._exit(1)
+        # kept apart from _tasks: kill() cancels those
+        self._halt_task = asyncio.ensure_future(self.kill())
 
     def checkpoint_high_watermarks(self) -> None:
         if self.log_manager is None or self.replica_manager is None:
