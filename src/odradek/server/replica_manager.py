@@ -112,6 +112,25 @@ class FetchResult:
     aborted_transactions: list[tuple[int, int]] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LogDirPartition:
+    """One partition of a DescribeLogDirs result."""
+
+    index: int
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of a DescribeLogDirs result: topic -> its partitions here."""
+
+    log_dir: str
+    error: ErrorCode
+    topics: dict[str, list[LogDirPartition]]
+
+
 def _error_for(exc: Exception) -> ErrorCode:
     from ..storage import producer_state
     from ..storage.errors import OffsetOutOfRangeError
@@ -679,6 +698,29 @@ class ReplicaManager:
         partition here."""
         if not any(t == topic for t, _ in self.partitions):
             self.topic_stats.remove_topic(topic)
+
+    # -- DescribeLogDirs (KIP-113 / KIP-112) ----------------------------------------------------
+    def describe_log_dirs(self, partitions: set[TopicPartition] | None = None
+                          ) -> list[LogDirDescription]:
+        """Kafka's describeLogDirs: every configured log dir with its logs (of `partitions`;
+        None: all) -- size, offset lag (HW - LEO, at least 0; -1 without a hosted replica) --
+        or KAFKA_STORAGE_ERROR for an offline dir."""
+        lm = self.log_manager
+        out: list[LogDirDescription] = []
+        for log_dir in lm.log_dirs:
+            if log_dir in lm.offline_dirs:
+                out.append(LogDirDescription(str(log_dir), ErrorCode.kafka_storage_error, {}))
+                continue
+            topics: dict[str, list[LogDirPartition]] = {}
+            for (topic, index), lg in sorted(lm.logs_in_dir(log_dir).items()):
+                parts = topics.setdefault(topic, [])
+                if partitions is not None and (topic, index) not in partitions:
+                    continue
+                p = self.partitions.get((topic, index))
+                lag = -1 if p is None else max(p.high_watermark - lg.log_end_offset, 0)
+                parts.append(LogDirPartition(index, lg.size, lag, False))
+            out.append(LogDirDescription(str(log_dir), ErrorCode.none, topics))
+        return out
 
     # -- ISR changes (called by isr.IsrChangeManager) -----------------------------------------
     def on_high_watermark_moved(self, tp: TopicPartition) -> None:
