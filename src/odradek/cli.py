@@ -210,6 +210,8 @@ TOOL_MODULES = [
     "reassign_partitions",
     "replica_verification",
     "state_change_log",
+    "log_dirs",
+    "disk_faults",
 ]
 
 
