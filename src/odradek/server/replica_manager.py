@@ -315,7 +315,10 @@ class ReplicaManager:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        self.log_manager.failure_channel.add_listener(self._on_log_dir_offline)
+        channel = self.log_manager.failure_channel
+        channel.add_listener(self._on_log_dir_offline)
+        for log_dir in channel.offline_log_dirs():  # failed at start-up (Kafka's queue)
+            self._on_log_dir_offline(log_dir)
 
     def _on_log_dir_offline(self, log_dir: Path) -> None:
         """The failure channel's listener (any thread): handled on the broker's loop."""

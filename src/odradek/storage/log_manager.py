@@ -172,6 +172,9 @@ class LogManager:
 
     def _load_logs(self) -> None:
         for log_dir in self.log_dirs:
+            if self.failure_channel.has_offline_log_dir(log_dir):
+                self._mark_offline(log_dir)  # failed before (meta.properties): not loaded
+                continue
             try:
                 self._load_dir(log_dir)
             except OSError as exc:
