@@ -324,3 +324,35 @@ def test_injected_io_error_takes_the_dir_offline(tmp_path: Path) -> None:
             await cluster.stop()
 
     run(scenario, timeout=180)
+
+
+def test_every_dir_failed_stops_the_broker(tmp_path: Path) -> None:
+    """Kafka halts a broker whose last log dir failed; in-process it stops as if it crashed."""
+    async def scenario() -> None:
+        cluster = AsyncCluster(1, data_dir=tmp_path / "cluster", http=False)
+        await cluster.start()
+        try:
+            c = await WireClient.connect("127.0.0.1", cluster.ports[0])
+            try:
+                from tests.integration.broker_harness import create_topics
+                r = await c.request(create_topics("one", 1))
+                assert r.topics[0].error_code == 0
+                broker = cluster.brokers[0]
+                await cluster.wait_for(lambda: ("one", 0) in broker.replica_manager.partitions,
+                                       what="partition")
+                log = broker.log_manager.get_log("one", 0)  # type: ignore[union-attr]
+                assert log is not None
+
+                def broken_append(*_args: object, **_kwargs: object) -> None:
+                    raise OSError(28, "No space left on device (injected)")
+                log.active_segment.append = broken_append  # type: ignore[method-assign]
+                code, _ = await produce_values(c, "one", 0, [b"x"])
+                assert code == STORAGE
+            finally:
+                await c.close()
+            await cluster.wait_for(lambda: not cluster.brokers[0].started, timeout=30,
+                                   what="broker stopped")
+        finally:
+            await cluster.stop()
+
+    run(scenario, timeout=120)
