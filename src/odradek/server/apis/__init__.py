@@ -91,7 +91,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     31: ("DeleteAcls", 1, 2),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
-    35: ("DescribeLogDirs", 0, 2),
+    35: ("DescribeLogDirs", 1, 2),  # v0 (same as v1 on the wire): not in the codec (kio)
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
