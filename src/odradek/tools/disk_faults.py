@@ -25,6 +25,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .command import Subcommands
+
 FILLER = ".disk-filler"
 _CHUNK = 1 << 20
 
@@ -188,7 +190,7 @@ def tmpfs(path: Path | str, size_bytes: int):  # type: ignore[no-untyped-def]
 
 # -- the command ------------------------------------------------------------------------------
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("disk-faults", help="mount, fill, free, fail or unmount a small "
                        "filesystem for a log dir (root only)")
     p.add_argument("action", choices=("mount-tmpfs", "mount-ext4", "fill", "free", "fail",
