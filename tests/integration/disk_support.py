@@ -28,12 +28,16 @@ def records_of(log: Log) -> list[tuple[int, bytes]]:
 
 
 def recovered_records(partition_dir: Path) -> list[tuple[int, bytes]]:
-    """What log recovery (an unclean start) makes of a partition dir: a copy is opened."""
+    """What log recovery (an unclean start) makes of a partition dir: a copy is opened. Prints
+    how many bytes of the segments recovery cut (a torn tail)."""
     with tempfile.TemporaryDirectory(prefix="odradek-recover-") as tmp:
         copy = Path(tmp) / partition_dir.name
         shutil.copytree(partition_dir, copy)
+        before = sum(p.stat().st_size for p in copy.glob("*.log"))
         log = Log.open(copy, had_clean_shutdown=False)
         try:
+            after = sum(s.size for s in log.segments)
+            print(f"{partition_dir.name}: recovery kept {after} of {before} bytes")
             return records_of(log)
         finally:
             log.close()

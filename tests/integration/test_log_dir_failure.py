@@ -7,9 +7,10 @@ of them a small filesystem of its own:
   other dir still served, DescribeLogDirs showing the error, Metadata listing the replica
   offline;
 * a full disk (a tiny tmpfs filled during acks=all produce): the dir goes offline, leaders move,
-  every acknowledged record survives; after the space comes back and broker 0 restarts, log
-  recovery yields a valid prefix holding every record broker 0 acknowledged, and broker 0
-  catches up with everything acknowledged since;
+  every acknowledged record survives; log recovery of the failed dir yields a valid prefix
+  holding every record broker 0 acknowledged; after the space comes back (and half a batch is
+  appended to each segment, as a death in the middle of a write leaves it) broker 0 restarts,
+  cuts the torn tails and catches up with everything acknowledged since;
 * an injected OSError through the log's test seam (no root needed): the same offline handling.
 
 Mounting needs root: without it the first two skip with the reason printed. Every mount is
@@ -29,6 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cluster import AsyncCluster
 from odradek.coordination import paths
+from odradek.protocol.records import iter_headers
 from odradek.tools import disk_faults
 from tests.integration.broker_harness import fetch, metadata, req_module, run
 from tests.integration.disk_support import (
@@ -276,8 +278,16 @@ def test_full_disk_recovers_every_acknowledged_record(tmp_path: Path,
                         assert await send(c, p) == 0
                 finally:
                     await c.close()
-            # space back, broker 0 restarted: it recovers the dir and catches up
+            # space back; as if the broker had died in the middle of a write that could not
+            # be cut back, each moved partition's active segment ends with half a batch
             disk_faults.free(special.parent)
+            for p in moved:
+                segments = sorted((special / f"{TOPIC}-{p}").glob("*.log"))
+                data = segments[-1].read_bytes()
+                last = list(iter_headers(data))[-1]
+                with open(segments[-1], "ab") as f:
+                    f.write(data[last.position:last.position + last.size // 2])
+            # broker 0 restarted: it recovers the dir (cutting the torn tails) and catches up
             await cluster.restart_broker(0)
             await cluster.wait_for(lambda: all(
                 0 in state(cluster, p)["isr"] for p in range(PARTITIONS)),  # type: ignore[operator]

@@ -658,6 +658,7 @@ class Log:
 
     # -- ListOffsets ----------------------------------------------------------------------------
 
+    @_io("looking up a timestamp in")
     def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
         """ListOffsets: the first offset whose record timestamp >= `timestamp` (None when no
         record is that recent); -2 (earliest) gives the log start offset, -1 (latest) the log
