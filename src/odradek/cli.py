@@ -217,6 +217,8 @@ TOOL_MODULES = [
     "producer_perf_test",
     "consumer_perf_test",
     "delete_records",
+    "log_dirs",
+    "disk_faults",
 ]
 
 

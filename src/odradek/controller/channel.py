@@ -208,7 +208,8 @@ class RequestBatch:
                 leader=-2 if deleting else leadership.leader,
                 leader_epoch=leadership.leader_epoch, isr=_ids(leadership.isr),
                 zk_version=leadership.zk_version, replicas=_ids(replicas),
-                offline_replicas=_ids(r for r in replicas if r not in ctx.live_brokers))
+                offline_replicas=_ids(r for r in replicas if not ctx.is_replica_online(
+                    r, tp, include_shutting_down=True)))
 
     def add_stop_replica(self, brokers: Iterable[int], tp: TopicPartition, delete: bool,
                          leader_epoch: int = -1) -> None:
@@ -292,9 +293,13 @@ class RequestSender:
         self.controller_id = controller_id
         self.context = context
         self.channel: ControllerChannelManager | None = None
+        # (broker, api key, response) of every answered request (the controller's
+        # LeaderAndIsrResponseReceived: KIP-112 offline replicas)
+        self.on_response: Callable[[int, int, Any], None] | None = None
 
     def new_batch(self) -> RequestBatch:
-        return RequestBatch(self.controller_id, self.context.epoch, self.context)
+        return RequestBatch(self.controller_id, self.context.epoch, self.context,
+                            self.on_response)
 
     def send(self, batch: RequestBatch) -> list[asyncio.Future[Any]]:
         return batch.send(self.channel) if self.channel is not None else []

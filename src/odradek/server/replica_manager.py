@@ -22,11 +22,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
+from ..coordination import paths
 from ..metrics.stats import IsrStats, TopicStats
 from ..protocol import interbroker as ib
 from ..protocol import records as rb
@@ -34,6 +36,7 @@ from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..runtime.timer import AsyncTimerDriver, Timer
 from ..state_change import StateChangeLogger, leadership_text
 from ..storage.append_origin import AppendOrigin
+from ..storage.errors import KafkaStorageError
 from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
@@ -114,6 +117,25 @@ class FetchResult:
     aborted_transactions: list[tuple[int, int]] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LogDirPartition:
+    """One partition of a DescribeLogDirs result."""
+
+    index: int
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of a DescribeLogDirs result: topic -> its partitions here."""
+
+    log_dir: str
+    error: ErrorCode
+    topics: dict[str, list[LogDirPartition]]
+
+
 def _error_for(exc: Exception) -> ErrorCode:
     from ..storage import producer_state
     from ..storage.errors import OffsetOutOfRangeError
@@ -162,7 +184,9 @@ class DelayedProduce(DelayedOperation):
             partition = self.manager.partitions.get(tp)
             result = self.pending[tp]
             if partition is None or not partition.is_leader:
-                result.error = ErrorCode.not_leader_or_follower
+                result.error = (ErrorCode.kafka_storage_error
+                                if tp in self.manager.offline_partitions
+                                else ErrorCode.not_leader_or_follower)
                 self.waiting.discard(tp)
             elif partition.high_watermark > result.last_offset:
                 if len(partition.maximal_isr) < self.manager.min_insync_replicas(tp[0]):
@@ -329,13 +353,100 @@ class ReplicaManager:
         # follower fetches, for throttled partitions (rates set by dynamic broker configs).
         self.leader_quota = ReplicationQuotaManager("LeaderReplication")
         self.follower_quota = ReplicationQuotaManager("FollowerReplication")
+        # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline);
+        # they answer KAFKA_STORAGE_ERROR until the broker restarts
+        self.offline_partitions: set[TopicPartition] = set()
+        # called when every log dir is offline (the broker must stop, as Kafka halts)
+        self.on_all_log_dirs_offline: Callable[[], None] | None = None
+        self._store: Callable[[], CoordinationStore | None] = lambda: None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._log_dir_tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Start the purgatories' timers and read replication-offset-checkpoint: partitions
-        created from now on start with the HW they had (S-3.3, S-2.5)."""
+        created from now on start with the HW they had (S-3.3, S-2.5). From now on a log dir
+        reported offline is handled on this loop (``handle_log_dir_failure``)."""
         self._checkpointed_hw = self.log_manager.read_high_watermarks()
         for d in self._drivers:
             d.start()
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        channel = self.log_manager.failure_channel
+        channel.add_listener(self._on_log_dir_offline)
+        for log_dir in channel.offline_log_dirs():  # failed at start-up (Kafka's queue)
+            self._on_log_dir_offline(log_dir)
+
+    def _on_log_dir_offline(self, log_dir: Path) -> None:
+        """The failure channel's listener (any thread): handled on the broker's loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            if asyncio.get_running_loop() is loop:
+                loop.call_soon(self.handle_log_dir_failure, log_dir)
+                return
+        except RuntimeError:
+            pass
+        loop.call_soon_threadsafe(self.handle_log_dir_failure, log_dir)
+
+    def handle_log_dir_failure(self, log_dir: Path, send_notification: bool = True) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure: the dir's partitions stop fetching and
+        go offline (KAFKA_STORAGE_ERROR from now on), the log manager closes their logs, the
+        controller is told with a ``/log_dir_event_notification`` node (it moves leadership
+        away), and waiting produces and fetches of those partitions complete. Every log dir
+        offline: ``on_all_log_dirs_offline`` (the broker stops)."""
+        log_dir = Path(log_dir).absolute()
+        in_dir = [tp for tp, p in self.partitions.items() if p.log.dir.parent == log_dir]
+        log.warning("[ReplicaManager broker=%d] Stopping serving replicas in dir %s",
+                    self.broker_id, log_dir)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions(in_dir)
+        for tp in in_dir:
+            p = self.partitions.pop(tp)
+            p.abort_isr_update()
+            self.offline_partitions.add(tp)
+            if (listener := self.role_listeners.get(tp[0])) is not None:
+                listener(tp[1], False, -1)
+        try:
+            closed = self.log_manager.handle_log_dir_failure(log_dir)
+        except KafkaStorageError:
+            log.error("[ReplicaManager broker=%d] Shutting down the broker: every log dir "
+                      "of %s has failed", self.broker_id, self.log_manager.log_dirs)
+            if self.on_all_log_dirs_offline is not None:
+                self.on_all_log_dirs_offline()
+            return
+        self.offline_partitions.update(closed)
+        for tp in in_dir:
+            self._after_append(tp)
+        log.warning("[ReplicaManager broker=%d] Partitions %s are offline due to the failure "
+                    "of log dir %s", self.broker_id,
+                    ", ".join(f"{t}-{i}" for t, i in sorted(self.offline_partitions)), log_dir)
+        if send_notification:
+            task = asyncio.ensure_future(self._propagate_log_dir_event())
+            self._log_dir_tasks.add(task)
+            task.add_done_callback(self._log_dir_tasks.discard)
+
+    async def _propagate_log_dir_event(self) -> None:
+        """Kafka's propagateLogDirEvent: a sequential ``log_dir_event_<seq>`` node naming
+        this broker; retried while the store is unreachable."""
+        delay = 0.1
+        while True:
+            store = self._store()
+            if store is not None:
+                try:
+                    await store.create(paths.log_dir_event_path(),
+                                       paths.encode_log_dir_event(self.broker_id),
+                                       sequence=True)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("[ReplicaManager broker=%d] Could not write the log dir event "
+                                "notification: %s; retrying", self.broker_id, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def start_replication(self, config: Any,
                           store: Callable[[], CoordinationStore | None],
@@ -344,6 +455,7 @@ class ReplicaManager:
         """Start the replica fetchers (driven by LeaderAndIsr) and the ISR tasks: the shrink
         check every replica.lag.time.max.ms / 2 and the ISR change notifications."""
         self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"]
+        self._store = store
         for p in self.partitions.values():
             p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
         for quota in (self.leader_quota, self.follower_quota):
@@ -358,6 +470,9 @@ class ReplicaManager:
         self.isr_manager.start()
 
     def shutdown(self) -> None:
+        self.log_manager.failure_channel.remove_listener(self._on_log_dir_offline)
+        for task in list(self._log_dir_tasks):
+            task.cancel()
         if self.fetcher_manager is not None:
             self.fetcher_manager.shutdown()
         if self.isr_manager is not None:
@@ -386,10 +501,21 @@ class ReplicaManager:
         return self.topic_config(topic).min_insync_replicas
 
     # -- partition lifecycle (LeaderAndIsr / StopReplica) -------------------------------------
-    def get_or_create_partition(self, topic: str, index: int) -> Partition:
+    def get_or_create_partition(self, topic: str, index: int, is_new: bool = True
+                                ) -> Partition:
+        """The hosted partition, created with its log if needed. With a log dir offline, a
+        partition that is not new and has no log here may have had it in that dir: refused
+        with KafkaStorageError (Kafka's getOrCreateLog), as is an offline partition."""
         tp = (topic, index)
         p = self.partitions.get(tp)
         if p is None:
+            if tp in self.offline_partitions:
+                raise KafkaStorageError(f"partition {topic}-{index} is in an offline log dir")
+            if not is_new and self.log_manager.offline_dirs \
+                    and self.log_manager.get_log(topic, index) is None:
+                raise KafkaStorageError(
+                    f"cannot create the log of {topic}-{index}: log dirs "
+                    f"{sorted(map(str, self.log_manager.offline_dirs))} are offline")
             log_: Log = self.log_manager.get_or_create_log(topic, index)
             p = Partition(topic, index, log_, self.broker_id,
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
@@ -439,7 +565,7 @@ class ReplicaManager:
             before = self._role(tp)
             code = self.become_leader_or_follower(
                 tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas), s.partition_epoch,
-                live_leaders.get(s.leader))
+                live_leaders.get(s.leader), is_new=bool(getattr(s, "is_new", True)))
             if code == ErrorCode.none:
                 self.state_change.partition_change(
                     req.controller_epoch, tp, before, self._role(tp),
@@ -518,6 +644,8 @@ class ReplicaManager:
         hosted, for the response's offsets). Not hosted: NOT_LEADER_OR_FOLLOWER if its log is
         here, else UNKNOWN_TOPIC_OR_PARTITION."""
         tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:
+            return None, ErrorCode.kafka_storage_error
         p = self.partitions.get(tp)
         if p is None:
             return None, (ErrorCode.not_leader_or_follower
@@ -535,7 +663,8 @@ class ReplicaManager:
 
     def become_leader_or_follower(self, tp: TopicPartition, leader: int, leader_epoch: int,
                                   isr: list[int], replicas: list[int], partition_epoch: int,
-                                  leader_endpoint: tuple[str, int] | None = None) -> ErrorCode:
+                                  leader_endpoint: tuple[str, int] | None = None, *,
+                                  is_new: bool = True) -> ErrorCode:
         """Apply one partition state of a LeaderAndIsr request (Kafka's
         becomeLeaderOrFollower): an older leader epoch is refused (STALE_CONTROLLER_EPOCH, as
         Kafka 2.x answers), the same epoch only refreshes ISR and replicas, and only from a
@@ -546,6 +675,8 @@ class ReplicaManager:
         if self.broker_id not in replicas:
             return ErrorCode.unknown_topic_or_partition
         tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:  # KIP-112: the controller moves it away
+            return ErrorCode.kafka_storage_error
         current = self.partitions.get(tp)
         if current is not None and leader_epoch < current.leader_epoch:
             return ErrorCode.stale_controller_epoch
@@ -563,7 +694,11 @@ class ReplicaManager:
         # load their partition then, not on a new epoch of a leadership they already hold (a
         # follower's failure bumps the leader epoch of every partition it followed).
         was_leader = current is not None and current.is_leader and not current.fenced
-        p = self.get_or_create_partition(*tp)
+        try:
+            p = self.get_or_create_partition(*tp, is_new=is_new)
+        except KafkaStorageError as exc:
+            log.warning("[ReplicaManager broker=%d] %s", self.broker_id, exc)
+            return ErrorCode.kafka_storage_error
         if leader == self.broker_id:
             if self.fetcher_manager is not None:
                 self.fetcher_manager.remove_fetcher_for_partitions([tp])
@@ -595,6 +730,8 @@ class ReplicaManager:
                              delete: bool) -> ErrorCode:
         """StopReplica from the controller (leader epoch -2: the topic is being deleted)."""
         tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:
+            return ErrorCode.kafka_storage_error
         p = self.partitions.get(tp)
         if p is not None and 0 <= leader_epoch < p.leader_epoch:
             return ErrorCode.fenced_leader_epoch
@@ -631,6 +768,29 @@ class ReplicaManager:
         partition here."""
         if not any(t == topic for t, _ in self.partitions):
             self.topic_stats.remove_topic(topic)
+
+    # -- DescribeLogDirs (KIP-113 / KIP-112) ----------------------------------------------------
+    def describe_log_dirs(self, partitions: set[TopicPartition] | None = None
+                          ) -> list[LogDirDescription]:
+        """Kafka's describeLogDirs: every configured log dir with its logs (of `partitions`;
+        None: all) -- size, offset lag (HW - LEO, at least 0; -1 without a hosted replica) --
+        or KAFKA_STORAGE_ERROR for an offline dir."""
+        lm = self.log_manager
+        out: list[LogDirDescription] = []
+        for log_dir in lm.log_dirs:
+            if log_dir in lm.offline_dirs:
+                out.append(LogDirDescription(str(log_dir), ErrorCode.kafka_storage_error, {}))
+                continue
+            topics: dict[str, list[LogDirPartition]] = {}
+            for (topic, index), lg in sorted(lm.logs_in_dir(log_dir).items()):
+                parts = topics.setdefault(topic, [])
+                if partitions is not None and (topic, index) not in partitions:
+                    continue
+                p = self.partitions.get((topic, index))
+                lag = -1 if p is None else max(p.high_watermark - lg.log_end_offset, 0)
+                parts.append(LogDirPartition(index, lg.size, lag, False))
+            out.append(LogDirDescription(str(log_dir), ErrorCode.none, topics))
+        return out
 
     # -- ISR changes (called by isr.IsrChangeManager) -----------------------------------------
     def on_high_watermark_moved(self, tp: TopicPartition) -> None:
@@ -680,7 +840,8 @@ class ReplicaManager:
                     now: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            return ProduceResult(ErrorCode.unknown_topic_or_partition)
+            return ProduceResult(ErrorCode.kafka_storage_error if tp in self.offline_partitions
+                                 else ErrorCode.unknown_topic_or_partition)
         config = self.topic_config(tp[0])
         try:
             if not data:

@@ -37,8 +37,9 @@ from .acls import AclApis
 from .admin import AdminApis
 from .alter_configs import AlterConfigsApis
 from .api_versions import ApiVersionsApi
-from .describe_cluster import DescribeClusterApi
 from .delete_records import DeleteRecordsApi
+from .describe_cluster import DescribeClusterApi
+from .describe_log_dirs import DescribeLogDirsApi
 from .describe_producers import DescribeProducersApi
 from .elect_leaders import ElectLeadersApi
 from .fetch import FetchApi
@@ -94,6 +95,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     31: ("DeleteAcls", 1, 2),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
+    35: ("DescribeLogDirs", 1, 2),  # v0 (same as v1 on the wire): not in the codec (kio)
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
@@ -200,6 +202,7 @@ class KafkaApis:
             57: UpdateFeaturesApi(controller, auth).handle,
             60: DescribeClusterApi(metadata_cache, auth).handle,
             61: DescribeProducersApi(replica_manager, metadata_cache, auth).handle,
+            35: DescribeLogDirsApi(replica_manager, auth).handle,
             65: transactions.handle_describe_transactions,
             66: transactions.handle_list_transactions,
         }

@@ -190,7 +190,9 @@ def build_response(cache: MetadataCache, request: Any, names: list[str],
                 partition_index=index, leader_id=p.leader if leader_alive else -1,
                 leader_epoch=p.leader_epoch,
                 replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr),
-                offline_replicas=tuple(r for r in p.replicas if r not in cache.brokers)))
+                # the controller's offline replicas (dead brokers, KIP-112 offline log dirs)
+                offline_replicas=tuple(r for r in p.replicas if r not in cache.brokers
+                                       or r in p.offline_replicas)))
         topics.append(make(mod.MetadataResponseTopic, error_code=ErrorCode.none, name=name,
                            topic_id=info.topic_id, is_internal=info.internal,
                            partitions=tuple(parts),
