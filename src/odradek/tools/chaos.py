@@ -751,13 +751,14 @@ def plot_report(report: ChaosReport, path: str) -> None:
     else:
         bands, markers = [], [(f.at_s, f.kind) for f in report.faults]
     charts = []
+    legend = 26  # the longest of both legends ("LOST (acked, by ack time)"): x axes aligned
     if report.consistency is not None:
-        charts.append(checker_svg(report.consistency, events))
+        charts.append(checker_svg(report.consistency, events, legend_chars=legend))
     charts.append(plot.line_chart(
         report.throughput,
         title=f"odradek chaos, seed {report.config.seed}: acknowledged writes per second",
         x_label="seconds since the workload started", y_label="acks/s",
-        markers=markers, bands=bands, step=True, width=1000))
+        markers=markers, bands=bands, step=True, width=1000, legend_chars=legend))
     plot.write_svg(path, plot.stack(charts))
 
 

@@ -38,8 +38,9 @@ def report_text(report: CheckReport, examples: bool = True) -> str:
     lines = [f"consistency check ({report.guarantees.describe()})",
              f"history: {n_inv} sends ({n['ok']} acknowledged, {n['fail']} failed, "
              f"{n['info']} unknown, {n_inv - sum(n.values())} never completed), {reads} reads"]
-    head = ("guarantee", "promised", "checked", "observed", "verdict")
-    body = [(r.guarantee, f"{_yes(r.promised)} ({r.why})" if r.why else _yes(r.promised),
+    head = ("guarantee", "Kafka promises it", "checked", "observed", "verdict")
+    body = [(r.guarantee, (f"{_yes(r.promised)}: {r.why}" if r.why else
+                           ("-" if r.key == "unknown" else _yes(r.promised))),
              str(r.checked), str(r.observed), r.verdict) for r in report.rows]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
     fmt = "  ".join(f"{{:{'<' if i < 2 else '>'}{w}}}" if i < 4 else "{}"
@@ -49,9 +50,12 @@ def report_text(report: CheckReport, examples: bool = True) -> str:
     for row, cells in zip(report.rows, body, strict=True):
         lines.append(fmt.format(*cells))
         if examples and row.observed and row.examples:
-            lines.extend(f"    e.g. {e}" for e in row.examples)
-            if row.observed > len(row.examples):
-                lines.append(f"    ... and {row.observed - len(row.examples)} more")
+            examples_ = list(row.examples)
+            if row.key == "unknown":  # first the summary, then the examples
+                lines.append(f"    {examples_.pop(0)}")
+            lines.extend(f"    e.g. {e}" for e in examples_)
+            if row.observed > len(examples_):
+                lines.append(f"    ... and {row.observed - len(examples_)} more")
     lines.append(f"verdict: {report.verdict}")
     return "\n".join(lines) + "\n"
 
@@ -76,7 +80,7 @@ def fault_label(span: FaultSpan) -> str:
 
 
 def checker_svg(report: CheckReport, faults: Iterable[FaultEvent] = (), title: str = "",
-                width: int = 1000, height: int = 460) -> str:
+                width: int = 1000, height: int = 460, legend_chars: int | None = None) -> str:
     """The timeline picture (see the module doc). Times are seconds since the first op."""
     ops: Sequence[Op] = report.ops
     spans = fault_spans(faults)
@@ -112,7 +116,7 @@ def checker_svg(report: CheckReport, faults: Iterable[FaultEvent] = (), title: s
                         f"min.isr={report.guarantees.min_insync_replicas}")
     return line_chart(series, title=heading, x_label="seconds since the workload started",
                       y_label="operations per second", bands=bands, step=True,
-                      width=width, height=height)
+                      width=width, height=height, legend_chars=legend_chars)
 
 
 def plot_report(report: CheckReport, path: str | Path, faults: Iterable[FaultEvent] = (),
