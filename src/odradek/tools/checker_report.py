@@ -11,14 +11,55 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from odradek.common.fault_log import FaultEvent, FaultSpan, fault_spans
 from odradek.plot import line_chart, write_svg
+from odradek.tools.history import Op
 
-if TYPE_CHECKING:
-    from odradek.tools.consistency import CheckReport
-    from odradek.tools.history import Op
+
+class _Settings(Protocol):
+    @property
+    def acks(self) -> str: ...
+    @property
+    def min_insync_replicas(self) -> int: ...
+    def describe(self) -> str: ...
+
+
+class _Row(Protocol):
+    @property
+    def key(self) -> str: ...
+    @property
+    def guarantee(self) -> str: ...
+    @property
+    def promised(self) -> bool: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def checked(self) -> int: ...
+    @property
+    def observed(self) -> int: ...
+    @property
+    def examples(self) -> tuple[str, ...]: ...
+    @property
+    def verdict(self) -> str: ...
+
+
+class CheckReport(Protocol):
+    """What this module reads of `odradek.tools.consistency.CheckReport` (a protocol, so that
+    the checker can import this module and not the other way round)."""
+    @property
+    def guarantees(self) -> _Settings: ...
+    @property
+    def rows(self) -> Sequence[_Row]: ...
+    @property
+    def ops(self) -> Sequence[Op]: ...
+    @property
+    def lost(self) -> Sequence[Op]: ...
+    @property
+    def truncated_reads(self) -> Sequence[Op]: ...
+    @property
+    def verdict(self) -> str: ...
 
 __all__ = ["checker_svg", "fault_label", "per_second", "plot_report", "report_text"]
 
