@@ -64,6 +64,7 @@ def test_a_lost_acked_write_fails_when_promised_and_is_expected_with_acks_1() ->
     safe = check(h, SAFE, final)
     assert (safe.row("lost").observed, safe.row("lost").verdict) == (1, "FAIL")
     assert not safe.ok and [o.value for o in safe.lost] == ["b"]
+    assert safe.row("lost").expected and safe.row("lost").promised
     loose = check(h, ACKS1, final)
     assert (loose.row("lost").observed, loose.row("lost").verdict) == (1, "expected")
     assert loose.ok

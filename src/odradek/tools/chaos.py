@@ -835,7 +835,11 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 12
         config["logger"] = logger
     consumer = Consumer(config)
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+        # Right after healing a leadership may still move (a preferred election): a
+        # NOT_LEADER_FOR_PARTITION answer is retried until the timeout.
+        ends = {p: poll_for(lambda p=p: consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=10)[1], 60, f"partition {p}'s end",
+                    interval=0.5)
                 for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         out: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}

@@ -156,6 +156,11 @@ class Row:
     examples: tuple[str, ...]
     verdict: str
 
+    @property
+    def expected(self) -> bool:
+        """The contract's name for `promised`: whether Kafka promises this guarantee."""
+        return self.promised
+
 
 @dataclass(frozen=True)
 class CheckReport:
