@@ -163,6 +163,7 @@ def test_text_table_and_picture() -> None:
     assert svg.startswith("<svg") and 'class="band"' in svg
     assert "kill broker-2" in svg and "partition broker-1" in svg
     assert "LOST (acked, by ack time)" in svg
+    assert "LOST 1 acked writes" in svg  # a marker: seen whatever the y scale
 
 
 def test_per_second_keeps_the_empty_seconds() -> None:

@@ -149,6 +149,12 @@ def checker_svg(report: CheckReport, faults: Iterable[FaultEvent] = (), title: s
                                                end_t)
     bands = [(s.start - t0, (s.end if s.end is not None else end_t) - t0, fault_label(s))
              for s in spans]
+    # The anomalies are few next to the ops per second: a marker per second that has any,
+    # so that they are seen whatever the scale.
+    markers = [(x, f"LOST {int(n)} acked writes")
+               for x, n in per_second((o.wall for o in report.lost), t0) if n]
+    markers += [(x, f"TRUNCATED {int(n)} reads")
+                for x, n in per_second((o.wall for o in report.truncated_reads), t0) if n]
     verdicts = ", ".join(f"{r.key} {r.observed}" for r in report.rows
                          if r.observed and r.key != "unknown")
     heading = title or (f"consistency check: {report.verdict}"
@@ -156,7 +162,8 @@ def checker_svg(report: CheckReport, faults: Iterable[FaultEvent] = (), title: s
                         + f" -- acks={report.guarantees.acks} "
                         f"min.isr={report.guarantees.min_insync_replicas}")
     return line_chart(series, title=heading, x_label="seconds since the workload started",
-                      y_label="operations per second", bands=bands, step=True,
+                      y_label="operations per second", bands=bands, markers=markers,
+                      step=True,
                       width=width, height=height, legend_chars=legend_chars)
 
 
