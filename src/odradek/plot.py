@@ -6,7 +6,12 @@ Pure functions: data in, SVG text out (no display, no matplotlib). Three chart k
   optional step drawing, and vertical dashed marker lines for events ("kill -9 broker 2");
 * `bar_chart`: grouped bars (group -> series -> value) with value labels;
 * `timeline`: one horizontal lane per row, coloured spans (start, end, state), e.g. partition
-  leadership or partition state over time; a zero-length span is drawn as a tick.
+  leadership or partition state over time; a zero-length span is drawn as a tick;
+* `stack`: several of these charts one above the other in one SVG.
+
+`line_chart` and `timeline` take `bands`, (start, end, label) periods shaded behind the data
+(the faults injected into a cluster): labelled at their start on a line chart, with the label
+as a tooltip on a timeline (whose caller gives the faults a lane of their own).
 
 `write_svg(path, svg)` writes the text. Every text is XML-escaped; non-finite numbers are
 dropped (on a log axis also values <= 0 or outside 1e-300..1e300); empty inputs, single
@@ -20,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["PALETTE", "bar_chart", "human", "line_chart", "nice_ticks", "timeline",
+__all__ = ["PALETTE", "bar_chart", "human", "line_chart", "nice_ticks", "stack", "timeline",
            "write_svg"]
 
 # Okabe-Ito + Tableau extras: distinguishable, colour-blind friendly.
@@ -250,10 +255,14 @@ def _y_label(out: list[str], label: str, top: float, bottom: float) -> None:
 def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str,
                x_label: str, y_label: str, markers: Sequence[tuple[float, str]] = (),
                width: int = 900, height: int = 420, y_log: bool = False,
-               step: bool = False) -> str:
+               step: bool = False, bands: Sequence[tuple[float, float, str]] = (),
+               legend_chars: int | None = None) -> str:
     """Several (x, y) series with a legend. `markers` are (x, label) events drawn as vertical
     dashed lines; `y_log` plots y on a log axis (points with y <= 0 are left out); `step` draws
-    each series as a step function (the value holds until the next point)."""
+    each series as a step function (the value holds until the next point). `bands` are
+    (start, end, label) periods (a fault that lasted) shaded behind the series, each marked and
+    labelled at its start like a marker. `legend_chars` fixes the legend's width (in
+    characters), so that charts stacked one above the other share their x axis."""
     _check_size(width, height)
     names = [str(n) for n in series]
     data: list[list[tuple[float, float]]] = []
@@ -261,9 +270,13 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
         clean = sorted((float(x), float(y)) for x, y in pts if _finite(x, y)
                        and (not y_log or 1e-300 < y < _MAX))
         data.append(clean)
-    marks = [(float(x), str(label)) for x, label in markers if _finite(x)]
-    legend_chars = min(28, max((len(n) for n in names), default=0))
-    right_margin = 24 + (legend_chars * CHAR_W + 34 if names else 0)
+    spans = [(min(float(a), float(b)), max(float(a), float(b)), str(label))
+             for a, b, label in bands if _finite(a, b)]
+    marks = sorted([(float(x), str(label)) for x, label in markers if _finite(x)]
+                   + [(a, label) for a, _, label in spans], key=lambda m: m[0])
+    if legend_chars is None:
+        legend_chars = min(28, max((len(n) for n in names), default=0))
+    right_margin = 24 + (legend_chars * CHAR_W + 34 if names or legend_chars else 0)
     left, top = 72.0, 40.0
     right, bottom = width - right_margin, height - 52.0
     if right - left < 80:  # very long names on a narrow chart: legend shrinks
@@ -271,7 +284,8 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
         right = width - (24 + legend_chars * CHAR_W + 34)
     out = _svg_open(width, height, title)
     out.append("<style>.legend{font-size:12px}</style>")
-    all_x = [x for pts in data for x, _ in pts] + [x for x, _ in marks]
+    all_x = ([x for pts in data for x, _ in pts] + [x for x, _ in marks]
+             + [b for _, b, _ in spans])
     all_y = [y for pts in data for _, y in pts]
     if not all_x:
         all_x = [0.0, 1.0]
@@ -303,6 +317,11 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
                'stroke="#333333"/>')
     _x_axis(out, xs, xticks, top, bottom, x_label, width, height, left, right)
     _y_label(out, y_label, top, bottom)
+    for a, b, label in spans:
+        x0, x1 = xs(a), xs(b)
+        out.append(f'<rect class="band" x="{_n(x0)}" y="{_n(top)}" width="{_n(max(1.0, x1 - x0))}" '
+                   f'height="{_n(bottom - top)}" fill="#b22222" fill-opacity="0.10">'
+                   f"<title>{esc(f'{label} [{a:g}, {b:g}]')}</title></rect>")
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(names))]
     for name, pts, colour in zip(names, data, colours, strict=True):
         out.append(f'<g class="series" data-name="{esc(name)}">')
@@ -473,11 +492,13 @@ LANE_H = 22.0
 
 def timeline(rows: Mapping[str, Sequence[tuple[float, float, str]]], *, title: str,
              x_label: str, width: int = 900, height: int | None = None,
-             colours: Mapping[str, str] | None = None) -> str:
+             colours: Mapping[str, str] | None = None,
+             bands: Sequence[tuple[float, float, str]] = ()) -> str:
     """One horizontal lane per row; each (start, end, state) span is a bar coloured by its
     state (one colour per distinct state, with a legend) and labelled when it is wide enough.
     A span with start == end is drawn as a tick. `height` defaults to what the lanes need;
-    `colours` fixes the colour ("#rrggbb") of some states, the others take the palette's."""
+    `colours` fixes the colour ("#rrggbb") of some states, the others take the palette's;
+    `bands` are (start, end, label) periods shaded across every lane."""
     names = [str(r) for r in rows]
     spans: list[list[tuple[float, float, str]]] = []
     for items in rows.values():
@@ -515,10 +536,20 @@ def timeline(rows: Mapping[str, Sequence[tuple[float, float, str]]], *, title: s
     bottom = max(bottom, top + 10)
     lane_h = (bottom - top) / max(1, len(names))
     out = _svg_open(width, height, title)
-    all_x = [x for lane in spans for a, b, _ in lane for x in (a, b)] or [0.0, 1.0]
+    shaded = [(min(float(a), float(b)), max(float(a), float(b)), str(label))
+              for a, b, label in bands if _finite(a, b)]
+    all_x = ([x for lane in spans for a, b, _ in lane for x in (a, b)]
+             + [x for a, b, _ in shaded for x in (a, b)]) or [0.0, 1.0]
     xticks = nice_ticks(min(all_x), max(all_x), max(3, int((right - left) / 90)))
     xs = _Scale(xticks[0], xticks[-1], left, right)
     _x_axis(out, xs, xticks, top, bottom, x_label, width, height, left, right)
+    for a, b, label in shaded:
+        x0, x1 = xs(a), xs(b)
+        out.append(f'<g class="band"><title>{esc(f"{label} [{a:g}, {b:g}]")}</title>'
+                   f'<rect x="{_n(x0)}" y="{_n(top)}" width="{_n(max(1.0, x1 - x0))}" '
+                   f'height="{_n(bottom - top)}" fill="#b22222" fill-opacity="0.08"/>'
+                   f'<line x1="{_n(x0)}" y1="{_n(top)}" x2="{_n(x0)}" y2="{_n(bottom)}" '
+                   'stroke="#b22222" stroke-width="1" stroke-dasharray="4,3"/></g>')
     font = max(6, min(12, int(lane_h * 0.6)))
     for i, (name, lane) in enumerate(zip(names, spans, strict=True)):
         y = top + i * lane_h
@@ -562,6 +593,33 @@ def timeline(rows: Mapping[str, Sequence[tuple[float, float, str]]], *, title: s
         lx += w
     if not any(spans):
         _no_data(out, (left + right) / 2, (top + bottom) / 2)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+_SIZE_RE = re.compile(r'<svg [^>]*?width="(\d+(?:\.\d+)?)" height="(\d+(?:\.\d+)?)"')
+
+
+def stack(charts: Sequence[str], gap: int = 8) -> str:
+    """Several charts of this module one above the other in one SVG (each kept whole as a
+    nested <svg>, so its ids, styles and sizes stay its own)."""
+    sizes: list[tuple[float, float]] = []
+    for svg in charts:
+        m = _SIZE_RE.search(svg)
+        if m is None:
+            raise ValueError("not an SVG chart of odradek.plot")
+        sizes.append((float(m.group(1)), float(m.group(2))))
+    width = max((w for w, _ in sizes), default=200.0)
+    height = sum(h for _, h in sizes) + gap * max(0, len(sizes) - 1)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_n(width)}" height="{_n(height)}" '
+           f'viewBox="0 0 {_n(width)} {_n(height)}">',
+           f'<rect x="0" y="0" width="{_n(width)}" height="{_n(height)}" fill="#ffffff"/>']
+    y = 0.0
+    for svg, (_, h) in zip(charts, sizes, strict=True):
+        inner = svg.replace('<svg xmlns="http://www.w3.org/2000/svg" ',
+                            f'<svg x="0" y="{_n(y)}" ', 1)
+        out.append(inner.strip())
+        y += h + gap
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -80,9 +80,13 @@ def logs(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def lanes(svg_path: Path) -> dict[str, list[tuple[str, float, float, float]]]:
-    """row -> [(state, x, width, y)] for spans (width > 0) and ticks (width 0), from the SVG."""
+def lanes(svg_path: Path, chart: int = 0) -> dict[str, list[tuple[str, float, float, float]]]:
+    """row -> [(state, x, width, y)] for spans (width > 0) and ticks (width 0), from the SVG
+    (from its `chart`-th chart when it stacks several)."""
     root = ET.parse(svg_path).getroot()
+    charts = root.findall(f"{NS}svg")
+    if charts:
+        root = charts[chart]
     out: dict[str, list[tuple[str, float, float, float]]] = {}
     for g in root.iter(f"{NS}g"):
         if g.attrib.get("class") != "row":
@@ -148,10 +152,11 @@ def test_plot_with_spark_engine_is_a_clear_error(logs: Path, tmp_path: Path,
 
 def test_parse_change_kinds() -> None:
     assert parse_change("broker-0/state-change.log: " + BROKER_0[4]) == Change(
-        f"{DAY}:44,500", ("t", 0), state="OnlinePartition", leader=0)
+        f"{DAY}:44,500", ("t", 0), state="OnlinePartition", leader=0, isr=(0, 1))
     assert parse_change(BROKER_0[3]) == Change(f"{DAY}:44,000", ("t", 1),
                                                replica_state="NewReplica")
-    assert parse_change(BROKER_1[0]) == Change(f"{DAY}:44,600", ("t", 1), leader=1)
+    assert parse_change(BROKER_1[0]) == Change(f"{DAY}:44,600", ("t", 1), leader=1,
+                                               isr=(1, 0))
     assert parse_change(BROKER_0[7]) is None
     assert parse_change(ctrl("45,000", "Resigned")) is None
 

@@ -36,8 +36,23 @@ Then the cluster is healed, the producers flush, and three things are verified:
    high watermark (the `replication-offset-checkpoint` of the replicas), batch by batch;
 3. the cluster healed after every fault (no stuck ISR), and every reassignment completed.
 
-``--plot FILE.svg`` draws the acknowledged writes per second of each producer over time, with
-the faults as markers (odradek.plot).
+The workload is also recorded as a Jepsen-style history (odradek.tools.history: each send
+invoked, then acknowledged or of unknown outcome; each record a consumer reads *during* the
+faults), saved as ``history.jsonl`` in the run's directory, and the consistency checker
+(odradek.tools.consistency) checks it against the logs read back and the replicas' logs: no
+acknowledged write lost, no read of a record later truncated, per-producer order, no
+duplicates, replicas identical below the HW, each stated with whether Kafka promises it under
+the run's settings. Its table ends the report, and a guarantee Kafka promises that does not
+hold fails the run. ChaosConfig's ``acks``, ``idempotence``, ``min_insync_replicas`` and
+``unclean_leader_election`` weaken the settings (defaults: the safe ones above); what they no
+longer promise (losses with acks=1, duplicates without idempotence) is then counted and reported
+as expected, not as a failure. Each fault is also written to ``faults.log`` in the run's
+directory (odradek.common.fault_log: a kill lasts until the restart, a pause until SIGCONT),
+which ``state-change-log --plot`` finds beside the brokers' logs.
+
+``--plot FILE.svg`` draws the checker's timeline (operations per second: acknowledged, unknown,
+read; lost and truncated records) over the acknowledged writes per second of each producer,
+with the faults shaded from start to end (odradek.plot).
 
 `run_chaos()` is the function tests call; `odradek chaos` (odradek.tools.chaos_command) wraps
 it with its own ZooKeeper. ``odradek chaos --transactions`` runs the transactional workload of
@@ -60,8 +75,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..common.fault_log import FAULT_LOG_NAME, FaultLog, fault_spans, read_fault_events
 from ..protocol import records as rb
 from ..storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from .consistency import CheckReport, Guarantees, check
+from .history import History
 from .processes import ProcessCluster
 
 FAULT_KINDS = ("kill_leader", "kill_controller", "pause_leader", "restart")
@@ -86,6 +104,7 @@ class ChaosConfig:
     seed: int = 0
     producers: int = 2
     rate: float = 200.0  # messages per second per producer
+    consumers: int = 1  # read the topic during the faults (the checker's truncated reads)
     faults: tuple[str, ...] = FAULT_KINDS
     schedule: tuple[str, ...] | None = None  # exactly these faults in order (duration ignored)
     topic: str = "chaos"
@@ -102,6 +121,27 @@ class ChaosConfig:
     reassign_grace_s: float = 60.0  # after healing, for the reassignments to complete
     log_level: str = "INFO"
     extra_overrides: dict[str, str] = field(default_factory=dict)
+    # The settings that decide what Kafka promises (the consistency checker's Guarantees).
+    # The defaults promise everything; with weaker ones (acks=1, say) the losses Kafka allows
+    # are counted and reported as expected, not as failures.
+    acks: str = "all"
+    idempotence: bool = True
+    min_insync_replicas: int = 2
+    unclean_leader_election: bool = False
+
+    def guarantees(self) -> Guarantees:
+        return Guarantees.from_configs(
+            {"min.insync.replicas": str(self.min_insync_replicas),
+             "unclean.leader.election.enable": str(self.unclean_leader_election).lower()},
+            # librdkafka's max.in.flight: 1000000 by default, at most 5 with idempotence
+            {"acks": self.acks, "enable.idempotence": str(self.idempotence).lower(),
+             "max.in.flight.requests.per.connection": "5" if self.idempotence else "1000000"})
+
+    def producer_config(self) -> dict[str, Any]:
+        """What the workload's producers are given over ProducerWorker's defaults."""
+        if self.acks == "all" and self.idempotence:
+            return {}
+        return {"acks": self.acks, "enable.idempotence": self.idempotence}
 
     @property
     def pause_length_s(self) -> float:
@@ -110,8 +150,8 @@ class ChaosConfig:
     def broker_overrides(self) -> dict[str, str]:
         return {
             "default.replication.factor": str(min(3, self.brokers)),
-            "min.insync.replicas": "2",
-            "unclean.leader.election.enable": "false",
+            "min.insync.replicas": str(self.min_insync_replicas),
+            "unclean.leader.election.enable": str(self.unclean_leader_election).lower(),
             "replica.lag.time.max.ms": str(self.replica_lag_time_max_ms),
             "controlled.shutdown.retry.backoff.ms": "200",
             "log.segment.bytes": str(self.segment_bytes),
@@ -195,6 +235,8 @@ class ChaosReport:
     throughput: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     workdir: Path | None = None
     elapsed_s: float = 0.0
+    history: History | None = field(default=None, repr=False)  # the workload, op by op
+    consistency: CheckReport | None = field(default=None, repr=False)  # the checker's verdict
 
     @property
     def replicas_identical(self) -> bool:
@@ -203,11 +245,12 @@ class ChaosReport:
     @property
     def failures(self) -> list[str]:
         out = []
-        if self.lost:
+        promised = self.config.guarantees()  # acks=all, idempotence...: every check counts
+        if self.lost and promised.no_loss:
             out.append(f"{len(self.lost)} acknowledged values lost")
-        if self.misplaced:
+        if self.misplaced and promised.no_loss:
             out.append(f"{len(self.misplaced)} acknowledged values at another offset")
-        if self.duplicates:
+        if self.duplicates and promised.no_duplicates:
             out.append(f"{self.duplicates} duplicates (idempotent producers: expected 0)")
         if not self.replicas_identical:
             out.append("replicas differ below the high watermark" if self.replicas
@@ -219,6 +262,10 @@ class ChaosReport:
         out.extend(f"fault {f.kind} at {f.at_s:.1f}s: {f.error}" for f in self.faults
                    if f.error)
         out.extend(f"fatal producer error: {e}" for e in self.fatal_errors)
+        if self.consistency is not None and not self.consistency.ok:
+            out.append("consistency check failed: " + ", ".join(
+                f"{r.guarantee} ({r.observed})" for r in self.consistency.rows
+                if r.verdict == "FAIL"))
         stuck = [r for r in self.reassignments if not r.completed]
         if stuck:
             out.append(f"{len(stuck)} reassignments not completed after "
@@ -284,9 +331,11 @@ class ProducerWorker(threading.Thread):
     def __init__(self, index: int, bootstrap: str, topic: str, rate: float,
                  message_timeout_ms: int, stop: threading.Event,
                  logger: logging.Logger | None = None,
-                 client_config: dict[str, Any] | None = None) -> None:
+                 client_config: dict[str, Any] | None = None,
+                 history: History | None = None) -> None:
         super().__init__(name=f"chaos-producer-{index}", daemon=True)
         self.stats = ProducerStats(index)
+        self.history = history  # each send: invoke, then ok (acked) or info (error)
         self.logger = logger
         self.client_config = dict(client_config or {})  # security.protocol, sasl.*, ssl.*
         self.bootstrap = bootstrap
@@ -310,13 +359,21 @@ class ProducerWorker(threading.Thread):
             self.stats.fatal = f"{err.name()}: {err.str()}"
             self.stop.set()
 
-    def _on_delivery(self, err: Any, msg: Any) -> None:
+    def _on_delivery(self, err: Any, msg: Any, op: int | None = None) -> None:
         value = msg.value().decode()
         if err is None:
             self.stats.acked[value] = (msg.partition(), msg.offset())
             self.stats.ack_times.append(time.monotonic())
+            if op is not None and self.history is not None:
+                offset = msg.offset()
+                self.history.ok(op, offset=offset if offset is not None and offset >= 0
+                                else None, partition=msg.partition())
         else:
             self.stats.failed[value] = err.name()
+            if op is not None and self.history is not None:
+                # A delivery error of librdkafka does not say whether an earlier attempt was
+                # written (a timed-out request may have been): the outcome is unknown.
+                self.history.info(op, error=err.name(), partition=msg.partition())
 
     def run(self) -> None:
         from confluent_kafka import Producer
@@ -327,11 +384,16 @@ class ProducerWorker(threading.Thread):
         seq = 0
         while not self.stop.is_set():
             value = f"p{self.stats.index}-{seq}"
+            op = (self.history.invoke(self.name, "send", value)
+                  if self.history is not None else None)
             try:
                 producer.produce(self.topic, value=value.encode(),
                                  key=f"p{self.stats.index}-k{seq % 64}".encode(),
-                                 on_delivery=self._on_delivery)
+                                 on_delivery=lambda err, msg, op=op: self._on_delivery(
+                                     err, msg, op))
             except BufferError:
+                if op is not None and self.history is not None:
+                    self.history.fail(op, error="BufferError")  # never handed to librdkafka
                 producer.poll(0.05)
                 continue
             seq += 1
@@ -340,6 +402,50 @@ class ProducerWorker(threading.Thread):
             while (delay := next_at - time.monotonic()) > 0:
                 producer.poll(delay)
         self.stats.undelivered = producer.flush(self.message_timeout_ms / 1000 + 10)
+
+
+class ConsumerWorker(threading.Thread):
+    """Reads every partition of `topic` from the beginning while the faults go on, recording
+    each record it is given in `history` (``read`` ops): a consumer only sees records below
+    the high watermark, so none of them may be truncated later (the checker's
+    truncated-reads row)."""
+
+    def __init__(self, index: int, bootstrap: str, topic: str, partitions: int,
+                 stop: threading.Event, history: History,
+                 logger: logging.Logger | None = None,
+                 client_config: dict[str, Any] | None = None) -> None:
+        super().__init__(name=f"chaos-consumer-{index}", daemon=True)
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.stop, self.history, self.logger = stop, history, logger
+        self.client_config = dict(client_config or {})
+        self.read = 0
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap, "group.id": f"odradek-{self.name}",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "client.id": self.name, **self.client_config}
+        if self.logger is not None:
+            config["logger"] = self.logger
+        consumer = Consumer(config)
+        try:
+            consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)
+                             for p in range(self.partitions)])
+            while not self.stop.is_set():
+                for msg in consumer.consume(500, 0.2):
+                    if msg.error():
+                        continue  # partition EOF, a broker gone: librdkafka carries on
+                    value = msg.value()
+                    self.history.read(self.name, msg.partition(), msg.offset(),
+                                      value.decode() if value is not None else None)
+                    self.read += 1
+        except Exception as exc:  # reported; the run's other checks go on
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            consumer.close()
 
 
 # -- faults ----------------------------------------------------------------------------------------
@@ -357,6 +463,25 @@ class FaultInjector:
         self.progress = progress
         self.topic = config.topic
         self.reassignments: dict[int, ReassignmentCheck] = {}  # partition -> last request
+        self.fault_log: FaultLog | None = None  # where the faults are recorded, if anywhere
+        self._open_faults: dict[int, tuple[int, str]] = {}  # broker -> (fault id, kind)
+
+    # -- the fault log ------------------------------------------------------------------------
+    def _fault_start(self, kind: str, broker: int, detail: str = "") -> None:
+        """A fault on `broker` that lasts until `_fault_end(broker)` (its restart, resume)."""
+        if self.fault_log is not None:
+            self._fault_end(broker)
+            fault_id = self.fault_log.start(kind, [f"broker-{broker}"], detail)
+            self._open_faults[broker] = (fault_id, kind)
+
+    def _fault_end(self, broker: int) -> None:
+        if self.fault_log is not None and broker in self._open_faults:
+            fault_id, kind = self._open_faults.pop(broker)
+            self.fault_log.end(fault_id, kind, [f"broker-{broker}"])
+
+    def _fault_instant(self, kind: str, targets: Sequence[object], detail: str = "") -> None:
+        if self.fault_log is not None:
+            self.fault_log.instant(kind, targets, detail)
 
     # -- cluster views ----------------------------------------------------------------------------
     def healthy(self) -> bool | None:
@@ -422,6 +547,7 @@ class FaultInjector:
         p, leader = self._random_leader()
         record.target = leader
         role = self._role(leader)
+        self._fault_start("kill", leader, f"kill -9, leader of p{p}{role}")
         self.cluster.brokers[leader].kill()
         new = self._new_leader(p, leader, self._failover_timeout())
         record.failover_s = time.monotonic() - start
@@ -432,6 +558,7 @@ class FaultInjector:
         old = self.cluster.controller()
         epoch = self.cluster.controller_epoch()
         record.target = old
+        self._fault_start("kill", old, "kill -9, the controller")
         self.cluster.brokers[old].kill()
 
         def check() -> int | None:
@@ -450,6 +577,7 @@ class FaultInjector:
         record.target = leader
         role = self._role(leader)
         broker = self.cluster.brokers[leader]
+        self._fault_start("pause", leader, f"SIGSTOP, leader of p{p}{role}")
         broker.pause()
         try:
             new = self._new_leader(p, leader, self._failover_timeout())
@@ -461,6 +589,7 @@ class FaultInjector:
                      self._failover_timeout(), f"broker {leader}'s session expiry")
         finally:
             broker.resume()
+            self._fault_end(leader)
         record.detail = (f"p{p} leader {leader}{role} -> {new}; SIGCONT after "
                          f"{time.monotonic() - start:.1f}s")
 
@@ -472,6 +601,7 @@ class FaultInjector:
         record.target = target
         role = self._role(target)
         led = [p for p, s in states.items() if s["leader"] == target]
+        self._fault_start("controlled-shutdown", target, f"SIGTERM{role}, then start")
         self.cluster.brokers[target].stop()
         record.failover_s = time.monotonic() - start
         after = self.cluster.states(self.topic)
@@ -482,6 +612,7 @@ class FaultInjector:
             raise AssertionError(f"controlled shutdown left {len(led) - moved} partitions "
                                  f"led by broker {target} or offline: {self.describe()}")
         self.cluster.brokers[target].restart(clean=False)
+        self._fault_end(target)
 
     def _admin(self) -> Any:
         from ..client import Admin
@@ -507,10 +638,13 @@ class FaultInjector:
                 self.reassignments[p] = ReassignmentCheck(p, tuple(t), start - self.t0)
         record.target = self.cluster.controller()
         record.detail = ", ".join(f"p{p} {assignment[p]} -> {t}" for p, t in targets.items())
+        self._fault_instant("reassign", sorted({f"broker-{b}" for t in targets.values()
+                                                for b in t}), record.detail)
         if refused:
             raise RuntimeError(f"reassignment refused: {refused}")
         if kill:
             old = record.target
+            self._fault_start("kill", old, "kill -9, the controller, after a reassignment")
             self.cluster.brokers[old].kill()
             new = poll_for(lambda: n if (n := self.cluster.controller_or_none()) not in
                            (None, old) else None, self._failover_timeout(), "new controller")
@@ -532,6 +666,7 @@ class FaultInjector:
         not_needed = sum(1 for e in results.values() if e and e.code == ELECTION_NOT_NEEDED)
         record.detail = (f"elected {elected}, not needed {not_needed}"
                          + (f", {dict(codes)}" if codes else ""))
+        self._fault_instant("elect-leaders", [f"broker-{record.target}"], record.detail)
         unexpected = {tp.partition: e.name() for tp, e in results.items() if e is not None
                       and e.code not in (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE)}
         if unexpected:
@@ -574,14 +709,16 @@ class FaultInjector:
     def _restart_after_delay(self, broker_id: int) -> None:
         time.sleep(self.config.restart_delay_s)
         self.cluster.brokers[broker_id].restart(clean=False)
+        self._fault_end(broker_id)
 
     # -- healing -------------------------------------------------------------------------------
     def heal(self) -> None:
         """Bring every broker back (SIGCONT, start) and wait for every ISR to be full."""
-        for b in self.cluster.brokers.values():
+        for i, b in self.cluster.brokers.items():
             b.resume()
             if not b.running():
                 b.restart(clean=False)
+            self._fault_end(i)
         self.wait_healthy(self.config.heal_timeout_s)
 
 
@@ -631,15 +768,35 @@ def throughput_series(stats: Sequence[ProducerStats], t0: float, bucket_s: float
 
 
 def plot_report(report: ChaosReport, path: str) -> None:
-    """The throughput chart with the faults as markers, as an SVG file."""
+    """The run as an SVG file: the consistency checker's timeline (operations per second,
+    lost or truncated records) over the acknowledged writes per second of each producer,
+    both with the injected faults shaded (from the run's faults.log; without one, the
+    faults as markers)."""
     from .. import plot
+    from .checker_report import checker_svg, fault_label
 
-    svg = plot.line_chart(
+    events = (read_fault_events(report.workdir / FAULT_LOG_NAME)
+              if report.workdir is not None else [])
+    spans = fault_spans(events)
+    t0 = (min(op.wall for op in report.history.ops())
+          if report.history is not None and len(report.history) else None)
+    if spans and t0 is not None:
+        end = t0 + max((x for pts in report.throughput.values() for x, _ in pts), default=0.0)
+        bands = [(s.start - t0, (s.end if s.end is not None else end) - t0, fault_label(s))
+                 for s in spans]
+        markers: list[tuple[float, str]] = []
+    else:
+        bands, markers = [], [(f.at_s, f.kind) for f in report.faults]
+    charts = []
+    legend = 26  # the longest of both legends ("LOST (acked, by ack time)"): x axes aligned
+    if report.consistency is not None:
+        charts.append(checker_svg(report.consistency, events, legend_chars=legend))
+    charts.append(plot.line_chart(
         report.throughput,
         title=f"odradek chaos, seed {report.config.seed}: acknowledged writes per second",
         x_label="seconds since the workload started", y_label="acks/s",
-        markers=[(f.at_s, f.kind) for f in report.faults], step=True)
-    plot.write_svg(path, svg)
+        markers=markers, bands=bands, step=True, width=1000, legend_chars=legend))
+    plot.write_svg(path, plot.stack(charts))
 
 
 def fault_plan(config: ChaosConfig, rng: random.Random) -> Callable[[], str | None]:
@@ -678,7 +835,11 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 12
         config["logger"] = logger
     consumer = Consumer(config)
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+        # Right after healing a leadership may still move (a preferred election): a
+        # NOT_LEADER_FOR_PARTITION answer is retried until the timeout.
+        ends = {p: poll_for(lambda p=p: consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=10)[1], 60, f"partition {p}'s end",
+                    interval=0.5)
                 for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         out: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
@@ -822,7 +983,8 @@ def create_topic(cluster: ProcessCluster, config: ChaosConfig) -> None:
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     topic = NewTopic(config.topic, config.partitions, min(3, config.brokers), config={
-        "min.insync.replicas": "2", "unclean.leader.election.enable": "false"})
+        "min.insync.replicas": str(config.min_insync_replicas),
+        "unclean.leader.election.enable": str(config.unclean_leader_election).lower()})
     admin.create_topics([topic], operation_timeout=20)[config.topic].result(30)
 
 
@@ -846,9 +1008,14 @@ def run_chaos(config: ChaosConfig, workdir: Path, zookeeper_connect: str,
         create_topic(cluster, config)
         injector = FaultInjector(cluster, config, random.Random(config.seed), time.monotonic(),
                                  progress)
+        (workdir / FAULT_LOG_NAME).unlink(missing_ok=True)
+        injector.fault_log = FaultLog(workdir / FAULT_LOG_NAME)
         injector.wait_healthy(config.heal_timeout_s)
-        _run_workload_and_faults(cluster, config, injector, report, progress, logger)
+        read = _run_workload_and_faults(cluster, config, injector, report, progress, logger)
+        assignment = cluster.assignment(config.topic)
         stop_and_compare_replicas(cluster, config.topic, report, progress)
+        check_consistency(report, read, replica_records(cluster, config.topic, assignment),
+                          {r.partition: r.compared_below for r in report.replicas})
     except Exception as exc:  # reported (and failing the run), with the broker logs kept
         progress(f"run aborted: {traceback.format_exc()}")
         report.errors.append(f"{type(exc).__name__}: {exc}")
@@ -882,19 +1049,29 @@ def close_run(cluster: ProcessCluster, report: ChaosReport, logger: logging.Logg
 
 def _run_workload_and_faults(cluster: ProcessCluster, config: ChaosConfig,
                              injector: FaultInjector, report: ChaosReport,
-                             progress: Progress, logger: logging.Logger) -> None:
+                             progress: Progress, logger: logging.Logger
+                             ) -> dict[int, list[tuple[int, str]]]:
     stop = threading.Event()
+    history = report.history = History()
     workers = [ProducerWorker(i, cluster.bootstrap, config.topic, config.rate,
-                              config.message_timeout_ms, stop, logger)
+                              config.message_timeout_ms, stop, logger,
+                              client_config=config.producer_config(), history=history)
                for i in range(config.producers)]
+    readers = [ConsumerWorker(i, cluster.bootstrap, config.topic, config.partitions, stop,
+                              history, logger) for i in range(config.consumers)]
     injector.t0 = time.monotonic()
-    for w in workers:
+    for w in [*workers, *readers]:
         w.start()
-    progress(f"{config.producers} producers writing {config.rate:.0f} values/s each")
+    progress(f"{config.producers} producers writing {config.rate:.0f} values/s each, "
+             f"{config.consumers} consumers reading")
     try:
         _inject_faults(config, injector, report, stop)
     finally:
         stop.set()
+        for r in readers:
+            r.join()
+            if r.error:
+                report.errors.append(f"consumer {r.name}: {r.error}")
         progress("faults over: healing the cluster")
         try:
             injector.heal()
@@ -911,6 +1088,52 @@ def _run_workload_and_faults(cluster: ProcessCluster, config: ChaosConfig,
              "reading everything back")
     read = consume_all(cluster.bootstrap, config.topic, config.partitions, logger=logger)
     check_values(report, [w.stats for w in workers], read)
+    if report.workdir is not None:
+        history.save(report.workdir / HISTORY_NAME)
+    return read
+
+
+HISTORY_NAME = "history.jsonl"  # the workload's history, in the run's directory
+
+# What the default replication run promises: acks=all idempotent producers (librdkafka caps
+# the in-flight requests at 5 with idempotence), min.insync.replicas=2, unclean election off.
+RUN_GUARANTEES = ChaosConfig().guarantees()
+
+
+def replica_records(cluster: ProcessCluster, topic: str, assignment: dict[int, list[int]]
+                    ) -> dict[int, dict[int, list[tuple[int, str | None]]]]:
+    """Each replica's records (offset, value) from its segment files (after a clean stop),
+    for the checker's replica row; control records and unreadable batches left out."""
+    out: dict[int, dict[int, list[tuple[int, str | None]]]] = {}
+    for p, replicas in sorted(assignment.items()):
+        out[p] = {}
+        for b in replicas:
+            entries: list[tuple[int, str | None]] = []
+            for _base, _last, data in valid_batches(cluster.brokers[b].log_dir / f"{topic}-{p}"):
+                if rb.read_header(data).is_control:
+                    continue
+                try:
+                    records = rb.decode_records(data)
+                except ValueError:
+                    continue
+                entries.extend((r.offset, r.value.decode("utf-8", "replace")
+                                if r.value is not None else None) for r in records)
+            out[p][b] = entries
+    return out
+
+
+def check_consistency(report: ChaosReport, final_logs: dict[int, list[tuple[int, str]]],
+                      replica_logs: dict[int, dict[int, list[tuple[int, str | None]]]] | None,
+                      high_watermarks: dict[int, int] | None,
+                      guarantees: Guarantees | None = None) -> CheckReport | None:
+    """The checker (odradek.tools.consistency) on the run's history, the logs read back after
+    healing and the replicas' logs below their HW, with the guarantees of the run's settings
+    (`report.config.guarantees()`) unless others are given; kept in `report.consistency`."""
+    if report.history is None:
+        return None
+    report.consistency = check(report.history, guarantees or report.config.guarantees(),
+                               final_logs, replica_logs, high_watermarks)
+    return report.consistency
 
 
 def _inject_faults(config: ChaosConfig, injector: FaultInjector, report: ChaosReport,
@@ -954,17 +1177,22 @@ def format_report(report: ChaosReport) -> str:
     lines += [
         "",
         f"seed {c.seed}, {c.brokers} brokers, {c.partitions} partitions, RF "
-        f"{min(3, c.brokers)}, min.insync.replicas 2, {c.producers} idempotent acks=all "
+        f"{min(3, c.brokers)}, min.insync.replicas {c.min_insync_replicas}"
+        + (", unclean election on" if c.unclean_leader_election else "")
+        + f", {c.producers} {'idempotent ' if c.idempotence else ''}acks={c.acks} "
         f"producers, {len(report.faults)} faults, {report.elapsed_s:.0f}s in all",
         f"sent               {report.sent}",
         f"acknowledged       {report.acked}" + (
             f" ({report.acked_without_offset} delivered by librdkafka without an offset, "
             "checked by partition)" if report.acked_without_offset else ""),
         f"read back          {report.read_back}",
-        f"lost               {len(report.lost)}" + _examples(report.lost),
+        f"lost               {len(report.lost)}" + _examples(report.lost)
+        + ("  (allowed by these settings)" if report.lost and not c.guarantees().no_loss
+           else ""),
         f"misplaced          {len(report.misplaced)}" + _examples(report.misplaced),
-        f"duplicates         {report.duplicates}" + ("  (FAILURE: idempotence should make "
-                                                     "this 0)" if report.duplicates else ""),
+        f"duplicates         {report.duplicates}" + (
+            ("  (FAILURE: idempotence should make this 0)" if c.idempotence
+             else "  (allowed without idempotence)") if report.duplicates else ""),
         f"unacked-written    {report.unacked_written} (+{report.failed_written} written "
         "though delivery failed)",
         f"delivery failures  {errors}; still queued after flush: {report.undelivered}",
@@ -981,6 +1209,8 @@ def format_report(report: ChaosReport) -> str:
                          f"p{r.partition}->{list(r.target)}"
                          + ("" if r.completed else " NOT COMPLETED") for r in
                          report.reassignments))
+    if report.consistency is not None:
+        lines += ["", report.consistency.to_text().rstrip()]
     lines.append("RESULT: " + ("OK" if report.ok else "FAILED: " + "; ".join(report.failures)))
     return "\n".join(lines)
 

@@ -26,7 +26,15 @@ only when no --topic is given, as Kafka's merger does.
 one lane per partition (the first 40 by name; the title says when there were more), spans
 coloured by the leader while the partition is online and by the controller's partition state
 (NewPartition, OfflinePartition, NonExistentPartition) otherwise, replica state changes as
-ticks.
+ticks. Under it, a second timeline gives each partition's ISR size over time ("ISR 3",
+"ISR 2", ...) and its offline periods (no leader: leader -1 or OfflinePartition), so that a
+shrunken ISR or an outage is seen at a glance.
+
+The faults injected into the cluster (common/fault_log: `--faults FILE`, or a `faults.log`
+found beside the logs given, in their directory or up to three directories above, as a chaos
+run leaves it) are drawn on both: a lane per fault target (spans coloured by the kind of
+fault: kill, pause, partition, ...) and each fault shaded across every partition, so that
+what happened to a partition is seen next to why.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common.fault_log import FAULT_LOG_NAME, FaultEvent, fault_spans, read_fault_events
 from ..state_change import LINE_RE, PARTITION_RE
 from .command import Subcommands, ToolError, prefixed, run_tool
 
@@ -262,6 +271,11 @@ _PARTITION_CHANGE_RE = re.compile(r"^Changed partition \S+ state from (?P<before
 _REPLICA_CHANGE_RE = re.compile(r"^Changed state of replica (?P<replica>-?\d+) for partition "
                                 r"\S+ from (?P<before>\w+) to (?P<after>\w+)")
 _LEADER_RE = re.compile(r"\bleader=(?P<leader>-?\d+)")
+# The ISR a line states: "isr=[0,1,2]" / "isr=[0, 1, 2]" (controller and LeaderAndIsr lines),
+# or the partition leader's committed change "ISR of partition t-0 updated to 0,2,1 and ...".
+# ("Shrinking/Expanding ISR ... from a to b" are proposals, which may be refused: not taken.)
+_ISR_RE = re.compile(r"\bisr=\[(?P<isr>[\d, ]*)\]|ISR of partition \S+ updated to "
+                     r"(?P<updated>[\d,]*) and")
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +288,15 @@ class Change:
     state: str | None = None
     leader: int | None = None
     replica_state: str | None = None
+    isr: tuple[int, ...] | None = None  # the ISR the line states, if it states one
+
+
+def _parse_isr(message: str) -> tuple[int, ...] | None:
+    m = _ISR_RE.search(message)
+    if m is None:
+        return None
+    text = m.group("isr") if m.group("isr") is not None else m.group("updated")
+    return tuple(int(x) for x in re.split(r"[,\s]+", text) if x)
 
 
 def parse_change(line: str) -> Change | None:
@@ -296,11 +319,14 @@ def parse_change(line: str) -> Change | None:
         return Change(time, tp, replica_state=replica.group("after"))
     leader_m = _LEADER_RE.search(message)
     leader = int(leader_m.group("leader")) if leader_m else None
+    isr = _parse_isr(message)
     change = _PARTITION_CHANGE_RE.match(message)
     if change is not None and parsed.group("actor") == "Controller":
-        return Change(time, tp, state=change.group("after"), leader=leader)
+        return Change(time, tp, state=change.group("after"), leader=leader, isr=isr)
     if change is not None and leader is not None:  # a broker's LeaderAndIsr: leader only
-        return Change(time, tp, leader=leader)
+        return Change(time, tp, leader=leader, isr=isr)
+    if isr is not None:  # an ISR change, a LeaderAndIsr request sent: the ISR only
+        return Change(time, tp, isr=isr)
     return None
 
 
@@ -309,6 +335,8 @@ def _span_label(state: str | None, leader: int | None) -> str | None:
     the partition state otherwise."""
     if leader is not None and leader >= 0 and state in (None, "OnlinePartition"):
         return f"leader {leader}"
+    if leader is not None and leader < 0 and state in (None, "OnlinePartition"):
+        return "OfflinePartition"  # no leader (-1): offline, whatever the state says
     return state
 
 
@@ -363,16 +391,154 @@ def timeline_rows(changes: Iterable[Change], max_lanes: int = MAX_LANES
     return rows, len(names), first
 
 
-def state_change_plot(changes: Iterable[Change], max_lanes: int = MAX_LANES) -> str:
-    """The SVG timeline of the partitions' states and leaders (`--plot`)."""
-    from ..plot import timeline
+def _name(tp: tuple[str, int]) -> str:
+    return f"{tp[0]}-{tp[1]}"
 
+
+def is_offline(state: str | None, leader: int | None) -> bool:
+    """No leader: the controller's OfflinePartition, or a leader of -1 (none of the ISR
+    left to lead, unclean election off)."""
+    return state == "OfflinePartition" or (leader is not None and leader < 0)
+
+
+def isr_series(changes: Iterable[Change]) -> dict[str, list[tuple[float, int]]]:
+    """Per partition ("t-0"), its ISR size over time as (seconds since the first change,
+    size) points, one each time the size changes."""
+    out: dict[str, list[tuple[float, int]]] = {}
+    t0: float | None = None
+    for c in changes:
+        t0 = _seconds(c.time) if t0 is None else t0
+        if c.isr is None:
+            continue
+        points = out.setdefault(_name(c.partition), [])
+        if not points or points[-1][1] != len(c.isr):
+            points.append((_seconds(c.time) - t0, len(c.isr)))
+    return out
+
+
+def offline_periods(changes: Iterable[Change]) -> dict[str, list[tuple[float, float]]]:
+    """Per partition, the (start, end) periods (seconds since the first change) it had no
+    leader; a period still open at the last change ends there."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    state: dict[tuple[str, int], tuple[str | None, int | None]] = {}
+    since: dict[tuple[str, int], float] = {}
+    t0: float | None = None
+    now = 0.0
+    for c in changes:
+        t0 = _seconds(c.time) if t0 is None else t0
+        now = _seconds(c.time) - t0
+        if c.state is None and c.leader is None:
+            continue
+        before_state, before_leader = state.get(c.partition, (None, None))
+        new_state = c.state if c.state is not None else before_state
+        new_leader = c.leader if c.leader is not None else before_leader
+        if c.state in ("OfflinePartition", "NewPartition", "NonExistentPartition"):
+            new_leader = c.leader  # the leader is gone with the state (or not yet there)
+        state[c.partition] = (new_state, new_leader)
+        off = is_offline(new_state, new_leader)
+        if off and c.partition not in since:
+            since[c.partition] = now
+        elif not off and c.partition in since:
+            out.setdefault(_name(c.partition), []).append((since.pop(c.partition), now))
+    for tp, start in since.items():
+        out.setdefault(_name(tp), []).append((start, now))
+    for periods in out.values():
+        periods.sort()
+    return out
+
+
+def isr_rows(changes: Sequence[Change], max_lanes: int = MAX_LANES
+             ) -> dict[str, list[tuple[float, float, str]]]:
+    """Lanes for `plot.timeline`: per partition, spans "ISR <size>" from each ISR change to
+    the next (the last to the last change), with the offline periods over them."""
+    series = isr_series(changes)
+    offline = offline_periods(changes)
+    end = (_seconds(changes[-1].time) - _seconds(changes[0].time)) if changes else 0.0
+    rows: dict[str, list[tuple[float, float, str]]] = {}
+    names = sorted({_name(c.partition) for c in changes},
+                   key=lambda n: (n.rpartition("-")[0], int(n.rpartition("-")[2])))
+    for name in names[:max_lanes]:
+        points = series.get(name, [])
+        lane = [(t, nxt[0] if nxt else end, f"ISR {size}")
+                for (t, size), nxt in zip(points, [*points[1:], None], strict=True)]
+        lane = [s for s in lane if s[1] > s[0]]
+        lane.extend((a, b, "offline") for a, b in offline.get(name, []) if b >= a)
+        rows[name] = lane
+    return rows
+
+
+def fault_rows(events: Iterable[FaultEvent], t0_epoch: float, end: float
+               ) -> tuple[dict[str, list[tuple[float, float, str]]],
+                          list[tuple[float, float, str]]]:
+    """The faults (epoch times) on the plot's time axis (seconds since `t0_epoch`): a lane per
+    target ("fault broker-1") with spans named by kind, and the bands to shade (start, end,
+    "kind targets"); a fault still active at the end lasts to `end`."""
+    from .checker_report import fault_label
+
+    lanes: dict[str, list[tuple[float, float, str]]] = {}
+    bands: list[tuple[float, float, str]] = []
+    for s in fault_spans(events):
+        a = s.start - t0_epoch
+        b = (s.end if s.end is not None else t0_epoch + end) - t0_epoch
+        bands.append((a, b, fault_label(s)))
+        for target in s.targets or ("cluster",):
+            lanes.setdefault(f"fault {target}", []).append((a, b, s.kind))
+    return dict(sorted(lanes.items())), bands
+
+
+def epoch_seconds(time: str) -> float:
+    """A log time (naive, the brokers' local time) as seconds since the epoch."""
+    return datetime.datetime.strptime(time, TIME_FORMAT).timestamp()
+
+
+ISR_COLOURS = {"offline": "#D55E00", "ISR 1": "#E69F00", "ISR 2": "#56B4E9",
+               "ISR 3": "#009E73", "ISR 4": "#0072B2", "ISR 5": "#0072B2"}
+FAULT_COLOURS = {"kill": "#B22222", "pause": "#CC79A7", "controlled-shutdown": "#7F7F7F",
+                 "partition": "#8C564B", "isolate": "#8C564B", "restart": "#BCBD22"}
+
+
+def state_change_plot(changes: Iterable[Change], max_lanes: int = MAX_LANES,
+                      faults: Iterable[FaultEvent] = ()) -> str:
+    """The SVG timeline of the partitions' states and leaders (`--plot`), with their ISR sizes
+    and offline periods under it when the lines state ISRs; `faults` (the events of a fault
+    log) are drawn on both."""
+    from ..plot import stack, timeline
+
+    changes = list(changes)
     rows, total, first = timeline_rows(changes, max_lanes)
     title = "Partition state and leader over time"
     if total > len(rows):
         title += f" (first {len(rows)} of {total} partitions)"
     x_label = f"seconds since {first}" if first else "seconds"
-    return timeline(rows, title=title, x_label=x_label, colours=STATE_COLOURS)
+    events = list(faults)
+    lanes: dict[str, list[tuple[float, float, str]]] = {}
+    bands: list[tuple[float, float, str]] = []
+    if events and first is not None:
+        end = _seconds(changes[-1].time) - _seconds(first)
+        lanes, bands = fault_rows(events, epoch_seconds(first), end)
+    colours = {**FAULT_COLOURS, **STATE_COLOURS}
+    states = timeline({**lanes, **rows}, title=title, x_label=x_label, colours=colours,
+                      bands=bands)
+    if not any(c.isr is not None for c in changes):
+        return states
+    isr_title = "ISR size and offline periods" + (
+        f" (first {len(rows)} of {total} partitions)" if total > len(rows) else "")
+    isr = timeline({**lanes, **isr_rows(changes, max_lanes)}, title=isr_title,
+                   x_label=x_label, colours={**FAULT_COLOURS, **ISR_COLOURS}, bands=bands)
+    return stack([states, isr])
+
+
+def faults_beside(inputs: Sequence[str]) -> Path | None:
+    """A faults.log in the directory of a --logs input (or the input directory itself), or up
+    to three directories above it: where a chaos run leaves it."""
+    for item in inputs:
+        p = Path(item).resolve()
+        start = p if p.is_dir() else p.parent
+        for d in [start, *list(start.parents)[:3]]:
+            candidate = d / FAULT_LOG_NAME
+            if candidate.is_file():
+                return candidate
+    return None
 
 
 def _collect(lines: Iterable[str], into: list[Change]) -> Iterator[str]:
@@ -406,16 +572,27 @@ def _merge(args: argparse.Namespace) -> int:
         raise bad_input("--plot works with --engine local only")
     files = find_logs(inputs, regex)
     print(f"Merging {len(files)} state change log file(s)", file=sys.stderr)
+    faults: list[FaultEvent] = []
+    if args.plot:
+        faults_path = Path(args.faults) if args.faults else faults_beside(inputs)
+        if args.faults and not faults_path.is_file():
+            raise bad_input(f"--faults {args.faults}: no such file")
+        if faults_path is not None:
+            faults = read_fault_events(faults_path)
+            print(f"Marking {len(fault_spans(faults))} fault(s) from {faults_path}",
+                  file=sys.stderr)
+    elif args.faults:
+        raise bad_input("--faults goes with --plot")
     try:
-        return _merge_to_output(args, files, criteria)
+        return _merge_to_output(args, files, criteria, faults)
     except BrokenPipeError:
         raise
     except OSError as exc:
         raise bad_input(str(exc)) from None
 
 
-def _merge_to_output(args: argparse.Namespace, files: Sequence[Path], criteria: Criteria
-                     ) -> int:
+def _merge_to_output(args: argparse.Namespace, files: Sequence[Path], criteria: Criteria,
+                     faults: Sequence[FaultEvent] = ()) -> int:
     if args.engine == "spark":
         return run_spark(files, criteria, args.output, args.master)
     changes: list[Change] = []
@@ -437,7 +614,7 @@ def _merge_to_output(args: argparse.Namespace, files: Sequence[Path], criteria: 
     if args.plot:
         from ..plot import write_svg
 
-        path = write_svg(args.plot, state_change_plot(changes))
+        path = write_svg(args.plot, state_change_plot(changes, faults=faults))
         print(f"Plot of {len({c.partition for c in changes})} partition(s) written to {path}",
               file=sys.stderr)
     return 0
@@ -462,5 +639,11 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--plot", metavar="FILE.svg",
                    help="also draw the merged lines as an SVG timeline: one lane per partition "
                         f"(at most {MAX_LANES}), spans coloured by leader or partition state, "
-                        "replica state changes as ticks")
+                        "replica state changes as ticks; under it each partition's ISR size "
+                        "and offline periods; the faults of --faults (or of a faults.log "
+                        "found beside the logs) marked on both")
+    p.add_argument("--faults", metavar="FILE",
+                   help="with --plot: the fault log (common/fault_log, one JSON event a line) "
+                        "whose faults to mark; default: a faults.log in the --logs directory "
+                        "or up to three directories above it")
     p.set_defaults(func=run)
