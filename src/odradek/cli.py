@@ -15,6 +15,8 @@
   odradek replica-verification                        kafka-replica-verification (S-6.4)
   odradek state-change-log                            the state-change log merger (S-6.5)
   odradek console-producer / console-consumer / chaos
+  odradek broker-api-versions / get-offsets          kafka-broker-api-versions, GetOffsetShell
+  odradek producer-perf-test / consumer-perf-test   kafka-producer-perf-test, -consumer-perf-test
 """
 
 from __future__ import annotations
@@ -210,6 +212,13 @@ TOOL_MODULES = [
     "reassign_partitions",
     "replica_verification",
     "state_change_log",
+    "broker_api_versions",
+    "get_offsets",
+    "producer_perf_test",
+    "consumer_perf_test",
+    "delete_records",
+    "log_dirs",
+    "disk_faults",
 ]
 
 
@@ -254,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "on base-port + i + 100 * number of listeners; free ports with "
                         "--base-port 0)")
     p.add_argument("--console-faults", action="store_true",
-                   help="let the console kill and restart brokers (POST /api/faults/...)")
+                   help="let the console kill, restart, pause, resume, isolate and heal "
+                        "brokers (POST /api/faults/...); the brokers' links then pass through "
+                        "the fault network (docs/faults.md)")
     security = p.add_argument_group(
         "security", "a secured cluster: one listener per --security-protocol (the first is the "
         "inter-broker one; listener k of broker i on base-port + i + 100k), certificates "

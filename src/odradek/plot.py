@@ -255,12 +255,14 @@ def _y_label(out: list[str], label: str, top: float, bottom: float) -> None:
 def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str,
                x_label: str, y_label: str, markers: Sequence[tuple[float, str]] = (),
                width: int = 900, height: int = 420, y_log: bool = False,
-               step: bool = False, bands: Sequence[tuple[float, float, str]] = ()) -> str:
+               step: bool = False, bands: Sequence[tuple[float, float, str]] = (),
+               legend_chars: int | None = None) -> str:
     """Several (x, y) series with a legend. `markers` are (x, label) events drawn as vertical
     dashed lines; `y_log` plots y on a log axis (points with y <= 0 are left out); `step` draws
     each series as a step function (the value holds until the next point). `bands` are
     (start, end, label) periods (a fault that lasted) shaded behind the series, each marked and
-    labelled at its start like a marker."""
+    labelled at its start like a marker. `legend_chars` fixes the legend's width (in
+    characters), so that charts stacked one above the other share their x axis."""
     _check_size(width, height)
     names = [str(n) for n in series]
     data: list[list[tuple[float, float]]] = []
@@ -272,8 +274,9 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
              for a, b, label in bands if _finite(a, b)]
     marks = sorted([(float(x), str(label)) for x, label in markers if _finite(x)]
                    + [(a, label) for a, _, label in spans], key=lambda m: m[0])
-    legend_chars = min(28, max((len(n) for n in names), default=0))
-    right_margin = 24 + (legend_chars * CHAR_W + 34 if names else 0)
+    if legend_chars is None:
+        legend_chars = min(28, max((len(n) for n in names), default=0))
+    right_margin = 24 + (legend_chars * CHAR_W + 34 if names or legend_chars else 0)
     left, top = 72.0, 40.0
     right, bottom = width - right_margin, height - 52.0
     if right - left < 80:  # very long names on a narrow chart: legend shrinks

@@ -109,6 +109,10 @@ def test_leader_failover_elects_from_isr_and_bumps_epoch(tmp_path: Path) -> None
             await cluster.kill_broker(victim)
             await cluster.wait_for(lambda: all(state(cluster, "t", p)["leader"] != victim
                                                for p in led), what="new leaders")
+            # Elections come first, then the dead replica leaves every other ISR
+            # (OfflineReplica): two steps of the controller, each its own znode write.
+            await cluster.wait_for(lambda: all(victim not in state(cluster, "t", p)["isr"]
+                                               for p in range(3)), what="the victim out of ISRs")
             for p in range(3):
                 s = state(cluster, "t", p)
                 assert victim not in s["isr"] and s["leader"] in s["isr"]

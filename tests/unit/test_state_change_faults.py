@@ -14,7 +14,7 @@ from odradek.common.fault_log import FaultEvent, FaultLog
 from odradek.tools import state_change_log
 from odradek.tools.state_change_log import (
     Change,
-    _epoch,
+    epoch_seconds,
     fault_rows,
     faults_beside,
     isr_rows,
@@ -94,7 +94,7 @@ def test_isr_rows_span_each_size_until_the_next_with_offline_over_them() -> None
 
 
 def test_fault_rows_put_faults_on_the_log_time_axis() -> None:
-    t0 = _epoch(at(0))
+    t0 = epoch_seconds(at(0))
     events = [FaultEvent("kill", "start", ("broker-1",), fault_id=1, time=t0 + 1),
               FaultEvent("kill", "end", ("broker-1",), fault_id=1, time=t0 + 4),
               FaultEvent("pause", "start", ("broker-2",), "SIGSTOP", fault_id=2, time=t0 + 6),
@@ -112,7 +112,7 @@ def _rows(root: ET.Element) -> list[str]:
 
 
 def test_plot_stacks_states_and_isr_with_the_faults() -> None:
-    t0 = _epoch(at(0))
+    t0 = epoch_seconds(at(0))
     faults = [FaultEvent("kill", "start", ("broker-1",), fault_id=1, time=t0 + 1),
               FaultEvent("kill", "end", ("broker-1",), fault_id=1, time=t0 + 4)]
     root = ET.fromstring(state_change_plot(CHANGES, faults=faults))

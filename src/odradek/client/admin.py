@@ -413,6 +413,25 @@ class AsyncAdmin:
             Node(b.node_id, b.host, b.port, b.rack)
             for b in sorted(md.brokers.values(), key=lambda b: b.node_id)])
 
+    async def broker_api_versions(self) -> dict[Node, dict[int, tuple[int, int]] | KafkaError]:
+        """Each alive broker's ApiVersions answer, {api key: (min, max)}, or the error met
+        reaching it (what Kafka's kafka-broker-api-versions lists). Brokers come from a fresh
+        Metadata, asked again (up to default.api.timeout.ms) while it lists none."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.api_timeout
+        md = await self.client.refresh_metadata()
+        while not md.brokers and loop.time() < deadline:
+            await asyncio.sleep(self.retry_backoff)
+            md = await self.client.refresh_metadata()
+        out: dict[Node, dict[int, tuple[int, int]] | KafkaError] = {}
+        for b in sorted(md.brokers.values(), key=lambda b: b.node_id):
+            node = Node(b.node_id, b.host, b.port, b.rack)
+            try:
+                out[node] = dict((await self.client.connection(b.node_id)).api_versions)
+            except KafkaError as exc:
+                out[node] = exc
+        return out
+
     # -- configs ---------------------------------------------------------------------------------
     async def describe_configs(self, resources: Iterable[ConfigResource | tuple[str, str]],
                                include_synonyms: bool = False

@@ -143,6 +143,9 @@ class ControllerContext:
     topics_with_deletion_started: set[str] = field(default_factory=set)
     topics_ineligible_for_deletion: set[str] = field(default_factory=set)
     partitions_being_reassigned: dict[TopicPartition, Reassignment] = field(default_factory=dict)
+    # KIP-112: broker -> its partitions whose replica is in an offline log dir (learnt from
+    # KAFKA_STORAGE_ERROR in LeaderAndIsr responses; forgotten when the broker restarts)
+    replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
 
     # ---- brokers -------------------------------------------------------------------------
 
@@ -166,14 +169,14 @@ class ControllerContext:
             self.live_brokers.pop(broker_id, None)
             self.live_broker_epochs.pop(broker_id, None)
             self.shutting_down_broker_ids.discard(broker_id)
+            self.replicas_on_offline_dirs.pop(broker_id, None)
 
     def is_replica_online(self, broker_id: int, partition: TopicPartition | None = None,
                           include_shutting_down: bool = False) -> bool:
-        """Whether the replica on ``broker_id`` can serve (its broker is live).
-
-        ``partition`` is accepted for parity with Kafka, which also checks offline log
-        directories (not modelled here).
-        """
+        """Whether the replica on ``broker_id`` can serve: its broker is live and, for a
+        ``partition``, the replica is not in an offline log dir of that broker (KIP-112)."""
+        if partition is not None and partition in self.replicas_on_offline_dirs.get(broker_id, ()):
+            return False
         if include_shutting_down:
             return broker_id in self.live_brokers
         return broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids

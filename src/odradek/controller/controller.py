@@ -36,7 +36,7 @@ from ..coordination.store import (
 from ..metrics.stats import ControllerStats
 from ..security.protocol import SecurityProtocol
 from ..state_change import StateChangeLogger
-from .channel import ControllerChannelManager, RequestSender
+from .channel import LEADER_AND_ISR, ControllerChannelManager, RequestSender
 from .context import BrokerEndpoint, ControllerContext, LeaderAndIsr, TopicPartition
 from .events import (
     AutoPreferredReplicaLeaderElection,
@@ -48,6 +48,8 @@ from .events import (
     ControllerMovedError,
     Expire,
     IsrChangeNotification,
+    LeaderAndIsrResponseReceived,
+    LogDirEventNotification,
     PartitionModifications,
     PartitionReassignment,
     PreferredReplicaLeaderElection,
@@ -71,6 +73,7 @@ __all__ = ["ControllerConfig", "KafkaController"]
 
 log = logging.getLogger("odradek.controller")
 P = PartitionState
+KAFKA_STORAGE_ERROR = 56  # a replica in an offline log dir (KIP-112)
 R = ReplicaState
 
 
@@ -89,6 +92,7 @@ class ControllerConfig:
     leader_imbalance_check_interval_seconds: float = 300.0
     inter_broker_listener: str = "PLAINTEXT"
     inter_broker_security: Any = None  # security.connector.ClientSecurity (None: PLAINTEXT)
+    connector: Any = None  # security.connector.Connector for the channel (None: open_connection)
 
     @classmethod
     def from_broker_config(cls, config: ConfigValues) -> ControllerConfig:
@@ -141,6 +145,7 @@ class KafkaController:
         self._topic_watches: dict[str, Any] = {}
         self.zk = ControllerZkClient(store, self.ctx)
         self.requests = RequestSender(broker_id, self.ctx)
+        self.requests.on_response = self._on_request_response
         self.replica_state_machine = ReplicaStateMachine(self.ctx, self.zk, self.sc)
         self.partition_state_machine = PartitionStateMachine(
             self.ctx, self.zk, self.replica_state_machine, self.sc,
@@ -252,6 +257,10 @@ class KafkaController:
             await self.topic_deletion.on_topic_deletion()
         elif isinstance(event, IsrChangeNotification):
             await self._on_isr_change_notification()
+        elif isinstance(event, LogDirEventNotification):
+            await self._on_log_dir_event_notification()
+        elif isinstance(event, LeaderAndIsrResponseReceived):
+            await self._on_leader_and_isr_response(event.broker_id, event.response)
         elif isinstance(event, ControlledShutdown):
             await self._on_controlled_shutdown(event)
         elif isinstance(event, TopicDeletionStopped):
@@ -341,6 +350,8 @@ class KafkaController:
             await self.store.watch_children(paths.DELETE_TOPICS, lambda _e: put(TopicDeletion())),
             await self.store.watch_children(paths.ISR_CHANGE_NOTIFICATION,
                                             lambda _e: put(IsrChangeNotification())),
+            await self.store.watch_children(paths.LOG_DIR_EVENT_NOTIFICATION,  # KIP-112
+                                            lambda _e: put(LogDirEventNotification())),
             await self.store.watch_data(  # S-6.1; DELETED is the controller's own delete
                 paths.PREFERRED_REPLICA_ELECTION, lambda e: None if e.type is EventType.DELETED
                 else put(PreferredReplicaLeaderElection())),
@@ -349,8 +360,13 @@ class KafkaController:
                 else put(PartitionReassignment())),
         ]
         channel = ControllerChannelManager(self.broker_id, self.config.socket_timeout_ms,
-                                           security=self.config.inter_broker_security)
+                                           security=self.config.inter_broker_security,
+                                           **({"connector": self.config.connector}
+                                              if self.config.connector is not None else {}))
         self.requests.channel = channel
+        # Kafka deletes the log dir events left over: the LeaderAndIsr of every replica below
+        # finds the offline ones again (KAFKA_STORAGE_ERROR in the responses)
+        await self._delete_log_dir_events()
         await self._load_context()
         self.partition_state_machine.initialize(self.ctx.all_partitions())
         self.replica_state_machine.initialize(self.ctx.all_partitions())
@@ -487,6 +503,7 @@ class KafkaController:
         ctx = self.ctx
         assert self.channel is not None
         for b in sorted(new):
+            ctx.replicas_on_offline_dirs.pop(b, None)  # a restarted broker loaded its dirs anew
             ep = await self._read_broker(b)
             if ep is None:
                 continue
@@ -627,6 +644,113 @@ class KafkaController:
             batch.add_update_metadata(self.ctx.live_or_shutting_down_broker_ids, changed)
             assert self.channel is not None
             self.requests.send(batch)
+
+
+    # -- log dir failures (KIP-112) ---------------------------------------------------------------
+    async def _delete_log_dir_events(self, children: Iterable[str] | None = None) -> None:
+        if children is None:
+            try:
+                children = await self.store.get_children(paths.LOG_DIR_EVENT_NOTIFICATION)
+            except NoNodeError:
+                return
+        for child in children:
+            await self.zk.delete(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{child}")
+
+    async def _on_log_dir_event_notification(self) -> None:
+        """Kafka's processLogDirEventNotification + onBrokerLogDirFailure: every replica of
+        the brokers named gets a LeaderAndIsr (OnlineReplica); those in an offline dir answer
+        KAFKA_STORAGE_ERROR (``_on_leader_and_isr_response``). The notifications are deleted."""
+        try:
+            children = await self.store.get_children(paths.LOG_DIR_EVENT_NOTIFICATION)
+        except NoNodeError:
+            return
+        brokers: set[int] = set()
+        for child in sorted(children):
+            found = await self.store.get_or_none(f"{paths.LOG_DIR_EVENT_NOTIFICATION}/{child}")
+            if found is None:
+                continue
+            try:
+                broker = paths.decode_log_dir_event(found[0])
+            except ValueError:
+                log.warning("[Controller id=%d] Ignoring a malformed log dir event %s",
+                            self.broker_id, child)
+                continue
+            if broker is not None:
+                brokers.add(broker)
+        try:
+            ctx = self.ctx
+            brokers &= set(ctx.live_brokers)
+            if brokers:
+                log.info("[Controller id=%d] Handling log directory failure for brokers %s",
+                         self.broker_id, ",".join(map(str, sorted(brokers))))
+                batch = self.requests.new_batch()
+                for b in sorted(brokers):
+                    for tp in sorted(ctx.partitions_on_broker(b)):
+                        leadership = ctx.leader_and_isr(tp)
+                        if leadership is None or ctx.is_topic_queued_up_for_deletion(tp.topic):
+                            continue
+                        batch.add_leader_and_isr([b], tp, leadership,
+                                                 ctx.partition_replica_assignment(tp))
+                        self.replica_state_machine.transition(tp, [b], R.OnlineReplica)
+                self.requests.send(batch)
+        finally:
+            await self._delete_log_dir_events(children)
+
+    def _on_request_response(self, broker_id: int, api_key: int, response: Any) -> None:
+        if api_key == LEADER_AND_ISR:
+            self.events.put(LeaderAndIsrResponseReceived(broker_id=broker_id,
+                                                         response=response))
+
+    async def _on_leader_and_isr_response(self, broker_id: int, response: Any) -> None:
+        """Kafka's onLeaderAndIsrResponseReceived: replicas answering KAFKA_STORAGE_ERROR are
+        in an offline log dir; the new ones go offline (``_on_replicas_become_offline``)."""
+        if response is None or getattr(response, "error_code", 0) != 0:
+            return
+        ctx = self.ctx
+        names = {tid: t for t, tid in ctx.topic_ids.items()}
+        errors = [(TopicPartition(e.topic_name, e.partition_index), e.error_code)
+                  for e in getattr(response, "partition_errors", ())]
+        for topic in getattr(response, "topics", ()):
+            name = names.get(topic.topic_id)
+            if name is not None:
+                errors += [(TopicPartition(name, e.partition_index), e.error_code)
+                           for e in topic.partition_errors]
+        offline = {tp for tp, code in errors if code == KAFKA_STORAGE_ERROR}
+        online = {tp for tp, code in errors if code == 0}
+        previous = ctx.replicas_on_offline_dirs.get(broker_id, set())
+        current = (previous - online) | offline
+        if current:
+            ctx.replicas_on_offline_dirs[broker_id] = current
+        else:
+            ctx.replicas_on_offline_dirs.pop(broker_id, None)
+        new = current - previous
+        if new and broker_id in ctx.live_brokers:
+            self.sc.controller(ctx.epoch, (
+                f"Mark replicas {', '.join(str(tp) for tp in sorted(new))} on broker "
+                f"{broker_id} as offline"))
+            await self._on_replicas_become_offline(broker_id, new)
+
+    async def _on_replicas_become_offline(self, broker_id: int,
+                                          partitions: set[TopicPartition]) -> None:
+        """Kafka's onReplicasBecomeOffline: partitions whose leader is now offline elect
+        another (from the ISR), then the replicas go OfflineReplica (out of the ISRs)."""
+        ctx = self.ctx
+        with_offline_leader = ctx.partitions_with_offline_leader()
+        for tp in sorted(with_offline_leader):
+            self.partition_state_machine.transition(tp, P.OfflinePartition)
+        await self._trigger_online_partitions()
+        batch = self.requests.new_batch()
+
+        async def offline_replica(tp: TopicPartition) -> None:
+            self.replica_state_machine.transition(tp, [broker_id], R.OfflineReplica)
+            await self.replica_state_machine.remove_replica_from_isr(tp, broker_id, batch)
+
+        await run_bounded(sorted(tp for tp in partitions
+                                 if not ctx.is_topic_queued_up_for_deletion(tp.topic)),
+                          offline_replica, STATE_WRITE_WINDOW)
+        batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids,
+                                  partitions | with_offline_leader)
+        self.requests.send(batch)
 
 
 class _Call(ControllerEvent):

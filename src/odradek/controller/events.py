@@ -34,6 +34,7 @@ __all__ = [
     "Expire",
     "IsrChangeNotification",
     "LeaderAndIsrResponseReceived",
+    "LogDirEventNotification",
     "PartitionModifications",
     "PartitionReassignment",
     "PreferredReplicaLeaderElection",
@@ -71,6 +72,7 @@ class ControllerState(Enum):
     ManualLeaderBalance = 7
     ControlledShutdown = 8
     IsrChange = 9
+    LogDirChange = 20
     LeaderAndIsrResponseReceived = 10
     ControllerShutdown = 12
     UpdateMetadataResponseReceived = 16
@@ -211,6 +213,14 @@ class IsrChangeNotification(ControllerEvent):
     """Children of ``/isr_change_notification`` changed: leaders shrank/expanded ISRs."""
 
     state: ClassVar[ControllerState] = ControllerState.IsrChange
+
+
+@dataclass(frozen=True)
+class LogDirEventNotification(ControllerEvent):
+    """Children of ``/log_dir_event_notification`` changed: a broker lost a log dir
+    (KIP-112)."""
+
+    state: ClassVar[ControllerState] = ControllerState.LogDirChange
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,8 @@ class PartitionStateMachine:
 
         def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
             replicas = ctx.partition_replica_assignment(tp)
-            live = ctx.live_broker_ids
+            # live brokers whose replica of tp is not in an offline log dir (KIP-112)
+            live = {r for r in ctx.live_broker_ids if ctx.is_replica_online(r, tp)}
             if strategy in ("offline", "unclean"):  # unclean: ElectLeaders UNCLEAN (S-6.1)
                 unclean = strategy == "unclean" or self.unclean_leader_election_enable(tp.topic)
                 result = sel.offline_partition_leader(replicas, current.isr, live, unclean)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
@@ -35,10 +37,12 @@ from ..metrics.history import MetricsHistory
 from ..metrics.registry import BrokerMetrics
 from ..security import ssl_factory
 from ..security.authorizer import ALLOW_ALL, Authorizer
+from ..security.connector import Connector, open_connection
 from ..security.sasl_server import DEFAULT_MAX_RECEIVE_SIZE, listener_prop
 from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
+from ..storage.log_dir_failure_channel import LogDirFailureChannel
 from ..storage.log_manager import LogManager
 from .admin_manager import AdminManager
 from .apis import KafkaApis
@@ -72,9 +76,13 @@ class Broker:
     `group_coordinator`, `controller`, ...)."""
 
     def __init__(self, config: KafkaConfig, *, embedded_zk: EmbeddedZooKeeper | None = None,
-                 fault_actions: FaultActions | None = None) -> None:
+                 fault_actions: FaultActions | None = None,
+                 connector: Connector | None = None) -> None:
         self.config = config
         self.fault_actions = fault_actions  # the console's fault routes (odradek.Cluster)
+        # how this broker dials the others (controller channel, replica fetchers, transaction
+        # markers, controlled shutdown); odradek.Cluster's fault network passes its own
+        self.connector: Connector = connector or open_connection
         self.http_listener: HttpListener | None = None
         self.broker_id = config.broker_id
         self._embedded_zk = embedded_zk
@@ -174,12 +182,17 @@ class Broker:
         listeners = [self.make_listener(ep.listener) for ep in cfg.listeners]
         cfg.inter_broker_client_security()  # the same for the inter-broker client side
         log_dirs = cfg.log_dirs
+        # KIP-112: a log dir failing from the start is offline, the others serve
+        failures = LogDirFailureChannel()
         for d in log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                failures.maybe_add_offline_log_dir(d, f"Failed to create log dir {d}", exc)
         store = self.store = await self._connect_store()
         await paths.create_top_level_paths(store)
         cluster_id = await self._cluster_id()
-        self.broker_id = self._check_meta_properties(log_dirs, cluster_id)
+        self.broker_id = self._check_meta_properties(log_dirs, cluster_id, failures)
         self._state_change_handler = state_change.attach_file(self.broker_id, log_dirs[0])
         metrics = self.metrics = BrokerMetrics(
             self.broker_id, recording=cfg["metrics.recording.enabled"])
@@ -191,7 +204,7 @@ class Broker:
         defaults = LogConfig.from_props(cfg.topic_defaults(), allow_unknown=True)
         log_manager = self.log_manager = LogManager(
             log_dirs, defaults, producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
-            flush_stats=metrics.log_flush)
+            flush_stats=metrics.log_flush, failure_channel=failures)
         log_manager.start_cleaner(cleaner_config_from(cfg))  # compaction (S-2.7)
         # many loaded logs: out of the cyclic GC's generations (server/gc_freeze.py)
         freeze_long_lived(len(log_manager.all_logs()), collect=True, reason="loading logs")
@@ -202,11 +215,13 @@ class Broker:
                                                    metadata_cache=cache,
                                                    topic_stats=metrics.topics,
                                                    isr_stats=metrics.isr)
+        rm.on_all_log_dirs_offline = self._halt_on_log_dir_failure  # KIP-112
         rm.start()
         inter_broker = cfg.inter_broker_listener_name
         rm.start_replication(  # replica fetchers and ISR tasks (S-3), on the inter-broker listener
             self.config, lambda: self.store,
-            lambda b: (e.host, e.port) if (e := cache.broker_endpoint(b, inter_broker)) else None)
+            lambda b: (e.host, e.port) if (e := cache.broker_endpoint(b, inter_broker)) else None,
+            connector=self.connector)
         broker_configs = self.broker_configs = BrokerConfigManager(
             self.broker_id, cfg, store, log_configs, rm, self._enable_unclean_leader_election)
         topic_configs = self.topic_configs = TopicConfigManager(
@@ -224,14 +239,15 @@ class Broker:
         marker_channel = TransactionMarkerChannelManager(
             self.broker_id, txn_manager, self._txn_marker_destination,
             security=cfg.inter_broker_client_security(),
-            request_timeout_ms=cfg["request.timeout.ms"])
+            request_timeout_ms=cfg["request.timeout.ms"], connector=self.connector)
         txn_coordinator = self.txn_coordinator = TransactionCoordinator(
             self.broker_id, txn_config, txn_manager, marker_channel,
             self.producer_ids.next_producer_id, store, lambda: cache.brokers,
             admin.create_topic_with_assignment)
         await txn_coordinator.startup()  # listens to LeaderAndIsr of __transaction_state
         self.controller = KafkaController(
-            store, self.broker_id, ControllerConfig.from_broker_config(cfg), cache,
+            store, self.broker_id, dataclasses.replace(
+                ControllerConfig.from_broker_config(cfg), connector=self.connector), cache,
             topic_configs, log_configs.config, stats=metrics.controller)
         self.authorizer = authorizer_from_config(cfg, store, self.broker_id, log_dirs[0])
         if self.authorizer.enabled:
@@ -320,7 +336,8 @@ class Broker:
         metrics.register_replica_manager(
             lambda: rm.partitions.values(),
             lambda topic: rm.topic_config(topic).min_insync_replicas,
-            {"Produce": rm.produce_purgatory, "Fetch": rm.fetch_purgatory},
+            {"Produce": rm.produce_purgatory, "Fetch": rm.fetch_purgatory,
+             "DeleteRecords": rm.delete_records_purgatory},
             lambda: rm.fetcher_manager.max_lag() if rm.fetcher_manager is not None else 0)
         metrics.register_logs(lm.all_logs)
         metrics.register_controller(
@@ -357,7 +374,8 @@ class Broker:
                 self._embedded_zk = EmbeddedZooKeeper(
                     persist_dir=self.config.log_dirs[0] / "__embedded_zookeeper")
                 self._owns_embedded_zk = True
-            store = self._embedded_zk.client()
+            store = self._embedded_zk.client(  # expires after this long disconnected
+                session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
         await store.start()
         return store
 
@@ -373,15 +391,22 @@ class Broker:
         except NodeExistsError:
             return paths.decode_cluster_id((await self.store.get(paths.CLUSTER_ID))[0])
 
-    def _check_meta_properties(self, log_dirs: list[Path], cluster_id: str) -> int:
+    def _check_meta_properties(self, log_dirs: list[Path], cluster_id: str,
+                               failures: LogDirFailureChannel) -> int:
         """Kafka's meta.properties: broker.id and cluster.id per log dir; a mismatch refuses to
-        start rather than mixing clusters' data."""
+        start rather than mixing clusters' data. A dir whose file cannot be read or written is
+        offline (reported to `failures`)."""
         broker_id = self.broker_id
         for d in log_dirs:
             f = d / META_PROPERTIES
-            if not f.exists():
+            if failures.has_offline_log_dir(d) or not f.exists():
                 continue
-            props = dict(line.split("=", 1) for line in f.read_text().splitlines()
+            try:
+                text = f.read_text()
+            except OSError as exc:
+                failures.maybe_add_offline_log_dir(d, f"Failed to read {f}", exc)
+                continue
+            props = dict(line.split("=", 1) for line in text.splitlines()
                          if "=" in line and not line.startswith("#"))
             stored_id = int(props.get("broker.id", "-1"))
             stored_cluster = props.get("cluster.id")
@@ -398,9 +423,15 @@ class Broker:
             broker_id = 0 if not self.config["zookeeper.connect"] else \
                 self.config["reserved.broker.max.id"] + 1
         for d in log_dirs:
-            (d / META_PROPERTIES).write_text(
-                "#\n#" + time.strftime("%a %b %d %H:%M:%S %Z %Y") + "\n"
-                f"cluster.id={cluster_id}\nversion=0\nbroker.id={broker_id}\n")
+            if failures.has_offline_log_dir(d):
+                continue
+            try:
+                (d / META_PROPERTIES).write_text(
+                    "#\n#" + time.strftime("%a %b %d %H:%M:%S %Z %Y") + "\n"
+                    f"cluster.id={cluster_id}\nversion=0\nbroker.id={broker_id}\n")
+            except OSError as exc:
+                failures.maybe_add_offline_log_dir(d, f"Failed to write {d / META_PROPERTIES}",
+                                                   exc)
         return broker_id
 
     async def _register(self) -> None:
@@ -505,6 +536,16 @@ class Broker:
         every("highwatermark-checkpoint", cfg["replica.high.watermark.checkpoint.interval.ms"],
               self.checkpoint_high_watermarks)
 
+    def _halt_on_log_dir_failure(self) -> None:
+        """Every log dir failed: Kafka halts the broker. A broker owning its process exits;
+        one in a test process stops as if it crashed."""
+        log.error("[KafkaServer id=%d] Halting: every log dir has failed", self.broker_id)
+        if process_owned():
+            logging.shutdown()
+            os._exit(1)
+        # kept apart from _tasks: kill() cancels those
+        self._halt_task = asyncio.ensure_future(self.kill())
+
     def checkpoint_high_watermarks(self) -> None:
         if self.log_manager is None or self.replica_manager is None:
             return
@@ -581,7 +622,8 @@ class Broker:
                     ib.ControlledShutdownRequest(broker_id=self.broker_id),
                     correlation_id=attempt, client_id=f"broker-{self.broker_id}",
                     timeout=self.config["controller.socket.timeout.ms"] / 1000,
-                    security=self.config.inter_broker_client_security())
+                    security=self.config.inter_broker_client_security(),
+                    connector=self.connector)
             except Exception as exc:  # network, TLS, SASL: retried
                 log.warning("[KafkaServer id=%d] Controlled shutdown request failed: %s",
                             self.broker_id, exc)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..protocol.records import BatchHeader
 from ..storage.append_origin import AppendOrigin
+from ..storage.errors import OffsetOutOfRangeError
 from ..storage.log import AppendInfo, Log
 
 log = logging.getLogger("odradek.partition")
@@ -48,6 +49,15 @@ class FencedLeaderEpochError(Exception):
 
 class UnknownLeaderEpochError(Exception):
     """The request's leader epoch is newer than ours (UNKNOWN_LEADER_EPOCH)."""
+
+
+class PolicyViolationError(Exception):
+    """DeleteRecords on a topic whose cleanup.policy lacks delete (POLICY_VIOLATION)."""
+
+    error_code = 44
+
+
+HIGH_WATERMARK_OFFSET = -1  # DeleteRecords' "up to the high watermark"
 
 
 @dataclass(slots=True)
@@ -138,6 +148,7 @@ class FollowerFetchOutcome:
     known: bool  # the follower is an assigned replica
     high_watermark_moved: bool = False
     expand_isr_to: tuple[int, ...] | None = None  # an ISR expansion to write
+    log_start_moved: bool = False  # the follower's log start offset changed (DeleteRecords)
 
 
 @dataclass
@@ -159,6 +170,8 @@ class Partition:
     fenced: bool = False  # the state node shows another leader: refuse to act as leader
     replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
     clock: Callable[[], int] = _now_ms
+    # told when DeleteRecords (or, on a follower, the leader's) moved the log start offset
+    log_start_listener: Callable[[Partition], None] | None = None
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.index}"
@@ -311,7 +324,7 @@ class Partition:
             return FollowerFetchOutcome(known=False)
         leo = self.log.log_end_offset if leader_end_offset is None or leader_end_offset < 0 \
             else leader_end_offset
-        previous = state.log_end_offset
+        previous, previous_start = state.log_end_offset, state.log_start_offset
         state.update_fetch_state(fetch_offset, follower_start_offset, now_ms, leo)
         expand = None
         if (not self.isr_update_in_flight and follower_id not in self.isr
@@ -319,7 +332,39 @@ class Partition:
                                  self.leader_epoch_start_offset)):
             expand = (*self.isr, follower_id)
         moved = previous != fetch_offset and self.maybe_increment_high_watermark(now_ms)
-        return FollowerFetchOutcome(True, moved, expand)
+        return FollowerFetchOutcome(True, moved, expand, previous_start != follower_start_offset)
+
+    # -- leader: DeleteRecords ------------------------------------------------------------------
+
+    def delete_records_on_leader(self, offset: int) -> int:
+        """Kafka's deleteRecordsOnLeader: move the log start offset up to `offset` (-1: the
+        high watermark); returns the offset asked for. Raises NotLeaderError,
+        PolicyViolationError (cleanup.policy without delete), OffsetOutOfRangeError (negative,
+        or beyond the high watermark)."""
+        if not self.is_leader:
+            raise NotLeaderError(f"broker {self.local_broker_id} is not the leader of {self}")
+        if not self.log.config.delete:
+            raise PolicyViolationError(f"Records of partition {self} can not be deleted due to "
+                                       f"the configured policy")
+        target = self.high_watermark if offset == HIGH_WATERMARK_OFFSET else offset
+        if target < 0:
+            raise OffsetOutOfRangeError(f"The offset {target} for partition {self} is not valid")
+        if self.log.maybe_increment_log_start_offset(target):
+            log.info("[Partition %s broker=%d] Incremented log start offset to %d due to client "
+                     "delete records request", self, self.local_broker_id, target)
+            if self.log_start_listener is not None:
+                self.log_start_listener(self)
+        return target
+
+    def low_watermark(self, alive: Callable[[int], bool]) -> int:
+        """Kafka's lowWatermarkIfLeader: the smallest log start offset among this log and the
+        followers on live brokers (-1 for a follower that has not fetched since this replica
+        became leader)."""
+        low = self.log.log_start_offset
+        for r in self.remote.values():
+            if r.log_start_offset < low and alive(r.broker_id):
+                low = r.log_start_offset
+        return low
 
     def isr_to_shrink_to(self, now_ms: int | None = None) -> tuple[tuple[int, ...], set[int]]:
         """(new ISR, out-of-sync replicas) if the ISR should shrink, else ((), set())."""
@@ -364,8 +409,10 @@ class Partition:
         self._set_high_watermark(leader_high_watermark)
         if leader_log_start_offset >= 0:
             target = min(leader_log_start_offset, self.high_watermark)
-            if target > self.log.log_start_offset:
-                self.log.maybe_increment_log_start_offset(target)
+            if target > self.log.log_start_offset and \
+                    self.log.maybe_increment_log_start_offset(target) and \
+                    self.log_start_listener is not None:
+                self.log_start_listener(self)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

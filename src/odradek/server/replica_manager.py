@@ -1,7 +1,8 @@
 """The replica manager: this broker's partitions, appends, reads, and their purgatories.
 
-Produce: validate each partition's record set by batch headers and CRC (never records), append on
-the leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
+Produce: validate each partition's record set by batch headers and CRC (records only for a
+compacted topic, whose records need keys: Kafka's LogValidator.validateKey), append on the
+leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
 (S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO (followers); if
 fewer than min_bytes are ready, wait in the fetch purgatory until an append or HW move completes
 the DelayedFetch, or max_wait passes.
@@ -21,11 +22,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
+from ..coordination import paths
 from ..metrics.stats import IsrStats, TopicStats
 from ..protocol import interbroker as ib
 from ..protocol import records as rb
@@ -33,9 +36,11 @@ from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 from ..runtime.timer import AsyncTimerDriver, Timer
 from ..state_change import StateChangeLogger, leadership_text
 from ..storage.append_origin import AppendOrigin
+from ..storage.errors import KafkaStorageError
 from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
+from ..storage.log_validator import RecordValidationError, validate_record_keys
 from .fetcher import (
     FetcherConfig,
     InitialFetchState,
@@ -54,6 +59,7 @@ from .partition import (
     UnknownLeaderEpochError,
 )
 from .replication_quota import ReplicationQuotaManager, should_leader_throttle
+from .topic_names import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from ..coordination.store import CoordinationStore
@@ -81,6 +87,8 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    # KIP-467 (Produce v8+): (batch index, message) of the records that failed the batch
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 @dataclass(slots=True)
@@ -107,6 +115,25 @@ class FetchResult:
     # read_committed: (producer id, first offset) of the aborted transactions in the data;
     # None (null in the response) for read_uncommitted and followers, as Kafka
     aborted_transactions: list[tuple[int, int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirPartition:
+    """One partition of a DescribeLogDirs result."""
+
+    index: int
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of a DescribeLogDirs result: topic -> its partitions here."""
+
+    log_dir: str
+    error: ErrorCode
+    topics: dict[str, list[LogDirPartition]]
 
 
 def _error_for(exc: Exception) -> ErrorCode:
@@ -157,7 +184,9 @@ class DelayedProduce(DelayedOperation):
             partition = self.manager.partitions.get(tp)
             result = self.pending[tp]
             if partition is None or not partition.is_leader:
-                result.error = ErrorCode.not_leader_or_follower
+                result.error = (ErrorCode.kafka_storage_error
+                                if tp in self.manager.offline_partitions
+                                else ErrorCode.not_leader_or_follower)
                 self.waiting.discard(tp)
             elif partition.high_watermark > result.last_offset:
                 if len(partition.maximal_isr) < self.manager.min_insync_replicas(tp[0]):
@@ -171,6 +200,54 @@ class DelayedProduce(DelayedOperation):
                 self.pending[tp].error = ErrorCode.request_timed_out
         if not self.future.done():
             self.future.set_result(self.pending)
+
+
+@dataclass(slots=True)
+class DeleteRecordsResult:
+    """One partition of a DeleteRecords answer (Kafka's DeleteRecordsPartitionStatus)."""
+
+    error: ErrorCode = ErrorCode.none
+    low_watermark: int = -1
+    requested_offset: int = -1
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """Kafka's DelayedDeleteRecords: completes when, for every partition, the low watermark
+    (the smallest log start offset of the leader and its followers on live brokers) reached
+    the offset asked for, or the partition failed (no longer led here). Partitions still
+    waiting at the timeout answer REQUEST_TIMED_OUT with the low watermark first seen."""
+
+    def __init__(self, timeout_ms: int, manager: ReplicaManager,
+                 results: dict[TopicPartition, DeleteRecordsResult],
+                 future: asyncio.Future[dict[TopicPartition, DeleteRecordsResult]]) -> None:
+        super().__init__(timeout_ms)
+        self.manager = manager
+        self.results = results
+        self.future = future
+        self.waiting = {tp for tp, r in results.items() if r.error == ErrorCode.none}
+
+    def try_complete(self) -> bool:
+        for tp in list(self.waiting):
+            partition = self.manager.partitions.get(tp)
+            result = self.results[tp]
+            if partition is None or not partition.is_leader:
+                result.error = (ErrorCode.unknown_topic_or_partition if partition is None
+                                else ErrorCode.not_leader_or_follower)
+                result.low_watermark = -1
+                self.waiting.discard(tp)
+                continue
+            low = partition.low_watermark(self.manager.is_broker_alive)
+            if low >= result.requested_offset:
+                result.low_watermark = low
+                self.waiting.discard(tp)
+        return not self.waiting and self.force_complete()
+
+    def on_complete(self) -> None:
+        if self.timed_out:
+            for tp in self.waiting:
+                self.results[tp].error = ErrorCode.request_timed_out
+        if not self.future.done():
+            self.future.set_result(self.results)
 
 
 class DelayedFetch(DelayedOperation):
@@ -258,8 +335,13 @@ class ReplicaManager:
             DelayedOperationPurgatory("Produce", Timer())
         self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
             DelayedOperationPurgatory("Fetch", Timer())
+        self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
+            DelayedOperationPurgatory("DeleteRecords", Timer())
         self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
-                         AsyncTimerDriver(self.fetch_purgatory.timer)]
+                         AsyncTimerDriver(self.fetch_purgatory.timer),
+                         AsyncTimerDriver(self.delete_records_purgatory.timer)]
+        self._log_start_checkpoint_due = False
+        self._shut_down = False
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.isr_manager: IsrChangeManager | None = None
         self._checkpointed_hw: dict[TopicPartition, int] = {}
@@ -271,21 +353,109 @@ class ReplicaManager:
         # follower fetches, for throttled partitions (rates set by dynamic broker configs).
         self.leader_quota = ReplicationQuotaManager("LeaderReplication")
         self.follower_quota = ReplicationQuotaManager("FollowerReplication")
+        # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline);
+        # they answer KAFKA_STORAGE_ERROR until the broker restarts
+        self.offline_partitions: set[TopicPartition] = set()
+        # called when every log dir is offline (the broker must stop, as Kafka halts)
+        self.on_all_log_dirs_offline: Callable[[], None] | None = None
+        self._store: Callable[[], CoordinationStore | None] = lambda: None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._log_dir_tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Start the purgatories' timers and read replication-offset-checkpoint: partitions
-        created from now on start with the HW they had (S-3.3, S-2.5)."""
+        created from now on start with the HW they had (S-3.3, S-2.5). From now on a log dir
+        reported offline is handled on this loop (``handle_log_dir_failure``)."""
         self._checkpointed_hw = self.log_manager.read_high_watermarks()
         for d in self._drivers:
             d.start()
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        channel = self.log_manager.failure_channel
+        channel.add_listener(self._on_log_dir_offline)
+        for log_dir in channel.offline_log_dirs():  # failed at start-up (Kafka's queue)
+            self._on_log_dir_offline(log_dir)
+
+    def _on_log_dir_offline(self, log_dir: Path) -> None:
+        """The failure channel's listener (any thread): handled on the broker's loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            if asyncio.get_running_loop() is loop:
+                loop.call_soon(self.handle_log_dir_failure, log_dir)
+                return
+        except RuntimeError:
+            pass
+        loop.call_soon_threadsafe(self.handle_log_dir_failure, log_dir)
+
+    def handle_log_dir_failure(self, log_dir: Path, send_notification: bool = True) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure: the dir's partitions stop fetching and
+        go offline (KAFKA_STORAGE_ERROR from now on), the log manager closes their logs, the
+        controller is told with a ``/log_dir_event_notification`` node (it moves leadership
+        away), and waiting produces and fetches of those partitions complete. Every log dir
+        offline: ``on_all_log_dirs_offline`` (the broker stops)."""
+        log_dir = Path(log_dir).absolute()
+        in_dir = [tp for tp, p in self.partitions.items() if p.log.dir.parent == log_dir]
+        log.warning("[ReplicaManager broker=%d] Stopping serving replicas in dir %s",
+                    self.broker_id, log_dir)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions(in_dir)
+        for tp in in_dir:
+            p = self.partitions.pop(tp)
+            p.abort_isr_update()
+            self.offline_partitions.add(tp)
+            if (listener := self.role_listeners.get(tp[0])) is not None:
+                listener(tp[1], False, -1)
+        try:
+            closed = self.log_manager.handle_log_dir_failure(log_dir)
+        except KafkaStorageError:
+            log.error("[ReplicaManager broker=%d] Shutting down the broker: every log dir "
+                      "of %s has failed", self.broker_id, self.log_manager.log_dirs)
+            if self.on_all_log_dirs_offline is not None:
+                self.on_all_log_dirs_offline()
+            return
+        self.offline_partitions.update(closed)
+        for tp in in_dir:
+            self._after_append(tp)
+        log.warning("[ReplicaManager broker=%d] Partitions %s are offline due to the failure "
+                    "of log dir %s", self.broker_id,
+                    ", ".join(f"{t}-{i}" for t, i in sorted(self.offline_partitions)), log_dir)
+        if send_notification:
+            task = asyncio.ensure_future(self._propagate_log_dir_event())
+            self._log_dir_tasks.add(task)
+            task.add_done_callback(self._log_dir_tasks.discard)
+
+    async def _propagate_log_dir_event(self) -> None:
+        """Kafka's propagateLogDirEvent: a sequential ``log_dir_event_<seq>`` node naming
+        this broker; retried while the store is unreachable."""
+        delay = 0.1
+        while True:
+            store = self._store()
+            if store is not None:
+                try:
+                    await store.create(paths.log_dir_event_path(),
+                                       paths.encode_log_dir_event(self.broker_id),
+                                       sequence=True)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("[ReplicaManager broker=%d] Could not write the log dir event "
+                                "notification: %s; retrying", self.broker_id, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def start_replication(self, config: Any,
                           store: Callable[[], CoordinationStore | None],
                           broker_endpoint: Callable[[int], tuple[str, int] | None]
-                          = lambda _b: None) -> None:
+                          = lambda _b: None, connector: Any = None) -> None:
         """Start the replica fetchers (driven by LeaderAndIsr) and the ISR tasks: the shrink
         check every replica.lag.time.max.ms / 2 and the ISR change notifications."""
         self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"]
+        self._store = store
         for p in self.partitions.values():
             p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
         for quota in (self.leader_quota, self.follower_quota):
@@ -293,12 +463,16 @@ class ReplicaManager:
                                    config["replication.quota.window.size.seconds"])
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.partitions.get, FetcherConfig.from_config(config),
-            broker_endpoint, quota=self.follower_quota)
+            broker_endpoint, quota=self.follower_quota,
+            **({"connector": connector} if connector is not None else {}))
         self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock,
                                             isr_stats=self.isr_stats)
         self.isr_manager.start()
 
     def shutdown(self) -> None:
+        self.log_manager.failure_channel.remove_listener(self._on_log_dir_offline)
+        for task in list(self._log_dir_tasks):
+            task.cancel()
         if self.fetcher_manager is not None:
             self.fetcher_manager.shutdown()
         if self.isr_manager is not None:
@@ -307,6 +481,8 @@ class ReplicaManager:
             d.stop()
         self.produce_purgatory.shutdown()
         self.fetch_purgatory.shutdown()
+        self.delete_records_purgatory.shutdown()
+        self._shut_down = True  # the log manager writes its own checkpoints at shutdown
 
     def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
         """Kafka's shouldLeaderThrottle: a follower's fetch of a throttled partition gets no
@@ -325,15 +501,27 @@ class ReplicaManager:
         return self.topic_config(topic).min_insync_replicas
 
     # -- partition lifecycle (LeaderAndIsr / StopReplica) -------------------------------------
-    def get_or_create_partition(self, topic: str, index: int) -> Partition:
+    def get_or_create_partition(self, topic: str, index: int, is_new: bool = True
+                                ) -> Partition:
+        """The hosted partition, created with its log if needed. With a log dir offline, a
+        partition that is not new and has no log here may have had it in that dir: refused
+        with KafkaStorageError (Kafka's getOrCreateLog), as is an offline partition."""
         tp = (topic, index)
         p = self.partitions.get(tp)
         if p is None:
+            if tp in self.offline_partitions:
+                raise KafkaStorageError(f"partition {topic}-{index} is in an offline log dir")
+            if not is_new and self.log_manager.offline_dirs \
+                    and self.log_manager.get_log(topic, index) is None:
+                raise KafkaStorageError(
+                    f"cannot create the log of {topic}-{index}: log dirs "
+                    f"{sorted(map(str, self.log_manager.offline_dirs))} are offline")
             log_: Log = self.log_manager.get_or_create_log(topic, index)
             p = Partition(topic, index, log_, self.broker_id,
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                           clock=self.clock)
             p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
+            p.log_start_listener = self._on_log_start_moved
             self.partitions[tp] = p
         return p
 
@@ -377,7 +565,7 @@ class ReplicaManager:
             before = self._role(tp)
             code = self.become_leader_or_follower(
                 tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas), s.partition_epoch,
-                live_leaders.get(s.leader))
+                live_leaders.get(s.leader), is_new=bool(getattr(s, "is_new", True)))
             if code == ErrorCode.none:
                 self.state_change.partition_change(
                     req.controller_epoch, tp, before, self._role(tp),
@@ -441,6 +629,9 @@ class ReplicaManager:
             f"{len(states)} partitions (UpdateMetadata correlationId "
             f"{correlation_id} from controller {req.controller_id})"), logging.DEBUG)
         cache.initialized.set()
+        if self.delete_records_purgatory.delayed():  # a dead follower no longer holds them
+            for tp in [tp for tp, p in self.partitions.items() if p.is_leader]:
+                self.delete_records_purgatory.check_and_complete(tp)
         return ErrorCode.none
 
     # -- leadership -----------------------------------------------------------------------------
@@ -453,6 +644,8 @@ class ReplicaManager:
         hosted, for the response's offsets). Not hosted: NOT_LEADER_OR_FOLLOWER if its log is
         here, else UNKNOWN_TOPIC_OR_PARTITION."""
         tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:
+            return None, ErrorCode.kafka_storage_error
         p = self.partitions.get(tp)
         if p is None:
             return None, (ErrorCode.not_leader_or_follower
@@ -470,7 +663,8 @@ class ReplicaManager:
 
     def become_leader_or_follower(self, tp: TopicPartition, leader: int, leader_epoch: int,
                                   isr: list[int], replicas: list[int], partition_epoch: int,
-                                  leader_endpoint: tuple[str, int] | None = None) -> ErrorCode:
+                                  leader_endpoint: tuple[str, int] | None = None, *,
+                                  is_new: bool = True) -> ErrorCode:
         """Apply one partition state of a LeaderAndIsr request (Kafka's
         becomeLeaderOrFollower): an older leader epoch is refused (STALE_CONTROLLER_EPOCH, as
         Kafka 2.x answers), the same epoch only refreshes ISR and replicas, and only from a
@@ -481,6 +675,8 @@ class ReplicaManager:
         if self.broker_id not in replicas:
             return ErrorCode.unknown_topic_or_partition
         tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:  # KIP-112: the controller moves it away
+            return ErrorCode.kafka_storage_error
         current = self.partitions.get(tp)
         if current is not None and leader_epoch < current.leader_epoch:
             return ErrorCode.stale_controller_epoch
@@ -498,7 +694,11 @@ class ReplicaManager:
         # load their partition then, not on a new epoch of a leadership they already hold (a
         # follower's failure bumps the leader epoch of every partition it followed).
         was_leader = current is not None and current.is_leader and not current.fenced
-        p = self.get_or_create_partition(*tp)
+        try:
+            p = self.get_or_create_partition(*tp, is_new=is_new)
+        except KafkaStorageError as exc:
+            log.warning("[ReplicaManager broker=%d] %s", self.broker_id, exc)
+            return ErrorCode.kafka_storage_error
         if leader == self.broker_id:
             if self.fetcher_manager is not None:
                 self.fetcher_manager.remove_fetcher_for_partitions([tp])
@@ -516,6 +716,7 @@ class ReplicaManager:
             listener(tp[1], leader == self.broker_id, leader_epoch)
         # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
         self._after_append(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
         return ErrorCode.none
 
     def start_fetching(self, p: Partition, leader_endpoint: tuple[str, int] | None = None
@@ -529,6 +730,8 @@ class ReplicaManager:
                              delete: bool) -> ErrorCode:
         """StopReplica from the controller (leader epoch -2: the topic is being deleted)."""
         tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:
+            return ErrorCode.kafka_storage_error
         p = self.partitions.get(tp)
         if p is not None and 0 <= leader_epoch < p.leader_epoch:
             return ErrorCode.fenced_leader_epoch
@@ -551,7 +754,8 @@ class ReplicaManager:
             p.abort_isr_update()
         if p is not None and (listener := self.role_listeners.get(topic)) is not None:
             listener(index, False, -1)
-        for purgatory in (self.produce_purgatory, self.fetch_purgatory):
+        for purgatory in (self.produce_purgatory, self.fetch_purgatory,
+                          self.delete_records_purgatory):
             purgatory.check_and_complete((topic, index))
         if delete:
             self.log_manager.delete_log(topic, index)
@@ -565,6 +769,29 @@ class ReplicaManager:
         if not any(t == topic for t, _ in self.partitions):
             self.topic_stats.remove_topic(topic)
 
+    # -- DescribeLogDirs (KIP-113 / KIP-112) ----------------------------------------------------
+    def describe_log_dirs(self, partitions: set[TopicPartition] | None = None
+                          ) -> list[LogDirDescription]:
+        """Kafka's describeLogDirs: every configured log dir with its logs (of `partitions`;
+        None: all) -- size, offset lag (HW - LEO, at least 0; -1 without a hosted replica) --
+        or KAFKA_STORAGE_ERROR for an offline dir."""
+        lm = self.log_manager
+        out: list[LogDirDescription] = []
+        for log_dir in lm.log_dirs:
+            if log_dir in lm.offline_dirs:
+                out.append(LogDirDescription(str(log_dir), ErrorCode.kafka_storage_error, {}))
+                continue
+            topics: dict[str, list[LogDirPartition]] = {}
+            for (topic, index), lg in sorted(lm.logs_in_dir(log_dir).items()):
+                parts = topics.setdefault(topic, [])
+                if partitions is not None and (topic, index) not in partitions:
+                    continue
+                p = self.partitions.get((topic, index))
+                lag = -1 if p is None else max(p.high_watermark - lg.log_end_offset, 0)
+                parts.append(LogDirPartition(index, lg.size, lag, False))
+            out.append(LogDirDescription(str(log_dir), ErrorCode.none, topics))
+        return out
+
     # -- ISR changes (called by isr.IsrChangeManager) -----------------------------------------
     def on_high_watermark_moved(self, tp: TopicPartition) -> None:
         """The HW or the ISR moved: waiting produces and consumer fetches re-check at once."""
@@ -573,6 +800,7 @@ class ReplicaManager:
     def on_leadership_lost(self, tp: TopicPartition) -> None:
         """The state node names another leader: answer waiting produces NOT_LEADER."""
         self._after_append(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     # -- OffsetForLeaderEpoch (leader side) ---------------------------------------------------
     def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
@@ -612,7 +840,8 @@ class ReplicaManager:
                     now: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get(tp)
         if partition is None:
-            return ProduceResult(ErrorCode.unknown_topic_or_partition)
+            return ProduceResult(ErrorCode.kafka_storage_error if tp in self.offline_partitions
+                                 else ErrorCode.unknown_topic_or_partition)
         config = self.topic_config(tp[0])
         try:
             if not data:
@@ -625,6 +854,11 @@ class ReplicaManager:
                         ErrorCode.message_too_large,
                         message=f"batch of {h.size} bytes exceeds max.message.bytes "
                                 f"{config.max_message_bytes}")
+            if origin is AppendOrigin.CLIENT and partition.is_leader \
+                    and partition.log.config.compact:
+                # Kafka's validateKey (after the leader and size checks, as the Log's append
+                # runs it): the only records a produce request has read
+                validate_record_keys(data, headers, f"{tp[0]}-{tp[1]}")
             buf = bytearray(data)
             info = partition.append_records_to_leader(
                 buf, headers, acks, config.min_insync_replicas, now, origin)
@@ -636,6 +870,9 @@ class ReplicaManager:
                 log.exception("Error appending to %s-%d", *tp)
             else:
                 log.debug("Produce to %s-%d failed: %s", tp[0], tp[1], exc)
+            if isinstance(exc, RecordValidationError):
+                return ProduceResult(code, log_start_offset=partition.log_start_offset,
+                                     message=str(exc), record_errors=exc.record_errors)
             return ProduceResult(code, message=str(exc))
         if not getattr(info, "duplicate", False):
             # counted from the batch headers: no record is parsed for the metrics
@@ -648,6 +885,75 @@ class ReplicaManager:
     def _after_append(self, tp: TopicPartition) -> None:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
+
+    # -- DeleteRecords ----------------------------------------------------------------------
+    def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int]
+                       ) -> dict[TopicPartition, DeleteRecordsResult] | asyncio.Future[Any]:
+        """Kafka's deleteRecords: move each partition's log start offset up to the offset
+        asked for (-1: the high watermark) on its leader, then answer once every live
+        replica's log start offset (the low watermark) reached it (DelayedDeleteRecords):
+        followers take the leader's from their fetch responses. Errors per partition:
+        INVALID_TOPIC_EXCEPTION (internal topic), UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE (negative or beyond the high watermark),
+        POLICY_VIOLATION (cleanup.policy without delete)."""
+        results = {tp: self._delete_records_on_leader(tp, offset)
+                   for tp, offset in offsets.items()}
+        if not any(r.error == ErrorCode.none and r.low_watermark < r.requested_offset
+                   for r in results.values()):
+            return results
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        op = DelayedDeleteRecords(timeout_ms, self, results, future)
+        self.delete_records_purgatory.try_complete_else_watch(op, list(results))
+        return future
+
+    def _delete_records_on_leader(self, tp: TopicPartition, offset: int) -> DeleteRecordsResult:
+        if tp[0] in INTERNAL_TOPICS:
+            return DeleteRecordsResult(ErrorCode.invalid_topic_exception)
+        partition = self.partitions.get((tp[0], tp[1]))
+        if partition is None:
+            return DeleteRecordsResult(
+                ErrorCode.not_leader_or_follower
+                if self.metadata_cache.partition(tp[0], tp[1]) is not None
+                else ErrorCode.unknown_topic_or_partition)
+        try:
+            requested = partition.delete_records_on_leader(offset)
+        except Exception as exc:
+            code = _error_for(exc)
+            if code == ErrorCode.unknown_server_error:
+                log.exception("Error processing delete records operation on partition %s-%d",
+                              *tp)
+            else:
+                log.debug("DeleteRecords on %s-%d failed: %s", tp[0], tp[1], exc)
+            return DeleteRecordsResult(code)
+        return DeleteRecordsResult(ErrorCode.none,
+                                   partition.low_watermark(self.is_broker_alive), requested)
+
+    def is_broker_alive(self, broker_id: int) -> bool:
+        return broker_id in self.metadata_cache.brokers
+
+    def _on_log_start_moved(self, partition: Partition) -> None:
+        """A log start offset moved (DeleteRecords here or on the leader): write
+        log-start-offset-checkpoint soon (once for the moves of one loop iteration) rather
+        than at the next periodic checkpoint, so a crash does not bring deleted records
+        back."""
+        if self._log_start_checkpoint_due or self._shut_down:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a caller outside the broker): write it now
+            self._checkpoint_log_starts()
+            return
+        self._log_start_checkpoint_due = True
+        loop.call_soon(self._checkpoint_log_starts)
+
+    def _checkpoint_log_starts(self) -> None:
+        self._log_start_checkpoint_due = False
+        if self._shut_down:
+            return
+        try:
+            self.log_manager.checkpoint_recovery_points_and_log_start_offsets()
+        except Exception:
+            log.exception("Error writing the log start offset checkpoint")
 
     # -- fetch ------------------------------------------------------------------------------
     def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
@@ -701,6 +1007,8 @@ class ReplicaManager:
                 self.isr_manager.expand_isr(partition, outcome.expand_isr_to, replica_id)
             if outcome.high_watermark_moved:
                 self._after_append(tp)
+            if outcome.log_start_moved:
+                self.delete_records_purgatory.check_and_complete(tp)
             result.high_watermark = partition.high_watermark
             result.last_stable_offset = partition.last_stable_offset
 

@@ -137,6 +137,8 @@ class CheckpointWriter:
         self._abandon = False
         self.files_written = 0
         self.write_errors = 0
+        # told of every failed write (the log manager: its dir goes offline, KIP-112)
+        self.on_error: Callable[[Path, OSError], None] | None = None
 
     # -- loop side ------------------------------------------------------------------------------
 
@@ -223,9 +225,11 @@ class CheckpointWriter:
             self.files_written += 1
         except FileNotFoundError:
             pass  # the partition directory is gone (log deleted): nothing to keep
-        except OSError:
+        except OSError as exc:
             self.write_errors += 1
             log.exception("Error while writing checkpoint file %s", path)
+            if self.on_error is not None:
+                self.on_error(path, exc)
 
     def _wake_waiters(self) -> None:
         ready: list[asyncio.Future[None]] = []

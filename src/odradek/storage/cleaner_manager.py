@@ -45,6 +45,7 @@ from .cleaning_plan import (
     offsets_to_clean,
     segment_views,
 )
+from .errors import KafkaStorageError
 from .log import Log
 
 log = logging.getLogger("kafka.log.LogCleaner")
@@ -220,6 +221,12 @@ class LogCleaner:
             self.manager.done_cleaning(tp, lg, None)
             if isinstance(error, LogCleaningAbortedError | FileNotFoundError):
                 return False  # shutdown, or a segment went away: try again later
+            if isinstance(error, OSError):  # KIP-112: the log's dir goes offline
+                lg.io_error(f"Failed to clean up log for {tp[0]}-{tp[1]} in dir "
+                            f"{lg.dir.parent} due to IOException", error)
+                return False
+            if isinstance(error, KafkaStorageError):
+                return False  # the partition is already offline
             log.warning("Unexpected exception thrown when cleaning log %s. Marking its "
                         "partition (%s-%d) as uncleanable", lg.name, tp[0], tp[1],
                         exc_info=error)

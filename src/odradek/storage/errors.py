@@ -37,6 +37,13 @@ class UnexpectedAppendOffsetError(StorageError):
     error_code = 2  # reported as CORRUPT_MESSAGE, as Kafka's follower treats it
 
 
+class KafkaStorageError(StorageError):
+    """KAFKA_STORAGE_ERROR (56): the partition's log directory is offline (an I/O error or a
+    full disk in it, KIP-112)."""
+
+    error_code = 56
+
+
 class ProducerStateError(StorageError):
     """A batch the producer state rejects (Kafka's ProducerStateManager validation)."""
 
@@ -77,6 +84,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidTimestampError",
     "InvalidTxnStateError",
+    "KafkaStorageError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "ProducerStateError",

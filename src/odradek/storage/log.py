@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ..protocol.control_records import EndTransactionMarker, end_txn_marker_of
 from ..protocol.records import (
@@ -43,6 +44,7 @@ from .append_origin import AppendOrigin
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import fsync_dir, fsync_path
 from .errors import (
+    KafkaStorageError,
     OffsetOutOfRangeError,
     StorageError,
 )
@@ -66,6 +68,28 @@ from .transaction_state import TxnCompletion, collect_aborted_transactions
 EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _io(what: str) -> Callable[[_F], _F]:
+    """Kafka's maybeHandleIOException: an OSError in the decorated method is reported to the
+    log's ``on_io_error`` (the log manager's LogDirFailureChannel: the dir goes offline) and
+    raised as KafkaStorageError (KAFKA_STORAGE_ERROR to clients). A log already failed raises
+    KafkaStorageError at once."""
+    def decorate(method: _F) -> _F:
+        @functools.wraps(method)
+        def wrapper(self: Log, *args: Any, **kwargs: Any) -> Any:
+            if self.io_failed:
+                raise KafkaStorageError(f"the log directory of {self.name} is offline")
+            try:
+                return method(self, *args, **kwargs)
+            except OSError as exc:
+                raise self.io_error(f"Error while {what} {self.name} in dir {self.dir.parent}",
+                                    exc) from exc
+        return wrapper  # type: ignore[return-value]
+    return decorate
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +252,16 @@ class Log:
         self.closed = False
         # called with (log, new log end offset) after a truncation (the cleaner checkpoint)
         self.on_truncated: Callable[[Log, int], None] | None = None
+        # called with (log dir, message, error) on an I/O error (KIP-112: the dir goes offline)
+        self.on_io_error: Callable[[Path, str, OSError], None] | None = None
+        self.io_failed = False
+
+    def io_error(self, message: str, exc: OSError) -> KafkaStorageError:
+        """Report an I/O error of this log (its dir goes offline); the error to raise."""
+        self.io_failed = True
+        if self.on_io_error is not None:
+            self.on_io_error(self.dir.parent, message, exc)
+        return KafkaStorageError(f"{message}: {exc}")
 
     # -- loading --------------------------------------------------------------------------------
 
@@ -354,6 +388,7 @@ class Log:
 
     # -- append ---------------------------------------------------------------------------------
 
+    @_io("appending to")
     def append_as_leader(self, buf: bytearray, headers: Sequence[BatchHeader], leader_epoch: int,
                          now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
         """Append a produce request's validated batches (``records.validate_batches``):
@@ -415,6 +450,7 @@ class Log:
         return AppendInfo(first, last_offset, now_ms if log_append else NO_TIMESTAMP,
                           self.log_start_offset, max_ts, shallow, valid_bytes=size)
 
+    @_io("appending to")
     def append_as_follower(self, data: bytes | bytearray | memoryview,
                            now_ms: int | None = None) -> AppendInfo | None:
         """Append batches fetched from the leader, keeping their offsets (Kafka's
@@ -483,6 +519,7 @@ class Log:
             return self.roll(now_ms, expected_next_offset=first_offset)
         return segment
 
+    @_io("rolling")
     def roll(self, now_ms: int | None = None, expected_next_offset: int | None = None
              ) -> LogSegment:
         """Start a new active segment at max(expected_next_offset, log end offset); the old one
@@ -511,6 +548,7 @@ class Log:
 
     # -- read -----------------------------------------------------------------------------------
 
+    @_io("reading")
     def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_message: bool = True, include_aborted_txns: bool = False) -> FetchData:
         """Whole batches from the one holding `fetch_offset`, at most `max_bytes` (the first
@@ -620,6 +658,7 @@ class Log:
 
     # -- ListOffsets ----------------------------------------------------------------------------
 
+    @_io("looking up a timestamp in")
     def offset_for_timestamp(self, timestamp: int) -> OffsetAndTimestamp | None:
         """ListOffsets: the first offset whose record timestamp >= `timestamp` (None when no
         record is that recent); -2 (earliest) gives the log start offset, -1 (latest) the log
@@ -652,6 +691,7 @@ class Log:
 
     # -- truncation -----------------------------------------------------------------------------
 
+    @_io("truncating")
     def truncate_to(self, target_offset: int) -> bool:
         """Remove every batch at or after `target_offset` (a batch holding it goes whole);
         returns False (only trimming the epoch cache) when there is nothing to remove."""
@@ -682,6 +722,7 @@ class Log:
             self.on_truncated(self, self._leo)
         return True
 
+    @_io("truncating")
     def truncate_fully_and_start_at(self, new_offset: int,
                                     log_start_offset: int | None = None) -> None:
         """Delete everything and restart the log, empty, at `new_offset`."""
@@ -755,6 +796,7 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
         return True
 
+    @_io("deleting segments of")
     def delete_retention_segments(self, now_ms: int) -> int:
         """Kafka's deleteOldSegments: segments wholly below the log start offset, then (with
         cleanup.policy=delete) the oldest segments while the log exceeds retention.bytes and
@@ -820,6 +862,7 @@ class Log:
 
     # -- flush ----------------------------------------------------------------------------------
 
+    @_io("flushing")
     def flush(self, up_to: int | None = None, *, force: bool = False) -> None:
         """fsync the segments holding offsets [recovery point, up_to) (default: everything) and
         move the recovery point to `up_to`. `force` also fsyncs an empty active segment (clean
@@ -842,6 +885,7 @@ class Log:
             self.recovery_point = offset
         self.last_flush_ms = self.clock()
 
+    @_io("flushing")
     def maybe_flush(self, now_ms: int) -> bool:
         """The periodic flush: segments rolled since the last call, then everything when
         flush.messages unflushed messages or flush.ms since the last flush are reached."""

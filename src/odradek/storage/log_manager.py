@@ -52,8 +52,10 @@ from .checkpoints import (
 )
 from .cleaner import CleanerConfig
 from .cleaner_manager import LogCleaner, LogCleanerManager
+from .errors import KafkaStorageError
 from .log import FlushPlan, Log, fsync_files, parse_topic_partition
 from .log_config import LogConfig
+from .log_dir_failure_channel import LogDirFailureChannel
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from .segment import FileHandleCache
 
@@ -89,8 +91,12 @@ class LogManager:
                  topic_configs: Mapping[str, LogConfig] | None = None,
                  max_open_segments: int = 1024,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 lock_dirs: bool = True, flush_stats: LogFlushStats | None = None) -> None:
+                 lock_dirs: bool = True, flush_stats: LogFlushStats | None = None,
+                 failure_channel: LogDirFailureChannel | None = None) -> None:
         self.log_dirs = [Path(d).absolute() for d in log_dirs]
+        # KIP-112: I/O errors in a dir are reported here; the dir then goes offline
+        self.failure_channel = failure_channel or LogDirFailureChannel()
+        self.offline_dirs: set[Path] = set()
         # LogFlushRateAndTimeMs (metrics/)
         self.flush_stats = flush_stats if flush_stats is not None else LogFlushStats()
         if not self.log_dirs:
@@ -109,6 +115,7 @@ class LogManager:
         self._shut_down = False
         self.checkpoint_writer = CheckpointWriter(
             "kafka-checkpoint-writer-" + "-".join(d.name for d in self.log_dirs))
+        self.checkpoint_writer.on_error = self._on_checkpoint_error
         self._deletions: list[threading.Thread] = []
         try:
             self._load_logs()
@@ -122,6 +129,10 @@ class LogManager:
         self.cleaner = LogCleaner(self.cleaner_manager, clock=self.clock)
         for lg in self._logs.values():
             lg.on_truncated = self._on_truncated
+            lg.on_io_error = self.report_io_error
+        if not self.live_log_dirs:
+            self.close_without_shutdown()
+            raise KafkaStorageError(f"every log dir of {self.log_dirs} is offline")
 
     def start_cleaner(self, config: CleanerConfig | None = None) -> None:
         """Start the log cleaner on the running loop (``log.cleaner.enable``)."""
@@ -161,41 +172,109 @@ class LogManager:
 
     def _load_logs(self) -> None:
         for log_dir in self.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            self._lock(log_dir)
-            marker = log_dir / CLEAN_SHUTDOWN_FILE
-            clean = marker.exists()
-            if clean:
-                # a crash while this broker runs must mean recovery next time (KAFKA-10471)
-                marker.unlink()
-                fsync_dir(log_dir)
-            self.had_clean_shutdown[log_dir] = clean
-            recovery_points = self._read_offsets(log_dir / RECOVERY_POINT_CHECKPOINT)
-            log_starts = self._read_offsets(log_dir / LOG_START_OFFSET_CHECKPOINT)
-            for entry in sorted(os.listdir(log_dir)):
-                path = log_dir / entry
-                if not path.is_dir():
-                    continue
-                if entry.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(path, ignore_errors=True)
-                    continue
-                if entry.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
-                    continue
-                try:
-                    tp = parse_topic_partition(entry)
-                except ValueError:
-                    continue
-                if tp in self._logs:
-                    raise RuntimeError(
-                        f"duplicate log directories for {tp[0]}-{tp[1]}: {path} and "
-                        f"{self._logs[tp].dir}"
-                    )
-                self._logs[tp] = Log.open(
-                    path, self.config_for(tp[0]), recovery_points.get(tp, 0),
-                    log_starts.get(tp, 0), had_clean_shutdown=clean, clock=self.clock,
-                    handle_cache=self.handle_cache,
-                    producer_id_expiration_ms=self.producer_id_expiration_ms,
-                    checkpoint_writer=self.checkpoint_writer)
+            if self.failure_channel.has_offline_log_dir(log_dir):
+                self._mark_offline(log_dir)  # failed before (meta.properties): not loaded
+                continue
+            try:
+                self._load_dir(log_dir)
+            except OSError as exc:
+                # Kafka's loadLogs: a dir that fails to load is offline from the start
+                for tp in [tp for tp, lg in self._logs.items() if lg.dir.parent == log_dir]:
+                    self._logs.pop(tp).release_handles()
+                self._mark_offline(log_dir)
+                self.failure_channel.maybe_add_offline_log_dir(
+                    log_dir, f"Error while loading log dir {log_dir}", exc)
+
+    def _load_dir(self, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._lock(log_dir)
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            # a crash while this broker runs must mean recovery next time (KAFKA-10471)
+            marker.unlink()
+            fsync_dir(log_dir)
+        self.had_clean_shutdown[log_dir] = clean
+        recovery_points = self._read_offsets(log_dir / RECOVERY_POINT_CHECKPOINT)
+        log_starts = self._read_offsets(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        for entry in sorted(os.listdir(log_dir)):
+            path = log_dir / entry
+            if not path.is_dir():
+                continue
+            if entry.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            if entry.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                continue
+            try:
+                tp = parse_topic_partition(entry)
+            except ValueError:
+                continue
+            if tp in self._logs:
+                raise RuntimeError(
+                    f"duplicate log directories for {tp[0]}-{tp[1]}: {path} and "
+                    f"{self._logs[tp].dir}"
+                )
+            self._logs[tp] = Log.open(
+                path, self.config_for(tp[0]), recovery_points.get(tp, 0),
+                log_starts.get(tp, 0), had_clean_shutdown=clean, clock=self.clock,
+                handle_cache=self.handle_cache,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
+                checkpoint_writer=self.checkpoint_writer)
+
+    # -- offline log dirs (KIP-112) -------------------------------------------------------------
+
+    @property
+    def live_log_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def log_dir_of(self, path: Path) -> Path | None:
+        """The log dir holding `path` (a partition dir, a checkpoint file), if any."""
+        path = Path(path).absolute()
+        for d in self.log_dirs:
+            if path == d or d in path.parents:
+                return d
+        return None
+
+    def report_io_error(self, log_dir: Path, message: str, exc: OSError) -> None:
+        """An I/O error in `log_dir` (any thread): the failure channel takes it offline."""
+        self.failure_channel.maybe_add_offline_log_dir(log_dir, message, exc)
+
+    def _on_checkpoint_error(self, path: Path, exc: OSError) -> None:
+        log_dir = self.log_dir_of(path)
+        if log_dir is not None:
+            self.report_io_error(log_dir, f"Error while writing checkpoint file {path}", exc)
+
+    def _mark_offline(self, log_dir: Path) -> None:
+        self.offline_dirs.add(log_dir)
+        fd = self._locks.pop(log_dir, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def handle_log_dir_failure(self, log_dir: Path) -> list[TopicPartition]:
+        """Kafka's LogManager.handleLogDirFailure: the dir leaves the live dirs, its logs are
+        closed (no flush, no snapshot: the disk failed) and no longer served, and nothing more
+        is written there (checkpoints included). Returns the partitions whose logs were there.
+        Raises KafkaStorageError when no live dir is left (the broker must stop)."""
+        log_dir = Path(log_dir).absolute()
+        if log_dir not in self.log_dirs:
+            return []
+        doomed = {tp: lg for tp, lg in self._logs.items() if lg.dir.parent == log_dir}
+        if log_dir not in self.offline_dirs:
+            self._mark_offline(log_dir)
+            log.error("Stopping serving logs in dir %s: %s", log_dir,
+                      ", ".join(f"{t}-{p}" for t, p in sorted(doomed)) or "none")
+        for tp, lg in doomed.items():
+            del self._logs[tp]
+            lg.io_failed = True
+            lg.closed = True
+            lg.release_handles()
+            self.checkpoint_writer.forget(lg.dir)
+        self.checkpoint_writer.forget(log_dir)
+        if not self.live_log_dirs:
+            raise KafkaStorageError(f"every log dir of {self.log_dirs} has failed")
+        return sorted(doomed)
 
     # -- access ---------------------------------------------------------------------------------
 
@@ -226,13 +305,16 @@ class LogManager:
         return {tp: log for tp, log in self._logs.items() if log.dir.parent == log_dir}
 
     def _next_log_dir(self) -> Path:
-        if len(self.log_dirs) == 1:
-            return self.log_dirs[0]
-        counts = dict.fromkeys(self.log_dirs, 0)
+        live = self.live_log_dirs
+        if not live:
+            raise KafkaStorageError(f"no log dir of {self.log_dirs} is online")
+        if len(live) == 1:
+            return live[0]
+        counts = dict.fromkeys(live, 0)
         for log in self._logs.values():
             if log.dir.parent in counts:
                 counts[log.dir.parent] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return min(live, key=lambda d: counts[d])
 
     def get_or_create_log(self, topic: str, partition: int,
                           config: LogConfig | None = None) -> Log:
@@ -247,12 +329,18 @@ class LogManager:
         if partition < 0:
             raise ValueError(f"illegal partition {partition}")
         log_dir = self._next_log_dir()
-        log = Log.open(log_dir / f"{topic}-{partition}", config or self.config_for(topic),
-                       clock=self.clock, handle_cache=self.handle_cache,
-                       producer_id_expiration_ms=self.producer_id_expiration_ms,
-                       checkpoint_writer=self.checkpoint_writer)
-        fsync_dir(log_dir)
+        try:
+            log = Log.open(log_dir / f"{topic}-{partition}", config or self.config_for(topic),
+                           clock=self.clock, handle_cache=self.handle_cache,
+                           producer_id_expiration_ms=self.producer_id_expiration_ms,
+                           checkpoint_writer=self.checkpoint_writer)
+            fsync_dir(log_dir)
+        except OSError as exc:
+            message = f"Error while creating log for {topic}-{partition} in dir {log_dir}"
+            self.report_io_error(log_dir, message, exc)
+            raise KafkaStorageError(f"{message}: {exc}") from exc
         log.on_truncated = self._on_truncated
+        log.on_io_error = self.report_io_error
         self._logs[(topic, partition)] = log
         return log
 
@@ -295,7 +383,11 @@ class LogManager:
         """flush.ms / flush.messages and segments rolled since the last call. Returns the
         number of logs flushed."""
         now = self.clock() if now_ms is None else now_ms
-        return sum(1 for log in list(self._logs.values()) if log.maybe_flush(now))
+        flushed = 0
+        for lg in list(self._logs.values()):
+            with contextlib.suppress(KafkaStorageError):  # reported: its dir goes offline
+                flushed += lg.maybe_flush(now)
+        return flushed
 
     async def flush_dirty_logs_async(self, now_ms: int | None = None) -> int:
         """``flush_dirty_logs`` with the fsyncs in a thread (one hop for every log): the
@@ -308,6 +400,10 @@ class LogManager:
             return 0
         started = time.perf_counter()
         failed = await asyncio.to_thread(_fsync_plans, [plan for _, plan in plans])
+        for i in failed:
+            lg = plans[i][0]
+            self.report_io_error(lg.dir.parent, f"Error while flushing log {lg.name}",
+                                 failed[i])
         elapsed_ms = (time.perf_counter() - started) * 1000
         for _ in range(len(plans) - len(failed)):  # one flush per log, fsynced together
             self.flush_stats.record_flush(elapsed_ms)
@@ -322,13 +418,16 @@ class LogManager:
         now = self.clock() if now_ms is None else now_ms
         deleted = 0
         for log in list(self._logs.values()):
-            deleted += log.delete_retention_segments(now)
+            with contextlib.suppress(KafkaStorageError):  # reported: its dir goes offline
+                deleted += log.delete_retention_segments(now)
             log.producer_state.remove_expired_producers(now)
         return deleted
 
     def _write_checkpoint(self, path: Path, data: bytes) -> None:
         """Through the writer thread (so writes of one file stay in order); a caller without
-        an event loop waits for it."""
+        an event loop waits for it. Nothing is written into an offline dir."""
+        if self.log_dir_of(path) in self.offline_dirs:
+            return
         self.checkpoint_writer.submit(path, data)
         if not _on_event_loop():
             self.checkpoint_writer.flush_blocking()
@@ -343,13 +442,13 @@ class LogManager:
     def checkpoint_recovery_points_and_log_start_offsets(self) -> None:
         """Write every log dir's recovery-point-offset-checkpoint and
         log-start-offset-checkpoint."""
-        for log_dir in self.log_dirs:
+        for log_dir in self.live_log_dirs:
             self._checkpoint_dir(log_dir)
 
     def write_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
         """Write each log dir's replication-offset-checkpoint with the high watermarks of the
         partitions it holds (partitions without a log here are ignored)."""
-        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.live_log_dirs}
         for tp, hw in high_watermarks.items():
             log = self._logs.get(tp)
             if log is not None and log.dir.parent in by_dir:
@@ -362,7 +461,7 @@ class LogManager:
         """The high watermarks of every log dir's replication-offset-checkpoint (a file that
         cannot be read counts as empty)."""
         out: dict[TopicPartition, int] = {}
-        for log_dir in self.log_dirs:
+        for log_dir in self.live_log_dirs:
             out.update(self._read_offsets(log_dir / REPLICATION_OFFSET_CHECKPOINT))
         return out
 
@@ -379,14 +478,19 @@ class LogManager:
             return
         self.cleaner.shutdown_blocking()
         try:
-            for log in self._logs.values():
-                log.close(flush=True)
-            for log_dir in self.log_dirs:
+            for log in list(self._logs.values()):
+                try:
+                    log.close(flush=True)
+                except (KafkaStorageError, OSError) as exc:  # its dir is offline now
+                    self.report_io_error(log.dir.parent, f"Error while closing {log.name}",
+                                         exc if isinstance(exc, OSError) else OSError(str(exc)))
+                    log.release_handles()
+            for log_dir in self.live_log_dirs:
                 self._checkpoint_dir(log_dir)
             # every checkpoint (leader epochs included) is on disk before the marker
             self.checkpoint_writer.close()
             self.wait_for_deletions()
-            for log_dir in self.log_dirs:
+            for log_dir in self.live_log_dirs:  # an offline dir recovers at the next start
                 content = json.dumps({"version": 0, "brokerEpoch": broker_epoch},
                                      separators=(",", ":"))
                 write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, content.encode())
@@ -415,15 +519,16 @@ def _on_event_loop() -> bool:
     return True
 
 
-def _fsync_plans(plans: list[FlushPlan]) -> set[int]:
-    """fsync every plan (in a thread); the indexes of the plans that failed."""
-    failed: set[int] = set()
+def _fsync_plans(plans: list[FlushPlan]) -> dict[int, OSError]:
+    """fsync every plan (in a thread); the indexes of the plans that failed, with the
+    error."""
+    failed: dict[int, OSError] = {}
     for i, plan in enumerate(plans):
         try:
             fsync_files(plan)
-        except OSError:
+        except OSError as exc:
             log.exception("Error while flushing log %s", plan.directory or plan.files[:1])
-            failed.add(i)
+            failed[i] = exc
     return failed
 
 

@@ -1,13 +1,28 @@
 """The checks of an append before it touches the log (Kafka's LogValidator and the
 follower's analyzeAndValidateRecords): batch and append sizes and timestamps for a leader
 append; complete batches, CRCs and increasing offsets for a follower append, and the runs in
-which a follower's fetched batches fit segments."""
+which a follower's fetched batches fit segments.
+
+Records are read only where Kafka must: a client's append to a compacted topic
+(``cleanup.policy`` holding ``compact``) needs a key in every record (``validate_record_keys``,
+which reads each record's key length and nothing else; the replica manager calls it for
+Produce requests, the coordinators' own appends are trusted). Every other leader append is
+checked by its batch headers alone."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..protocol.records import LOG_OVERHEAD, BatchHeader, InvalidRecordError, check_batch
+from ..protocol.compression import Codec, decompress
+from ..protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptRecordError,
+    InvalidRecordError,
+    check_batch,
+    read_varint,
+)
 from .errors import (
     InvalidTimestampError,
     RecordBatchTooLargeError,
@@ -61,6 +76,70 @@ def check_timestamps(headers: Sequence[BatchHeader], now_ms: int, config: LogCon
                 f"timestamp of a batch in {log_name} is out of range "
                 f"[now - {before}, now + {after}]"
             )
+
+
+class RecordValidationError(InvalidRecordError):
+    """Kafka's RecordValidationException (KIP-467): records of a batch were refused, so the
+    whole append fails with INVALID_RECORD. `record_errors` are (index of the record in its
+    batch, why); the exception's message is the response's error_message."""
+
+    def __init__(self, message: str, record_errors: Sequence[tuple[int, str | None]]) -> None:
+        super().__init__(message)
+        self.record_errors: tuple[tuple[int, str | None], ...] = tuple(record_errors)
+
+
+RECORDS_REJECTED = "One or more records have been rejected"
+
+
+def keyless_record_indexes(batch: bytes | bytearray | memoryview, header: BatchHeader
+                           ) -> list[int]:
+    """The indexes (0-based, within the batch) of the records of a v2 batch without a key
+    (key length -1). Only the record length, attributes, the two deltas and the key length of
+    each record are read (the batch is decompressed first if it is compressed). Raises
+    CorruptRecordError when the records do not fit the batch or disagree with its count."""
+    view = memoryview(batch)[header.position + HEADER_SIZE:header.position + header.size]
+    data: bytes | memoryview = view
+    if header.compression != Codec.NONE:
+        data = decompress(header.compression, bytes(view))
+    limit = len(data)
+    missing: list[int] = []
+    pos = 0
+    for index in range(header.records_count):
+        length, pos = read_varint(data, pos)
+        end = pos + length
+        if length < 0 or end > limit:
+            raise CorruptRecordError(
+                f"record {index} runs past the end of its batch at offset {header.base_offset}")
+        p = pos + 1  # attributes
+        _, p = read_varint(data, p)  # timestamp delta
+        _, p = read_varint(data, p)  # offset delta
+        key_length, p = read_varint(data, p)
+        if p > end:
+            raise CorruptRecordError(f"record {index} is shorter than its fields")
+        if key_length < 0:
+            missing.append(index)
+        pos = end
+    if pos != limit:
+        raise CorruptRecordError(
+            f"the batch at offset {header.base_offset} holds more data than its "
+            f"{header.records_count} records")
+    return missing
+
+
+def validate_record_keys(buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader],
+                         log_name: str) -> None:
+    """Kafka's validateKey for a compacted topic: every record needs a key. The first batch
+    with keyless records fails the append (RecordValidationError naming each of them, as
+    Kafka's processRecordErrors does per batch). Control batches (coordinators' transaction
+    markers) are not checked."""
+    for h in headers:
+        if h.is_control:
+            continue
+        missing = keyless_record_indexes(buf, h)
+        if missing:
+            why = (f"Compacted topic cannot accept message without key in topic partition "
+                   f"{log_name}.")
+            raise RecordValidationError(RECORDS_REJECTED, [(i, why) for i in missing])
 
 
 def read_follower_batches(view: memoryview) -> tuple[list[BatchHeader], list[int]]:
@@ -118,9 +197,13 @@ def follower_append_runs(ends: list[int], segment_bytes: int) -> list[tuple[int,
 
 
 __all__ = [
+    "RECORDS_REJECTED",
+    "RecordValidationError",
     "check_follower_offsets",
     "check_timestamps",
     "follower_append_runs",
+    "keyless_record_indexes",
     "read_follower_batches",
     "validate_leader_batches",
+    "validate_record_keys",
 ]

@@ -36,8 +36,23 @@ Then the cluster is healed, the producers flush, and three things are verified:
    high watermark (the `replication-offset-checkpoint` of the replicas), batch by batch;
 3. the cluster healed after every fault (no stuck ISR), and every reassignment completed.
 
-``--plot FILE.svg`` draws the acknowledged writes per second of each producer over time, with
-the faults as markers (odradek.plot).
+The workload is also recorded as a Jepsen-style history (odradek.tools.history: each send
+invoked, then acknowledged or of unknown outcome; each record a consumer reads *during* the
+faults), saved as ``history.jsonl`` in the run's directory, and the consistency checker
+(odradek.tools.consistency) checks it against the logs read back and the replicas' logs: no
+acknowledged write lost, no read of a record later truncated, per-producer order, no
+duplicates, replicas identical below the HW, each stated with whether Kafka promises it under
+the run's settings. Its table ends the report, and a guarantee Kafka promises that does not
+hold fails the run. ChaosConfig's ``acks``, ``idempotence``, ``min_insync_replicas`` and
+``unclean_leader_election`` weaken the settings (defaults: the safe ones above); what they no
+longer promise (losses with acks=1, duplicates without idempotence) is then counted and reported
+as expected, not as a failure. Each fault is also written to ``faults.log`` in the run's
+directory (odradek.common.fault_log: a kill lasts until the restart, a pause until SIGCONT),
+which ``state-change-log --plot`` finds beside the brokers' logs.
+
+``--plot FILE.svg`` draws the checker's timeline (operations per second: acknowledged, unknown,
+read; lost and truncated records) over the acknowledged writes per second of each producer,
+with the faults shaded from start to end (odradek.plot).
 
 `run_chaos()` is the function tests call; `odradek chaos` (odradek.tools.chaos_command) wraps
 it with its own ZooKeeper. ``odradek chaos --transactions`` runs the transactional workload of
@@ -106,6 +121,27 @@ class ChaosConfig:
     reassign_grace_s: float = 60.0  # after healing, for the reassignments to complete
     log_level: str = "INFO"
     extra_overrides: dict[str, str] = field(default_factory=dict)
+    # The settings that decide what Kafka promises (the consistency checker's Guarantees).
+    # The defaults promise everything; with weaker ones (acks=1, say) the losses Kafka allows
+    # are counted and reported as expected, not as failures.
+    acks: str = "all"
+    idempotence: bool = True
+    min_insync_replicas: int = 2
+    unclean_leader_election: bool = False
+
+    def guarantees(self) -> Guarantees:
+        return Guarantees.from_configs(
+            {"min.insync.replicas": str(self.min_insync_replicas),
+             "unclean.leader.election.enable": str(self.unclean_leader_election).lower()},
+            # librdkafka's max.in.flight: 1000000 by default, at most 5 with idempotence
+            {"acks": self.acks, "enable.idempotence": str(self.idempotence).lower(),
+             "max.in.flight.requests.per.connection": "5" if self.idempotence else "1000000"})
+
+    def producer_config(self) -> dict[str, Any]:
+        """What the workload's producers are given over ProducerWorker's defaults."""
+        if self.acks == "all" and self.idempotence:
+            return {}
+        return {"acks": self.acks, "enable.idempotence": self.idempotence}
 
     @property
     def pause_length_s(self) -> float:
@@ -114,8 +150,8 @@ class ChaosConfig:
     def broker_overrides(self) -> dict[str, str]:
         return {
             "default.replication.factor": str(min(3, self.brokers)),
-            "min.insync.replicas": "2",
-            "unclean.leader.election.enable": "false",
+            "min.insync.replicas": str(self.min_insync_replicas),
+            "unclean.leader.election.enable": str(self.unclean_leader_election).lower(),
             "replica.lag.time.max.ms": str(self.replica_lag_time_max_ms),
             "controlled.shutdown.retry.backoff.ms": "200",
             "log.segment.bytes": str(self.segment_bytes),
@@ -209,11 +245,12 @@ class ChaosReport:
     @property
     def failures(self) -> list[str]:
         out = []
-        if self.lost:
+        promised = self.config.guarantees()  # acks=all, idempotence...: every check counts
+        if self.lost and promised.no_loss:
             out.append(f"{len(self.lost)} acknowledged values lost")
-        if self.misplaced:
+        if self.misplaced and promised.no_loss:
             out.append(f"{len(self.misplaced)} acknowledged values at another offset")
-        if self.duplicates:
+        if self.duplicates and promised.no_duplicates:
             out.append(f"{self.duplicates} duplicates (idempotent producers: expected 0)")
         if not self.replicas_identical:
             out.append("replicas differ below the high watermark" if self.replicas
@@ -751,13 +788,14 @@ def plot_report(report: ChaosReport, path: str) -> None:
     else:
         bands, markers = [], [(f.at_s, f.kind) for f in report.faults]
     charts = []
+    legend = 26  # the longest of both legends ("LOST (acked, by ack time)"): x axes aligned
     if report.consistency is not None:
-        charts.append(checker_svg(report.consistency, events))
+        charts.append(checker_svg(report.consistency, events, legend_chars=legend))
     charts.append(plot.line_chart(
         report.throughput,
         title=f"odradek chaos, seed {report.config.seed}: acknowledged writes per second",
         x_label="seconds since the workload started", y_label="acks/s",
-        markers=markers, bands=bands, step=True, width=1000))
+        markers=markers, bands=bands, step=True, width=1000, legend_chars=legend))
     plot.write_svg(path, plot.stack(charts))
 
 
@@ -797,7 +835,11 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 12
         config["logger"] = logger
     consumer = Consumer(config)
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+        # Right after healing a leadership may still move (a preferred election): a
+        # NOT_LEADER_FOR_PARTITION answer is retried until the timeout.
+        ends = {p: poll_for(lambda p=p: consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=10)[1], 60, f"partition {p}'s end",
+                    interval=0.5)
                 for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         out: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
@@ -941,7 +983,8 @@ def create_topic(cluster: ProcessCluster, config: ChaosConfig) -> None:
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     topic = NewTopic(config.topic, config.partitions, min(3, config.brokers), config={
-        "min.insync.replicas": "2", "unclean.leader.election.enable": "false"})
+        "min.insync.replicas": str(config.min_insync_replicas),
+        "unclean.leader.election.enable": str(config.unclean_leader_election).lower()})
     admin.create_topics([topic], operation_timeout=20)[config.topic].result(30)
 
 
@@ -1011,7 +1054,8 @@ def _run_workload_and_faults(cluster: ProcessCluster, config: ChaosConfig,
     stop = threading.Event()
     history = report.history = History()
     workers = [ProducerWorker(i, cluster.bootstrap, config.topic, config.rate,
-                              config.message_timeout_ms, stop, logger, history=history)
+                              config.message_timeout_ms, stop, logger,
+                              client_config=config.producer_config(), history=history)
                for i in range(config.producers)]
     readers = [ConsumerWorker(i, cluster.bootstrap, config.topic, config.partitions, stop,
                               history, logger) for i in range(config.consumers)]
@@ -1051,12 +1095,9 @@ def _run_workload_and_faults(cluster: ProcessCluster, config: ChaosConfig,
 
 HISTORY_NAME = "history.jsonl"  # the workload's history, in the run's directory
 
-# What the replication run promises: acks=all idempotent producers (librdkafka caps the
-# in-flight requests at 5 with idempotence), min.insync.replicas=2, unclean election off.
-RUN_GUARANTEES = Guarantees.from_configs(
-    {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
-    {"acks": "all", "enable.idempotence": "true",
-     "max.in.flight.requests.per.connection": "5"})
+# What the default replication run promises: acks=all idempotent producers (librdkafka caps
+# the in-flight requests at 5 with idempotence), min.insync.replicas=2, unclean election off.
+RUN_GUARANTEES = ChaosConfig().guarantees()
 
 
 def replica_records(cluster: ProcessCluster, topic: str, assignment: dict[int, list[int]]
@@ -1084,13 +1125,14 @@ def replica_records(cluster: ProcessCluster, topic: str, assignment: dict[int, l
 def check_consistency(report: ChaosReport, final_logs: dict[int, list[tuple[int, str]]],
                       replica_logs: dict[int, dict[int, list[tuple[int, str | None]]]] | None,
                       high_watermarks: dict[int, int] | None,
-                      guarantees: Guarantees = RUN_GUARANTEES) -> CheckReport | None:
+                      guarantees: Guarantees | None = None) -> CheckReport | None:
     """The checker (odradek.tools.consistency) on the run's history, the logs read back after
-    healing and the replicas' logs below their HW; kept in `report.consistency`."""
+    healing and the replicas' logs below their HW, with the guarantees of the run's settings
+    (`report.config.guarantees()`) unless others are given; kept in `report.consistency`."""
     if report.history is None:
         return None
-    report.consistency = check(report.history, guarantees, final_logs, replica_logs,
-                               high_watermarks)
+    report.consistency = check(report.history, guarantees or report.config.guarantees(),
+                               final_logs, replica_logs, high_watermarks)
     return report.consistency
 
 
@@ -1135,17 +1177,22 @@ def format_report(report: ChaosReport) -> str:
     lines += [
         "",
         f"seed {c.seed}, {c.brokers} brokers, {c.partitions} partitions, RF "
-        f"{min(3, c.brokers)}, min.insync.replicas 2, {c.producers} idempotent acks=all "
+        f"{min(3, c.brokers)}, min.insync.replicas {c.min_insync_replicas}"
+        + (", unclean election on" if c.unclean_leader_election else "")
+        + f", {c.producers} {'idempotent ' if c.idempotence else ''}acks={c.acks} "
         f"producers, {len(report.faults)} faults, {report.elapsed_s:.0f}s in all",
         f"sent               {report.sent}",
         f"acknowledged       {report.acked}" + (
             f" ({report.acked_without_offset} delivered by librdkafka without an offset, "
             "checked by partition)" if report.acked_without_offset else ""),
         f"read back          {report.read_back}",
-        f"lost               {len(report.lost)}" + _examples(report.lost),
+        f"lost               {len(report.lost)}" + _examples(report.lost)
+        + ("  (allowed by these settings)" if report.lost and not c.guarantees().no_loss
+           else ""),
         f"misplaced          {len(report.misplaced)}" + _examples(report.misplaced),
-        f"duplicates         {report.duplicates}" + ("  (FAILURE: idempotence should make "
-                                                     "this 0)" if report.duplicates else ""),
+        f"duplicates         {report.duplicates}" + (
+            ("  (FAILURE: idempotence should make this 0)" if c.idempotence
+             else "  (allowed without idempotence)") if report.duplicates else ""),
         f"unacked-written    {report.unacked_written} (+{report.failed_written} written "
         "though delivery failed)",
         f"delivery failures  {errors}; still queued after flush: {report.undelivered}",

@@ -42,8 +42,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    chosen = [f"--{m}" for m in ("network", "disk", "transactions") if getattr(args, m)]
+    if len(chosen) > 1:
+        raise ToolError(f"{' and '.join(chosen)} are different runs: choose one", exit_code=2)
     if args.network:
         return _run_network(args, seed)
+    if args.disk:  # KIP-112 log dir failures (chaos_disk)
+        from .chaos_disk import run_disk_command
+
+        return run_disk_command(args, seed, _run_with_zookeeper)
     if args.transactions:
         return _run_transactions(args, seed)
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
@@ -228,6 +235,11 @@ def add_parser(sub: Subcommands) -> None:
                         "pause; the consistency checker's report at the end")
     p.add_argument("--cycles", type=int, default=8,
                    help="with --network: fault cycles (default 8)")
+    p.add_argument("--disk", action="store_true",
+                   help="instead: log dir failures (root only): a broker's log dir on a small "
+                        "tmpfs filled up (disk-full), another's on ext4 failed (disk-fail), "
+                        "under acks=all writes; checks leaders move, the other dir keeps "
+                        "serving and nothing acknowledged is lost (odradek.tools.chaos_disk)")
     p.add_argument("--values", type=int, default=3000,
                    help="with --transactions: the input's unique values (default 3000)")
     p.add_argument("--pipelines", type=int, default=2,

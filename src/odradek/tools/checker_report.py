@@ -11,14 +11,55 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from odradek.common.fault_log import FaultEvent, FaultSpan, fault_spans
 from odradek.plot import line_chart, write_svg
+from odradek.tools.history import Op
 
-if TYPE_CHECKING:
-    from odradek.tools.consistency import CheckReport
-    from odradek.tools.history import Op
+
+class _Settings(Protocol):
+    @property
+    def acks(self) -> str: ...
+    @property
+    def min_insync_replicas(self) -> int: ...
+    def describe(self) -> str: ...
+
+
+class _Row(Protocol):
+    @property
+    def key(self) -> str: ...
+    @property
+    def guarantee(self) -> str: ...
+    @property
+    def promised(self) -> bool: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def checked(self) -> int: ...
+    @property
+    def observed(self) -> int: ...
+    @property
+    def examples(self) -> tuple[str, ...]: ...
+    @property
+    def verdict(self) -> str: ...
+
+
+class CheckReport(Protocol):
+    """What this module reads of `odradek.tools.consistency.CheckReport` (a protocol, so that
+    the checker can import this module and not the other way round)."""
+    @property
+    def guarantees(self) -> _Settings: ...
+    @property
+    def rows(self) -> Sequence[_Row]: ...
+    @property
+    def ops(self) -> Sequence[Op]: ...
+    @property
+    def lost(self) -> Sequence[Op]: ...
+    @property
+    def truncated_reads(self) -> Sequence[Op]: ...
+    @property
+    def verdict(self) -> str: ...
 
 __all__ = ["checker_svg", "fault_label", "per_second", "plot_report", "report_text"]
 
@@ -38,8 +79,9 @@ def report_text(report: CheckReport, examples: bool = True) -> str:
     lines = [f"consistency check ({report.guarantees.describe()})",
              f"history: {n_inv} sends ({n['ok']} acknowledged, {n['fail']} failed, "
              f"{n['info']} unknown, {n_inv - sum(n.values())} never completed), {reads} reads"]
-    head = ("guarantee", "promised", "checked", "observed", "verdict")
-    body = [(r.guarantee, f"{_yes(r.promised)} ({r.why})" if r.why else _yes(r.promised),
+    head = ("guarantee", "Kafka promises it", "checked", "observed", "verdict")
+    body = [(r.guarantee, (f"{_yes(r.promised)}: {r.why}" if r.why else
+                           ("-" if r.key == "unknown" else _yes(r.promised))),
              str(r.checked), str(r.observed), r.verdict) for r in report.rows]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
     fmt = "  ".join(f"{{:{'<' if i < 2 else '>'}{w}}}" if i < 4 else "{}"
@@ -49,9 +91,12 @@ def report_text(report: CheckReport, examples: bool = True) -> str:
     for row, cells in zip(report.rows, body, strict=True):
         lines.append(fmt.format(*cells))
         if examples and row.observed and row.examples:
-            lines.extend(f"    e.g. {e}" for e in row.examples)
-            if row.observed > len(row.examples):
-                lines.append(f"    ... and {row.observed - len(row.examples)} more")
+            examples_ = list(row.examples)
+            if row.key == "unknown":  # first the summary, then the examples
+                lines.append(f"    {examples_.pop(0)}")
+            lines.extend(f"    e.g. {e}" for e in examples_)
+            if row.observed > len(examples_):
+                lines.append(f"    ... and {row.observed - len(examples_)} more")
     lines.append(f"verdict: {report.verdict}")
     return "\n".join(lines) + "\n"
 
@@ -76,7 +121,7 @@ def fault_label(span: FaultSpan) -> str:
 
 
 def checker_svg(report: CheckReport, faults: Iterable[FaultEvent] = (), title: str = "",
-                width: int = 1000, height: int = 460) -> str:
+                width: int = 1000, height: int = 460, legend_chars: int | None = None) -> str:
     """The timeline picture (see the module doc). Times are seconds since the first op."""
     ops: Sequence[Op] = report.ops
     spans = fault_spans(faults)
@@ -104,6 +149,12 @@ def checker_svg(report: CheckReport, faults: Iterable[FaultEvent] = (), title: s
                                                end_t)
     bands = [(s.start - t0, (s.end if s.end is not None else end_t) - t0, fault_label(s))
              for s in spans]
+    # The anomalies are few next to the ops per second: a marker per second that has any,
+    # so that they are seen whatever the scale.
+    markers = [(x, f"LOST {int(n)} acked writes")
+               for x, n in per_second((o.wall for o in report.lost), t0) if n]
+    markers += [(x, f"TRUNCATED {int(n)} reads")
+                for x, n in per_second((o.wall for o in report.truncated_reads), t0) if n]
     verdicts = ", ".join(f"{r.key} {r.observed}" for r in report.rows
                          if r.observed and r.key != "unknown")
     heading = title or (f"consistency check: {report.verdict}"
@@ -111,8 +162,9 @@ def checker_svg(report: CheckReport, faults: Iterable[FaultEvent] = (), title: s
                         + f" -- acks={report.guarantees.acks} "
                         f"min.isr={report.guarantees.min_insync_replicas}")
     return line_chart(series, title=heading, x_label="seconds since the workload started",
-                      y_label="operations per second", bands=bands, step=True,
-                      width=width, height=height)
+                      y_label="operations per second", bands=bands, markers=markers,
+                      step=True,
+                      width=width, height=height, legend_chars=legend_chars)
 
 
 def plot_report(report: CheckReport, path: str | Path, faults: Iterable[FaultEvent] = (),

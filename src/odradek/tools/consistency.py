@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["VERDICTS", "CheckReport", "Guarantees", "Row", "check"]
 
 VERDICTS: tuple[str, ...] = ("ok", "FAIL", "expected", "info", "skipped")
+_MISSING = "<missing>"
 MAX_EXAMPLES = 5
 
 LogEntries = Sequence[tuple[int, str | None]]
@@ -120,28 +121,27 @@ class Guarantees:
         """Why the guarantee `key` is (not) promised, in a few words."""
         if key == "lost":
             if self.no_loss:
-                return "acks=all, min.insync.replicas>=2, unclean off"
+                return "acks=all, min.isr>=2, unclean off"
             reasons = []
             if self.acks != "all":
                 reasons.append(f"acks={self.acks}")
             if self.min_insync_replicas < 2:
-                reasons.append(f"min.insync.replicas={self.min_insync_replicas}")
+                reasons.append(f"min.isr={self.min_insync_replicas}")
             if self.unclean_leader_election:
                 reasons.append("unclean election on")
-            return "not promised: " + ", ".join(reasons)
+            return ", ".join(reasons)
         if key == "truncated-reads":
-            return ("reads stay below the HW, unclean off" if self.no_truncated_reads
-                    else "not promised: unclean election on")
+            return ("reads below the HW, unclean off" if self.no_truncated_reads
+                    else "unclean election on")
         if key == "order":
             if self.idempotent or self.transactional:
                 return "idempotent producer"
             return ("max.in.flight=1" if self.max_in_flight <= 1
-                    else f"not promised: max.in.flight={self.max_in_flight}, no idempotence")
+                    else f"no idempotence, max.in.flight={self.max_in_flight}")
         if key == "duplicates":
-            return ("idempotent producer" if self.no_duplicates
-                    else "not promised: retries without idempotence")
+            return "idempotent producer" if self.no_duplicates else "no idempotence"
         if key == "replicas":
-            return "always, once healed (leader-epoch truncation)"
+            return "always, once healed"
         return ""
 
 
@@ -155,6 +155,11 @@ class Row:
     observed: int  # violations (or, for "unknown", the ops with an unknown outcome)
     examples: tuple[str, ...]
     verdict: str
+
+    @property
+    def expected(self) -> bool:
+        """The contract's name for `promised`: whether Kafka promises this guarantee."""
+        return self.promised
 
 
 @dataclass(frozen=True)
@@ -267,11 +272,12 @@ def check(history: History | Iterable[Op], guarantees: Guarantees,
     # 2. reads of records later truncated
     truncated: list[Op] = []
     checked = 0
+    log_start = {p: min(offs) for p, offs in by_offset.items() if offs}
     for op in ops:
         if op.f != "read" or op.type != "ok" or op.partition not in by_offset:
             continue
         offs = by_offset[op.partition]
-        if op.offset is None or (offs and op.offset < min(offs)):
+        if op.offset is None or op.offset < log_start.get(op.partition, 0):
             continue  # below the final log's start: deleted by retention, not checkable
         checked += 1
         if op.offset not in offs or offs[op.offset] != op.value:
@@ -280,7 +286,7 @@ def check(history: History | Iterable[Op], guarantees: Guarantees,
     for o in truncated[:max_examples]:
         now = by_offset[o.partition].get(o.offset or 0, "<none>") if o.offset is not None else ""
         examples.append(_ex(o, f"read, final log has {now!r} there"))
-    rows.append(Row("truncated-reads", "no read of a record later truncated",
+    rows.append(Row("truncated-reads", "no read of a truncated record",
                     g.no_truncated_reads, g.why("truncated-reads"), checked, len(truncated),
                     tuple(examples), _verdict(g.no_truncated_reads, len(truncated), checked)))
 
@@ -309,7 +315,7 @@ def check(history: History | Iterable[Op], guarantees: Guarantees,
                         examples.append(f"{op.process} p{op.partition}: {prev.value!r}@"
                                         f"{prev.offset} sent before {op.value!r}@{op.offset}")
             prev = op
-    rows.append(Row("order", "per-producer order within a partition", g.order, g.why("order"),
+    rows.append(Row("order", "per-producer order in a partition", g.order, g.why("order"),
                     checked, len(disorder), tuple(examples),
                     _verdict(g.order, len(disorder), checked)))
 
@@ -330,12 +336,12 @@ def check(history: History | Iterable[Op], guarantees: Guarantees,
     unknown = [inv for i, inv in invokes.items() if inv.f == "send"
                and (i not in completions or completions[i].type == "info")]
     present = sum(1 for inv in unknown if inv.value in all_values)
-    rows.append(Row("unknown", "unknown outcomes (info): neither acked nor lost", False,
-                    f"{present} in the final logs, {len(unknown) - present} not", len(invokes),
+    rows.append(Row("unknown", "unknown outcomes, not checked", False, "", len(invokes),
                     len(unknown),
-                    tuple(_ex(completions.get(i.index, i),
-                              "in the final log" if i.value in all_values else "absent")
-                          for i in unknown[:max_examples]),
+                    (f"{present} in the final logs, {len(unknown) - present} not",
+                     *(_ex(completions.get(i.index, i),
+                           "in the final log" if i.value in all_values else "absent")
+                       for i in unknown[:max_examples])) if unknown else (),
                     "info" if unknown else "ok"))
 
     # 6. replicas identical below the high watermark
@@ -367,12 +373,15 @@ def _check_replicas(replica_logs: Mapping[PartitionKey, Mapping[int, LogEntries]
         hw = high_watermarks.get(p, min(ends))
         start = max((min(log) for log in logs.values() if log), default=0)
         offsets = sorted({o for log in logs.values() for o in log if start <= o < hw})
+        ordered = [logs[b] for b in sorted(logs)]
         for o in offsets:
             checked += 1
-            vals = {b: log.get(o, "<missing>") for b, log in sorted(logs.items())}
-            if len(set(vals.values())) > 1:
-                diverged += 1
-                if len(examples) < max_examples:
-                    examples.append(f"p{p}@{o} (HW {hw}): "
-                                    + ", ".join(f"broker {b}={v!r}" for b, v in vals.items()))
+            first = ordered[0].get(o, _MISSING)
+            if all(log.get(o, _MISSING) == first for log in ordered[1:]):
+                continue
+            diverged += 1
+            if len(examples) < max_examples:
+                vals = {b: logs[b].get(o, _MISSING) for b in sorted(logs)}
+                examples.append(f"p{p}@{o} (HW {hw}): "
+                                + ", ".join(f"broker {b}={v!r}" for b, v in vals.items()))
     return diverged, examples, checked

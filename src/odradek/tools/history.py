@@ -7,7 +7,7 @@ connection; the write may or may not be in the log). A consumed record is a sing
 with ``f == "read"``. The consistency checker (`odradek.tools.consistency`) reads a history
 together with the final logs and says which of Kafka's guarantees held.
 
-Memory is bounded per op: an `Op` is a small ``__slots__`` record (strings that repeat, like
+Memory is bounded per op: an `Op` is a small named tuple (strings that repeat, like
 process, function and node names, are interned), so a million ops take a few hundred MB at
 most, not GBs. The history is thread-safe (producer callbacks run on client threads) and is
 saved and loaded as JSON lines.
@@ -20,20 +20,21 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = ["OP_TYPES", "History", "Op", "OpType", "PartitionKey"]
 
 OpType = Literal["invoke", "ok", "fail", "info"]
 OP_TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
 PartitionKey = int | str  # a partition number, or "topic-3" when a workload spans topics
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # one, not one per json.dumps call
 
 
-@dataclass(slots=True, frozen=True)
-class Op:
-    """One line of a history. ``ref`` is, for a completion, the index of its invoke."""
+class Op(NamedTuple):
+    """One line of a history. ``ref`` is, for a completion, the index of its invoke. A named
+    tuple: as small as a ``__slots__`` record and cheaper to create (the workload records
+    from client callback threads)."""
     index: int
     process: str
     type: str  # invoke | ok | fail | info
@@ -54,7 +55,7 @@ class Op:
             v = getattr(self, k)
             if v is not None:
                 d[k] = v
-        return json.dumps(d, separators=(",", ":"))
+        return _ENCODER.encode(d)
 
     @classmethod
     def from_json(cls, line: str) -> Op:

@@ -486,7 +486,7 @@ def fault_rows(events: Iterable[FaultEvent], t0_epoch: float, end: float
     return dict(sorted(lanes.items())), bands
 
 
-def _epoch(time: str) -> float:
+def epoch_seconds(time: str) -> float:
     """A log time (naive, the brokers' local time) as seconds since the epoch."""
     return datetime.datetime.strptime(time, TIME_FORMAT).timestamp()
 
@@ -515,7 +515,7 @@ def state_change_plot(changes: Iterable[Change], max_lanes: int = MAX_LANES,
     bands: list[tuple[float, float, str]] = []
     if events and first is not None:
         end = _seconds(changes[-1].time) - _seconds(first)
-        lanes, bands = fault_rows(events, _epoch(first), end)
+        lanes, bands = fault_rows(events, epoch_seconds(first), end)
     colours = {**FAULT_COLOURS, **STATE_COLOURS}
     states = timeline({**lanes, **rows}, title=title, x_label=x_label, colours=colours,
                       bands=bands)

@@ -37,6 +37,9 @@ from .acls import AclApis
 from .admin import AdminApis
 from .alter_configs import AlterConfigsApis
 from .api_versions import ApiVersionsApi
+from .delete_records import DeleteRecordsApi
+from .describe_cluster import DescribeClusterApi
+from .describe_log_dirs import DescribeLogDirsApi
 from .describe_producers import DescribeProducersApi
 from .elect_leaders import ElectLeadersApi
 from .fetch import FetchApi
@@ -53,6 +56,7 @@ from .reassignments import ReassignmentApis
 from .sasl import SaslApis, sasl_server_configs
 from .scram_credentials import ScramCredentialApis
 from .transactions import TransactionApis
+from .update_features import UpdateFeaturesApi
 from .write_txn_markers import WriteTxnMarkersApi
 
 log = logging.getLogger("odradek.apis")
@@ -78,6 +82,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
+    21: ("DeleteRecords", 0, 2),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
     24: ("AddPartitionsToTxn", 0, 3),
@@ -90,6 +95,7 @@ APIS: dict[int, tuple[str, int, int]] = {
     31: ("DeleteAcls", 1, 2),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
+    35: ("DescribeLogDirs", 1, 2),  # v0 (same as v1 on the wire): not in the codec (kio)
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
@@ -100,6 +106,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     47: ("OffsetDelete", 0, 0),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
+    57: ("UpdateFeatures", 0, 0),
+    60: ("DescribeCluster", 0, 1),  # v1: Kafka 3.7 (KIP-919, endpoint_type)
     61: ("DescribeProducers", 0, 0),
     65: ("DescribeTransactions", 0, 0),  # Kafka 3.0 (KIP-664)
     66: ("ListTransactions", 0, 0),  # Kafka 3.0 (KIP-664)
@@ -167,6 +175,7 @@ class KafkaApis:
             18: self.api_versions.handle,
             19: admin.handle_create_topics,
             20: admin.handle_delete_topics,
+            21: DeleteRecordsApi(replica_manager, metadata_cache, auth).handle,
             22: InitProducerIdApi(producer_ids, txn_coordinator, auth).handle,
             23: OffsetForLeaderEpochApi(replica_manager, auth).handle,
             24: transactions.handle_add_partitions_to_txn,
@@ -190,7 +199,10 @@ class KafkaApis:
             47: offsets.handle_offset_delete,
             50: scram.handle_describe,
             51: scram.handle_alter,
+            57: UpdateFeaturesApi(controller, auth).handle,
+            60: DescribeClusterApi(metadata_cache, auth).handle,
             61: DescribeProducersApi(replica_manager, metadata_cache, auth).handle,
+            35: DescribeLogDirsApi(replica_manager, auth).handle,
             65: transactions.handle_describe_transactions,
             66: transactions.handle_list_transactions,
         }

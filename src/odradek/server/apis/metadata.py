@@ -81,9 +81,14 @@ class MetadataApi:
         if getattr(request, "include_topic_authorized_operations", False):
             def topic_ops(name: str) -> int:
                 return authorized_operations(auth, conn, ResourceType.TOPIC, name, TOPIC_OPS)
-        if getattr(request, "include_cluster_authorized_operations", False):
-            cluster_ops = authorized_operations(auth, conn, ResourceType.CLUSTER,
-                                                "kafka-cluster", CLUSTER_OPS)
+        # Kafka 2.8: v8-10 only, and 0 unless the principal may DESCRIBE the cluster
+        if (getattr(request, "include_cluster_authorized_operations", False)
+                and 8 <= header.request_api_version <= 10):
+            cluster_ops = 0
+            if allowed(auth, conn, AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster",
+                       request_name="Metadata"):
+                cluster_ops = authorized_operations(auth, conn, ResourceType.CLUSTER,
+                                                    "kafka-cluster", CLUSTER_OPS)
         if to_create:
             task = asyncio.ensure_future(self.auto_create_topics(to_create))
             task.add_done_callback(_log_failure)
@@ -185,7 +190,9 @@ def build_response(cache: MetadataCache, request: Any, names: list[str],
                 partition_index=index, leader_id=p.leader if leader_alive else -1,
                 leader_epoch=p.leader_epoch,
                 replica_nodes=tuple(p.replicas), isr_nodes=tuple(p.isr),
-                offline_replicas=tuple(r for r in p.replicas if r not in cache.brokers)))
+                # the controller's offline replicas (dead brokers, KIP-112 offline log dirs)
+                offline_replicas=tuple(r for r in p.replicas if r not in cache.brokers
+                                       or r in p.offline_replicas)))
         topics.append(make(mod.MetadataResponseTopic, error_code=ErrorCode.none, name=name,
                            topic_id=info.topic_id, is_internal=info.internal,
                            partitions=tuple(parts),

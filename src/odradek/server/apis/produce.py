@@ -119,6 +119,6 @@ def _respond(header: Any, request: Any,
     for (topic, index), r in results.items():
         by_topic.setdefault(topic, []).append((
             index, int(r.error), r.base_offset, r.log_append_time, r.log_start_offset,
-            r.message if r.error != ErrorCode.none else None))
+            r.message if r.error != ErrorCode.none else None, r.record_errors))
     return encode_produce_response(header.request_api_version, header.correlation_id,
                                    list(by_topic.items()))
