@@ -65,7 +65,10 @@ def _run(args: argparse.Namespace) -> int:
                         exit_code=2)
     config = ChaosConfig(brokers=args.brokers, partitions=args.partitions,
                          duration_s=args.duration, seed=seed, producers=args.producers,
-                         rate=args.rate, faults=faults)
+                         rate=args.rate, faults=faults, acks=args.acks,
+                         idempotence=args.idempotence,
+                         min_insync_replicas=args.min_insync_replicas,
+                         unclean_leader_election=args.unclean_leader_election)
     own_dir = args.data_dir is None
     workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -244,7 +247,19 @@ def add_parser(sub: Subcommands) -> None:
                    help="with --transactions: the input's unique values (default 3000)")
     p.add_argument("--pipelines", type=int, default=2,
                    help="with --transactions: pipeline processes (default 2)")
+    settings = p.add_argument_group(
+        "the replication run's settings (the checker reports what Kafka does not promise "
+        "under weaker ones as expected, not as a failure: docs/checker.md)")
+    settings.add_argument("--acks", choices=("all", "1", "0"), default="all",
+                          help="the producers' acks (default all)")
+    settings.add_argument("--no-idempotence", dest="idempotence", action="store_false",
+                          help="enable.idempotence=false for the producers")
+    settings.add_argument("--min-insync-replicas", type=int, default=2,
+                          help="the topic's min.insync.replicas (default 2)")
+    settings.add_argument("--unclean-leader-election", action="store_true",
+                          help="unclean.leader.election.enable=true on the brokers")
     p.add_argument("--plot", metavar="FILE.svg",
-                   help="write a chart of acknowledged writes per second per producer, with "
-                        "the faults as markers")
+                   help="write the consistency checker's timeline (operations per second, "
+                        "lost writes and truncated reads marked, the injected faults shaded) "
+                        "over the acknowledged writes per second per producer")
     p.set_defaults(func=run)
