@@ -94,11 +94,23 @@ def test_every_route_and_its_shape(cluster: Cluster) -> None:
     assert group["offsets"] == [{"topic": "t", "partition": 0, "committed": 4,
                                  "log_end_offset": 10, "lag": 6}]
 
-    timeline = get_json(base + "/api/timeline")
-    assert timeline and {"time_ms", "partition", "what", "leader", "isr", "leader_epoch",
-                         "line"} <= set(timeline[0])
-    assert any(e["partition"] == "t-0" for e in timeline)
-    assert get_json(base + "/api/timeline?since_ms=99999999999999") == []
+    local = get_json(base + "/api/timeline?local=1")
+    assert local and {"time_ms", "broker", "partition", "topic", "what", "leader", "isr",
+                      "leader_epoch", "line"} <= set(local[0])
+    assert {e["broker"] for e in local} == {1}
+    assert any(e["partition"] == "t-0" for e in local)
+    assert get_json(base + "/api/timeline?local=1&since_ms=99999999999999") == []
+    # the cluster's timeline: broker 1's events and broker 0's (the controller's elections),
+    # found through the http_endpoint of /brokers/ids/0, ordered by time
+    merged = get_json(base + "/api/timeline")
+    assert [(b["id"], b["ok"]) for b in merged["brokers"]] == [(1, True), (0, True)]
+    events = merged["events"]
+    assert {e["broker"] for e in events} == {0, 1}
+    assert [e["time_ms"] for e in events] == sorted(e["time_ms"] for e in events)
+    newest = {b["id"]: b["newest_ms"] for b in merged["brokers"]}
+    later = get_json(base + f"/api/timeline?since=0:{newest[0] + 1},1:{newest[1] + 1}")
+    assert later["events"] == []
+    assert get_json(base + "/api/faults") == []  # no fault actions: no fault events
 
     status, body, headers = http(base + "/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
