@@ -507,7 +507,7 @@ class HttpListener:
             if not isinstance(events, list):
                 return console_api.PeerTimeline(broker_id, url, error="not a timeline")
             return console_api.PeerTimeline(broker_id, url, events=events)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             return console_api.PeerTimeline(broker_id, url, error="no answer (timeout)")
         except (ClientError, OSError, ValueError) as exc:
             return console_api.PeerTimeline(broker_id, url,
