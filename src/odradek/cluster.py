@@ -37,8 +37,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from .common.fault_log import FAULT_LOG_NAME, FaultEvent, FaultLog, read_fault_events
 from .coordination import paths
-from .coordination.embedded import EmbeddedZooKeeper
+from .coordination.embedded import EmbeddedStore, EmbeddedZooKeeper
+from .faults.network import (
+    CLIENTS,
+    STORE,
+    NetworkState,
+    Node,
+    Rule,
+    describe,
+    group,
+    node_name,
+    store_cut,
+)
+from .faults.proxy import FaultNetwork, LinkProxy
+from .security.connector import ClientSecurity, Connector, open_connection
 from .server.broker import Broker
 from .server.config import KafkaConfig
 
@@ -318,24 +332,49 @@ def scram_user_znodes(security: ClusterSecurity) -> dict[str, bytes]:
     return out
 
 
-class ClusterFaults:
-    """The console's fault actions (`console_faults=True`): each broker's HTTP listener may
-    kill (a crash, as `kill_broker`) or restart (`restart_broker`: a clean stop if running,
-    then a start) any broker of the cluster. Pausing a broker is not offered: the cluster has
-    no way to stop a broker's processing short of stopping it. The tasks are the cluster's,
-    so a broker killing itself through its own console still completes the action."""
+@dataclass(frozen=True)
+class ActiveFault:
+    """A fault in force: what `ClusterFaults.active()` lists and `heal` takes back."""
 
-    actions = ("kill", "restart")
+    fault_id: int
+    kind: str
+    targets: tuple[str, ...]
+    detail: str = ""
+
+
+class ClusterFaults:
+    """Faults injected into an in-process cluster (docs/faults.md): crash and restart brokers,
+    pause them, cut or slow the links between groups of nodes (broker ids, ``"store"``,
+    ``"clients"``), cut a broker from the coordination store, expire its session.
+
+    Link faults need ``AsyncCluster(network_faults=True)`` (every broker's listeners are then
+    reached through `LinkProxy` forwarders); cuts between brokers and the store alone work on
+    any cluster. Every fault is written to ``<data_dir>/faults.log`` (common/fault_log.py).
+
+    It is also the console's entry point (`FaultActions`: ``actions`` and ``run``), given to
+    the brokers' HTTP listeners with ``console_faults=True``. Its tasks are the cluster's, so a
+    broker killing itself through its own console still completes the action.
+    """
+
+    actions = ("kill", "restart", "pause", "resume", "isolate", "heal")
 
     def __init__(self, cluster: AsyncCluster) -> None:
         self._cluster = cluster
         self._tasks: set[asyncio.Task[None]] = set()
+        self.log = FaultLog(cluster.data_dir / FAULT_LOG_NAME)
+        self._rules: dict[int, Rule] = {}
+        self._active: dict[int, ActiveFault] = {}
+        self._paused: dict[int, int] = {}  # broker id -> its pause's fault id
+        self._store_cut: set[int] = set()  # brokers whose store client we disconnected
 
+    # -- the console's entry point ----------------------------------------------------------
     def run(self, action: str, broker_id: int) -> asyncio.Future[None]:
         if action not in self.actions:
             raise ValueError(f"unknown fault action {action!r}")
         if broker_id not in self._cluster.brokers:
             raise ValueError(f"no broker {broker_id}")
+        if action in ("pause", "isolate") and self._cluster.network is None:
+            raise ValueError(f"{action} needs the fault network (network_faults=True)")
         task = asyncio.ensure_future(self._run(action, broker_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -344,12 +383,224 @@ class ClusterFaults:
     async def _run(self, action: str, broker_id: int) -> None:
         await asyncio.sleep(0)  # the request that asked is answered first
         if action == "kill":
-            broker = self._cluster.brokers[broker_id]
-            if broker.started:
-                await self._cluster.kill_broker(broker_id)
-        else:
-            await self._cluster.restart_broker(broker_id)
+            if self._cluster.brokers[broker_id].started:
+                await self.kill(broker_id)
+        elif action == "restart":
+            await self.restart(broker_id)
+        elif action == "pause":
+            await self.pause(broker_id)
+        elif action == "resume":
+            await self.resume(broker_id)
+        elif action == "isolate":
+            await self.isolate(broker_id)
+        else:  # heal: every link fault naming the broker
+            for fault_id, rule in list(self._rules.items()):
+                if broker_id in rule.sources or broker_id in (rule.targets or ()):
+                    await self.heal(fault_id)
 
+    def events(self) -> list[FaultEvent]:
+        """Every fault event written so far (``<data_dir>/faults.log``)."""
+        return read_fault_events(self.log.path)
+
+    def active(self) -> list[ActiveFault]:
+        """The faults in force (link faults and pauses), oldest first."""
+        return [self._active[k] for k in sorted(self._active)]
+
+    # -- brokers ----------------------------------------------------------------------------
+    def _broker(self, broker_id: int) -> Broker:
+        broker = self._cluster.brokers.get(broker_id)
+        if broker is None:
+            raise ValueError(f"no broker {broker_id}")
+        return broker
+
+    async def kill(self, broker_id: int) -> None:
+        """A crash (`AsyncCluster.kill_broker`): connections and session dropped, no flush."""
+        self._broker(broker_id)
+        self.log.instant("kill", [node_name(broker_id)])
+        await self._cluster.kill_broker(broker_id)
+
+    async def restart(self, broker_id: int, clean: bool = True) -> None:
+        """A clean stop if running (a kill with ``clean=False``), then a start; link faults in
+        force still apply to the restarted broker."""
+        self.log.instant("restart", [node_name(broker_id)], "" if clean else "after a crash")
+        await self._cluster.restart_broker(broker_id, clean)
+        self._apply()
+
+    async def pause(self, broker_id: int) -> None:
+        """Every link to and from the broker held, its store connection suspended (its session
+        expires after zookeeper.session.timeout.ms). Unlike SIGSTOP, the broker's own timers
+        and tasks keep running: it just hears nothing and is heard by nobody."""
+        self._need_network("pause")
+        self._broker(broker_id)
+        if broker_id in self._paused:
+            return
+        fault_id = self.log.start("pause", [node_name(broker_id)])
+        self._paused[broker_id] = fault_id
+        self._active[fault_id] = ActiveFault(fault_id, "pause", (node_name(broker_id),))
+        self._apply()
+
+    async def resume(self, broker_id: int) -> None:
+        """Release what `pause` held."""
+        fault_id = self._paused.pop(broker_id, None)
+        if fault_id is None:
+            return
+        self._active.pop(fault_id, None)
+        self._apply()
+        self.log.end(fault_id, "pause", [node_name(broker_id)])
+
+    async def expire_session(self, broker_id: int) -> None:
+        """The store expires the broker's session now (its ephemeral znodes go, watches fire)."""
+        broker = self._broker(broker_id)
+        store = broker.store
+        if not isinstance(store, EmbeddedStore):
+            raise RuntimeError(f"broker {broker_id} has no in-process store session")
+        self.log.instant("expire-session", [node_name(broker_id), STORE])
+        store.expire_session()
+
+    # -- links ----------------------------------------------------------------------------------
+    async def partition(self, side_a: Iterable[Node], side_b: Iterable[Node] | None = None, *,
+                        one_way: bool = False) -> int:
+        """Cut every link between a node of ``side_a`` and one of ``side_b`` (``None``: every
+        other node); ``one_way``: only bytes from ``side_a`` to ``side_b`` are held. Nodes are
+        broker ids, ``"store"`` and ``"clients"``. Returns the fault's handle for `heal`."""
+        a = group(side_a)
+        b = None if side_b is None else group(side_b)
+        kind = "one-way-partition" if one_way else "partition"
+        return self._add(Rule(kind, a, b, one_way=one_way))
+
+    async def isolate(self, broker_id: int) -> int:
+        """Cut the broker from every other node: brokers, the store, clients."""
+        self._broker(broker_id)
+        return self._add(Rule("isolate", frozenset({broker_id}), None))
+
+    async def isolate_from_store(self, broker_id: int) -> int:
+        """The broker keeps its brokers and clients and loses the store: its operations fail
+        with connection loss and the store expires its session after
+        zookeeper.session.timeout.ms; healing sooner keeps the session."""
+        self._broker(broker_id)
+        return self._add(Rule("isolate-store", frozenset({broker_id}), frozenset({STORE})))
+
+    async def slow(self, side_a: Iterable[Node], side_b: Iterable[Node], *,
+                   latency_ms: float = 0.0, loss: float = 0.0, one_way: bool = False) -> int:
+        """Every chunk between the two sides (both ways unless ``one_way``) arrives
+        ``latency_ms`` late; with probability ``loss`` it is one retransmission timeout
+        (200 ms) later still, and what follows it waits (TCP's view of a lost segment)."""
+        a, b = group(side_a), group(side_b)
+        if STORE in a | b:
+            raise ValueError("slow links to the store are not emulated (cut them instead)")
+        return self._add(Rule("slow-link", a, b, one_way=one_way, latency_ms=float(latency_ms),
+                              loss=float(loss)))
+
+    async def heal(self, handle: int | None = None) -> None:
+        """Take back one link fault (its handle), or every link fault (pauses stay: `resume`)."""
+        ids = list(self._rules) if handle is None else [handle]
+        for fault_id in ids:
+            rule = self._rules.pop(fault_id, None)
+            if rule is None:
+                if handle is not None and fault_id not in self._active:
+                    raise ValueError(f"no active link fault {fault_id}")
+                continue
+            fault = self._active.pop(fault_id)
+            self._apply()
+            self.log.end(fault_id, fault.kind, fault.targets)
+
+    def _need_network(self, what: str) -> None:
+        if self._cluster.network is None:
+            raise RuntimeError(f"{what} needs the cluster's links to pass through the fault "
+                               "network: AsyncCluster(..., network_faults=True)")
+
+    def _add(self, rule: Rule) -> int:
+        store_only = rule.targets == frozenset({STORE}) or rule.sources == frozenset({STORE})
+        if not store_only:
+            self._need_network(rule.kind)
+        targets = rule.targets_for_log()
+        fault_id = self.log.start(rule.kind, targets, describe(rule))
+        self._rules[fault_id] = rule
+        self._active[fault_id] = ActiveFault(fault_id, rule.kind, targets, describe(rule))
+        self._apply()
+        return fault_id
+
+    def _state(self) -> NetworkState:
+        return NetworkState(dict(self._rules), frozenset(self._paused))
+
+    def _apply(self) -> None:
+        """Push the policy to the proxies' gates and to the brokers' store clients."""
+        state = self._state()
+        network = self._cluster.network
+        if network is not None:
+            network.set_state(state)
+        for broker_id, broker in self._cluster.brokers.items():
+            store = broker.store
+            if not broker.started or not isinstance(store, EmbeddedStore):
+                self._store_cut.discard(broker_id)
+                continue
+            if store_cut(state, broker_id):
+                if broker_id not in self._store_cut:
+                    self._store_cut.add(broker_id)
+                    store.disconnect()
+            elif broker_id in self._store_cut:
+                self._store_cut.discard(broker_id)
+                store.reconnect()
+
+    async def reset(self) -> None:
+        """Heal every link fault and resume every paused broker (before the cluster stops)."""
+        await self.heal()
+        for broker_id in list(self._paused):
+            await self.resume(broker_id)
+
+
+class BlockingFaults:
+    """`ClusterFaults` for synchronous code (`Cluster.faults`): the same methods, blocking."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+
+    @property
+    def _faults(self) -> ClusterFaults:
+        return self._cluster.c.faults
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        return ClusterFaults.actions
+
+    def kill(self, broker_id: int) -> None:
+        self._cluster.run(self._faults.kill(broker_id))
+
+    def restart(self, broker_id: int, clean: bool = True) -> None:
+        self._cluster.run(self._faults.restart(broker_id, clean))
+
+    def pause(self, broker_id: int) -> None:
+        self._cluster.run(self._faults.pause(broker_id))
+
+    def resume(self, broker_id: int) -> None:
+        self._cluster.run(self._faults.resume(broker_id))
+
+    def expire_session(self, broker_id: int) -> None:
+        self._cluster.run(self._faults.expire_session(broker_id))
+
+    def partition(self, side_a: Iterable[Node], side_b: Iterable[Node] | None = None, *,
+                  one_way: bool = False) -> int:
+        return self._cluster.run(self._faults.partition(side_a, side_b, one_way=one_way))
+
+    def isolate(self, broker_id: int) -> int:
+        return self._cluster.run(self._faults.isolate(broker_id))
+
+    def isolate_from_store(self, broker_id: int) -> int:
+        return self._cluster.run(self._faults.isolate_from_store(broker_id))
+
+    def slow(self, side_a: Iterable[Node], side_b: Iterable[Node], *, latency_ms: float = 0.0,
+             loss: float = 0.0, one_way: bool = False) -> int:
+        return self._cluster.run(self._faults.slow(side_a, side_b, latency_ms=latency_ms,
+                                                   loss=loss, one_way=one_way))
+
+    def heal(self, handle: int | None = None) -> None:
+        self._cluster.run(self._faults.heal(handle))
+
+    def active(self) -> list[ActiveFault]:
+        return self._faults.active()
+
+    def events(self) -> list[FaultEvent]:
+        return self._faults.events()
 
 class AsyncCluster:
     def __init__(self, brokers: int = 3, *, data_dir: str | Path | None = None,
@@ -357,7 +608,7 @@ class AsyncCluster:
                  overrides: dict[str, Any] | None = None,
                  broker_overrides: dict[int, dict[str, Any]] | None = None,
                  security: ClusterSecurity | None = None, http: bool = True,
-                 console_faults: bool = False) -> None:
+                 console_faults: bool = False, network_faults: bool = False) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.size = brokers
@@ -381,8 +632,18 @@ class AsyncCluster:
         #: The HTTP listener (/metrics, the console) of every broker, unless http=False.
         self.http = http
         self.http_ports: dict[int, int] = {}
-        #: The console's fault actions (kill, restart a broker), with console_faults=True.
-        self.faults: ClusterFaults | None = ClusterFaults(self) if console_faults else None
+        #: The fault network (every listener behind `LinkProxy` forwarders), with
+        #: network_faults=True (console_faults=True implies it).
+        self.network: FaultNetwork | None = (
+            FaultNetwork() if network_faults or console_faults else None)
+        self._client_proxies: dict[tuple[int, int], LinkProxy] = {}  # (broker, listener)
+        self._link_proxies: dict[tuple[int, int, int], LinkProxy] = {}  # (from, to, listener)
+        self._proxy_routes: dict[int, tuple[int, int]] = {}  # client proxy port -> its broker
+        #: The ports the brokers' listeners bound (behind the proxies with network faults).
+        self.internal_ports: dict[int, list[int]] = {}
+        #: The fault API (docs/faults.md); the brokers' consoles get it with console_faults.
+        self.faults = ClusterFaults(self)
+        self.console_faults = console_faults
 
     @property
     def listener_names(self) -> tuple[str, ...]:
@@ -395,9 +656,17 @@ class AsyncCluster:
         return self.base_port + broker_id + 100 * index if self.base_port else 0
 
     def config_for(self, broker_id: int) -> KafkaConfig:
-        listeners = ",".join(f"{name}://{self.host}:{self._port(broker_id, i)}"
-                             for i, name in enumerate(self.listener_names))
-        props = {
+        props: dict[str, str] = {}
+        if self.network is not None and (broker_id, 0) in self._client_proxies:
+            # the listeners bind free ports; clients and brokers are told the proxies'
+            listeners = ",".join(f"{name}://{self.host}:0" for name in self.listener_names)
+            props["advertised.listeners"] = ",".join(
+                f"{name}://{self.host}:{self._client_proxies[(broker_id, i)].port}"
+                for i, name in enumerate(self.listener_names))
+        else:
+            listeners = ",".join(f"{name}://{self.host}:{self._port(broker_id, i)}"
+                                 for i, name in enumerate(self.listener_names))
+        props |= {
             "broker.id": str(broker_id),
             "listeners": listeners,
             "log.dirs": str(self.data_dir / f"broker-{broker_id}"),
@@ -444,15 +713,94 @@ class AsyncCluster:
     async def start_broker(self, broker_id: int) -> Broker:
         if broker_id in self.brokers and self.brokers[broker_id].started:
             raise RuntimeError(f"broker {broker_id} is running")
+        if self.network is not None:
+            await self._ensure_proxies(broker_id)
         broker = Broker(self.config_for(broker_id), embedded_zk=self.zookeeper,
-                        fault_actions=self.faults)
-        await broker.start()
+                        fault_actions=self.faults if self.console_faults else None,
+                        connector=self._connector(broker_id) if self.network is not None
+                        else None)
+        previous = self.brokers.get(broker_id)
+        if self.network is not None:  # before start: the proxies find its bound ports
+            self.brokers[broker_id] = broker
+        try:
+            await broker.start()
+        except BaseException:
+            if previous is not None:
+                self.brokers[broker_id] = previous
+            else:
+                self.brokers.pop(broker_id, None)
+            raise
         self.brokers[broker_id] = broker
-        self.ports[broker_id] = broker.bound_ports[0]
-        self.listener_ports[broker_id] = list(broker.bound_ports)
+        self.internal_ports[broker_id] = list(broker.bound_ports)
+        if self.network is not None:
+            advertised = [self._client_proxies[(broker_id, i)].port
+                          for i in range(len(self.listener_names))]
+        else:
+            advertised = list(broker.bound_ports)
+        self.ports[broker_id] = advertised[0]
+        self.listener_ports[broker_id] = advertised
         if broker.http_listener is not None:  # the same console address after a restart
             self.http_ports[broker_id] = broker.http_listener.port
+        self.faults._apply()  # link and store faults in force apply to it too
         return broker
+
+    # -- the fault network ----------------------------------------------------------------------
+    def _bound_port(self, broker_id: int, index: int) -> int | None:
+        broker = self.brokers.get(broker_id)
+        if broker is None or len(broker.bound_ports) <= index or broker.socket_server is None:
+            return None
+        return broker.bound_ports[index]
+
+    async def _ensure_proxies(self, broker_id: int) -> None:
+        """The clients' proxies of ``broker_id``'s listeners, and the proxies of the links
+        between it and every other broker (both directions), made once."""
+        network = self.network
+        assert network is not None
+        for i in range(len(self.listener_names)):
+            if (broker_id, i) not in self._client_proxies:
+                listen = self.base_port + broker_id + 100 * i if self.base_port else 0
+                proxy = LinkProxy(network, CLIENTS, broker_id, self.host,
+                                  lambda b=broker_id, i=i: self._bound_port(b, i),
+                                  listen_port=listen)
+                await proxy.start()
+                self._client_proxies[(broker_id, i)] = proxy
+                self._proxy_routes[proxy.port] = (broker_id, i)
+        others = sorted({b for b, _ in self._client_proxies} - {broker_id})
+        for other in others:
+            for src, dst in ((broker_id, other), (other, broker_id)):
+                for i in range(len(self.listener_names)):
+                    if (src, dst, i) not in self._link_proxies:
+                        proxy = LinkProxy(network, src, dst, self.host,
+                                          lambda b=dst, i=i: self._bound_port(b, i))
+                        await proxy.start()
+                        self._link_proxies[(src, dst, i)] = proxy
+
+    def _connector(self, broker_id: int) -> Connector:
+        """``broker_id``'s way out: a dial of another broker's advertised (proxy) address goes
+        through the proxy of the link between them; a dial of its own goes straight to its
+        listener; anything else is dialled as it is."""
+        async def connect(host: str, port: int, security: ClientSecurity | None, *,
+                          timeout: float, client_id: str
+                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            route = self._proxy_routes.get(port)
+            if route is not None:
+                dst, index = route
+                if dst == broker_id:
+                    port = self._bound_port(dst, index) or port
+                else:
+                    link = self._link_proxies.get((broker_id, dst, index))
+                    if link is not None:
+                        port = link.port
+            return await open_connection(host, port, security, timeout=timeout,
+                                         client_id=client_id)
+        return connect
+
+    async def _close_proxies(self) -> None:
+        for proxy in [*self._client_proxies.values(), *self._link_proxies.values()]:
+            await proxy.close()
+        self._client_proxies.clear()
+        self._link_proxies.clear()
+        self._proxy_routes.clear()
 
     @property
     def http_urls(self) -> list[str]:
@@ -481,11 +829,13 @@ class AsyncCluster:
         return await self.start_broker(broker_id)
 
     async def stop(self) -> None:
+        await self.faults.reset()  # shutdowns go through healed links
         running = [b for b in self.brokers.values() if b.started]
         # The controller last, so the others' controlled shutdowns find it.
         running.sort(key=lambda b: b.controller is not None and b.controller.is_active)
         for b in running:
             await b.stop()
+        await self._close_proxies()
         self.zookeeper.close()
         if self._tmp:
             shutil.rmtree(self.data_dir, ignore_errors=True)
@@ -639,6 +989,16 @@ class Cluster:
     @property
     def zookeeper(self) -> EmbeddedZooKeeper:
         return self.c.zookeeper
+
+    @property
+    def faults(self) -> BlockingFaults:
+        """The fault API (`ClusterFaults`'s methods, blocking; docs/faults.md)."""
+        return BlockingFaults(self)
+
+    @property
+    def ports(self) -> dict[int, int]:
+        """Each broker's first advertised port (its proxy's with network faults)."""
+        return self.c.ports
 
     @property
     def security(self) -> ClusterSecurity | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol import interbroker as ib
-from ..security.connector import ClientSecurity, open_connection
+from ..security.connector import ClientSecurity, Connector, open_connection
 from .context import BrokerEndpoint, LeaderAndIsr, TopicPartition
 
 log = logging.getLogger("odradek.controller.channel")
@@ -50,11 +50,11 @@ class _BrokerQueue:
 
 async def send_one(host: str, port: int, api_key: int, version: int, message: Any,
                    correlation_id: int, client_id: str, timeout: float,
-                   security: ClientSecurity | None = None) -> Any:
-    """Open a connection (with the inter-broker `security`), send one inter-broker request,
-    return the decoded response."""
-    reader, writer = await open_connection(host, port, security, timeout=timeout,
-                                           client_id=client_id)
+                   security: ClientSecurity | None = None,
+                   connector: Connector = open_connection) -> Any:
+    """Open a connection (with the inter-broker `security`, through `connector`), send one
+    inter-broker request, return the decoded response."""
+    reader, writer = await connector(host, port, security, timeout=timeout, client_id=client_id)
     try:
         writer.write(ib.encode_request_frame(api_key, version, message, correlation_id, client_id))
         async with asyncio.timeout(timeout):
@@ -73,9 +73,11 @@ async def read_response(reader: asyncio.StreamReader, api_key: int, version: int
 
 class ControllerChannelManager:
     def __init__(self, controller_id: int, timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 100, security: ClientSecurity | None = None) -> None:
+                 retry_backoff_ms: int = 100, security: ClientSecurity | None = None,
+                 connector: Connector = open_connection) -> None:
         self.controller_id = controller_id
         self.security = security  # the inter-broker listener's (TLS, SASL)
+        self.connector = connector  # how connections are opened (the broker's collaborator)
         self.timeout = timeout_ms / 1000
         self.backoff = retry_backoff_ms / 1000
         self._brokers: dict[int, _BrokerQueue] = {}
@@ -131,7 +133,7 @@ class ControllerChannelManager:
                         # that lands as the result arrives (CPython gh-86296), which left a
                         # removed broker's sender waiting forever and hung resignation.
                         if writer is None:
-                            reader, writer = await open_connection(
+                            reader, writer = await self.connector(
                                 q.endpoint.host, q.endpoint.port, self.security,
                                 timeout=self.timeout,
                                 client_id=f"controller-{self.controller_id}")

@@ -89,6 +89,7 @@ class ControllerConfig:
     leader_imbalance_check_interval_seconds: float = 300.0
     inter_broker_listener: str = "PLAINTEXT"
     inter_broker_security: Any = None  # security.connector.ClientSecurity (None: PLAINTEXT)
+    connector: Any = None  # security.connector.Connector for the channel (None: open_connection)
 
     @classmethod
     def from_broker_config(cls, config: ConfigValues) -> ControllerConfig:
@@ -349,7 +350,9 @@ class KafkaController:
                 else put(PartitionReassignment())),
         ]
         channel = ControllerChannelManager(self.broker_id, self.config.socket_timeout_ms,
-                                           security=self.config.inter_broker_security)
+                                           security=self.config.inter_broker_security,
+                                           **({"connector": self.config.connector}
+                                              if self.config.connector is not None else {}))
         self.requests.channel = channel
         await self._load_context()
         self.partition_state_machine.initialize(self.ctx.all_partitions())

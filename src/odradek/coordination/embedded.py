@@ -14,6 +14,9 @@ Failure simulation (how the embedded cluster plays a dead or partitioned broker)
 * :meth:`EmbeddedStore.disconnect` / :meth:`EmbeddedStore.reconnect` - connection loss
   (``SUSPENDED``; operations raise :class:`ConnectionLossError`; the session and its ephemerals
   stay until expired). Watch events for a suspended client are held until it reconnects.
+  A client made with ``session_timeout_ms`` has its session expired by the server once it
+  has been disconnected that long (a ZooKeeper server expires a session it has not heard
+  from within its timeout); reconnecting sooner keeps the session.
 
 Events are delivered asynchronously on each client's loop (``call_soon``), never re-entrantly
 inside the writer's call; every operation first yields to the loop, so a client sees the watch
@@ -243,9 +246,11 @@ class EmbeddedZooKeeper:
             self._journal = _Journal(Path(persist_dir))
             self._zxid = self._journal.load(self._nodes)
 
-    def client(self, *, loop: asyncio.AbstractEventLoop | None = None) -> EmbeddedStore:
-        """A new client (a broker's session); call ``await client.start()``."""
-        return EmbeddedStore(self, loop=loop)
+    def client(self, *, loop: asyncio.AbstractEventLoop | None = None,
+               session_timeout_ms: int | None = None) -> EmbeddedStore:
+        """A new client (a broker's session); call ``await client.start()``. With
+        ``session_timeout_ms``, a disconnected session expires after that long."""
+        return EmbeddedStore(self, loop=loop, session_timeout_ms=session_timeout_ms)
 
     def close(self) -> None:
         """Release the journal's file (persistent stores); the tree stays readable."""
@@ -576,11 +581,14 @@ class EmbeddedStore(CoordinationStore):
     nothing outside the brokers' own process can reach an embedded store."""
 
     def __init__(
-        self, server: EmbeddedZooKeeper, *, loop: asyncio.AbstractEventLoop | None = None
+        self, server: EmbeddedZooKeeper, *, loop: asyncio.AbstractEventLoop | None = None,
+        session_timeout_ms: int | None = None,
     ) -> None:
         super().__init__()
         self.server = server
         self._loop = loop
+        self.session_timeout_ms = session_timeout_ms
+        self._expiry: asyncio.TimerHandle | None = None  # while disconnected
         self._session_expired = False  # expired while disconnected: reported on reconnect
         self._held: list[tuple[WatchHandle, WatchEvent]] = []
 
@@ -607,6 +615,7 @@ class EmbeddedStore(CoordinationStore):
             return
         session_id, self._session_id = self._session_id, None
         self._state = None
+        self._cancel_expiry()
         self._cancel_watches()
         self._held.clear()
         self.server._unregister_client(self)
@@ -637,14 +646,38 @@ class EmbeddedStore(CoordinationStore):
         self._flush_held()
 
     def disconnect(self) -> None:
-        """Simulate connection loss: ``SUSPENDED``; operations raise ConnectionLossError."""
+        """Simulate connection loss: ``SUSPENDED``; operations raise ConnectionLossError.
+        With a session timeout, the server expires the session once it has passed (call on
+        the client's loop)."""
         if self._state is SessionState.CONNECTED:
             self._set_state(SessionState.SUSPENDED)
+            if self.session_timeout_ms is not None and self._loop is not None:
+                self._cancel_expiry()
+                self._expiry = self._loop.call_later(self.session_timeout_ms / 1000,
+                                                     self._expire_silent)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the client is connected (not suspended, not closed)."""
+        return self._state is SessionState.CONNECTED
+
+    def _cancel_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+
+    def _expire_silent(self) -> None:
+        """The server's side of a session timeout: the session of a client it has not heard
+        from ends (its ephemerals go, watches fire); the client learns it on reconnect."""
+        self._expiry = None
+        if self._state is SessionState.SUSPENDED and self._session_id is not None:
+            self.expire_session()
 
     def reconnect(self) -> None:
         """End a simulated connection loss (on a new session if it expired meanwhile)."""
         if self._state is not SessionState.SUSPENDED:
             return
+        self._cancel_expiry()
         if self._session_expired or self._session_id is None:
             self._session_expired = False
             self._set_state(SessionState.EXPIRED)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -35,6 +36,7 @@ from ..metrics.history import MetricsHistory
 from ..metrics.registry import BrokerMetrics
 from ..security import ssl_factory
 from ..security.authorizer import ALLOW_ALL, Authorizer
+from ..security.connector import Connector, open_connection
 from ..security.sasl_server import DEFAULT_MAX_RECEIVE_SIZE, listener_prop
 from ..storage.checkpoint_writer import lower_switch_interval
 from ..storage.cleaner_manager import cleaner_config_from
@@ -78,9 +80,13 @@ class Broker:
     `group_coordinator`, `controller`, ...)."""
 
     def __init__(self, config: KafkaConfig, *, embedded_zk: EmbeddedZooKeeper | None = None,
-                 fault_actions: FaultActions | None = None) -> None:
+                 fault_actions: FaultActions | None = None,
+                 connector: Connector | None = None) -> None:
         self.config = config
         self.fault_actions = fault_actions  # the console's fault routes (odradek.Cluster)
+        # how this broker dials the others (controller channel, replica fetchers, transaction
+        # markers, controlled shutdown); odradek.Cluster's fault network passes its own
+        self.connector: Connector = connector or open_connection
         self.http_listener: HttpListener | None = None
         self.broker_id = config.broker_id
         self._embedded_zk = embedded_zk
@@ -212,7 +218,8 @@ class Broker:
         inter_broker = cfg.inter_broker_listener_name
         rm.start_replication(  # replica fetchers and ISR tasks (S-3), on the inter-broker listener
             self.config, lambda: self.store,
-            lambda b: (e.host, e.port) if (e := cache.broker_endpoint(b, inter_broker)) else None)
+            lambda b: (e.host, e.port) if (e := cache.broker_endpoint(b, inter_broker)) else None,
+            connector=self.connector)
         broker_configs = self.broker_configs = BrokerConfigManager(
             self.broker_id, cfg, store, log_configs, rm, self._enable_unclean_leader_election)
         topic_configs = self.topic_configs = TopicConfigManager(
@@ -230,14 +237,15 @@ class Broker:
         marker_channel = TransactionMarkerChannelManager(
             self.broker_id, txn_manager, self._txn_marker_destination,
             security=cfg.inter_broker_client_security(),
-            request_timeout_ms=cfg["request.timeout.ms"])
+            request_timeout_ms=cfg["request.timeout.ms"], connector=self.connector)
         txn_coordinator = self.txn_coordinator = TransactionCoordinator(
             self.broker_id, txn_config, txn_manager, marker_channel,
             self.producer_ids.next_producer_id, store, lambda: cache.brokers,
             admin.create_topic_with_assignment)
         await txn_coordinator.startup()  # listens to LeaderAndIsr of __transaction_state
         self.controller = KafkaController(
-            store, self.broker_id, ControllerConfig.from_broker_config(cfg), cache,
+            store, self.broker_id, dataclasses.replace(
+                ControllerConfig.from_broker_config(cfg), connector=self.connector), cache,
             topic_configs, log_configs.config, stats=metrics.controller)
         self.authorizer = authorizer_from_config(cfg, store, self.broker_id, log_dirs[0])
         if self.authorizer.enabled:
@@ -364,7 +372,8 @@ class Broker:
                 self._embedded_zk = EmbeddedZooKeeper(
                     persist_dir=self.config.log_dirs[0] / "__embedded_zookeeper")
                 self._owns_embedded_zk = True
-            store = self._embedded_zk.client()
+            store = self._embedded_zk.client(  # expires after this long disconnected
+                session_timeout_ms=self.config["zookeeper.session.timeout.ms"])
         await store.start()
         return store
 
@@ -590,7 +599,8 @@ class Broker:
                     ib.ControlledShutdownRequest(broker_id=self.broker_id),
                     correlation_id=attempt, client_id=f"broker-{self.broker_id}",
                     timeout=self.config["controller.socket.timeout.ms"] / 1000,
-                    security=self.config.inter_broker_client_security())
+                    security=self.config.inter_broker_client_security(),
+                    connector=self.connector)
             except Exception as exc:  # network, TLS, SASL: retried
                 log.warning("[KafkaServer id=%d] Controlled shutdown request failed: %s",
                             self.broker_id, exc)

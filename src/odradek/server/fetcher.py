@@ -42,6 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
 from ..protocol.records import CorruptRecordError, InvalidRecordError
+from ..security.connector import Connector, open_connection
 from .leader_endpoint import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
@@ -553,9 +554,11 @@ class ReplicaFetcherManager:
                  broker_endpoint: Callable[[int], tuple[str, int] | None] = lambda _b: None,
                  endpoint_factory: Callable[[int, Callable[[], tuple[str, int] | None]],
                                             LeaderEndpoint] | None = None,
-                 quota: ReplicationQuotaManager | None = None) -> None:
+                 quota: ReplicationQuotaManager | None = None,
+                 connector: Connector = open_connection) -> None:
         self.broker_id = broker_id
         self.quota = quota
+        self.connector = connector  # how the remote endpoints dial their leaders
         self.partition_of = partition_of
         self.config = config
         self.broker_endpoint = broker_endpoint
@@ -566,7 +569,8 @@ class ReplicaFetcherManager:
 
     def _remote_endpoint(self, leader_id: int, address: Callable[[], tuple[str, int] | None]
                          ) -> LeaderEndpoint:
-        return RemoteLeaderEndpoint(self.broker_id, leader_id, address, self.config)
+        return RemoteLeaderEndpoint(self.broker_id, leader_id, address, self.config,
+                                    connector=self.connector)
 
     def _address_of(self, leader_id: int) -> tuple[str, int] | None:
         return self._endpoints.get(leader_id) or self.broker_endpoint(leader_id)

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
 from ..protocol.codec import make, request_class
-from ..security.connector import BrokerBlockingSender
+from ..security.connector import BrokerBlockingSender, Connector, open_connection
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -100,7 +100,7 @@ class RemoteLeaderEndpoint:
 
     def __init__(self, broker_id: int, leader_id: int,
                  address: Callable[[], tuple[str, int] | None], config: EndpointConfig,
-                 client_id: str | None = None) -> None:
+                 client_id: str | None = None, connector: Connector = open_connection) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.address = address
@@ -109,7 +109,7 @@ class RemoteLeaderEndpoint:
         # the inter-broker listener's security (TLS, SASL), if the config carries one
         self.sender = BrokerBlockingSender(
             address, getattr(config, "security", None), config.socket_timeout_ms,
-            self.client_id, peer=f"broker {leader_id}")
+            self.client_id, connector=connector, peer=f"broker {leader_id}")
 
     def close(self) -> None:
         self.sender.close()

@@ -282,7 +282,7 @@ class ReplicaManager:
     def start_replication(self, config: Any,
                           store: Callable[[], CoordinationStore | None],
                           broker_endpoint: Callable[[int], tuple[str, int] | None]
-                          = lambda _b: None) -> None:
+                          = lambda _b: None, connector: Any = None) -> None:
         """Start the replica fetchers (driven by LeaderAndIsr) and the ISR tasks: the shrink
         check every replica.lag.time.max.ms / 2 and the ISR change notifications."""
         self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"]
@@ -293,7 +293,8 @@ class ReplicaManager:
                                    config["replication.quota.window.size.seconds"])
         self.fetcher_manager = ReplicaFetcherManager(
             self.broker_id, self.partitions.get, FetcherConfig.from_config(config),
-            broker_endpoint, quota=self.follower_quota)
+            broker_endpoint, quota=self.follower_quota,
+            **({"connector": connector} if connector is not None else {}))
         self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock,
                                             isr_stats=self.isr_stats)
         self.isr_manager.start()
