@@ -278,6 +278,11 @@ class HttpListener:
         log.info("[KafkaServer id=%d] HTTP listener bound to %s", self.broker_id, self.url)
         return self.url
 
+    def open_connections(self) -> int:
+        """HTTP connections open now (kept-alive ones included)."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
+
     def advertised_url(self, fallback_host: str) -> str:
         """The address peers use: the bound one, with `fallback_host` (the broker's advertised
         host) for a wildcard bind."""

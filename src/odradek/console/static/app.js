@@ -554,6 +554,7 @@ function login(ev) {
   state.user = user;
   state.needLogin = false;
   $("login-password").value = "";
+  $("login-error").textContent = "";
   $("login").hidden = true;
   $("user-name").textContent = user;
   $("user-box").hidden = false;
