@@ -145,7 +145,7 @@ def run(a: argparse.Namespace) -> Result:
                   ("/api/cluster", "/api/cluster", None),
                   (f"/api/topics/{names[0]} ({per_topic} partitions)",
                    f"/api/topics/{names[0]}", None)]
-        for label, path, _ in routes:
+        for label, _path, _ in routes:
             res.rows[label] = Row(label)
         get(base + "/api/topics")  # the admin client connected
         for rnd in range(a.requests):

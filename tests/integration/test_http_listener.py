@@ -210,7 +210,8 @@ def test_faults_kill_and_restart_with_the_flag() -> None:
             admin.wait_for_topics(["f"], 30)
         base = c.http_urls[0]
         info = get_json(base + "/api/cluster")
-        assert info["faults_enabled"] is True and info["fault_actions"] == ["kill", "restart"]
+        assert info["faults_enabled"] is True
+        assert info["fault_actions"] == ["kill", "restart", "pause", "resume", "isolate", "heal"]
         token = info["csrf_token"]
         other_token = get_json(c.http_urls[1] + "/api/cluster")["csrf_token"]
         assert other_token != token  # per listener
@@ -220,13 +221,16 @@ def test_faults_kill_and_restart_with_the_flag() -> None:
                     headers={CSRF_HEADER: other_token})[0] == 403
         assert http(base + "/api/faults/kill", method="POST", body={"nobody": 2},
                     headers={CSRF_HEADER: token})[0] == 400
-        assert http(base + "/api/faults/pause", method="POST", body={"broker": 2},
+        assert http(base + "/api/faults/explode", method="POST", body={"broker": 2},
                     headers={CSRF_HEADER: token})[0] == 404
         origin = base
         status, body, _ = http(base + "/api/faults/kill", method="POST", body={"broker": 2},
                                headers={CSRF_HEADER: token, "Origin": origin})
         assert (status, json.loads(body)) == (200, {"ok": True})
         assert c.live_brokers() == [0, 1]
+        faults = get_json(base + "/api/faults")  # the cluster's faults.log
+        assert [(f["kind"], f["phase"], f["targets"]) for f in faults] == [
+            ("kill", "instant", ["broker-2"])]
         c.wait_for(lambda: {"id": 2, "host": None, "port": None, "alive": False} in
                    get_json(base + "/api/cluster")["brokers"], 30, "broker 2 shown dead")
         assert c.brokers[2].http_url is None  # its listener went with it

@@ -43,7 +43,7 @@ from kio.schema.errors import ErrorCode
 
 from ..client.admin import AsyncAdmin
 from ..client.errors import KafkaError
-from ..client.types import ConfigResource
+from ..client.types import ConfigResource, TopicDescription
 from ..common import TopicPartition
 from ..coordination import paths
 from ..coordination.store import CoordinationError, CoordinationStore
@@ -63,8 +63,9 @@ STATE_CHANGE_TAIL = 1 << 20  # the last MiB of state-change.log feeds /api/timel
 MAX_ADMINS = 8  # admin clients kept open (per user)
 REVERIFY_S = 30.0  # a user's credentials are checked with the broker again after this long
 REALM = 'Basic realm="odradek", charset="UTF-8"'
-PEER_TIMEOUT_S = 1.0  # a peer's /api/timeline?local=1 must answer within this
+PEER_TIMEOUT_S = 2.0  # a peer's /api/timeline?local=1 must answer within this
 PEER_MAX_BYTES = 2 << 20  # ... in at most this many bytes
+TOPICS_TTL_S = 1.0  # the answer of describe_topics() is shared this long (per user)
 PEERS_TTL_S = 2.0  # the registered peers (/brokers/ids) are read again after this long
 PUBLIC_PATHS = ("/", "/static/")  # the page itself (no cluster data): served without auth
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -216,6 +217,9 @@ class HttpListener:
         self.peers = peers  # broker id -> its registered HTTP listener (None: none)
         self._peers_cache: tuple[float, Mapping[int, str | None]] | None = None
         self._peer_session: ClientSession | None = None
+        # user -> (until when, the answer of describe_topics()): see _all_topics
+        self._topics_cache: dict[tuple[str, str] | None,
+                                 tuple[float, asyncio.Future[dict[str, TopicDescription]]]] = {}
         self.history = history
         self.fault_actions = fault_actions
         self.static_dir = static_dir
@@ -348,6 +352,7 @@ class HttpListener:
     async def admin(self, request: web.Request) -> AsyncAdmin:
         user: tuple[str, str] | None = request["user"]
         key = None if user is None else (user[0], hashlib.sha256(user[1].encode()).hexdigest())
+        request["user_key"] = key
         async with self._admin_lock:
             config = self.access.client_config(user)
             now = asyncio.get_running_loop().time()
@@ -402,7 +407,7 @@ class HttpListener:
     async def api_cluster(self, request: web.Request) -> web.StreamResponse:
         admin = await self.admin(request)
         cluster = await admin.describe_cluster()
-        topics = await admin.describe_topics()
+        topics = await self._all_topics(request, admin)
         faults = self.fault_actions
         return _json(console_api.cluster_view(
             self.broker_id, cluster, topics, self.controller_epoch(), faults is not None,
@@ -410,7 +415,7 @@ class HttpListener:
 
     async def api_topics(self, request: web.Request) -> web.StreamResponse:
         admin = await self.admin(request)
-        return _json(console_api.topics_view(await admin.describe_topics()))
+        return _json(console_api.topics_view(await self._all_topics(request, admin)))
 
     async def api_topic(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -455,7 +460,7 @@ class HttpListener:
         admin = await self.admin(request)  # the credentials are checked as for every route
         since = console_api.parse_since_ms(request.query.get("since_ms"))
         cursors = console_api.parse_since_by_broker(request.query.get("since"))
-        own = await self._local_timeline(admin, cursors.get(self.broker_id, since))
+        own = await self._local_timeline(request, admin, cursors.get(self.broker_id, since))
         if request.query.get("local") or self.peers is None:
             return _json(own)
         peers = {i: url for i, url in (await self._registered_peers()).items()
@@ -465,12 +470,36 @@ class HttpListener:
             for i, url in sorted(peers.items())))
         return _json(console_api.merge_timelines(self.broker_id, own, answers))
 
-    async def _local_timeline(self, admin: AsyncAdmin, since: int) -> list[dict[str, Any]]:
+    async def _all_topics(self, request: web.Request, admin: AsyncAdmin
+                          ) -> Mapping[str, TopicDescription]:
+        """Every topic the request's user may describe. One Metadata request of every topic
+        is the console's dearest (the broker encodes every partition on its event loop): the
+        answer is shared for TOPICS_TTL_S by the requests of one user (a poll asks
+        /api/cluster, a page and the timeline at once; several open pages poll alike), and
+        requests arriving while it is asked wait for the same answer."""
+        key = request["user_key"]
+        now = asyncio.get_running_loop().time()
+        hit = self._topics_cache.get(key)
+        if hit is None or hit[0] < now:
+            if len(self._topics_cache) >= 2 * MAX_ADMINS:
+                self._topics_cache = {k: v for k, v in self._topics_cache.items()
+                                      if v[0] >= now}
+            hit = (now + TOPICS_TTL_S, asyncio.ensure_future(admin.describe_topics()))
+            self._topics_cache[key] = hit
+        try:
+            return await asyncio.shield(hit[1])
+        except Exception:
+            if self._topics_cache.get(key) is hit:
+                del self._topics_cache[key]
+            raise
+
+    async def _local_timeline(self, request: web.Request, admin: AsyncAdmin, since: int
+                              ) -> list[dict[str, Any]]:
         lines = await asyncio.to_thread(_tail_lines, self.state_change_log, STATE_CHANGE_TAIL)
         events = console_api.timeline(lines, since, broker_id=self.broker_id)
         if self.access.requires_auth and events:
             # only the topics this user may describe (the metadata answers only those)
-            visible = set(await admin.describe_topics())
+            visible = set(await self._all_topics(request, admin))
             events = [e for e in events if e["topic"] in visible]
         return events
 

@@ -84,10 +84,10 @@ function apiHeaders(extra) {
   return h;
 }
 
-async function getJSON(path) {
+async function getJSON(path, timeoutMs) {
   // (errors: a network failure or timeout has no .status; an HTTP error has it)
   const ctl = new AbortController();
-  const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
+  const timer = setTimeout(() => ctl.abort(), timeoutMs || FETCH_TIMEOUT_MS);
   try {
     const resp = await fetch(path, { signal: ctl.signal, cache: "no-store", headers: apiHeaders() });
     if (!resp.ok) {
@@ -495,7 +495,8 @@ async function poll() {
     // a cursor per broker (its newest event seen, one millisecond back), so a broker that was
     // down or slow for a poll still delivers its older events; unknown brokers: everything
     const since = Array.from(state.cursors, ([b, t]) => b + ":" + Math.max(0, t - 1)).join(",");
-    const answer = await getJSON("/api/timeline" + (since ? "?since=" + since : ""));
+    // (longer: the serving broker waits up to 2 s for a slow peer before answering without it)
+    const answer = await getJSON("/api/timeline" + (since ? "?since=" + since : ""), FETCH_TIMEOUT_MS + 2000);
     const events = Array.isArray(answer) ? answer : answer.events || [];
     if (!Array.isArray(answer) && Array.isArray(answer.brokers)) state.peers = answer.brokers;
     let faultsChanged = false;
