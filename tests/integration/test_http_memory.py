@@ -57,7 +57,7 @@ def test_thousands_of_polls_do_not_grow_the_brokers_memory() -> None:
         poll(base, 200)  # admin clients, peer sessions, caches warm
         time.sleep(0.5)
         gc.collect()
-        tracemalloc.start(16)
+        tracemalloc.start(8)
         try:
             before = tracemalloc.take_snapshot()
             poll(base, REQUESTS)
