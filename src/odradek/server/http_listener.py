@@ -72,7 +72,9 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class FaultActions(Protocol):
-    """What `odradek.Cluster(console_faults=True)` gives every broker's listener."""
+    """What `odradek.Cluster(console_faults=True)` gives every broker's listener (its
+    `ClusterFaults`). An `events()` method returning common.fault_log.FaultEvent items, when
+    present, feeds GET /api/faults."""
 
     actions: Sequence[str]
 
