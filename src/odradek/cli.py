@@ -254,7 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "on base-port + i + 100 * number of listeners; free ports with "
                         "--base-port 0)")
     p.add_argument("--console-faults", action="store_true",
-                   help="let the console kill and restart brokers (POST /api/faults/...)")
+                   help="let the console kill, restart, pause, resume, isolate and heal "
+                        "brokers (POST /api/faults/...); the brokers' links then pass through "
+                        "the fault network (docs/faults.md)")
     security = p.add_argument_group(
         "security", "a secured cluster: one listener per --security-protocol (the first is the "
         "inter-broker one; listener k of broker i on base-port + i + 100k), certificates "

@@ -365,7 +365,7 @@ class ClusterFaults:
         self._rules: dict[int, Rule] = {}
         self._active: dict[int, ActiveFault] = {}
         self._paused: dict[int, int] = {}  # broker id -> its pause's fault id
-        self._store_cut: set[int] = set()  # brokers whose store client we disconnected
+        self._store_cut: dict[int, EmbeddedStore] = {}  # the store clients we disconnected
 
     # -- the console's entry point ----------------------------------------------------------
     def run(self, action: str, broker_id: int) -> asyncio.Future[None]:
@@ -532,14 +532,13 @@ class ClusterFaults:
         for broker_id, broker in self._cluster.brokers.items():
             store = broker.store
             if not broker.started or not isinstance(store, EmbeddedStore):
-                self._store_cut.discard(broker_id)
+                self._store_cut.pop(broker_id, None)
                 continue
             if store_cut(state, broker_id):
-                if broker_id not in self._store_cut:
-                    self._store_cut.add(broker_id)
+                if self._store_cut.get(broker_id) is not store:  # a restart: a new client
+                    self._store_cut[broker_id] = store
                     store.disconnect()
-            elif broker_id in self._store_cut:
-                self._store_cut.discard(broker_id)
+            elif self._store_cut.pop(broker_id, None) is store:
                 store.reconnect()
 
     async def reset(self) -> None:
@@ -794,6 +793,15 @@ class AsyncCluster:
             return await open_connection(host, port, security, timeout=timeout,
                                          client_id=client_id)
         return connect
+
+    @property
+    def link_proxies(self) -> dict[tuple[Node, int, int], LinkProxy]:
+        """The fault network's proxies by (from node, to broker, listener index): the
+        clients' (from ``"clients"``) and the brokers' links. Empty without network faults."""
+        out: dict[tuple[Node, int, int], LinkProxy] = {
+            (CLIENTS, b, i): p for (b, i), p in self._client_proxies.items()}
+        out.update(self._link_proxies)
+        return out
 
     async def _close_proxies(self) -> None:
         for proxy in [*self._client_proxies.values(), *self._link_proxies.values()]:

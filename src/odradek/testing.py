@@ -17,6 +17,15 @@ A secured cluster (certificates generated for the test, users and ACLs declared 
     def test_secured(odradek_cluster):
         producer = Producer(odradek_cluster.client_config("alice", style="librdkafka"))
 
+Faults (docs/faults.md): with ``network_faults=True`` the fixture's cluster can cut, slow and
+heal links, pause brokers and cut them from the store:
+
+    @pytest.mark.odradek_cluster(brokers=3, network_faults=True)
+    def test_partition(odradek_cluster):
+        handle = odradek_cluster.faults.partition([0], [1, 2, "store"])
+        ...
+        odradek_cluster.faults.heal(handle)
+
 `odradek_secure_cluster` is the same with a default: 3 brokers, one SASL_SSL listener with
 SCRAM-SHA-256, users alice and bob, no authorizer (override it with the marker's ``security``).
 """
