@@ -497,13 +497,17 @@ class HttpListener:
 
     async def _local_timeline(self, request: web.Request, admin: AsyncAdmin, since: int
                               ) -> list[dict[str, Any]]:
-        lines = await asyncio.to_thread(_tail_lines, self.state_change_log, STATE_CHANGE_TAIL)
-        events = console_api.timeline(lines, since, broker_id=self.broker_id)
+        # read and parsed in a worker thread (a MiB of log lines: not on the event loop)
+        events = await asyncio.to_thread(self._read_timeline, since)
         if self.access.requires_auth and events:
             # only the topics this user may describe (the metadata answers only those)
             visible = set(await self._all_topics(request, admin))
             events = [e for e in events if e["topic"] in visible]
         return events
+
+    def _read_timeline(self, since: int) -> list[dict[str, Any]]:
+        lines = _tail_lines(self.state_change_log, STATE_CHANGE_TAIL)
+        return console_api.timeline(lines, since, broker_id=self.broker_id)
 
     async def _registered_peers(self) -> Mapping[int, str | None]:
         assert self.peers is not None
