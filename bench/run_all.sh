@@ -116,4 +116,5 @@ echo "[run_all] 6/9 bench/bench_client.py --update-doc $OUT" >&2 && timeout 1800
 echo "[run_all] 7/9 bench/bench_cleaner.py --profile --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_cleaner.py --profile --update-doc "$OUT"
 echo "[run_all] 8/9 bench/bench_security.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_security.py --update-doc "$OUT"
 echo "[run_all] 9/9 bench/bench_transactions.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_transactions.py --update-doc "$OUT"
+echo "[run_all] 10/10 bench/bench_http.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_http.py --update-doc "$OUT"
 echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client, cleaner, security and transactions sections)" >&2

@@ -32,6 +32,7 @@ class FakeApi:
         self.groups: list[dict[str, Any]] = []
         self.group_details: dict[str, dict[str, Any]] = {}
         self.timeline: list[dict[str, Any]] = []
+        self.faults: list[dict[str, Any]] | None = None  # None: no /api/faults (404)
         self.history: dict[str, list[list[float]]] = {}
         self.posts: list[tuple[str, dict[str, str], Any]] = []
         self.lock = threading.Lock()
@@ -111,6 +112,8 @@ class FakeApi:
         if path == "/api/timeline":
             since = int(query.get("since_ms", ["0"])[0])
             return [e for e in self.timeline if e["time_ms"] > since]
+        if path == "/api/faults":
+            return self.faults
         if path == "/api/metrics/history":
             names = query.get("names", [""])[0].split(",")
             return {n: self.history[n] for n in names if n in self.history}

@@ -161,3 +161,24 @@ def test_timeline_hides_repeated_state_lines_unless_asked(driver: Any, api: Fake
     rows(driver, "#timeline-changes-only")[0].click()
     wait(driver, lambda d: len(rows(d, "#timeline tr.event")) == 2)
     assert "replica offline" in rows(driver, "#timeline tr.event")[0].text
+
+
+def test_faults_on_the_timeline_are_drawn_and_bounded(driver: Any, api: FakeApi) -> None:
+    """/api/faults' events are rows of the timeline and lines across its lanes; a page left
+    open keeps at most 200 of them (the newest)."""
+    now = int(time.time() * 1000)
+    api.timeline = [{"time_ms": now - 100_000 + i, "broker": 2, "partition": "t-0",
+                     "what": "leader change", "leader": i % 3, "isr": [1], "leader_epoch": i,
+                     "line": f"event {i}"} for i in range(3)]
+    api.faults = [{"time_ms": now - 50_000 + i * 100, "kind": "kill", "phase": "instant",
+                   "targets": [f"broker-{i % 3 + 1}"], "detail": f"fault {i}", "fault_id": i}
+                  for i in range(300)]
+    api.faults.append({"time_ms": now, "kind": "pause", "phase": "start",
+                       "targets": ["broker-3"], "detail": "", "fault_id": 999})
+    driver.get(api.url + "#timeline")
+    wait(driver, lambda d: len(rows(d, "#timeline tr.fault-event")) == 200)
+    newest = rows(driver, "#timeline tr")[0]
+    assert newest.get_attribute("data-kind") == "pause" and "broker-3" in newest.text
+    assert rows(driver, '#timeline-lanes line.fault-mark[data-kind="pause"]')
+    # the events of the brokers are there too, with their broker
+    assert {r.get_attribute("data-broker") for r in rows(driver, "#timeline tr.event")} == {"2"}

@@ -94,11 +94,23 @@ def test_every_route_and_its_shape(cluster: Cluster) -> None:
     assert group["offsets"] == [{"topic": "t", "partition": 0, "committed": 4,
                                  "log_end_offset": 10, "lag": 6}]
 
-    timeline = get_json(base + "/api/timeline")
-    assert timeline and {"time_ms", "partition", "what", "leader", "isr", "leader_epoch",
-                         "line"} <= set(timeline[0])
-    assert any(e["partition"] == "t-0" for e in timeline)
-    assert get_json(base + "/api/timeline?since_ms=99999999999999") == []
+    local = get_json(base + "/api/timeline?local=1")
+    assert local and {"time_ms", "broker", "partition", "topic", "what", "leader", "isr",
+                      "leader_epoch", "line"} <= set(local[0])
+    assert {e["broker"] for e in local} == {1}
+    assert any(e["partition"] == "t-0" for e in local)
+    assert get_json(base + "/api/timeline?local=1&since_ms=99999999999999") == []
+    # the cluster's timeline: broker 1's events and broker 0's (the controller's elections),
+    # found through the http_endpoint of /brokers/ids/0, ordered by time
+    merged = get_json(base + "/api/timeline")
+    assert [(b["id"], b["ok"]) for b in merged["brokers"]] == [(1, True), (0, True)]
+    events = merged["events"]
+    assert {e["broker"] for e in events} == {0, 1}
+    assert [e["time_ms"] for e in events] == sorted(e["time_ms"] for e in events)
+    newest = {b["id"]: b["newest_ms"] for b in merged["brokers"]}
+    later = get_json(base + f"/api/timeline?since=0:{newest[0] + 1},1:{newest[1] + 1}")
+    assert later["events"] == []
+    assert get_json(base + "/api/faults") == []  # no fault actions: no fault events
 
     status, body, headers = http(base + "/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -198,8 +210,8 @@ def test_faults_kill_and_restart_with_the_flag() -> None:
             admin.wait_for_topics(["f"], 30)
         base = c.http_urls[0]
         info = get_json(base + "/api/cluster")
-        assert info["faults_enabled"] is True and info["fault_actions"] == [
-            "kill", "restart", "pause", "resume", "isolate", "heal"]
+        assert info["faults_enabled"] is True
+        assert info["fault_actions"] == ["kill", "restart", "pause", "resume", "isolate", "heal"]
         token = info["csrf_token"]
         other_token = get_json(c.http_urls[1] + "/api/cluster")["csrf_token"]
         assert other_token != token  # per listener
@@ -216,6 +228,9 @@ def test_faults_kill_and_restart_with_the_flag() -> None:
                                headers={CSRF_HEADER: token, "Origin": origin})
         assert (status, json.loads(body)) == (200, {"ok": True})
         assert c.live_brokers() == [0, 1]
+        faults = get_json(base + "/api/faults")  # the cluster's faults.log
+        assert [(f["kind"], f["phase"], f["targets"]) for f in faults] == [
+            ("kill", "instant", ["broker-2"])]
         c.wait_for(lambda: {"id": 2, "host": None, "port": None, "alive": False} in
                    get_json(base + "/api/cluster")["brokers"], 30, "broker 2 shown dead")
         assert c.brokers[2].http_url is None  # its listener went with it

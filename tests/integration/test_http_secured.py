@@ -57,6 +57,22 @@ def test_basic_auth_and_acl_filtered_topics(
                            headers=basic(security.broker_user, security.broker_password))
     assert {t["name"] for t in json.loads(body)} >= {"events", "secret"}
 
+    # the cluster's timeline: each broker checks the forwarded credentials and shows only the
+    # topics the user may describe
+    status, body, _ = http(base + "/api/timeline", headers=basic("alice", "alice-secret"))
+    merged = json.loads(body)
+    assert status == 200 and all(b["ok"] for b in merged["brokers"]), merged["brokers"]
+    assert {e["topic"] for e in merged["events"]} == {"events"}
+    assert {e["broker"] for e in merged["events"]} == {0, 1}
+    status, body, _ = http(base + "/api/timeline", headers=basic("bob", "bob-secret"))
+    assert status == 200 and json.loads(body)["events"] == []
+    assert http(base + "/api/timeline", headers=basic("alice", "wrong"))[0] == 401
+    # the page itself carries no data: served without credentials (its form asks for them);
+    # the console's own fetches get a 401 without a challenge (no browser dialog)
+    assert http(base + "/")[0] in (200, 404)
+    status, _, headers = http(base + "/api/cluster", headers={"X-Odradek-Console": "1"})
+    assert status == 401 and "WWW-Authenticate" not in headers
+
     # a fault action needs the credentials too (the CSRF token alone is not enough)
     status, body, _ = http(base + "/api/cluster", headers=basic("alice", "alice-secret"))
     token = json.loads(body)["csrf_token"]

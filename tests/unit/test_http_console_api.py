@@ -234,3 +234,45 @@ def test_log_config_ini_and_yaml(tmp_path: Path, restore_loggers: object) -> Non
     bad.write_text('{"handlers": {"x": {"class": "no.such.Handler"}}}')
     with pytest.raises(LogConfigError, match=r"bad\.json"):
         configure(bad)
+
+
+def test_merge_timelines_orders_by_time_and_reports_each_broker() -> None:
+    own = [{"time_ms": 10, "broker": 0, "partition": "t-0", "what": "a"},
+           {"time_ms": 30, "broker": 0, "partition": "t-0", "what": "c"}]
+    peers = [console_api.PeerTimeline(2, "http://h:2", error="no answer (timeout)"),
+             console_api.PeerTimeline(1, "http://h:1", events=[
+                 {"time_ms": 20, "partition": "t-1", "what": "b"}, "junk", {"time_ms": "x"}]),
+             console_api.PeerTimeline(3, None, error="no HTTP listener")]
+    merged = console_api.merge_timelines(0, own, peers)
+    assert [(e["time_ms"], e["broker"]) for e in merged["events"]] == [(10, 0), (20, 1), (30, 0)]
+    assert merged["brokers"] == [
+        {"id": 0, "ok": True, "error": None, "newest_ms": 30},
+        {"id": 1, "ok": True, "error": None, "newest_ms": 20},
+        {"id": 2, "ok": False, "error": "no answer (timeout)", "newest_ms": None},
+        {"id": 3, "ok": False, "error": "no HTTP listener", "newest_ms": None}]
+    assert len(console_api.merge_timelines(0, own, peers, limit=2)["events"]) == 2
+
+
+def test_http_endpoint_in_the_registration_json() -> None:
+    from odradek.coordination import paths
+    reg = paths.BrokerRegistration(3, (paths.Endpoint("PLAINTEXT", "h", 9092, "PLAINTEXT"),),
+                                   timestamp="1")
+    data = console_api.with_http_endpoint(paths.encode_broker_registration(reg),
+                                          "http://h:9192")
+    assert console_api.http_endpoint_of(data) == "http://h:9192"
+    assert paths.decode_broker_registration(3, data) == paths.decode_broker_registration(
+        3, paths.encode_broker_registration(reg))  # our own parser ignores the field
+    assert console_api.http_endpoint_of(paths.encode_broker_registration(reg)) is None
+    assert console_api.http_endpoint_of(b"not json") is None
+    assert console_api.with_http_endpoint(b"{}", None) == b"{}"
+
+
+def test_since_cursors_and_fault_events() -> None:
+    from odradek.common.fault_log import FaultEvent
+    assert console_api.parse_since_by_broker("0:5,2:7,x:1,3,4:-2") == {0: 5, 2: 7, 4: 0}
+    assert console_api.parse_since_by_broker(None) == {}
+    events = [FaultEvent("pause", "start", ("broker-1",), "", 1, time=2.5),
+              FaultEvent("kill", "instant", ("broker-2",), "", 2, time=1.0)]
+    view = console_api.fault_events_view(events)
+    assert [(e["time_ms"], e["kind"], e["phase"], e["targets"]) for e in view] == [
+        (1000, "kill", "instant", ["broker-2"]), (2500, "pause", "start", ["broker-1"])]

@@ -38,3 +38,19 @@ def test_other_kinds_fall_back_to_generate_latest() -> None:
     Counter("c", "with a created sample", registry=reg).inc()  # has c_created
     Info("i", "an info", registry=reg).info({"a": "b"})
     assert exposition.text(reg) == generate_latest(reg)
+
+
+def test_snapshot_reads_now_and_formats_later() -> None:
+    """The HTTP listener calls snapshot() on the event loop and the formatting in a thread:
+    what the formatting writes is what was read at the snapshot."""
+    logs = [FakeLog("t", 0, size=100)]
+    m = BrokerMetrics(1)
+    m.register_logs(lambda: logs)
+    m.register_groups(lambda: [])
+    m.register_logs(lambda: logs)  # re-registered: goes last, as in the registry
+    expected = generate_latest(m.registry)
+    formatting = m.snapshot()
+    logs[0].size = 999
+    logs.append(FakeLog("t", 1))
+    assert formatting() == expected
+    assert m.render() == generate_latest(m.registry) != expected

@@ -274,21 +274,30 @@ class LogCollector(Collector):
         self.flush_stats = flush_stats
 
     def collect(self) -> Iterator[Metric]:
-        families = [GaugeMetricFamily(f"kafka_log_log_{name}", doc,
-                                      labels=["topic", "partition"])
-                    for name, _, doc in self.GAUGES]
-        size, segments, start, end = families
-        for lg in self.logs():
-            labels = [lg.topic, str(lg.partition)]
-            size.add_metric(labels, lg.size)
-            segments.add_metric(labels, lg.num_segments)
-            start.add_metric(labels, lg.log_start_offset)
-            end.add_metric(labels, lg.log_end_offset)
-        yield from families
+        return iter(self.snapshot()())
+
+    def snapshot(self) -> Callable[[], list[Metric]]:
+        """Read every log's numbers now (on the event loop: plain tuples, cheap); the returned
+        callable builds the metric families from them (anywhere: touches no live state)."""
+        rows = [(lg.topic, lg.partition, lg.size, lg.num_segments, lg.log_start_offset,
+                 lg.log_end_offset) for lg in self.logs()]
         flush = histogram_family("kafka_log_logflushstats_logflushrateandtimems",
                                  "Log flushes and their time in ms (LogFlushRateAndTimeMs)")
         add_histogram(flush, [], self.flush_stats.flush_ms)
-        yield flush
+
+        def build() -> list[Metric]:
+            families = [GaugeMetricFamily(f"kafka_log_log_{name}", doc,
+                                          labels=["topic", "partition"])
+                        for name, _, doc in self.GAUGES]
+            size, segments, start, end = families
+            for topic, partition, n_bytes, n_segments, first, nxt in rows:
+                labels = [topic, str(partition)]
+                size.add_metric(labels, n_bytes)
+                segments.add_metric(labels, n_segments)
+                start.add_metric(labels, first)
+                end.add_metric(labels, nxt)
+            return [*families, flush]
+        return build
 
 
 class ControllerCollector(Collector):

@@ -4,7 +4,9 @@
 (`topics`, `requests`, `isr`, `controller`, `log_flush`, `session`, `event_loop_lag`) and the
 scrape-time collectors of the gauges, registered by the broker with callables reading its state
 (`register_replica_manager`, `register_logs`, `register_controller`, `register_groups`).
-`render()` is the Prometheus text exposition of all of it. docs/metrics.md lists the names.
+`render()` is the Prometheus text exposition of all of it; `snapshot()` reads the numbers now
+(on the event loop) and returns the formatting as a callable that may run in a worker thread
+(the HTTP listener's /metrics). docs/metrics.md lists the names.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from . import exposition
 from .collectors import (
@@ -61,15 +65,19 @@ class BrokerMetrics:
         self.log_flush = LogFlushStats()
         self.session = SessionStats()
         self.event_loop_lag = Histogram(SECONDS_BUCKETS)
-        reg = self.registry
-        reg.register(TopicStatsCollector(self.topics))
-        reg.register(RequestStatsCollector(self.requests))
-        reg.register(SessionCollector(self.session))
-        reg.register(HistogramCollector(
-            "odradek_eventloop_lag_seconds",
-            "How late the event loop ran a callback scheduled "
-            f"{EVENT_LOOP_PROBE_INTERVAL_S} s ahead", self.event_loop_lag))
+        #: every collector, in the registry's order (a re-registered gauge goes last)
+        self._collectors: dict[str, Collector] = {}
         self._gauges: dict[str, object] = {}
+        for key, collector in (
+                ("topic_stats", TopicStatsCollector(self.topics)),
+                ("request_stats", RequestStatsCollector(self.requests)),
+                ("session", SessionCollector(self.session)),
+                ("event_loop_lag", HistogramCollector(
+                    "odradek_eventloop_lag_seconds",
+                    "How late the event loop ran a callback scheduled "
+                    f"{EVENT_LOOP_PROBE_INTERVAL_S} s ahead", self.event_loop_lag))):
+            self.registry.register(collector)
+            self._collectors[key] = collector
         # read by MetricsHistory: the last computed gauges, refreshed on each sample
         self.replica_manager_collector: ReplicaManagerCollector | None = None
         self.controller_collector: ControllerCollector | None = None
@@ -79,8 +87,10 @@ class BrokerMetrics:
         old = self._gauges.pop(key, None)
         if old is not None:
             self.registry.unregister(old)  # type: ignore[arg-type]
+            self._collectors.pop(key, None)
         self.registry.register(collector)  # type: ignore[arg-type]
         self._gauges[key] = collector
+        self._collectors[key] = collector  # type: ignore[assignment]
 
     def register_replica_manager(self, partitions: Callable[[], Iterable[PartitionView]],
                                  min_isr: Callable[[str], int],
@@ -120,4 +130,21 @@ class BrokerMetrics:
     # -- exposition --------------------------------------------------------------------------
     def render(self) -> bytes:
         """The Prometheus text exposition (version 0.0.4) of every metric of this broker."""
-        return exposition.text(self.registry)
+        return self.snapshot()()
+
+    def snapshot(self) -> Callable[[], bytes]:
+        """Read every metric now (call on the broker's event loop); the returned callable
+        formats the exposition from what was read and touches no live state, so it may run in
+        a worker thread. The per-partition Log gauges, most of a big broker's samples, are
+        read as plain numbers here and built into metric families by the callable."""
+        parts: list[Callable[[], list[Metric]] | list[Metric]] = []
+        for collector in list(self._collectors.values()):
+            deferred = getattr(collector, "snapshot", None)
+            parts.append(deferred() if callable(deferred) else list(collector.collect()))
+
+        def format_all() -> bytes:
+            metrics: list[Metric] = []
+            for part in parts:
+                metrics.extend(part() if callable(part) else part)
+            return exposition.format_metrics(metrics)
+        return format_all

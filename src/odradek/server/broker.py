@@ -49,10 +49,16 @@ from .apis import KafkaApis
 from .authorizer import authorizer_from_config
 from .broker_config_manager import BrokerConfigManager
 from .config import ConfigError, KafkaConfig, parse_http_listener
-from .console_api import LocalReplica
+from .console_api import LocalReplica, with_http_endpoint
 from .credential_cache import CredentialCache
 from .gc_freeze import freeze_long_lived, process_owned
-from .http_listener import AdminAccess, FaultActions, HttpListener, console_static_dir
+from .http_listener import (
+    AdminAccess,
+    FaultActions,
+    HttpListener,
+    console_static_dir,
+    registered_http_endpoints,
+)
 from .metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
 from .network import Listener, SocketServer
 from .producer_id_manager import ProducerIdManager
@@ -272,13 +278,13 @@ class Broker:
             self.listener_ports[ep.listener] = port
         await broker_configs.start()
         await topic_configs.start()
+        await self._start_http_listener()  # before registering: its address is registered
         await self._register()
         await socket_server.start_serving()  # registered: clients and controllers may come
         store.add_session_listener(self._on_session_state)
         await self.controller.startup()
         await self._await_cluster_metadata()
         self._start_periodic_tasks()
-        await self._start_http_listener()
         self.started = True
         log.info("[KafkaServer id=%d] started; listening on %s", self.broker_id,
                  ", ".join(e.connection_string for e in self.advertised_endpoints()))
@@ -298,7 +304,8 @@ class Broker:
             controller_epoch=lambda: self.controller_epoch_seen,
             local_replicas=self._local_replicas,
             state_change_log=self.config.log_dirs[0] / "state-change.log",
-            render_metrics=self.metrics.render,
+            render_metrics=self.metrics.snapshot,
+            peers=lambda: registered_http_endpoints(self.store),  # type: ignore[arg-type]
             history=lambda names: self.metrics_history.series(names),
             fault_actions=self.fault_actions, static_dir=console_static_dir())
         await listener.start()
@@ -440,6 +447,8 @@ class Broker:
         reg = paths.BrokerRegistration(self.broker_id, endpoints, rack=self.config["broker.rack"])
         path = paths.broker_path(self.broker_id)
         data = paths.encode_broker_registration(reg)
+        if self.http_listener is not None:  # extra field for the consoles of its peers
+            data = with_http_endpoint(data, self.http_listener.advertised_url(endpoints[0].host))
         # After a crash the previous process's session may still hold the node until it
         # expires: wait for it to go (Kafka's checked ephemeral create), then register.
         loop = asyncio.get_running_loop()

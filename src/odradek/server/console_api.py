@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,7 +32,14 @@ from ..client.types import (
 from ..common import TopicPartition
 
 CSRF_HEADER = "X-Odradek-CSRF"
+#: Sent by the console's own fetches: a 401 then carries no WWW-Authenticate challenge, so the
+#: browser shows the page's login form instead of its own credentials dialog.
+CONSOLE_HEADER = "X-Odradek-Console"
 TIMELINE_LIMIT = 1000  # the newest events answered by /api/timeline
+#: The field of /brokers/ids/<id> naming the broker's HTTP listener (Kafka's and odradek's own
+#: registration parsers ignore fields they do not know).
+HTTP_ENDPOINT_FIELD = "http_endpoint"
+FAULT_EVENTS_LIMIT = 500  # the newest fault events answered by /api/faults
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +167,12 @@ def _time_ms(text: str) -> int:
 
 
 def timeline(lines: Iterable[str], since_ms: int = 0,
-             limit: int = TIMELINE_LIMIT) -> list[dict[str, Any]]:
-    """GET /api/timeline: the partition events of state-change.log lines, oldest first, the
-    newest `limit` at or after `since_ms`. Each event says what changed compared with the
-    previous line about that partition: "leader change", "isr change", or the state change
-    itself ("NewPartition -> OnlinePartition"); replica state changes are "replica state"."""
+             limit: int = TIMELINE_LIMIT, broker_id: int | None = None) -> list[dict[str, Any]]:
+    """GET /api/timeline?local=1: the partition events of state-change.log lines, oldest first,
+    the newest `limit` at or after `since_ms`, each naming `broker_id` (whose log it is). Each
+    event says what changed compared with the previous line about that partition: "leader
+    change", "isr change", or the state change itself ("NewPartition -> OnlinePartition");
+    replica state changes are "replica state"."""
     last: dict[str, tuple[int, tuple[int, ...]]] = {}
     events: list[dict[str, Any]] = []
     for raw in lines:
@@ -199,10 +208,97 @@ def timeline(lines: Iterable[str], since_ms: int = 0,
         t = _time_ms(m["time"])
         if t < since_ms:
             continue
-        events.append({"time_ms": t, "partition": name, "what": what, "leader": leader,
+        events.append({"time_ms": t, "broker": broker_id, "partition": name,
+                       "topic": pm["topic"], "what": what,
+                       "leader": leader,
                        "isr": isr, "leader_epoch": epoch,
                        "actor": f"{m['actor']} {m['id']}", "line": line})
     return events[-limit:] if limit > 0 else []
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTimeline:
+    """What a peer's listener answered for /api/timeline?local=1: its events, or why not."""
+
+    broker_id: int
+    url: str | None  # None: the broker registered no HTTP listener
+    events: Sequence[Mapping[str, Any]] | None = None
+    error: str | None = None
+
+
+def merge_timelines(own_id: int, own: Sequence[Mapping[str, Any]],
+                    peers: Iterable[PeerTimeline], limit: int = TIMELINE_LIMIT
+                    ) -> dict[str, Any]:
+    """GET /api/timeline: this broker's events and its peers', ordered by time (a stable sort:
+    each broker's own order is kept within a millisecond), the newest `limit`; `brokers` says
+    for each broker whether its events are in (`ok`) or why not (`error`: down, refused, no
+    HTTP listener), and its newest event's time (the next poll's cursor)."""
+    merged: list[Mapping[str, Any]] = list(own)
+    status = [{"id": own_id, "ok": True, "error": None,
+               "newest_ms": max((e["time_ms"] for e in own), default=None)}]
+    for peer in sorted(peers, key=lambda p: p.broker_id):
+        if peer.broker_id == own_id:
+            continue
+        events = [e for e in (peer.events or ()) if _valid_event(e)]
+        for e in events:
+            if e.get("broker") is None:
+                e = {**e, "broker": peer.broker_id}
+            merged.append(e)
+        status.append({"id": peer.broker_id, "ok": peer.error is None, "error": peer.error,
+                       "newest_ms": max((e["time_ms"] for e in events), default=None)})
+    merged.sort(key=lambda e: e["time_ms"])
+    return {"events": merged[-limit:] if limit > 0 else [], "brokers": status}
+
+
+def _valid_event(e: object) -> bool:
+    return isinstance(e, Mapping) and isinstance(e.get("time_ms"), int) \
+        and isinstance(e.get("partition"), str)
+
+
+def http_endpoint_of(registration: bytes) -> str | None:
+    """The HTTP listener a broker registered in /brokers/ids/<id> (None: none, or unreadable)."""
+    try:
+        obj = json.loads(registration)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    url = obj.get(HTTP_ENDPOINT_FIELD) if isinstance(obj, dict) else None
+    if not isinstance(url, str) or not url.startswith("http://"):
+        return None
+    return url
+
+
+def with_http_endpoint(registration: bytes, url: str | None) -> bytes:
+    """/brokers/ids/<id>'s JSON with the broker's HTTP listener added (unchanged without one)."""
+    if not url:
+        return registration
+    obj = json.loads(registration)
+    obj[HTTP_ENDPOINT_FIELD] = url
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def fault_events_view(events: Iterable[Any], limit: int = FAULT_EVENTS_LIMIT
+                      ) -> list[dict[str, Any]]:
+    """GET /api/faults: the injected faults (common.fault_log.FaultEvent), oldest first, the
+    newest `limit`, with the time in epoch milliseconds as the timeline's."""
+    out = [{"time_ms": int(e.time * 1000), "kind": e.kind, "phase": e.phase,
+            "targets": list(e.targets), "detail": e.detail, "fault_id": e.fault_id}
+           for e in events]
+    out.sort(key=lambda e: e["time_ms"])
+    return out[-limit:] if limit > 0 else []
+
+
+def parse_since_by_broker(text: str | None) -> dict[int, int]:
+    """?since=0:1700000000000,2:1700000001000 of /api/timeline: a cursor per broker (bad
+    items are ignored)."""
+    out: dict[int, int] = {}
+    for item in (text or "").split(",")[:256]:
+        broker, sep, ms = item.partition(":")
+        try:
+            if sep:
+                out[int(broker)] = max(0, int(ms))
+        except ValueError:
+            continue
+    return out
 
 
 # -- request decisions ----------------------------------------------------------------------------

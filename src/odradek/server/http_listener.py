@@ -14,6 +14,13 @@ wrong methods 405; nothing here shares state with the Kafka listeners.
 
 Mutating routes (the fault actions, given by `odradek.Cluster(console_faults=True)`) need the
 per-listener token of /api/cluster in `X-Odradek-CSRF` and a same-origin (or absent) Origin.
+
+The timeline is cluster-wide: each broker registers its listener's address in /brokers/ids/<id>
+(field `http_endpoint`), and /api/timeline merges this broker's state-change.log events with
+each live peer's `/api/timeline?local=1`, asked server-side with the caller's credentials (short
+timeout, bounded answer; a peer that does not answer is reported, not an error).
+
+/metrics reads the numbers on the event loop and formats the text in a worker thread.
 """
 
 from __future__ import annotations
@@ -31,13 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiohttp import web
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from kio.schema.errors import ErrorCode
 
 from ..client.admin import AsyncAdmin
 from ..client.errors import KafkaError
-from ..client.types import ConfigResource
+from ..client.types import ConfigResource, TopicDescription
 from ..common import TopicPartition
+from ..coordination import paths
+from ..coordination.store import CoordinationError, CoordinationStore
 from ..security.connector import ClientSecurity, open_connection
 from ..security.errors import SaslError
 from ..security.sasl_server import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
@@ -54,11 +63,18 @@ STATE_CHANGE_TAIL = 1 << 20  # the last MiB of state-change.log feeds /api/timel
 MAX_ADMINS = 8  # admin clients kept open (per user)
 REVERIFY_S = 30.0  # a user's credentials are checked with the broker again after this long
 REALM = 'Basic realm="odradek", charset="UTF-8"'
+PEER_TIMEOUT_S = 2.0  # a peer's /api/timeline?local=1 must answer within this
+PEER_MAX_BYTES = 2 << 20  # ... in at most this many bytes
+TOPICS_TTL_S = 1.0  # the answer of describe_topics() is shared this long (per user)
+PEERS_TTL_S = 2.0  # the registered peers (/brokers/ids) are read again after this long
+PUBLIC_PATHS = ("/", "/static/")  # the page itself (no cluster data): served without auth
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class FaultActions(Protocol):
-    """What `odradek.Cluster(console_faults=True)` gives every broker's listener."""
+    """What `odradek.Cluster(console_faults=True)` gives every broker's listener (its
+    `ClusterFaults`). An `events()` method returning common.fault_log.FaultEvent items, when
+    present, feeds GET /api/faults."""
 
     actions: Sequence[str]
 
@@ -95,6 +111,19 @@ class AdminAccess:
 
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def registered_http_endpoints(store: CoordinationStore) -> dict[int, str | None]:
+    """Every registered broker's HTTP listener, from the `http_endpoint` field of its
+    /brokers/ids/<id> (None: it registered none)."""
+    out: dict[int, str | None] = {}
+    for child in await store.get_children(paths.BROKER_IDS):
+        try:
+            data, _ = await store.get(paths.broker_path(int(child)))
+        except (ValueError, CoordinationError):  # not a broker id, or gone meanwhile
+            continue
+        out[int(child)] = console_api.http_endpoint_of(data)
+    return out
 
 
 def console_static_dir() -> Path | None:
@@ -172,7 +201,8 @@ class HttpListener:
                  controller_epoch: Callable[[], int],
                  local_replicas: Callable[[str], Mapping[int, console_api.LocalReplica]],
                  state_change_log: Path | None,
-                 render_metrics: Callable[[], bytes] | None = None,
+                 render_metrics: Callable[[], Callable[[], bytes]] | None = None,
+                 peers: Callable[[], Awaitable[Mapping[int, str | None]]] | None = None,
                  history: Callable[[list[str]], dict[str, Any]] | None = None,
                  fault_actions: FaultActions | None = None,
                  static_dir: Path | None = None,
@@ -185,7 +215,13 @@ class HttpListener:
         self.controller_epoch = controller_epoch
         self.local_replicas = local_replicas
         self.state_change_log = state_change_log
-        self.render_metrics = render_metrics
+        self.render_metrics = render_metrics  # a snapshot now -> its formatting, anywhere
+        self.peers = peers  # broker id -> its registered HTTP listener (None: none)
+        self._peers_cache: tuple[float, Mapping[int, str | None]] | None = None
+        self._peer_session: ClientSession | None = None
+        # user -> (until when, the answer of describe_topics()): see _all_topics
+        self._topics_cache: dict[tuple[str, str] | None,
+                                 tuple[float, asyncio.Future[dict[str, TopicDescription]]]] = {}
         self.history = history
         self.fault_actions = fault_actions
         self.static_dir = static_dir
@@ -211,6 +247,7 @@ class HttpListener:
         r.add_get("/api/groups/{group_id}", self.api_group)
         r.add_get("/api/timeline", self.api_timeline)
         r.add_get("/api/metrics/history", self.api_history)
+        r.add_get("/api/faults", self.api_faults)
         r.add_post("/api/faults/{action}", self.api_fault)
         r.add_get("/", self.index)
         if self.static_dir is not None:
@@ -247,6 +284,18 @@ class HttpListener:
         log.info("[KafkaServer id=%d] HTTP listener bound to %s", self.broker_id, self.url)
         return self.url
 
+    def open_connections(self) -> int:
+        """HTTP connections open now (kept-alive ones included)."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
+
+    def advertised_url(self, fallback_host: str) -> str:
+        """The address peers use: the bound one, with `fallback_host` (the broker's advertised
+        host) for a wildcard bind."""
+        if self.host in ("", "0.0.0.0", "::") and fallback_host:
+            return f"http://{fallback_host}:{self.port}"
+        return self.url
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -258,6 +307,10 @@ class HttpListener:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
             self._server = None
+        if self._peer_session is not None:
+            with contextlib.suppress(Exception):
+                await self._peer_session.close()
+            self._peer_session = None
         admins, self._admins = list(self._admins.values()), OrderedDict()
         for admin in admins:
             with contextlib.suppress(Exception):
@@ -282,25 +335,33 @@ class HttpListener:
     async def _auth(self, request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                     ) -> web.StreamResponse:
-        """On a SASL listener every route needs basic auth, checked by opening the admin
-        client with it (a wrong password: 401)."""
+        """On a SASL listener every route but the page's own files needs basic auth, checked by
+        opening the admin client with it (a wrong password: 401). The console's fetches (header
+        X-Odradek-Console) get their 401 without a challenge: the page asks with its own form."""
         user = console_api.parse_basic_auth(request.headers.get("Authorization"))
-        if self.access.requires_auth and user is None:
-            raise web.HTTPUnauthorized(headers={"WWW-Authenticate": REALM},
+        public = request.path == "/" or request.path.startswith("/static/")
+        if self.access.requires_auth and user is None and not public:
+            raise web.HTTPUnauthorized(headers=self._challenge(request),
                                        text="authentication required")
         request["user"] = user if self.access.requires_auth else None
         return await handler(request)
 
+    @staticmethod
+    def _challenge(request: web.Request) -> dict[str, str]:
+        return {} if request.headers.get(console_api.CONSOLE_HEADER) else \
+            {"WWW-Authenticate": REALM}
+
     async def admin(self, request: web.Request) -> AsyncAdmin:
         user: tuple[str, str] | None = request["user"]
         key = None if user is None else (user[0], hashlib.sha256(user[1].encode()).hexdigest())
+        request["user_key"] = key
         async with self._admin_lock:
             config = self.access.client_config(user)
             now = asyncio.get_running_loop().time()
             if key is not None and self._verified.get(key, 0.0) < now:
                 # again every REVERIFY_S: a changed password or removed user stops working
                 self._verified.pop(key, None)
-                await self._authenticate(config)
+                await self._authenticate(config, request)
                 self._verified[key] = now + REVERIFY_S
                 if len(self._verified) > 4 * MAX_ADMINS:
                     self._verified = {k: t for k, t in self._verified.items() if t >= now}
@@ -322,7 +383,7 @@ class HttpListener:
                     await old.close()
             return admin
 
-    async def _authenticate(self, config: Mapping[str, str]) -> None:
+    async def _authenticate(self, config: Mapping[str, str], request: web.Request) -> None:
         """One SASL exchange with the broker with the user's credentials: refused -> 401."""
         host, _, port = self.access.bootstrap.rpartition(":")
         try:
@@ -330,7 +391,7 @@ class HttpListener:
                 host, int(port), ClientSecurity.from_client_props(config), timeout=10.0,
                 client_id="odradek-console")
         except SaslError:
-            raise web.HTTPUnauthorized(headers={"WWW-Authenticate": REALM},
+            raise web.HTTPUnauthorized(headers=self._challenge(request),
                                        text="authentication failed") from None
         except (OSError, TimeoutError) as exc:
             raise web.HTTPServiceUnavailable(text=f"broker not reachable: {exc}") from None
@@ -340,13 +401,15 @@ class HttpListener:
     async def metrics(self, request: web.Request) -> web.StreamResponse:
         if self.render_metrics is None:
             raise web.HTTPNotFound(text="no metrics on this broker")
-        return web.Response(body=self.render_metrics(),
-                            headers={"Content-Type": METRICS_CONTENT_TYPE})
+        # the numbers are read here, on the loop; the text is made in a worker thread (a
+        # broker with 10,000 partitions: ~100 ms of formatting the loop does not wait for)
+        body = await asyncio.to_thread(self.render_metrics())
+        return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def api_cluster(self, request: web.Request) -> web.StreamResponse:
         admin = await self.admin(request)
         cluster = await admin.describe_cluster()
-        topics = await admin.describe_topics()
+        topics = await self._all_topics(request, admin)
         faults = self.fault_actions
         return _json(console_api.cluster_view(
             self.broker_id, cluster, topics, self.controller_epoch(), faults is not None,
@@ -354,7 +417,7 @@ class HttpListener:
 
     async def api_topics(self, request: web.Request) -> web.StreamResponse:
         admin = await self.admin(request)
-        return _json(console_api.topics_view(await admin.describe_topics()))
+        return _json(console_api.topics_view(await self._all_topics(request, admin)))
 
     async def api_topic(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -394,10 +457,109 @@ class HttpListener:
                                             {tp: o for tp, (o, _) in ends.items()}))
 
     async def api_timeline(self, request: web.Request) -> web.StreamResponse:
-        await self.admin(request)  # the credentials are checked as for every route
+        """This broker's events (?local=1, what peers ask each other) or the cluster's: its own
+        and every registered peer's, asked in parallel with the caller's credentials."""
+        admin = await self.admin(request)  # the credentials are checked as for every route
         since = console_api.parse_since_ms(request.query.get("since_ms"))
-        lines = await asyncio.to_thread(_tail_lines, self.state_change_log, STATE_CHANGE_TAIL)
-        return _json(console_api.timeline(lines, since))
+        cursors = console_api.parse_since_by_broker(request.query.get("since"))
+        own = await self._local_timeline(request, admin, cursors.get(self.broker_id, since))
+        if request.query.get("local") or self.peers is None:
+            return _json(own)
+        peers = {i: url for i, url in (await self._registered_peers()).items()
+                 if i != self.broker_id}
+        answers = await asyncio.gather(*(
+            self._peer_timeline(i, url, cursors.get(i, since), request)
+            for i, url in sorted(peers.items())))
+        return _json(console_api.merge_timelines(self.broker_id, own, answers))
+
+    async def _all_topics(self, request: web.Request, admin: AsyncAdmin
+                          ) -> Mapping[str, TopicDescription]:
+        """Every topic the request's user may describe. One Metadata request of every topic
+        is the console's dearest (the broker encodes every partition on its event loop): the
+        answer is shared for TOPICS_TTL_S by the requests of one user (a poll asks
+        /api/cluster, a page and the timeline at once; several open pages poll alike), and
+        requests arriving while it is asked wait for the same answer."""
+        key = request["user_key"]
+        now = asyncio.get_running_loop().time()
+        hit = self._topics_cache.get(key)
+        if hit is None or hit[0] < now:
+            if len(self._topics_cache) >= 2 * MAX_ADMINS:
+                self._topics_cache = {k: v for k, v in self._topics_cache.items()
+                                      if v[0] >= now}
+            hit = (now + TOPICS_TTL_S, asyncio.ensure_future(admin.describe_topics()))
+            self._topics_cache[key] = hit
+        try:
+            return await asyncio.shield(hit[1])
+        except Exception:
+            if self._topics_cache.get(key) is hit:
+                del self._topics_cache[key]
+            raise
+
+    async def _local_timeline(self, request: web.Request, admin: AsyncAdmin, since: int
+                              ) -> list[dict[str, Any]]:
+        # read and parsed in a worker thread (a MiB of log lines: not on the event loop)
+        events = await asyncio.to_thread(self._read_timeline, since)
+        if self.access.requires_auth and events:
+            # only the topics this user may describe (the metadata answers only those)
+            visible = set(await self._all_topics(request, admin))
+            events = [e for e in events if e["topic"] in visible]
+        return events
+
+    def _read_timeline(self, since: int) -> list[dict[str, Any]]:
+        lines = _tail_lines(self.state_change_log, STATE_CHANGE_TAIL)
+        return console_api.timeline(lines, since, broker_id=self.broker_id)
+
+    async def _registered_peers(self) -> Mapping[int, str | None]:
+        assert self.peers is not None
+        now = asyncio.get_running_loop().time()
+        if self._peers_cache is None or self._peers_cache[0] < now:
+            try:
+                found = await asyncio.wait_for(self.peers(), PEER_TIMEOUT_S)
+            except Exception as exc:  # the store unreachable: this broker's events only
+                log.debug("registered brokers not readable: %s", exc)
+                found = {}
+            self._peers_cache = (now + PEERS_TTL_S, found)
+        return self._peers_cache[1]
+
+    async def _peer_timeline(self, broker_id: int, url: str | None, since: int,
+                             request: web.Request) -> console_api.PeerTimeline:
+        if url is None:
+            return console_api.PeerTimeline(broker_id, None, error="no HTTP listener")
+        if self._peer_session is None:
+            self._peer_session = ClientSession(
+                connector=TCPConnector(limit=16, limit_per_host=2, keepalive_timeout=KEEPALIVE_S),
+                timeout=ClientTimeout(total=PEER_TIMEOUT_S), auto_decompress=False)
+        headers = {"Accept": "application/json", console_api.CONSOLE_HEADER: "peer"}
+        auth = request.headers.get("Authorization")
+        if auth is not None:  # the peer checks the user and applies its own ACLs
+            headers["Authorization"] = auth
+        try:
+            async with self._peer_session.get(f"{url}/api/timeline",
+                                              params={"local": "1", "since_ms": str(since)},
+                                              headers=headers) as resp:
+                if resp.status != 200:
+                    return console_api.PeerTimeline(broker_id, url,
+                                                    error=f"HTTP {resp.status}")
+                body = await _read_bounded(resp.content, PEER_MAX_BYTES)
+                if body is None:
+                    return console_api.PeerTimeline(broker_id, url, error="answer too big")
+            events = json.loads(body)
+            if not isinstance(events, list):
+                return console_api.PeerTimeline(broker_id, url, error="not a timeline")
+            return console_api.PeerTimeline(broker_id, url, events=events)
+        except TimeoutError:
+            return console_api.PeerTimeline(broker_id, url, error="no answer (timeout)")
+        except (ClientError, OSError, ValueError) as exc:
+            return console_api.PeerTimeline(broker_id, url,
+                                            error=f"unreachable: {type(exc).__name__}")
+
+    async def api_faults(self, request: web.Request) -> web.StreamResponse:
+        """The injected faults, when the cluster's fault actions keep a record (events())."""
+        await self.admin(request)
+        events = getattr(self.fault_actions, "events", None)
+        if not callable(events):
+            return _json([])
+        return _json(console_api.fault_events_view(events()))
 
     async def api_history(self, request: web.Request) -> web.StreamResponse:
         if self.history is None:
@@ -447,6 +609,20 @@ class HttpListener:
 def _json(value: Any, status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(value, separators=(",", ":")), status=status,
                         content_type="application/json")
+
+
+async def _read_bounded(stream: Any, limit: int) -> bytes | None:
+    """A response body of at most `limit` bytes (None: more)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await stream.read(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
 
 
 def _tail_lines(path: Path | None, size: int) -> list[str]:

@@ -4,6 +4,7 @@
 const POLL_MS = 1500;
 const FETCH_TIMEOUT_MS = 3000;
 const TIMELINE_CAP = 500;
+const FAULTS_CAP = 200;       // injected faults kept for the timeline (the newest)
 const HISTORY_WINDOW_S = 600;
 // The console's charts: [key, title, candidate series]. A candidate is [name, counter?]: the
 // broker's MetricsHistory names its series as already computed rates ("messages_in_per_sec");
@@ -36,6 +37,12 @@ const state = {
   timelineKeys: new Set(),
   timelineSince: 0,
   seq: 0,                 // arrival order of timeline events
+  cursors: new Map(),     // broker id -> newest event time seen from it (the next ?since=)
+  peers: [],              // /api/timeline's "brokers": whose events are in, who is down
+  faults: [],             // /api/faults: injected faults, oldest first, at most FAULTS_CAP
+  auth: null,             // "Basic ..." from the login form (kept in this page's memory only)
+  user: null,
+  needLogin: false,
   pending: false,
 };
 
@@ -69,12 +76,20 @@ function fmtTime(ms) {
   return d.toLocaleTimeString([], { hour12: false }) + "." + String(d.getMilliseconds()).padStart(3, "0");
 }
 
-async function getJSON(path) {
+// Every request of the page: the X-Odradek-Console header (a 401 then comes without a
+// challenge, so the browser shows no dialog of its own) and, once logged in, the credentials.
+function apiHeaders(extra) {
+  const h = Object.assign({ "X-Odradek-Console": "1" }, extra || {});
+  if (state.auth) h.Authorization = state.auth;
+  return h;
+}
+
+async function getJSON(path, timeoutMs) {
   // (errors: a network failure or timeout has no .status; an HTTP error has it)
   const ctl = new AbortController();
-  const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
+  const timer = setTimeout(() => ctl.abort(), timeoutMs || FETCH_TIMEOUT_MS);
   try {
-    const resp = await fetch(path, { signal: ctl.signal, cache: "no-store" });
+    const resp = await fetch(path, { signal: ctl.signal, cache: "no-store", headers: apiHeaders() });
     if (!resp.ok) {
       const err = new Error(path + ": HTTP " + resp.status);
       err.status = resp.status;
@@ -198,7 +213,7 @@ async function fault(action, broker) {
   try {
     const resp = await fetch("/api/faults/" + action, {
       method: "POST",
-      headers: { "Content-Type": "application/json", "X-Odradek-CSRF": c.csrf_token || "" },
+      headers: apiHeaders({ "Content-Type": "application/json", "X-Odradek-CSRF": c.csrf_token || "" }),
       body: JSON.stringify({ broker: Number(broker) }),
     });
     const text = await resp.text();
@@ -276,7 +291,10 @@ function renderGroup(g) {
 function addTimeline(events) {
   let added = false;
   for (const e of events) {
-    const key = e.time_ms + "|" + e.partition + "|" + e.what + "|" + (e.line ?? "") + "|" + e.leader_epoch;
+    const key = e.time_ms + "|" + (e.broker ?? "") + "|" + e.partition + "|" + e.what + "|" + (e.line ?? "") + "|" + e.leader_epoch;
+    if (e.broker !== undefined && e.broker !== null) {
+      state.cursors.set(e.broker, Math.max(state.cursors.get(e.broker) || 0, e.time_ms));
+    }
     if (state.timelineKeys.has(key)) continue;
     state.timelineKeys.add(key);
     state.seq += 1;
@@ -305,16 +323,39 @@ function renderTimeline() {
   const changesOnly = $("timeline-changes-only").checked;
   const shown = state.timeline.filter((e) => (!filter || String(e.partition).includes(filter))
     && (!changesOnly || isChange(e)));
-  const rows = shown.map((e) => (
-    '<tr class="event ' + esc(String(e.what).replace(/\s+/g, "-")) + '" data-partition="' + esc(e.partition) + '"><td>'
-    + esc(fmtTime(e.time_ms)) + "</td><td>" + esc(e.partition) + "</td><td>" + esc(e.what) + '</td><td class="num">'
+  const eventRows = shown.map((e) => ({ t: e.time_ms, seq: e.seq, html:
+    '<tr class="event ' + esc(String(e.what).replace(/\s+/g, "-")) + '" data-partition="' + esc(e.partition)
+    + '" data-broker="' + esc(e.broker ?? "") + '"><td>'
+    + esc(fmtTime(e.time_ms)) + '</td><td class="num">' + esc(e.broker ?? "–") + "</td><td>" + esc(e.partition)
+    + "</td><td>" + esc(e.what) + '</td><td class="num">'
     + esc(e.leader ?? "–") + "</td><td>" + esc(Array.isArray(e.isr) ? e.isr.join(", ") : e.isr ?? "")
     + '</td><td class="num">' + esc(e.leader_epoch ?? "–") + '</td><td class="timeline-line" title="'
     + esc(e.line ?? "") + '">' + esc(e.line ?? "")
-    + "</td></tr>"));
-  setRows("timeline", rows.join("") || '<tr><td colspan="7" class="muted">no leader or ISR changes yet</td></tr>');
+    + "</td></tr>" }));
+  // the injected faults, in the same table (not filtered by partition: they name brokers)
+  const faultRows = filter ? [] : state.faults.map((f) => ({ t: f.time_ms, seq: 0, html:
+    '<tr class="fault-event ' + esc(f.kind) + '" data-kind="' + esc(f.kind) + '" data-phase="' + esc(f.phase) + '"><td>'
+    + esc(fmtTime(f.time_ms)) + '</td><td class="num">' + esc(faultBrokers(f)) + "</td><td>fault</td><td>"
+    + esc(f.kind + " " + (f.phase === "instant" ? "" : f.phase)) + '</td><td colspan="3">'
+    + esc((f.targets || []).join(" ")) + '</td><td class="timeline-line">' + esc(f.detail || "") + "</td></tr>" }));
+  const rows = eventRows.concat(faultRows).sort((a, b) => b.t - a.t || b.seq - a.seq).map((r) => r.html);
+  setRows("timeline", rows.join("") || '<tr><td colspan="8" class="muted">no leader or ISR changes yet</td></tr>');
   $("timeline-count").textContent = state.timeline.length;
+  renderPeers();
   renderLanes(shown);
+}
+
+function faultBrokers(f) {
+  return (f.targets || []).filter((t) => /^broker-/.test(t)).map((t) => t.slice(7)).join(",") || "–";
+}
+
+// Whose events the timeline has: every broker's listener asked by the serving broker; a
+// broker that did not answer is named with the reason (its events come once it is back).
+function renderPeers() {
+  const html = state.peers.map((b) => '<span class="peer ' + (b.ok ? "up" : "down") + '" data-broker="'
+    + esc(b.id) + '">broker ' + esc(b.id) + (b.ok ? " ✓" : " down: " + esc(b.error || "?")) + "</span>").join(" · ");
+  const box = $("timeline-brokers");
+  if (box.dataset.html !== html) { box.innerHTML = html ? "events from: " + html : ""; box.dataset.html = html; }
 }
 
 // One lane per partition (at most 12, the most recently changed), a mark per event, the leader
@@ -324,7 +365,7 @@ function renderLanes(events) {
   if (events.length === 0) { box.innerHTML = ""; return; }
   const lanes = [];
   for (const e of events) if (!lanes.includes(e.partition) && lanes.length < 12) lanes.push(e.partition);
-  const t1 = events[0].time_ms;
+  const t1 = Math.max(events[0].time_ms, ...state.faults.map((f) => f.time_ms));
   const t0 = Math.min(...events.map((e) => e.time_ms));
   const width = 900, left = 110, laneH = 22, height = lanes.length * laneH + 24;
   const x = (t) => left + (t1 === t0 ? (width - left - 20) : (t - t0) / (t1 - t0) * (width - left - 20));
@@ -334,6 +375,18 @@ function renderLanes(events) {
     svg += '<text x="4" y="' + (y + 4) + '">' + esc(p) + "</text>";
     svg += '<line x1="' + left + '" x2="' + (width - 10) + '" y1="' + y + '" y2="' + y + '" stroke="#ddd"/>';
   });
+  // the faults: an orange line across the lanes at each fault's start (or instant), a green one
+  // at its end, labelled with its kind and broker
+  for (const f of state.faults) {
+    if (f.time_ms < t0) continue;
+    const fx = x(f.time_ms).toFixed(1);
+    const colour = f.phase === "end" ? "#38a169" : "#dd6b20";
+    svg += '<line class="fault-mark" data-kind="' + esc(f.kind) + '" x1="' + fx + '" x2="' + fx + '" y1="2" y2="'
+      + (height - 14) + '" stroke="' + colour + '" stroke-width="2" stroke-dasharray="4 2"><title>'
+      + esc(fmtTime(f.time_ms) + " " + f.kind + " " + f.phase + " " + (f.targets || []).join(" ")) + "</title></line>";
+    svg += '<text x="' + (Number(fx) + 3) + '" y="' + (height - 16) + '" fill="' + colour + '">'
+      + esc(f.kind + (f.phase === "end" ? " end" : "") + " " + faultBrokers(f)) + "</text>";
+  }
   for (const e of events) {
     const i = lanes.indexOf(e.partition);
     if (i < 0) continue;
@@ -417,7 +470,7 @@ function renderCharts(history) {
 // ---- polling ---------------------------------------------------------------------------------
 
 async function poll() {
-  if (state.pending) return;
+  if (state.pending || state.needLogin) return;
   state.pending = true;
   try {
     const cluster = await getJSON("/api/cluster");
@@ -439,11 +492,23 @@ async function poll() {
     // the timeline is kept up to date on every page so that no change is missed
     // one millisecond back: an event logged in the same millisecond as the newest one seen
     // still arrives (the keys drop the repeats)
-    const since = Math.max(0, state.timelineSince - 1);
-    const events = await getJSON("/api/timeline?since_ms=" + since);
-    if (addTimeline(Array.isArray(events) ? events : events.events || []) || page === "timeline") {
-      if (page === "timeline") renderTimeline();
+    // a cursor per broker (its newest event seen, one millisecond back), so a broker that was
+    // down or slow for a poll still delivers its older events; unknown brokers: everything
+    const since = Array.from(state.cursors, ([b, t]) => b + ":" + Math.max(0, t - 1)).join(",");
+    // (longer: the serving broker waits up to 2 s for a slow peer before answering without it)
+    const answer = await getJSON("/api/timeline" + (since ? "?since=" + since : ""), FETCH_TIMEOUT_MS + 2000);
+    const events = Array.isArray(answer) ? answer : answer.events || [];
+    if (!Array.isArray(answer) && Array.isArray(answer.brokers)) state.peers = answer.brokers;
+    let faultsChanged = false;
+    try {
+      const faults = await getJSON("/api/faults");
+      const kept = Array.isArray(faults) ? faults.slice(-FAULTS_CAP) : [];
+      faultsChanged = JSON.stringify(kept) !== JSON.stringify(state.faults);
+      state.faults = kept;
+    } catch (e) {
+      if (e.status !== 404) throw e;  // a broker without the route: no faults drawn
     }
+    if ((addTimeline(events) || faultsChanged || page === "timeline") && page === "timeline") renderTimeline();
     if (page === "metrics") {
       const names = CHARTS.flatMap((c) => c[2].map(([n]) => n));
       let history = {};
@@ -457,10 +522,55 @@ async function poll() {
     showApiError(null);
   } catch (e) {
     if (e.status === undefined) setReachable(false, e);
+    else if (e.status === 401) showLogin(state.auth ? "wrong user name or password (or the broker refused them)" : "");
     else showApiError(e);  // the broker answered, not this request (a topic deleted, ...)
   } finally {
     state.pending = false;
   }
+}
+
+// ---- login (a cluster with a SASL listener) --------------------------------------------------
+// The API answers 401 without credentials; the form's user and password go into the page's
+// memory as a Basic Authorization header sent with every fetch (a browser does not send
+// credentials written into a URL with fetch()). The broker checks them with its SASL listener,
+// and ACLs decide what the user sees. Closing the tab forgets them.
+
+function showLogin(error) {
+  state.needLogin = true;
+  state.auth = null;
+  $("login").hidden = false;
+  $("user-box").hidden = true;
+  $("login-error").textContent = error || "";
+  $("connection").textContent = "log in";
+  $("connection").className = "connection";
+}
+
+function login(ev) {
+  ev.preventDefault();
+  const user = $("login-user").value;
+  const password = $("login-password").value;
+  // UTF-8, then base64 (btoa takes Latin-1 only)
+  const bytes = new TextEncoder().encode(user + ":" + password);
+  state.auth = "Basic " + btoa(String.fromCharCode(...bytes));
+  state.user = user;
+  state.needLogin = false;
+  $("login-password").value = "";
+  $("login-error").textContent = "";
+  $("login").hidden = true;
+  $("user-name").textContent = user;
+  $("user-box").hidden = false;
+  poll();
+}
+
+function logout() {
+  state.user = null;
+  state.cluster = null;
+  state.timeline = [];
+  state.timelineKeys.clear();
+  state.cursors.clear();
+  state.faults = [];
+  for (const id of ["brokers", "topics", "topic-partitions", "groups", "timeline"]) setRows(id, "");
+  showLogin("");
 }
 
 function start() {
@@ -479,6 +589,8 @@ function start() {
     if (row) location.hash = row.dataset.href;
   });
   $("show-internal").addEventListener("change", poll);
+  $("login").addEventListener("submit", login);
+  $("logout").addEventListener("click", logout);
   $("timeline-filter").addEventListener("input", renderTimeline);
   $("timeline-changes-only").addEventListener("change", renderTimeline);
   showPage();
