@@ -7,7 +7,9 @@ of every ISR, and the controller's state-change log has a line for each election
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,13 +78,17 @@ def test_failure_and_controlled_shutdown_writes_are_pipelined(tmp_path: Path,
             await cluster.kill_broker(victim)
 
             async def settled(dead: set[int]) -> dict[int, dict[str, Any]]:
-                for _ in range(600):
+                # a deadline, not a count of reads: an idle controller answers wait_idle at
+                # once, so 600 reads took ~2 s, less than a loaded machine's failover
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
                     now = await states(store, "t")
                     if all(s["leader"] not in dead and not dead & set(s["isr"])
                            for s in now.values()):
                         return now
                     await controller.wait_idle()
-                raise AssertionError("the controller did not settle")
+                    await asyncio.sleep(0.01)
+                raise AssertionError(f"the controller did not settle in 30 s: {now}")
 
             after = await settled({victim})
             assert 1 < counter.peak <= DEFAULT_WINDOW, counter.peak
