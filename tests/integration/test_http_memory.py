@@ -1,4 +1,4 @@
-"""A console page left open for days: thousands of polls of the API (what the page asks every
+"""A console page left open for days: a thousand polls of the API (what the page asks every
 1.5 s, on kept-alive and on new connections) leave the brokers' memory where it was (traced by
 tracemalloc, this process holding the whole in-process cluster), and the listeners keep no
 per-connection state afterwards. No speed is asserted."""
@@ -20,7 +20,7 @@ from odradek.cluster import Cluster
 # broker asks its peers), the injected faults; and a Prometheus scrape now and then
 ROUTES = ["/api/cluster", "/api/topics", "/api/topics/t", "/api/timeline?since=0:0,1:0",
           "/api/faults", "/api/groups", "/api/metrics/history?names=messages_in_per_sec"]
-REQUESTS = 2000
+REQUESTS = 1000
 BOUND = 256 * 1024  # bytes the HTTP side may keep more after REQUESTS requests
 # what serves the console: the listener, its JSON builders, aiohttp, the admin clients behind
 # the API (the brokers' own work meanwhile -- replica fetchers in flight, the metrics history
