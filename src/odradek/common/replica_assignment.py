@@ -11,6 +11,12 @@ Two assignment algorithms over the brokers sorted by id:
   partitions spread over the other brokers.  Randomness comes from an injectable
   :class:`random.Random`.
 
+When every broker has a rack (`broker.rack`), both use Kafka's rack-aware
+``assignReplicasToBrokersRackAware`` instead: the brokers in rack-alternated order (one of each
+rack in turn), and each further replica skipping brokers in racks that already hold one while
+some rack holds none. Some brokers with a rack and some without is refused, as Kafka refuses it
+(`AdminOperationException`, answered UNKNOWN_SERVER_ERROR).
+
 Errors carry Kafka's error codes so that CreateTopics/CreatePartitions can answer with them.
 """
 
@@ -35,6 +41,7 @@ __all__ = [
     "assign_replicas_to_brokers",
     "brokers_to_rebalance",
     "preferred_replica_imbalance",
+    "rack_alternated_brokers",
     "validate_replica_assignment",
 ]
 
@@ -87,6 +94,53 @@ def _replica_index(first_replica_index: int, second_replica_shift: int, replica_
     return (first_replica_index + shift) % n_brokers
 
 
+def rack_alternated_brokers(racks: Mapping[int, str]) -> list[int]:
+    """Kafka's ``getRackAlternatedBrokerList``: racks in name order, each rack's brokers in id
+    order, one broker of each rack in turn (``a1, b1, c1, a2, b2, a3`` ...)."""
+    by_rack: dict[str, list[int]] = {}
+    for broker, rack in racks.items():
+        by_rack.setdefault(rack, []).append(broker)
+    queues = [sorted(by_rack[rack]) for rack in sorted(by_rack)]
+    result: list[int] = []
+    depth = 0
+    while len(result) < len(racks):
+        result.extend(q[depth] for q in queues if depth < len(q))
+        depth += 1
+    return result
+
+
+def _assign_rack_aware(racks: Mapping[int, str], n_partitions: int, replication_factor: int,
+                       start_index: int, next_replica_shift: int,
+                       first_id: int) -> dict[int, list[int]]:
+    """Kafka's ``assignReplicasToBrokersRackAware``: a replica goes to a broker in a rack with
+    no replica yet (while there is one) that holds no replica yet (while there is one)."""
+    arranged = rack_alternated_brokers(racks)
+    n = len(arranged)
+    n_racks = len(set(racks.values()))
+    result: dict[int, list[int]] = {}
+    for p in range(first_id, first_id + n_partitions):
+        if p > 0 and p % n == 0:
+            next_replica_shift += 1
+        first = (p + start_index) % n
+        leader = arranged[first]
+        replicas = [leader]
+        racks_used, brokers_used = {racks[leader]}, {leader}
+        k = 0
+        for _ in range(replication_factor - 1):
+            while True:
+                broker = arranged[_replica_index(first, next_replica_shift * n_racks, k, n)]
+                k += 1
+                rack = racks[broker]
+                if ((rack not in racks_used or len(racks_used) == n_racks)
+                        and (broker not in brokers_used or len(brokers_used) == n)):
+                    replicas.append(broker)
+                    racks_used.add(rack)
+                    brokers_used.add(broker)
+                    break
+        result[p] = replicas
+    return result
+
+
 def assign_replicas_to_brokers(
     broker_ids: Iterable[int],
     n_partitions: int,
@@ -96,6 +150,7 @@ def assign_replicas_to_brokers(
     rng: random.Random | None = None,
     fixed_start_index: int = -1,
     start_partition_id: int = -1,
+    racks: Mapping[int, str | None] | None = None,
 ) -> dict[int, list[int]]:
     """Partition id -> replica list (AR; its head is the preferred replica), S-3.1.
 
@@ -108,6 +163,18 @@ def assign_replicas_to_brokers(
     _check_counts(len(brokers), n_partitions, replication_factor)
     n = len(brokers)
     first_id = max(0, start_partition_id)
+    known = {b: (racks or {}).get(b) for b in brokers}
+    if any(rack is not None for rack in known.values()):
+        if any(rack is None for rack in known.values()):
+            raise AssignmentError("Not all brokers have rack information for replica rack "
+                                  "aware assignment.")
+        if algorithm not in ("seed", "kafka"):
+            raise ValueError(f"unknown assignment algorithm {algorithm!r}")
+        rng = rng if rng is not None else random.Random()
+        start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
+        shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
+        return _assign_rack_aware({b: r for b, r in known.items() if r is not None},
+                                  n_partitions, replication_factor, start_index, shift, first_id)
     if algorithm == "seed":
         start = max(0, fixed_start_index)
         return {p: [brokers[(p + start + j) % n] for j in range(replication_factor)]
@@ -166,6 +233,7 @@ def add_partitions(
     replica_assignment: Mapping[int, Sequence[int]] | None = None,
     algorithm: Algorithm = "seed",
     rng: random.Random | None = None,
+    racks: Mapping[int, str | None] | None = None,
 ) -> dict[int, list[int]]:
     """Assignment of the NEW partitions when ``topic`` grows to ``total_partitions`` (S-6.3).
 
@@ -192,7 +260,7 @@ def add_partitions(
     start_index = next((i for i, b in enumerate(brokers) if b >= p0[0]), -1)
     return assign_replicas_to_brokers(
         brokers, to_add, len(p0), algorithm=algorithm, rng=rng,
-        fixed_start_index=max(0, start_index), start_partition_id=len(existing))
+        fixed_start_index=max(0, start_index), start_partition_id=len(existing), racks=racks)
 
 
 K = TypeVar("K")

@@ -118,7 +118,12 @@ class AdminManager:
         partitions = spec.num_partitions if spec.num_partitions != -1 else cfg["num.partitions"]
         rf = (spec.replication_factor if spec.replication_factor != -1
               else cfg["default.replication.factor"])
-        return asg.assign_replicas_to_brokers(brokers, partitions, rf), configs
+        return asg.assign_replicas_to_brokers(brokers, partitions, rf,
+                                              racks=self._racks()), configs
+
+    def _racks(self) -> dict[int, str | None]:
+        """Each live broker's `broker.rack` (rack-aware assignment when all have one)."""
+        return {b.broker_id: b.rack for b in self.metadata_cache.brokers.values()}
 
     async def create_topics(self, specs: list[TopicSpec], timeout_ms: int,
                             validate_only: bool = False) -> dict[str, TopicResult]:
@@ -257,7 +262,7 @@ class AdminManager:
                     manual = {len(existing) + i: a for i, a in enumerate(spec.assignments)}
                 new = asg.add_partitions(spec.name, existing,
                                          sorted(self.metadata_cache.brokers), spec.count,
-                                         replica_assignment=manual)
+                                         replica_assignment=manual, racks=self._racks())
                 if not validate_only:
                     merged = {**{p: tuple(r) for p, r in existing.items()},
                               **{p: tuple(r) for p, r in new.items()}}
