@@ -100,38 +100,36 @@ def mount_ext4(path: Path | str, size_bytes: int, image: Path | str | None = Non
     return path
 
 
+def _write_until_full(fd: int, size: int, limit: int | None = None) -> int:
+    """Writes of `size` zero bytes until the filesystem is full (ENOSPC or EDQUOT) or `limit`
+    bytes are written; returns the bytes written."""
+    written = 0
+    chunk = b"\0" * size
+    while limit is None or written < limit:
+        want = size if limit is None else min(size, limit - written)
+        try:
+            n = os.write(fd, chunk[:want])
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                break
+            raise
+        if n <= 0:
+            break
+        written += n
+    return written
+
+
 def fill(path: Path | str, leave_bytes: int = 0) -> int:
     """Write a filler file in the filesystem of `path` until it is full (ENOSPC), leaving
     about `leave_bytes` free; returns the bytes written."""
     filler = Path(path) / FILLER
-    written = 0
-    free_now = shutil.disk_usage(path).free
-    target = max(0, free_now - leave_bytes)
+    target = max(0, shutil.disk_usage(path).free - leave_bytes)
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        chunk = b"\0" * _CHUNK
-        while written < target:
-            try:
-                n = os.write(fd, chunk[: min(_CHUNK, target - written)])
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    break
-                raise
-            if n <= 0:
-                break
-            written += n
+        written = _write_until_full(fd, _CHUNK, target)
         if leave_bytes == 0:  # the last bytes: smaller writes until nothing fits
             for size in (4096, 512, 1):
-                while True:
-                    try:
-                        n = os.write(fd, b"\0" * size)
-                    except OSError as exc:
-                        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                            break
-                        raise
-                    if n <= 0:
-                        break
-                    written += n
+                written += _write_until_full(fd, size)
     finally:
         os.close(fd)
     return written
