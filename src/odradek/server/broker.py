@@ -220,7 +220,8 @@ class Broker:
         rm = self.replica_manager = ReplicaManager(self.broker_id, log_manager, log_configs.config,
                                                    metadata_cache=cache,
                                                    topic_stats=metrics.topics,
-                                                   isr_stats=metrics.isr)
+                                                   isr_stats=metrics.isr,
+                                                   replica_selector=cfg["replica.selector.class"])
         rm.on_all_log_dirs_offline = self._halt_on_log_dir_failure  # KIP-112
         rm.start()
         inter_broker = cfg.inter_broker_listener_name

@@ -138,6 +138,10 @@ class Def:
     why: str = ""
 
 
+#: The replica selectors odradek knows (KIP-392), by Kafka's class names.
+REPLICA_SELECTORS = ("org.apache.kafka.common.replica.RackAwareReplicaSelector",)
+
+
 def _at_least(n: int) -> Callable[[Any], bool]:
     return lambda v: v >= n
 
@@ -210,6 +214,10 @@ DEFS: dict[str, Def] = {
     "min.insync.replicas": Def(_int32, 1, _at_least(1), ">= 1"),
     "unclean.leader.election.enable": Def(_bool, False),
     "replica.lag.time.max.ms": Def(_int, 10000, _at_least(1), ">= 1"),
+    # KIP-392: consumers that send their client.rack may be told to fetch from a follower
+    "replica.selector.class": Def(
+        _str, None, lambda v: v is None or v in REPLICA_SELECTORS,
+        "unset or org.apache.kafka.common.replica.RackAwareReplicaSelector"),
     "replica.fetch.max.bytes": Def(_int, 1048576, _at_least(0), ">= 0"),
     "replica.fetch.response.max.bytes": Def(_int, 10485760, _at_least(0), ">= 0"),
     "replica.fetch.wait.max.ms": Def(_int, 500, _at_least(0), ">= 0"),

@@ -58,6 +58,12 @@ from .partition import (
     Partition,
     UnknownLeaderEpochError,
 )
+from .replica_selector import (
+    NO_PREFERRED_REPLICA,
+    ClientMetadata,
+    ReplicaView,
+    preferred_read_replica,
+)
 from .replication_quota import ReplicationQuotaManager, should_leader_throttle
 from .topic_names import INTERNAL_TOPICS
 
@@ -115,6 +121,8 @@ class FetchResult:
     # read_committed: (producer id, first offset) of the aborted transactions in the data;
     # None (null in the response) for read_uncommitted and followers, as Kafka
     aborted_transactions: list[tuple[int, int]] | None = None
+    # KIP-392: the follower this consumer should fetch the partition from (no data then)
+    preferred_read_replica: int = NO_PREFERRED_REPLICA
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,10 +265,12 @@ class DelayedFetch(DelayedOperation):
                  min_bytes: int, max_bytes: int,
                  requests: dict[TopicPartition, FetchRequestPartition],
                  future: asyncio.Future[dict[TopicPartition, FetchResult]],
-                 isolation_level: int = READ_UNCOMMITTED) -> None:
+                 isolation_level: int = READ_UNCOMMITTED,
+                 client_metadata: ClientMetadata | None = None) -> None:
         super().__init__(max_wait_ms)
         self.manager = manager
         self.isolation_level = isolation_level
+        self.client_metadata = client_metadata  # a consumer that may read from a follower
         self.replica_id = replica_id
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
@@ -271,7 +281,7 @@ class DelayedFetch(DelayedOperation):
         available = 0
         for tp, req in self.requests.items():
             partition = self.manager.partitions.get(tp)
-            if partition is None or not partition.is_leader:
+            if partition is None or (not partition.is_leader and self.client_metadata is None):
                 return self.force_complete()  # an error to report now
             end = fetch_limit(partition, self.replica_id, self.isolation_level)
             if req.fetch_offset > end or req.fetch_offset < partition.log_start_offset:
@@ -287,7 +297,8 @@ class DelayedFetch(DelayedOperation):
     def on_complete(self) -> None:
         if not self.future.done():
             self.future.set_result(self.manager.read_from_local_log(
-                self.replica_id, self.max_bytes, self.requests, self.isolation_level))
+                self.replica_id, self.max_bytes, self.requests, self.isolation_level,
+                self.client_metadata))
 
 
 def fetch_limit(partition: Partition, replica_id: int, isolation_level: int) -> int:
@@ -317,8 +328,11 @@ class ReplicaManager:
                  replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS, *,
                  metadata_cache: MetadataCache | None = None,
                  topic_stats: TopicStats | None = None,
-                 isr_stats: IsrStats | None = None) -> None:
+                 isr_stats: IsrStats | None = None,
+                 replica_selector: str | None = None) -> None:
         self.broker_id = broker_id
+        # replica.selector.class (KIP-392): None, or the rack-aware selector
+        self.replica_selector = replica_selector
         # BrokerTopicMetrics (messages and bytes in per topic) and the ISR meters (metrics/)
         self.topic_stats = topic_stats if topic_stats is not None else TopicStats()
         self.isr_stats = isr_stats if isr_stats is not None else IsrStats()
@@ -958,21 +972,26 @@ class ReplicaManager:
     # -- fetch ------------------------------------------------------------------------------
     def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
                        requests: dict[TopicPartition, FetchRequestPartition],
-                       isolation_level: int = READ_UNCOMMITTED
+                       isolation_level: int = READ_UNCOMMITTED,
+                       client_metadata: ClientMetadata | None = None
                        ) -> dict[TopicPartition, FetchResult] | asyncio.Future[Any]:
         """Read the requested partitions (Kafka's fetchMessages); consumers read below the
         HW, read_committed ones (`isolation_level` 1) below the last stable offset, with the
-        aborted transactions of what they read."""
-        results = self.read_from_local_log(replica_id, max_bytes, requests, isolation_level)
+        aborted transactions of what they read. A consumer with `client_metadata` (Fetch v11+,
+        KIP-392) may read from a follower, and a leader with a replica selector may send it to
+        one (`preferred_read_replica`, answered at once)."""
+        results = self.read_from_local_log(replica_id, max_bytes, requests, isolation_level,
+                                           client_metadata)
         if replica_id >= 0:
             self._update_follower_fetch_states(replica_id, requests, results)
         total = sum(r.size for r in results.values())
-        errors = any(r.error != ErrorCode.none for r in results.values())
+        errors = any(r.error != ErrorCode.none or r.preferred_read_replica >= 0
+                     for r in results.values())
         if max_wait_ms <= 0 or not requests or total >= min_bytes or errors:
             return results
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future,
-                          isolation_level)
+                          isolation_level, client_metadata)
         self.fetch_purgatory.try_complete_else_watch(op, list(requests))
         return future
 
@@ -1012,24 +1031,55 @@ class ReplicaManager:
             result.high_watermark = partition.high_watermark
             result.last_stable_offset = partition.last_stable_offset
 
+    def _preferred_read_replica(self, partition: Partition, client: ClientMetadata,
+                                fetch_offset: int) -> int:
+        """Kafka's findPreferredReadReplica: the views of the leader and its followers, racks
+        from the metadata cache, handed to the selector (server/replica_selector.py)."""
+        now = self.clock()
+        brokers = self.metadata_cache.brokers
+
+        def rack(broker_id: int) -> str | None:
+            info = brokers.get(broker_id)
+            return info.rack if info is not None else None
+
+        followers = [ReplicaView(r.broker_id, rack(r.broker_id), r.log_end_offset,
+                                 now - r.last_caught_up_time_ms)
+                     for r in partition.remote.values() if r.broker_id in brokers]
+        leader = ReplicaView(self.broker_id, rack(self.broker_id), partition.log_end_offset)
+        return preferred_read_replica(
+            self.replica_selector, client.rack_id, leader, followers, fetch_offset,
+            {r.broker_id: r.log_start_offset for r in partition.remote.values()})
+
     def read_from_local_log(self, replica_id: int, max_bytes: int,
                             requests: dict[TopicPartition, FetchRequestPartition],
-                            isolation_level: int = READ_UNCOMMITTED
+                            isolation_level: int = READ_UNCOMMITTED,
+                            client_metadata: ClientMetadata | None = None
                             ) -> dict[TopicPartition, FetchResult]:
         committed = replica_id < 0 and isolation_level == READ_COMMITTED
+        # Kafka's fetchOnlyFromLeader: followers always, consumers without client metadata
+        from_follower_ok = replica_id == DEBUGGING_CONSUMER_ID or (
+            replica_id < 0 and client_metadata is not None)
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
         min_one = True  # KIP-74: the first batch of the response is sent whole even if too large
         for tp, req in requests.items():
             partition, code = self.leader_partition_or_error(
-                tp, req.current_leader_epoch,
-                require_leader=replica_id != DEBUGGING_CONSUMER_ID)
+                tp, req.current_leader_epoch, require_leader=not from_follower_ok)
             if partition is None or code != ErrorCode.none:
                 results[tp] = (FetchResult(code) if partition is None else FetchResult(
                     code, partition.high_watermark, partition.log_start_offset,
                     last_stable_offset=partition.last_stable_offset))
                 continue
             lso = partition.last_stable_offset
+            if client_metadata is not None and self.replica_selector is not None \
+                    and partition.is_leader:
+                preferred = self._preferred_read_replica(partition, client_metadata,
+                                                         req.fetch_offset)
+                if preferred >= 0:  # no read: the consumer goes to that replica
+                    results[tp] = FetchResult(
+                        ErrorCode.none, partition.high_watermark, partition.log_start_offset,
+                        [], 0, partition.log_end_offset, lso, preferred_read_replica=preferred)
+                    continue
             try:
                 limit = fetch_limit(partition, replica_id, isolation_level)
                 if self.should_leader_throttle(partition, replica_id):

@@ -27,6 +27,7 @@ from ..replica_manager import (
     FetchResult,
     ReplicaManager,
 )
+from ..replica_selector import ClientMetadata
 from .authz import allowed, allowed_names
 
 
@@ -82,8 +83,12 @@ def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, 
     if refused and not requests:
         return _respond(version, header.correlation_id, refused)
     isolation = int(getattr(request, "isolation_level", 0))
+    # KIP-392: a consumer's Fetch v11+ carries its client.rack (Kafka's ClientMetadata)
+    client = (ClientMetadata(getattr(request, "rack_id", "") or "")
+              if version >= 11 and request.replica_id < 0 else None)
     outcome = replica_manager.fetch_messages(
-        request.replica_id, max_wait_ms, request.min_bytes, max_bytes, requests, isolation)
+        request.replica_id, max_wait_ms, request.min_bytes, max_bytes, requests, isolation,
+        client)
     if isinstance(outcome, dict):
         results = {**refused, **outcome} if refused else outcome
         if stats is not None and stats.enabled:
@@ -123,5 +128,6 @@ def _respond(version: int, correlation_id: int,
             topics.append((topic, []))
         topics[-1][1].append(PartitionData(
             index, int(r.error), r.high_watermark, r.last_stable_offset, r.log_start_offset,
-            r.regions, r.size, aborted_transactions=r.aborted_transactions))
+            r.regions, r.size, preferred_read_replica=r.preferred_read_replica,
+            aborted_transactions=r.aborted_transactions))
     return encode_fetch_response(version, correlation_id, topics)
