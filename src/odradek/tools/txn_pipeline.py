@@ -24,6 +24,7 @@ transactions.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import signal
 import sys
 import time
@@ -31,6 +32,7 @@ from typing import Any
 
 ABORT_MARKER = "ABORTED-"
 EXIT_FATAL = 3
+STALL_DUMP_S = 75.0  # a transaction's calls are bounded by 30 s each; two of them at most
 
 
 def transform(value: bytes) -> bytes:
@@ -102,6 +104,10 @@ class Pipeline:
         self.consumer.subscribe([self.a.input])
         self.say("ready")
         while not self.stopping:
+            # A loop turn that takes longer than this dumps every thread's stack to stderr
+            # (each call below is bounded by 30 s): where a stalled pipeline waits shows in
+            # pipeline-N.err. Re-arming cancels the previous timer.
+            faulthandler.dump_traceback_later(STALL_DUMP_S, repeat=True)
             msgs = [m for m in self.consumer.consume(self.a.batch, 0.5) if m.error() is None]
             if not msgs:
                 continue
@@ -117,6 +123,7 @@ class Pipeline:
                 self.abort_and_rewind()
             if self.a.pause:
                 time.sleep(self.a.pause)
+        faulthandler.cancel_dump_traceback_later()
         self.consumer.close()
         return 0
 
