@@ -5,16 +5,20 @@ automatic assignment with Kafka's message, as Kafka does."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from odradek.client import Admin
+from odradek.cli import main
+from odradek.client import Admin, NewTopic
 from odradek.client.errors import KafkaError
 from odradek.cluster import Cluster
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_replicas_span_the_racks() -> None:
+def test_replicas_span_the_racks(tmp_path: Path) -> None:
     racks = {0: "rack-a", 1: "rack-a", 2: "rack-b", 3: "rack-b"}
     overrides = {b: {"broker.rack": r} for b, r in racks.items()}
     with Cluster(brokers=4, broker_overrides=overrides, http=False) as cluster, \
@@ -29,11 +33,38 @@ def test_replicas_span_the_racks() -> None:
                                                                           p.replicas)
         leaders = [p.replicas[0] for p in parts]
         assert sorted(set(leaders)) == [0, 1, 2, 3]  # preferred leaders spread over all
+        # kafka-reassign-partitions --generate places rack-aware too
+        code, out = generate(cluster, tmp_path, "spread", "0,1,2,3")
+        assert code == 0, out
+        plan = json.loads(out.splitlines()[-1])
+        assert len(plan["partitions"]) == 12
+        assert all({racks[b] for b in p["replicas"]} == {"rack-a", "rack-b"}
+                   for p in plan["partitions"])
 
 
-def test_some_brokers_without_a_rack_refuse_automatic_assignment() -> None:
+def generate(cluster: Cluster, tmp_path: Path, topic: str, brokers: str,
+             *extra: str) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"topics": [{"topic": topic}], "version": 1}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(["reassign-partitions", "--bootstrap-server", cluster.bootstrap_servers,
+                     "--generate", "--topics-to-move-json-file", str(topics),
+                     "--broker-list", brokers, *extra])
+    return code, out.getvalue().strip()
+
+
+def test_some_brokers_without_a_rack_refuse_automatic_assignment(tmp_path: Path) -> None:
     with Cluster(brokers=2, broker_overrides={0: {"broker.rack": "rack-a"}},
                  http=False) as cluster, \
-            Admin({"bootstrap.servers": cluster.bootstrap_servers}) as admin, \
-            pytest.raises(KafkaError, match="Not all brokers have rack information"):
-        admin.create_topic("mixed", num_partitions=2, replication_factor=2)
+            Admin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        with pytest.raises(KafkaError, match="Not all brokers have rack information"):
+            admin.create_topic("mixed", num_partitions=2, replication_factor=2)
+        admin.create_topics([NewTopic("manual", -1, -1, replica_assignment={0: [0, 1]})])
+        code, out = generate(cluster, tmp_path, "manual", "0,1")
+        assert code != 0 and "Add --disable-rack-aware" in out, out
+        code, out = generate(cluster, tmp_path, "manual", "0,1", "--disable-rack-aware")
+        assert code == 0, out

@@ -144,10 +144,11 @@ def format_reassignment_json(assignment: Mapping[TP, Sequence[int]]) -> str:
     return json.dumps({"version": 1, "partitions": partitions}, separators=(",", ":"))
 
 
-def propose_assignment(current: Mapping[TP, Sequence[int]], brokers: Iterable[int]
-                       ) -> dict[TP, list[int]]:
+def propose_assignment(current: Mapping[TP, Sequence[int]], brokers: Iterable[int],
+                       racks: Mapping[int, str | None] | None = None) -> dict[TP, list[int]]:
     """--generate: per topic, the partition count and replication factor it has now, placed
-    over ``brokers`` by the assignment the controller uses for new topics (S-3.1)."""
+    over ``brokers`` by the assignment the controller uses for new topics (S-3.1); rack-aware
+    when ``racks`` gives every broker a rack (Kafka's tool, unless --disable-rack-aware)."""
     by_topic: dict[str, list[TP]] = {}
     for tp in current:
         by_topic.setdefault(tp[0], []).append(tp)
@@ -155,7 +156,7 @@ def propose_assignment(current: Mapping[TP, Sequence[int]], brokers: Iterable[in
     for topic, tps in sorted(by_topic.items()):
         rf = len(current[min(tps)])
         try:
-            placed = assign_replicas_to_brokers(brokers, len(tps), rf)
+            placed = assign_replicas_to_brokers(brokers, len(tps), rf, racks=racks)
         except AssignmentError as exc:
             raise ToolError(str(exc)) from None
         out.update({(topic, p): r for p, r in placed.items()})
@@ -284,6 +285,9 @@ class AdminBackend:
     async def brokers(self) -> set[int]:
         return {b.node_id for b in (await self.admin.describe_cluster()).brokers}
 
+    async def racks(self) -> dict[int, str | None]:
+        return {b.node_id: b.rack for b in (await self.admin.describe_cluster()).brokers}
+
     async def ongoing(self, partitions: Iterable[TP] | None = None) -> Ongoing:
         found = await self.admin.list_partition_reassignments(partitions)
         return {(tp.topic, tp.partition): (r.replicas, r.adding_replicas, r.removing_replicas)
@@ -325,6 +329,16 @@ class ZooKeeperBackend:
         from ..coordination import paths
 
         return {int(b) for b in await self.store.get_children(paths.BROKER_IDS)}
+
+    async def racks(self) -> dict[int, str | None]:
+        from ..coordination import paths
+
+        out: dict[int, str | None] = {}
+        for broker_id in await self.brokers():
+            found = await self.store.get_or_none(paths.broker_path(broker_id))
+            if found is not None:
+                out[broker_id] = paths.decode_broker_registration(broker_id, found[0]).rack
+        return out
 
     async def ongoing(self, partitions: Iterable[TP] | None = None) -> Ongoing:
         from ..coordination.admin_zk import read_ongoing
@@ -368,7 +382,15 @@ async def generate(b: Backend, args: argparse.Namespace) -> list[str]:
     wanted = parse_broker_list(args.broker_list)
     current = await b.replicas(topics)
     live = await b.brokers()
-    proposed = propose_assignment(current, [x for x in wanted if x in live])
+    brokers = [x for x in wanted if x in live]
+    racks = None
+    if not args.disable_rack_aware:
+        known = await b.racks()
+        racks = {x: known.get(x) for x in brokers}
+        if any(r is not None for r in racks.values()) and any(r is None for r in racks.values()):
+            raise ToolError("Not all brokers have rack information. Add --disable-rack-aware in "
+                            "command line to make replica assignment without rack information.")
+    proposed = propose_assignment(current, brokers, racks)
     return ["Current partition replica assignment", format_reassignment_json(current), "",
             "Proposed partition reassignment configuration", format_reassignment_json(proposed)]
 
@@ -573,7 +595,7 @@ def add_parser(subparsers: Subcommands) -> None:
     p.add_argument("--preserve-throttles", action="store_true",
                    help="do not clear the throttles in --verify / --cancel")
     p.add_argument("--disable-rack-aware", action="store_true",
-                   help="accepted for compatibility (the proposal ignores racks)")
+                   help="with --generate: place replicas without the brokers' racks")
     p.add_argument("--wait", action="store_true",
                    help="(odradek) --verify polls until every reassignment is completed, "
                         "showing progress on stderr")
