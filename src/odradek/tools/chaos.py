@@ -66,6 +66,7 @@ import json
 import logging
 import random
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -313,6 +314,14 @@ def client_logger(workdir: Path) -> logging.Logger:
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         logger.addHandler(handler)
     return logger
+
+
+def chaos_workdir(data_dir: str | None, prefix: str) -> tuple[Path, bool]:
+    """A run's directory: `--data-dir` when given, else a new temporary one; and whether the
+    run owns it (a run removes only its own directory, after a success without --keep)."""
+    workdir = Path(data_dir or tempfile.mkdtemp(prefix=prefix))
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir, data_dir is None
 
 
 def stderr_progress(t0: float) -> Progress:

@@ -9,7 +9,6 @@ import random
 import shutil
 import signal
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from .chaos import (
     FAULT_KINDS,
     ChaosConfig,
     Progress,
+    chaos_workdir,
     format_report,
     plot_report,
     run_chaos,
@@ -69,9 +69,7 @@ def _run(args: argparse.Namespace) -> int:
                          idempotence=args.idempotence,
                          min_insync_replicas=args.min_insync_replicas,
                          unclean_leader_election=args.unclean_leader_election)
-    own_dir = args.data_dir is None
-    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, own_dir = chaos_workdir(args.data_dir, "odradek-chaos-")
     t0 = time.monotonic()
     progress = stderr_progress(t0)
     progress(f"odradek chaos: seed {seed}, data in {workdir}")
@@ -132,9 +130,7 @@ def _run_transactions(args: argparse.Namespace, seed: int) -> int:
                         exit_code=2)
     config = TxnChaosConfig(brokers=args.brokers, partitions=args.partitions, seed=seed,
                             values=args.values, pipelines=args.pipelines, schedule=faults)
-    own_dir = args.data_dir is None
-    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-txn-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, own_dir = chaos_workdir(args.data_dir, "odradek-chaos-txn-")
     progress = stderr_progress(time.monotonic())
     progress(f"odradek chaos --transactions: seed {seed}, data in {workdir}")
     try:
@@ -178,9 +174,7 @@ def _run_network(args: argparse.Namespace, seed: int) -> int:
     config = NetChaosConfig(brokers=args.brokers, partitions=args.partitions,
                             cycles=args.cycles, seed=seed, faults=faults,
                             producers=args.producers, rate=args.rate)
-    own_dir = args.data_dir is None
-    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-net-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, own_dir = chaos_workdir(args.data_dir, "odradek-chaos-net-")
     progress = stderr_progress(time.monotonic())
     progress(f"odradek chaos --network: seed {seed}, {args.cycles} cycles, data in {workdir}")
     # SIGTERM unwinds like Ctrl-C, so that the namespaces, the bridge and the processes go too.

@@ -27,7 +27,6 @@ import asyncio
 import random
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from typing import Any
 
 from ..common.fault_log import FaultLog
 from . import disk_faults
-from .chaos import Progress, consume_all, stderr_progress
+from .chaos import Progress, chaos_workdir, consume_all, stderr_progress
 from .command import ToolError
 from .processes import ProcessCluster, wait_until
 
@@ -328,9 +327,7 @@ def run_disk_command(args: argparse.Namespace, seed: int,
     config = DiskChaosConfig(brokers=max(3, args.brokers), partitions=args.partitions,
                              seed=seed, faults=faults,
                              phase_s=max(2.0, min(10.0, args.duration / 6)))
-    own_dir = args.data_dir is None
-    workdir = Path(args.data_dir or tempfile.mkdtemp(prefix="odradek-chaos-disk-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, own_dir = chaos_workdir(args.data_dir, "odradek-chaos-disk-")
     progress = stderr_progress(time.monotonic())
     progress(f"odradek chaos --disk: seed {seed}, data in {workdir}")
     try:
