@@ -1,5 +1,7 @@
-"""Hand-encoded FetchResponse v4-v12 (odradek.protocol.fetch_response), checked against kio's
-generated FetchResponse decoder of the same version."""
+"""Hand-encoded FetchResponse v4-v16 (odradek.protocol.fetch_response), checked against kio's
+generated FetchResponse decoder of the same version (and, for v13+, kio's encoder: the same
+response encoded by kio gives the same bytes). Tests name topics by name; for v13+ each name
+stands for the id `topic_id(name)`."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import dataclasses
 import datetime
 import os
 import struct
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,10 +21,12 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from odradek.protocol.codec import decode_response
+from odradek.protocol.codec import decode_response, encode_response
 from odradek.protocol.fetch_response import (
     MAX_VERSION,
     MIN_VERSION,
+    TOPIC_IDS_FROM,
+    NodeEndpoint,
     PartitionData,
     encode_fetch_response,
 )
@@ -55,6 +60,18 @@ def resolve(parts: Sequence[Any]) -> bytes:
     return bytes(out)
 
 
+def topic_id(name: str) -> uuid.UUID:
+    return uuid.uuid5(uuid.NAMESPACE_URL, name)
+
+
+def wire_topics(version: int, topics: Sequence[tuple[str, Sequence[PartitionData]]]
+                ) -> list[tuple[str | uuid.UUID, Sequence[PartitionData]]]:
+    """What the encoder is given: names before v13, ids from v13."""
+    if version < TOPIC_IDS_FROM:
+        return list(topics)
+    return [(topic_id(name), parts) for name, parts in topics]
+
+
 def _kw(cls: type, **kwargs: Any) -> dict[str, Any]:
     """Keep the keyword arguments `cls` has in this version."""
     names = {f.name for f in dataclasses.fields(cls)}
@@ -64,6 +81,7 @@ def _kw(cls: type, **kwargs: Any) -> dict[str, Any]:
 def expected_response(
     version: int, topics: Sequence[tuple[str, Sequence[PartitionData]]], records: dict[int, bytes],
     throttle_ms: int, error_code: int, session_id: int,
+    node_endpoints: Sequence[NodeEndpoint] = (),
 ) -> Any:
     m = kio_module(version)
     out_topics = []
@@ -82,27 +100,40 @@ def expected_response(
             if version >= 12 and p.diverging_epoch is not None:
                 kw["diverging_epoch"] = m.EpochEndOffset(epoch=p.diverging_epoch[0],
                                                          end_offset=p.diverging_epoch[1])
+            if version >= 12 and p.current_leader is not None:
+                kw["current_leader"] = m.LeaderIdAndEpoch(leader_id=p.current_leader[0],
+                                                          leader_epoch=p.current_leader[1])
             out_parts.append(m.PartitionData(**_kw(m.PartitionData, **kw)))
-        out_topics.append(m.FetchableTopicResponse(topic=name, partitions=tuple(out_parts)))
+        out_topics.append(m.FetchableTopicResponse(**_kw(
+            m.FetchableTopicResponse, topic=name, topic_id=topic_id(name),
+            partitions=tuple(out_parts))))
+    nodes = tuple(m.NodeEndpoint(node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+                  for n in node_endpoints) if version >= 16 else ()
     return m.FetchResponse(**_kw(
         m.FetchResponse, throttle_time=datetime.timedelta(milliseconds=throttle_ms),
-        error_code=ErrorCode(error_code), session_id=session_id, responses=tuple(out_topics)))
+        error_code=ErrorCode(error_code), session_id=session_id, responses=tuple(out_topics),
+        node_endpoints=nodes))
 
 
 def check(version: int, topics: Sequence[tuple[str, Sequence[PartitionData]]],
           records: dict[int, bytes], correlation_id: int = 17, throttle_ms: int = 0,
-          error_code: int = 0, session_id: int = 0) -> bytes:
-    parts = encode_fetch_response(version, correlation_id, topics, throttle_time_ms=throttle_ms,
-                                  error_code=error_code, session_id=session_id)
+          error_code: int = 0, session_id: int = 0,
+          node_endpoints: Sequence[NodeEndpoint] = ()) -> bytes:
+    parts = encode_fetch_response(version, correlation_id, wire_topics(version, topics),
+                                  throttle_time_ms=throttle_ms, error_code=error_code,
+                                  session_id=session_id, node_endpoints=node_endpoints)
     data = resolve(parts)
     (size,) = struct.unpack_from(">i", data)
     assert parts[0] == data[:4]
     assert size == len(data) - 4
     corr, body = decode_response(kio_module(version).FetchResponse, data[4:])
     assert corr == correlation_id
-    assert body == expected_response(version, topics, records, throttle_ms,
-                                     error_code if version >= 7 else 0,
-                                     session_id if version >= 7 else 0)
+    expected = expected_response(version, topics, records, throttle_ms,
+                                 error_code if version >= 7 else 0,
+                                 session_id if version >= 7 else 0, node_endpoints)
+    assert body == expected
+    if version >= TOPIC_IDS_FROM:  # kio's own encoder writes the same bytes
+        assert encode_response(type(expected), correlation_id, expected) == data
     return data
 
 
@@ -146,7 +177,7 @@ def test_no_topics_and_top_level_error(version: int) -> None:
 
 
 def test_unsupported_versions() -> None:
-    for version in (0, 3, 13, 17):
+    for version in (0, 3, 17):
         with pytest.raises(ValueError):
             encode_fetch_response(version, 1, [])
 
@@ -166,6 +197,27 @@ def test_v12_diverging_epoch_tag_bytes() -> None:
     assert (epoch.epoch, epoch.end_offset) == (3, 42)
 
 
+@pytest.mark.parametrize("version", [12, 13, 15, 16])
+def test_current_leader_and_node_endpoints(version: int) -> None:
+    """KIP-951: a NOT_LEADER_OR_FOLLOWER partition names the leader (tag 1) and, from v16, the
+    response carries the leader's endpoint (tag 0); ignored before v16."""
+    p0 = PartitionData(0, 6, -1, -1, -1, (), 0, current_leader=(2, 7))
+    p1 = PartitionData(1, 0, 5, 5, 0, (), 0, diverging_epoch=(3, 4), current_leader=(1, 9))
+    nodes = [NodeEndpoint(2, "broker-2.example", 9092, "rack-b"), NodeEndpoint(1, "h", 1)]
+    check(version, [("t", [p0, p1])], {id(p0): b"", id(p1): b""}, node_endpoints=nodes)
+
+
+def test_v13_names_topics_by_id() -> None:
+    p = PartitionData(0, 0, 1, 1, 0, (), 0)
+    tid = topic_id("t")
+    data = b"".join(encode_fetch_response(13, 1, [(tid, [p])]))
+    assert tid.bytes in data and b"\x02t" not in data
+    with pytest.raises(TypeError):
+        encode_fetch_response(13, 1, [("t", [p])])
+    with pytest.raises(TypeError):
+        encode_fetch_response(12, 1, [(tid, [p])])
+
+
 @pytest.mark.parametrize("version", [4, 11])
 def test_diverging_epoch_ignored_before_v12(version: int) -> None:
     p = PartitionData(0, 0, 10, 10, 0, (), 0)
@@ -180,12 +232,14 @@ i64s = st.integers(-(2**63), 2**63 - 1)
 i32s = st.integers(-(2**31), 2**31 - 1)
 error_codes = st.sampled_from([0, 1, 3, 6, 74, 75])
 partitions = st.builds(
-    lambda idx, err, hw, lso, lso0, recs, div, rr, ab: (
-        PartitionData(idx, err, hw, lso, lso0, recs, sum(len(r) for r in recs), div, rr, ab)),
+    lambda idx, err, hw, lso, lso0, recs, div, rr, ab, cl: (
+        PartitionData(idx, err, hw, lso, lso0, recs, sum(len(r) for r in recs), div, rr, ab,
+                      cl)),
     i32s, error_codes, i64s, i64s, i64s,
     st.lists(st.binary(min_size=1, max_size=40), max_size=3),
     st.none() | st.tuples(i32s, i64s), i32s,
     st.none() | st.lists(st.tuples(i64s, i64s), max_size=3),
+    st.none() | st.tuples(i32s, i32s),
 )
 topic_names = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
 
@@ -193,8 +247,11 @@ topic_names = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(version=st.sampled_from(VERSIONS),
        topics=st.lists(st.tuples(topic_names, st.lists(partitions, max_size=3)), max_size=3),
-       corr=i32s, throttle=st.integers(0, 2**31 - 1), err=error_codes, session=i32s)
+       corr=i32s, throttle=st.integers(0, 2**31 - 1), err=error_codes, session=i32s,
+       nodes=st.lists(st.builds(NodeEndpoint, i32s, topic_names, i32s, st.none() | topic_names),
+                      max_size=2))
 def test_random_responses_decode_with_kio(version: int, topics: list[Any], corr: int,
-                                          throttle: int, err: int, session: int) -> None:
+                                          throttle: int, err: int, session: int,
+                                          nodes: list[NodeEndpoint]) -> None:
     records = {id(p): b"".join(p.records) for _, parts in topics for p in parts}
-    check(version, topics, records, corr, throttle, err, session)
+    check(version, topics, records, corr, throttle, err, session, nodes)
