@@ -123,7 +123,7 @@ def test_api_versions_fallback_to_v0_with_unsupported_version(tmp_path: Path) ->
             keys = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
             # Produce is advertised from v0 as Kafka 4.0 does (librdkafka compresses only then);
             # v0-v2 requests themselves are refused.
-            assert keys[0] == (0, 10) and keys[1] == (4, 12) and keys[18] == (0, 3)
+            assert keys[0] == (0, 10) and keys[1] == (4, 16) and keys[18] == (0, 3)
             assert keys[4] == (0, 5) and keys[6] == (0, 7)  # LeaderAndIsr, UpdateMetadata
             # ApiVersions v4 (newer than we support): v0-shaped answer, error 35.
             m4 = req_module(18, 4)

@@ -78,6 +78,7 @@ class MetadataCache:
     def __init__(self) -> None:
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
+        self._names_by_id: dict[uuid.UUID, str] = {}  # Fetch v13+ resolves ids (KIP-516)
         self.controller_id: int = -1
         self.cluster_id: str | None = None
         # Set by the first UpdateMetadata: until then this broker knows only itself, and a
@@ -97,20 +98,30 @@ class MetadataCache:
         return t.partitions.get(partition) if t else None
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        for t in self.topics.values():
-            if t.topic_id == topic_id:
-                return t
-        return None
+        name = self._names_by_id.get(topic_id)
+        return None if name is None else self.topics.get(name)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """Kafka's topicIdsToNames lookup: the topic of a (non-zero) id, None if unknown."""
+        return self._names_by_id.get(topic_id)
 
     def update_partition(self, topic: str, topic_id: uuid.UUID, partition: int,
                          info: PartitionInfo, internal: bool = False) -> None:
         t = self.topics.get(topic)
         if t is None:
             t = self.topics[topic] = TopicInfo(topic, topic_id, internal=internal)
+            if topic_id.int:
+                self._names_by_id[topic_id] = topic
+        elif topic_id.int and t.topic_id != topic_id:  # an id assigned (or the topic re-made)
+            self._names_by_id.pop(t.topic_id, None)
+            t.topic_id = topic_id
+            self._names_by_id[topic_id] = topic
         t.partitions[partition] = info
 
     def remove_topic(self, topic: str) -> None:
-        self.topics.pop(topic, None)
+        t = self.topics.pop(topic, None)
+        if t is not None:
+            self._names_by_id.pop(t.topic_id, None)
 
     def remove_partition(self, topic: str, partition: int) -> None:
         t = self.topics.get(topic)
@@ -118,4 +129,4 @@ class MetadataCache:
             return
         t.partitions.pop(partition, None)
         if not t.partitions:
-            del self.topics[topic]
+            self.remove_topic(topic)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -164,6 +165,7 @@ class Partition:
     high_watermark: int = 0
     remote: dict[int, ReplicaState] = field(default_factory=dict)
     zk_version: int = 0  # version of the partition state node (Kafka's partition epoch)
+    topic_id: uuid.UUID | None = None  # KIP-516: from LeaderAndIsr v5+ / partition.metadata
     controller_epoch: int = -1  # of the controller that wrote the state node (when read)
     pending_isr: tuple[int, ...] | None = None  # an ISR write in flight
     leader_epoch_start_offset: int | None = None  # the LEO when this replica became leader

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
+from ..common.topic_id import topic_id_to_text
 from ..coordination import paths
 from ..metrics.stats import IsrStats, TopicStats
 from ..protocol import interbroker as ib
@@ -41,6 +42,14 @@ from ..storage.log import Log
 from ..storage.log_config import LogConfig
 from ..storage.log_manager import LogManager
 from ..storage.log_validator import RecordValidationError, validate_record_keys
+from ..storage.partition_metadata import (
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from .diverging_epoch import READ as EPOCH_READ
+from .diverging_epoch import check_last_fetched_epoch
+from .fetch_topic_ids import has_consistent_topic_id
 from .fetcher import (
     FetcherConfig,
     InitialFetchState,
@@ -103,6 +112,8 @@ class FetchRequestPartition:
     max_bytes: int
     current_leader_epoch: int = -1
     log_start_offset: int = -1
+    last_fetched_epoch: int = -1  # Fetch v12+ (KIP-320): -1 when the fetcher has none
+    topic_id: uuid.UUID | None = None  # Fetch v13+ (KIP-516): the id the request named
 
 
 READ_UNCOMMITTED = 0  # Fetch / ListOffsets isolation levels (KIP-98)
@@ -123,6 +134,8 @@ class FetchResult:
     aborted_transactions: list[tuple[int, int]] | None = None
     # KIP-392: the follower this consumer should fetch the partition from (no data then)
     preferred_read_replica: int = NO_PREFERRED_REPLICA
+    # KIP-320: (epoch, end offset) where the fetcher's log diverges from ours (no data then)
+    diverging_epoch: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,6 +548,11 @@ class ReplicaManager:
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                           clock=self.clock)
             p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
+            try:  # KIP-516: the topic id this log was written for, if recorded
+                p.topic_id = read_partition_metadata(log_.dir)
+            except (OSError, PartitionMetadataError) as exc:
+                log.warning("Ignoring the partition metadata file of %s-%d: %s", topic, index,
+                            exc)
             p.log_start_listener = self._on_log_start_moved
             self.partitions[tp] = p
         return p
@@ -574,12 +592,14 @@ class ReplicaManager:
         origin = f"(LeaderAndIsr correlationId {correlation_id} from controller " \
                  f"{req.controller_id})"
         errors: list[tuple[TopicPartition, ErrorCode]] = []
+        topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
         for s in req.partition_states():
             tp = TopicPartition(s.topic_name, s.partition_index)
             before = self._role(tp)
             code = self.become_leader_or_follower(
                 tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas), s.partition_epoch,
-                live_leaders.get(s.leader), is_new=bool(getattr(s, "is_new", True)))
+                live_leaders.get(s.leader), is_new=bool(getattr(s, "is_new", True)),
+                topic_id=topic_ids.get(s.topic_name))
             if code == ErrorCode.none:
                 self.state_change.partition_change(
                     req.controller_epoch, tp, before, self._role(tp),
@@ -678,7 +698,8 @@ class ReplicaManager:
     def become_leader_or_follower(self, tp: TopicPartition, leader: int, leader_epoch: int,
                                   isr: list[int], replicas: list[int], partition_epoch: int,
                                   leader_endpoint: tuple[str, int] | None = None, *,
-                                  is_new: bool = True) -> ErrorCode:
+                                  is_new: bool = True, topic_id: uuid.UUID | None = None
+                                  ) -> ErrorCode:
         """Apply one partition state of a LeaderAndIsr request (Kafka's
         becomeLeaderOrFollower): an older leader epoch is refused (STALE_CONTROLLER_EPOCH, as
         Kafka 2.x answers), the same epoch only refreshes ISR and replicas, and only from a
@@ -692,6 +713,8 @@ class ReplicaManager:
         if tp in self.offline_partitions:  # KIP-112: the controller moves it away
             return ErrorCode.kafka_storage_error
         current = self.partitions.get(tp)
+        if current is not None and not self._assign_topic_id(current, topic_id):
+            return ErrorCode.inconsistent_topic_id
         if current is not None and leader_epoch < current.leader_epoch:
             return ErrorCode.stale_controller_epoch
         if current is not None and leader_epoch == current.leader_epoch \
@@ -713,6 +736,8 @@ class ReplicaManager:
         except KafkaStorageError as exc:
             log.warning("[ReplicaManager broker=%d] %s", self.broker_id, exc)
             return ErrorCode.kafka_storage_error
+        if current is None and not self._assign_topic_id(p, topic_id):
+            return ErrorCode.inconsistent_topic_id
         if leader == self.broker_id:
             if self.fetcher_manager is not None:
                 self.fetcher_manager.remove_fetcher_for_partitions([tp])
@@ -732,6 +757,27 @@ class ReplicaManager:
         self._after_append(tp)
         self.delete_records_purgatory.check_and_complete(tp)
         return ErrorCode.none
+
+    def _assign_topic_id(self, p: Partition, topic_id: uuid.UUID | None) -> bool:
+        """Kafka's LeaderAndIsr topic id check (KIP-516): False if the partition's log holds
+        another topic id than the controller's (a log of a deleted topic of the same name);
+        a log without one takes the controller's, recorded in its partition.metadata."""
+        if topic_id is None or not topic_id.int:
+            return True
+        if p.topic_id is not None:
+            if p.topic_id != topic_id:
+                self.state_change.broker(self.controller_epoch, (
+                    f"Topic ID in memory: {topic_id_to_text(p.topic_id)} does not match the "
+                    f"topic ID for partition {p} received: {topic_id_to_text(topic_id)}."),
+                    logging.ERROR)
+                return False
+            return True
+        p.topic_id = topic_id
+        try:
+            write_partition_metadata(p.log.dir, topic_id)
+        except OSError as exc:
+            log.warning("Error writing the partition metadata file of %s: %s", p, exc)
+        return True
 
     def start_fetching(self, p: Partition, leader_endpoint: tuple[str, int] | None = None
                        ) -> None:
@@ -986,7 +1032,7 @@ class ReplicaManager:
             self._update_follower_fetch_states(replica_id, requests, results)
         total = sum(r.size for r in results.values())
         errors = any(r.error != ErrorCode.none or r.preferred_read_replica >= 0
-                     for r in results.values())
+                     or r.diverging_epoch is not None for r in results.values())
         if max_wait_ms <= 0 or not requests or total >= min_bytes or errors:
             return results
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -1004,8 +1050,8 @@ class ReplicaManager:
         fetch, so the follower learns it without waiting for another round."""
         now = self.clock()
         for tp, result in results.items():
-            if result.error != ErrorCode.none:
-                continue
+            if result.error != ErrorCode.none or result.diverging_epoch is not None:
+                continue  # a diverging follower's fetch offset is not its position
             partition = self.partitions.get(tp)
             if partition is None:
                 continue
@@ -1065,6 +1111,9 @@ class ReplicaManager:
         for tp, req in requests.items():
             partition, code = self.leader_partition_or_error(
                 tp, req.current_leader_epoch, require_leader=not from_follower_ok)
+            if partition is not None and not has_consistent_topic_id(req.topic_id,
+                                                                     partition.topic_id):
+                code = ErrorCode.inconsistent_topic_id  # KIP-516: another topic's log
             if partition is None or code != ErrorCode.none:
                 results[tp] = (FetchResult(code) if partition is None else FetchResult(
                     code, partition.high_watermark, partition.log_start_offset,
@@ -1079,6 +1128,15 @@ class ReplicaManager:
                     results[tp] = FetchResult(
                         ErrorCode.none, partition.high_watermark, partition.log_start_offset,
                         [], 0, partition.log_end_offset, lso, preferred_read_replica=preferred)
+                    continue
+            if req.last_fetched_epoch >= 0:  # KIP-320: does the fetcher's log diverge?
+                check = check_last_fetched_epoch(
+                    req.last_fetched_epoch, req.fetch_offset, partition.log_start_offset,
+                    partition.log.end_offset_for_epoch)
+                if check is not EPOCH_READ:
+                    results[tp] = FetchResult(
+                        check.error, partition.high_watermark, partition.log_start_offset, [], 0,
+                        partition.log_end_offset, lso, diverging_epoch=check.diverging_epoch)
                     continue
             try:
                 limit = fetch_limit(partition, replica_id, isolation_level)

@@ -66,7 +66,7 @@ HandlerFn = Callable[[Any, Any, Connection], "Response | Awaitable[Response]"]
 # api key -> (name, min version, max version)
 APIS: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 10),
-    1: ("Fetch", 4, 12),
+    1: ("Fetch", 4, 16),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 0, 12),
     8: ("OffsetCommit", 2, 8),
