@@ -32,13 +32,15 @@ class LocalLeaderEndpoint:
     async def fetch(self, partitions: Mapping[TopicPartition, FetchPartitionRequest]
                     ) -> dict[TopicPartition, FetchedPartition]:
         requests = {tp: FetchRequestPartition(p.fetch_offset, p.max_bytes,
-                                              p.current_leader_epoch, p.log_start_offset)
+                                              p.current_leader_epoch, p.log_start_offset,
+                                              p.last_fetched_epoch)
                     for tp, p in partitions.items()}
         results = self.leader.fetch_messages(self.follower_id, 0, 1,
                                              self.config.fetch_response_max_bytes, requests)
         assert isinstance(results, dict)
         return {tp: FetchedPartition(r.error, r.high_watermark, r.log_start_offset,
-                                     b"".join(region.read_bytes() for region in r.regions))
+                                     b"".join(region.read_bytes() for region in r.regions),
+                                     r.diverging_epoch)
                 for tp, r in results.items()}
 
     async def fetch_epoch_end_offsets(self, partitions: Mapping[TopicPartition, tuple[int, int]]

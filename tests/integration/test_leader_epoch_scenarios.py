@@ -9,7 +9,10 @@ A crash closes the logs without a clean shutdown, after the periodic HW checkpoi
 failure also drops the log tail that was still in the page cache.
 
 Each of the first three tests fails if a new follower truncates to its high watermark instead
-of asking the leader for the end offset of its latest leader epoch.
+of using the leader's end offset of its latest leader epoch. The four KIP-101/KIP-279 scenarios
+run both ways a follower learns that offset: from the leader's Fetch answer (`diverging_epoch`,
+KIP-320, Kafka 2.7+: no OffsetForLeaderEpoch request at all) and, as with a pre-2.7 leader,
+from an OffsetForLeaderEpoch request before fetching; each asserts which path truncated.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.records import Codec, build_batch, decode_records, iter_headers
@@ -41,8 +45,9 @@ REPLICAS = [1, 2]
 class Replica:
     """One broker's replica of t-0: its log dir, log manager and replica manager."""
 
-    def __init__(self, broker_id: int, root: Path) -> None:
+    def __init__(self, broker_id: int, root: Path, truncate_on_fetch: bool = True) -> None:
         self.id = broker_id
+        self.truncate_on_fetch = truncate_on_fetch
         self.dir = root / f"broker-{broker_id}"
         self.zk_version = 0
         self.open()
@@ -70,7 +75,7 @@ class Replica:
                                                  self.zk_version) == ErrorCode.none
         fetcher = ReplicaFetcher(f"fetcher-{self.id}-from-{leader.id}", self.id, leader.id,
                                  LocalLeaderEndpoint(leader.rm, self.id), self.rm.partitions.get,
-                                 FetcherConfig())
+                                 FetcherConfig(truncate_on_fetch=self.truncate_on_fetch))
         fetcher.add_partitions({TP: InitialFetchState(leader.id, None, epoch,
                                                       initial_fetch_offset(self.p))})
         return fetcher
@@ -129,13 +134,35 @@ def fetch_arrives(leader: Replica, follower: Replica, offset: int) -> None:
         TP: FetchRequestPartition(offset, 1 << 20, leader.p.leader_epoch, 0)})
 
 
+async def truncate(fetcher: ReplicaFetcher) -> None:
+    """The new follower's truncation step: its first Fetch round when truncating on fetch
+    (the leader answers diverging_epoch if it must), else its OffsetForLeaderEpoch round."""
+    if fetcher.config.truncate_on_fetch:
+        await fetcher.do_work(wait_if_idle=False)
+    else:
+        await fetcher.maybe_truncate()
+
+
+def truncated_by(fetcher: ReplicaFetcher, diverging: int) -> bool:
+    """Did the fetcher truncate the expected way: `diverging` times from diverging epochs and
+    no OffsetForLeaderEpoch request (on fetch), or only by OffsetForLeaderEpoch requests?"""
+    if fetcher.config.truncate_on_fetch:
+        return (fetcher.epoch_requests, fetcher.truncations_on_fetch) == (0, diverging)
+    return fetcher.epoch_requests >= 1 and fetcher.truncations_on_fetch == 0
+
+
+ON_FETCH = pytest.mark.parametrize("on_fetch", [True, False], ids=["on-fetch", "epoch-request"])
+
+
 def run(coro_fn: Any) -> None:
     async def main() -> None:
         await asyncio.wait_for(coro_fn(), 30)
     asyncio.run(main())
 
 
-def test_hw_truncation_after_a_restart_loses_a_committed_message(tmp_path: Path) -> None:
+@ON_FETCH
+def test_hw_truncation_after_a_restart_loses_a_committed_message(tmp_path: Path,
+                                                                 on_fetch: bool) -> None:
     """docs/design.md S-3.7 / KIP-101 scenario 1, min.insync.replicas=1, acks=-1.
 
     A leads, B follows. B has m1 and m2, and its fetch at offset 2 told A that B has m2: A's HW
@@ -143,7 +170,7 @@ def test_hw_truncation_after_a_restart_loses_a_committed_message(tmp_path: Path)
     HW truncation B drops m2; A then dies and B, in the ISR, becomes leader: m2, acknowledged,
     is lost — and when A returns it keeps m2 at an offset where B has other data."""
     async def body() -> None:
-        a, b = Replica(1, tmp_path), Replica(2, tmp_path)
+        a, b = Replica(1, tmp_path, on_fetch), Replica(2, tmp_path, on_fetch)
         a.lead(0, [1, 2])
         fb = b.follow(a, 0, [1, 2])
         m1 = produce(a, b"m1")
@@ -160,8 +187,8 @@ def test_hw_truncation_after_a_restart_loses_a_committed_message(tmp_path: Path)
         b.restart()
         assert (b.p.log_end_offset, b.p.high_watermark) == (2, 1)
         fb = b.follow(a, 0, [1, 2])                   # the controller re-sends LeaderAndIsr
-        await fb.maybe_truncate()                     # KIP-101: asks A about epoch 0
-        assert b.values() == [b"m1", b"m2"]
+        await truncate(fb)                            # KIP-101: A's end of epoch 0 is 2
+        assert b.values() == [b"m1", b"m2"] and truncated_by(fb, 0)
 
         a.crash()                                     # A dies before B fetches again
         b.lead(1, [2])                                # B was in the ISR: a clean election
@@ -175,8 +202,9 @@ def test_hw_truncation_after_a_restart_loses_a_committed_message(tmp_path: Path)
     run(body)
 
 
+@ON_FETCH
 def test_both_replicas_restart_and_the_logs_diverge_under_hw_truncation(
-        tmp_path: Path) -> None:
+        tmp_path: Path, on_fetch: bool) -> None:
     """KIP-101 scenario 2 (S-3.7): a power failure hits both replicas. m2 was committed (B
     had it) but was still in B's page cache: B comes back with m1 only, first, and leads
     (epoch 1), taking m3 at offset 1. A returns with m1, m2 and HW 2. Truncating to its HW,
@@ -184,7 +212,7 @@ def test_both_replicas_restart_and_the_logs_diverge_under_hw_truncation(
     same offset for good. With the leader epoch A learns that B's epoch 0 ended at 1, drops m2
     and follows B's lineage."""
     async def body() -> None:
-        a, b = Replica(1, tmp_path), Replica(2, tmp_path)
+        a, b = Replica(1, tmp_path, on_fetch), Replica(2, tmp_path, on_fetch)
         a.lead(0, [1, 2])
         fb = b.follow(a, 0, [1, 2])
         produce(a, b"m1")
@@ -204,6 +232,8 @@ def test_both_replicas_restart_and_the_logs_diverge_under_hw_truncation(
         a.restart()
         assert (a.p.log_end_offset, a.p.high_watermark) == (2, 2)
         fa = a.follow(b, 1, [2])
+        await truncate(fa)                            # B's epoch 0 ended at 1: drop m2
+        assert a.values() == [b"m1"] and truncated_by(fa, 1)
         for _ in range(3):
             await fa.do_work(wait_if_idle=False)
         # One lineage: B's. (m2 is gone with the power of both replicas, which Kafka's
@@ -213,14 +243,15 @@ def test_both_replicas_restart_and_the_logs_diverge_under_hw_truncation(
     run(body)
 
 
+@ON_FETCH
 def test_divergent_compressed_batches_stall_replication_under_hw_truncation(
-        tmp_path: Path) -> None:
+        tmp_path: Path, on_fetch: bool) -> None:
     """KIP-101's worst case of log divergence: with compressed batches the replicas' batch
     boundaries differ, so the follower's HW-based fetch offset points into the middle of a
     leader batch, which cannot be appended at that offset: replication stalls for good. With
     the leader epoch the follower truncates to the divergence point and catches up."""
     async def body() -> None:
-        a, b = Replica(1, tmp_path), Replica(2, tmp_path)
+        a, b = Replica(1, tmp_path, on_fetch), Replica(2, tmp_path, on_fetch)
         a.lead(0, [1, 2])
         fb = b.follow(a, 0, [1, 2])
         produce(a, b"x0", b"x1", compression=Codec.GZIP)            # offsets 0-1
@@ -241,6 +272,8 @@ def test_divergent_compressed_batches_stall_replication_under_hw_truncation(
         a.restart()
         assert a.p.high_watermark == 5
         fa = a.follow(b, 1, [2])
+        await truncate(fa)                            # B's epoch 0 ended at 2
+        assert a.p.log_end_offset == 2 and truncated_by(fa, 1)
         for _ in range(5):
             await fa.do_work(wait_if_idle=False)
         assert a.p.log_end_offset == b.p.log_end_offset == 7
@@ -250,7 +283,9 @@ def test_divergent_compressed_batches_stall_replication_under_hw_truncation(
     run(body)
 
 
-def test_fast_leader_changes_need_the_leaders_epoch_in_the_answer(tmp_path: Path) -> None:
+@ON_FETCH
+def test_fast_leader_changes_need_the_leaders_epoch_in_the_answer(tmp_path: Path,
+                                                                  on_fetch: bool) -> None:
     """KIP-279: leadership moves A -> B -> A quickly (controlled moves, both replicas alive
     and in the ISR). A had m2 (epoch 0, acks=1) that B never fetched; B, leading epoch 1,
     wrote n2 at offset 2 that A never fetched; A, leading epoch 2, writes p3 at offset 3.
@@ -259,7 +294,7 @@ def test_fast_leader_changes_need_the_leaders_epoch_in_the_answer(tmp_path: Path
     truncates to its own end of epoch 0, offset 2, and fetches A's lineage. (HW truncation
     happens to be right here: n2 was never committed.)"""
     async def body() -> None:
-        a, b = Replica(1, tmp_path), Replica(2, tmp_path)
+        a, b = Replica(1, tmp_path, on_fetch), Replica(2, tmp_path, on_fetch)
         a.lead(0, [1, 2])
         fb = b.follow(a, 0, [1, 2])
         committed = produce(a, b"m0", b"m1")
@@ -275,8 +310,8 @@ def test_fast_leader_changes_need_the_leaders_epoch_in_the_answer(tmp_path: Path
         assert await acked(produce(a, b"p3", acks=1))
         assert b.p.log.leader_epoch_cache.entries() == [(0, 0), (1, 2)]
         fb = b.follow(a, 2, [1, 2])
-        await fb.maybe_truncate()
-        assert b.p.log_end_offset == 2
+        await truncate(fb)                            # A: epoch <= 1 is 0, ending at 3
+        assert b.p.log_end_offset == 2 and truncated_by(fb, 1)
         for _ in range(3):
             await fb.do_work(wait_if_idle=False)
         assert b.records() == a.records() == [
@@ -356,11 +391,12 @@ def test_follower_ahead_of_the_leaders_epoch_backs_off(tmp_path: Path) -> None:
         assert b.values() == [b"m0"]
         fb = b.follow(a, 1, [1, 2])  # B already heard of epoch 1, A not
         await fb.do_work(wait_if_idle=False)
-        st = fb.states[TP]
-        assert st.is_truncating and not fb._ready(st) and not fb.failed
+        st = fb.states[TP]  # its Fetch (truncating on fetch) got UNKNOWN_LEADER_EPOCH
+        assert not st.is_truncating and not fb._ready(st) and not fb.failed
         a.lead(1, [1, 2])
         assert await acked(produce(a, b"m1", acks=1))
-        fb.states[TP] = type(st)(st.fetch_offset, 1, st.state)  # the backoff has passed
+        fb.states[TP] = type(st)(st.fetch_offset, 1, st.state,  # the backoff has passed
+                                 st.last_fetched_epoch)
         for _ in range(2):
             await fb.do_work(wait_if_idle=False)
         assert b.records() == a.records() == [(0, 0, b"m0"), (1, 1, b"m1")]

@@ -10,12 +10,19 @@ never records); the follower's HW is min(its LEO, the leader's HW) and its log s
 follows the leader's.
 
 A partition added to a fetcher (LeaderAndIsr made this replica a follower of a new leader or at a
-new epoch) starts *Truncating*: before fetching, it asks the leader for the end offset of its
-latest leader epoch (OffsetForLeaderEpoch, KIP-101) and truncates to
-min(that offset, its own end offset for that epoch) — KIP-279's rule, repeated when the leader
-answers with an epoch this replica does not know. It never truncates to its HW unless it has no
-leader epoch at all (an empty log), so the HW data-loss and divergence scenarios of
-docs/design.md S-3.7 cannot happen.
+new epoch) whose log has a leader epoch goes straight to *Fetching* with that epoch as its
+`last_fetched_epoch` (Kafka 2.7+'s truncation on fetch, KIP-320): the leader checks it against
+its epoch history and, if our log diverges, answers `diverging_epoch` {epoch, end offset}
+instead of records; we then truncate as for an OffsetForLeaderEpoch answer (Kafka's
+truncateOnFetchResponse) and fetch again with our new last epoch, which repeats until the logs
+agree. Without leader epochs (an empty log) it starts *Truncating* to its HW. With
+`truncate_on_fetch` off (a leader older than Fetch v12) every new partition starts Truncating:
+it asks the leader for the end offset of its latest leader epoch (OffsetForLeaderEpoch,
+KIP-101) and truncates to min(that offset, its own end offset for that epoch) — KIP-279's rule,
+repeated when the leader answers with an epoch this replica does not know. Either way it never
+truncates to its HW while it has a leader epoch, so the HW data-loss and divergence scenarios
+of docs/design.md S-3.7 cannot happen. `epoch_requests` and `truncations_on_fetch` count the
+two paths.
 
 Errors, as Kafka handles them: OFFSET_OUT_OF_RANGE -> ask the leader for its log end offset
 (truncate to it if ours is beyond) or its log start offset (truncate fully and start there if
@@ -76,6 +83,9 @@ class FetcherConfig:
     fetch_backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
     security: Any = None  # the inter-broker listener's ClientSecurity (None: PLAINTEXT)
+    # Kafka's isTruncationOnFetchSupported (KIP-320: the leader answers Fetch v12+
+    # `diverging_epoch`); off: truncate by OffsetForLeaderEpoch before fetching
+    truncate_on_fetch: bool = True
 
     @classmethod
     def from_config(cls, config: Any) -> FetcherConfig:
@@ -188,6 +198,8 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running = False
+        self.epoch_requests = 0  # OffsetForLeaderEpoch requests sent
+        self.truncations_on_fetch = 0  # diverging epochs answered by the leader's Fetch
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher({self.name}, partitions={len(self.states)})"
@@ -196,14 +208,21 @@ class ReplicaFetcher:
 
     def add_partitions(self, initial: Mapping[TopicPartition, InitialFetchState]) -> None:
         """Kafka's addPartitions: a partition already fetched at the same leader epoch keeps
-        its state; any other starts Truncating at its initial offset."""
+        its state; any other starts at its initial offset, Fetching with its latest epoch as
+        the last fetched one when truncating on fetch (the leader tells if we diverge), else
+        Truncating."""
         for tp, init in initial.items():
             self.failed.discard(tp)
             current = self.states.get(tp)
             if current is not None and current.current_leader_epoch == init.current_leader_epoch:
                 continue
-            self.states[tp] = PartitionFetchState(init.init_offset, init.current_leader_epoch,
-                                                  TRUNCATING)
+            latest = None
+            if self.config.truncate_on_fetch:
+                partition = self.partition_of(tp)
+                latest = partition.log.latest_epoch if partition is not None else None
+            self.states[tp] = PartitionFetchState(
+                init.init_offset, init.current_leader_epoch,
+                TRUNCATING if latest is None else FETCHING, latest)
         self._wakeup.set()
 
     def remove_partitions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition,
@@ -307,6 +326,7 @@ class ReplicaFetcher:
 
     async def _truncate_to_epoch_end_offsets(self, asked: dict[TopicPartition, tuple[int, int]]
                                              ) -> None:
+        self.epoch_requests += 1
         try:
             replies = await self.endpoint.fetch_epoch_end_offsets(asked)
         except asyncio.CancelledError:
@@ -363,10 +383,32 @@ class ReplicaFetcher:
                           decision.offset)
             self._mark_failed(tp, str(exc))
             return
+        # Truncating on fetch, an incomplete truncation goes on through the next fetch's
+        # last fetched epoch (Kafka's updateFetchOffsetAndMaybeMarkTruncationComplete).
+        done = decision.completed or self.config.truncate_on_fetch
         self.states[tp] = PartitionFetchState(
             min(decision.offset, partition.log_end_offset), st.current_leader_epoch,
-            FETCHING if decision.completed else TRUNCATING, partition.log.latest_epoch,
-            lag=st.lag)
+            FETCHING if done else TRUNCATING, partition.log.latest_epoch, lag=st.lag)
+
+    def _truncate_on_fetch_response(self, diverging: Mapping[TopicPartition, EpochEndOffset]
+                                    ) -> None:
+        """Kafka's truncateOnFetchResponse: the leader's `diverging_epoch` is its (epoch, end
+        offset) for our last fetched epoch; truncate as for an OffsetForLeaderEpoch answer."""
+        for tp, reply in diverging.items():
+            st, partition = self.states.get(tp), self.partition_of(tp)
+            if st is None:
+                continue
+            if partition is None:
+                self._mark_failed(tp, "no local partition")
+                continue
+            self.truncations_on_fetch += 1
+            decision = truncation_state(reply, st.fetch_offset, partition.log_end_offset,
+                                        partition.log.end_offset_for_epoch)
+            log.info("[%s] Leader answered diverging epoch %d ending at %d for %s-%d (last "
+                     "fetched epoch %s, fetch offset %d): truncating to %d", self.name,
+                     reply.leader_epoch, reply.end_offset, tp[0], tp[1], st.last_fetched_epoch,
+                     st.fetch_offset, decision.offset)
+            self._truncate(tp, st, decision)
 
     def _on_partition_fenced(self, tp: TopicPartition, request_epoch: int) -> bool:
         """Kafka's onPartitionFenced: if our epoch is the one fenced, wait for a new
@@ -430,6 +472,7 @@ class ReplicaFetcher:
             return
         errors: list[TopicPartition] = []
         out_of_range: list[tuple[TopicPartition, int]] = []
+        diverging: dict[TopicPartition, EpochEndOffset] = {}
         for tp, data in responses.items():
             st = self.states.get(tp)
             request = requests.get(tp)
@@ -439,7 +482,9 @@ class ReplicaFetcher:
                     or st.current_leader_epoch != request.current_leader_epoch:
                 continue
             err = data.error
-            if err == ErrorCode.none:
+            if err == ErrorCode.none and data.diverging_epoch is not None:
+                diverging[tp] = EpochEndOffset(ErrorCode.none, *data.diverging_epoch)
+            elif err == ErrorCode.none:
                 if not self._process_partition_data(tp, st, data):
                     errors.append(tp)
             elif err == ErrorCode.offset_out_of_range:
@@ -455,6 +500,8 @@ class ReplicaFetcher:
                     log.debug("[%s] Error %s for partition %s-%d at offset %d", self.name,
                               err.name, tp[0], tp[1], st.fetch_offset)
                 errors.append(tp)
+        if diverging:
+            self._truncate_on_fetch_response(diverging)
         for tp, epoch in out_of_range:
             if await self._handle_out_of_range(tp, epoch):
                 errors.append(tp)

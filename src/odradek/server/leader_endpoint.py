@@ -47,6 +47,8 @@ class FetchedPartition:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes | None = None
+    # KIP-320: (epoch, end offset) where our log diverges from the leader's (no records then)
+    diverging_epoch: tuple[int, int] | None = None
 
 
 class LeaderOffsetError(Exception):
@@ -141,8 +143,11 @@ class RemoteLeaderEndpoint:
         out: dict[TopicPartition, FetchedPartition] = {}
         for t in response.responses:
             for p in t.partitions:
+                div = p.diverging_epoch
                 out[(t.topic, p.partition_index)] = FetchedPartition(
-                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, p.records)
+                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, p.records,
+                    (div.epoch, div.end_offset) if div.epoch >= 0 and div.end_offset >= 0
+                    else None)
         return out
 
     async def fetch_epoch_end_offsets(self, partitions: Mapping[TopicPartition, tuple[int, int]]
