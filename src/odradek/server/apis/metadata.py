@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -71,12 +72,21 @@ class MetadataApi:
 
     def _answer(self, header: Any, request: Any, conn: Any = None) -> Any:
         cache = self.metadata_cache
+        unknown_ids = by_id = None
+        if header.request_api_version >= 12 and request.topics and any(
+                t.topic_id is not None and t.topic_id.int for t in request.topics):
+            # KIP-516 (v12): a lookup by topic id; unknown ids are answered UNKNOWN_TOPIC_ID
+            ids = {t.topic_id for t in request.topics if t.topic_id is not None
+                   and t.topic_id.int}
+            by_id = {i: n for i in ids if (n := cache.topic_name(i)) is not None}
+            unknown_ids = [i for i in ids if i not in by_id]
+        asked = request if by_id is None else _RequestByName(request, sorted(by_id.values()))
         names, errors, to_create = _topics_to_answer(
-            cache, header.request_api_version, request, self.auto_create_topics_enable)
+            cache, header.request_api_version, asked, self.auto_create_topics_enable)
         hidden: set[str] = set()
         auth = self.authorizer
         if auth.enabled:
-            names, to_create, hidden = self._authorize(conn, request, names, errors, to_create)
+            names, to_create, hidden = self._authorize(conn, asked, names, errors, to_create)
         topic_ops = cluster_ops = None
         if getattr(request, "include_topic_authorized_operations", False):
             def topic_ops(name: str) -> int:
@@ -95,7 +105,9 @@ class MetadataApi:
         return encode_response(type(request), header.correlation_id,
                                build_response(cache, request, names, errors, hidden,
                                               topic_ops, cluster_ops,
-                                              listener=getattr(conn, "listener_name", "PLAINTEXT")))
+                                              listener=getattr(conn, "listener_name", "PLAINTEXT"),
+                                              unknown_ids=unknown_ids,
+                                              by_id=by_id is not None))
 
     def _authorize(self, conn: Any, request: Any, names: list[str], errors: dict[str, ErrorCode],
                    to_create: list[str]) -> tuple[list[str], list[str], set[str]]:
@@ -103,7 +115,8 @@ class MetadataApi:
         requested one is TOPIC_AUTHORIZATION_FAILED whether it exists or not; auto-creation
         needs CREATE on the cluster or the topic."""
         auth = self.authorizer
-        all_topics = request.topics is None or not request.topics
+        all_topics = request.topics is None or (not request.topics
+                                                and not isinstance(request, _RequestByName))
         described = allowed_names(auth, conn, AclOperation.DESCRIBE, ResourceType.TOPIC,
                                   [n for n in names if n is not None],
                                   request_name="Metadata", log_if_denied=not all_topics)
@@ -122,6 +135,25 @@ class MetadataApi:
                     errors[n] = ErrorCode.topic_authorization_failed
             to_create = [n for n in to_create if n in creatable]
         return names, to_create, hidden
+
+
+class _RequestByName:
+    """A v12 request by topic ids seen as one by the names they resolved to (no topic to
+    auto-create: every name is known)."""
+
+    def __init__(self, request: Any, names: list[str]) -> None:
+        self._request = request
+        self.topics = [_Named(n) for n in names]
+        self.allow_auto_topic_creation = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.topic_id = None
 
 
 def _topics_to_answer(cache: MetadataCache, version: int, request: Any,
@@ -161,17 +193,30 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
 def build_response(cache: MetadataCache, request: Any, names: list[str],
                    errors: dict[str, ErrorCode], hidden: set[str] | None = None,
                    topic_ops: Callable[[str], int] | None = None,
-                   cluster_ops: int | None = None, listener: str = "PLAINTEXT") -> Any:
+                   cluster_ops: int | None = None, listener: str = "PLAINTEXT",
+                   unknown_ids: list[uuid.UUID] | None = None, by_id: bool = False) -> Any:
     """The answer on `listener`: each broker's endpoint on that listener (brokers without it
-    are left out, as Kafka does)."""
+    are left out, as Kafka does). A v12 lookup by id (`by_id`) answers first each of the
+    `unknown_ids` (UNKNOWN_TOPIC_ID, no name), and names the id, not the topic, of a topic
+    the principal may not describe (Kafka: ids are not sensitive, names are)."""
     mod = response_module(type(request))
     brokers = tuple(make(mod.MetadataResponseBroker, node_id=b.broker_id, host=ep.host,
                          port=ep.port, rack=b.rack)
                     for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
                     if (ep := b.endpoint(listener)) is not None)
-    topics = []
+    topics = [make(mod.MetadataResponseTopic, error_code=ErrorCode.unknown_topic_id, name=None,
+                   topic_id=i, is_internal=False, partitions=(),
+                   topic_authorized_operations=UNAUTHORIZED_OPS) for i in unknown_ids or ()]
     for name in names:
         info = None if hidden and name in hidden else cache.topics.get(name)
+        if info is None and by_id and hidden and name in hidden:
+            t = cache.topics.get(name)
+            topics.append(make(mod.MetadataResponseTopic,
+                               error_code=ErrorCode.topic_authorization_failed, name=None,
+                               topic_id=t.topic_id if t is not None else None,
+                               is_internal=False, partitions=(),
+                               topic_authorized_operations=UNAUTHORIZED_OPS))
+            continue
         if info is None:
             topics.append(make(mod.MetadataResponseTopic, error_code=errors.get(
                 name, ErrorCode.unknown_topic_or_partition), name=name, topic_id=None,

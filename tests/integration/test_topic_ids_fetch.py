@@ -1,0 +1,158 @@
+"""Topic ids in Fetch (KIP-516) on one in-process broker spoken to over the wire: Fetch v13-v16
+name topics by the ids Metadata answers, an unknown id is UNKNOWN_TOPIC_ID, a log left with
+another topic's id (partition.metadata) is INCONSISTENT_TOPIC_ID, Metadata v12 looks topics up
+by id, and a consumer's last_fetched_epoch the leader cannot place is OFFSET_OUT_OF_RANGE."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.protocol.codec import make
+from odradek.protocol.records import decode_records, iter_headers
+from odradek.storage.partition_metadata import read_partition_metadata, write_partition_metadata
+from tests.integration.broker_harness import (
+    batch,
+    client_for,
+    create_topics,
+    metadata,
+    produce,
+    req_module,
+    run,
+    running_broker,
+)
+from tests.wire import WireClient
+
+
+def fetch_by_id(topics: dict[uuid.UUID, list[int]], version: int, offset: int = 0,
+                last_fetched_epoch: int = -1, current_leader_epoch: int = -1) -> Any:
+    m = req_module(1, version)
+    state = {"replica_state": m.ReplicaState(replica_id=-1)} if version >= 15 else {}
+    return make(
+        m.FetchRequest, cluster_id=None, replica_id=-1, **state,
+        max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1,
+        topics=tuple(make(m.FetchTopic, topic_id=tid, partitions=tuple(
+            make(m.FetchPartition, partition=p, current_leader_epoch=current_leader_epoch,
+                 fetch_offset=offset, last_fetched_epoch=last_fetched_epoch,
+                 log_start_offset=-1, partition_max_bytes=1 << 20) for p in parts))
+            for tid, parts in topics.items()),
+        forgotten_topics_data=(), rack_id="")
+
+
+def values(records: bytes | None) -> list[bytes]:
+    data = records or b""
+    return [r.value or b"" for h in iter_headers(data)
+            for r in decode_records(data[h.position:h.position + h.size])]
+
+
+def answers(response: Any) -> dict[tuple[uuid.UUID, int], Any]:
+    """By (topic id, partition); kio decodes the zero id as None."""
+    return {(t.topic_id or uuid.UUID(int=0), p.partition_index): p
+            for t in response.responses for p in t.partitions}
+
+
+async def topic_id(c: WireClient, name: str) -> uuid.UUID:
+    r = await c.request(metadata([name]))
+    assert r.topics[0].error_code == ErrorCode.none
+    return r.topics[0].topic_id
+
+
+@pytest.mark.parametrize("version", [13, 15, 16])
+def test_fetch_by_topic_id(tmp_path: Path, version: int) -> None:
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c:
+            assert (await c.request(create_topics("t", 2))).topics[0].error_code == 0
+            for p in (0, 1):
+                r = await c.request(produce("t", p, batch([b"p%d-a" % p, b"p%d-b" % p])))
+                assert r.responses[0].partition_responses[0].error_code == ErrorCode.none
+            tid = await topic_id(c, "t")
+            assert tid.int
+            # the id Metadata answers is the one in the controller's topic znode and the one
+            # each partition directory records (partition.metadata)
+            assert broker.metadata_cache.topic("t").topic_id == tid
+            assert read_partition_metadata(tmp_path / "t-0") == tid
+            assert broker.replica_manager.partitions[("t", 1)].topic_id == tid
+
+            unknown = uuid.uuid4()
+            zero = uuid.UUID(int=0)
+            r = await c.request(fetch_by_id({tid: [0, 1, 7], unknown: [0, 3], zero: [0]},
+                                            version))
+            assert r.error_code == ErrorCode.none
+            got = answers(r)
+            assert set(got) == {(tid, 0), (tid, 1), (tid, 7), (unknown, 0), (unknown, 3),
+                                (zero, 0)}
+            assert values(got[(tid, 0)].records) == [b"p0-a", b"p0-b"]
+            assert values(got[(tid, 1)].records) == [b"p1-a", b"p1-b"]
+            assert got[(tid, 0)].high_watermark == 2
+            assert got[(tid, 7)].error_code == ErrorCode.unknown_topic_or_partition
+            for key in ((unknown, 0), (unknown, 3), (zero, 0)):
+                assert got[key].error_code == ErrorCode.unknown_topic_id
+                assert not got[key].records
+
+            # a request of unknown ids only: answered at once, nothing crashed
+            r = await c.request(fetch_by_id({unknown: [0]}, version))
+            assert answers(r)[(unknown, 0)].error_code == ErrorCode.unknown_topic_id
+
+            # KIP-320 for consumers: an epoch the leader never had is out of range; a
+            # current_leader_epoch ahead of the leader's is UNKNOWN_LEADER_EPOCH
+            r = await c.request(fetch_by_id({tid: [0]}, version, offset=2, last_fetched_epoch=9))
+            assert answers(r)[(tid, 0)].error_code == ErrorCode.offset_out_of_range
+            r = await c.request(fetch_by_id({tid: [0]}, version, offset=2, last_fetched_epoch=0))
+            part = answers(r)[(tid, 0)]
+            assert part.error_code == ErrorCode.none and part.diverging_epoch.epoch == -1
+            r = await c.request(fetch_by_id({tid: [0]}, version, current_leader_epoch=5))
+            assert answers(r)[(tid, 0)].error_code == ErrorCode.unknown_leader_epoch
+    run(body)
+
+
+def test_metadata_v12_looks_topics_up_by_id(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c:
+            await c.request(create_topics("a", 2))
+            await c.request(create_topics("b", 1))
+            ids = {n: await topic_id(c, n) for n in ("a", "b")}
+            m = req_module(3, 12)
+            unknown = uuid.uuid4()
+            r = await c.request(m.MetadataRequest(
+                topics=(m.MetadataRequestTopic(topic_id=ids["b"], name=None),
+                        m.MetadataRequestTopic(topic_id=unknown, name=None)),
+                allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+            by_id = {t.topic_id: t for t in r.topics}
+            assert set(by_id) == {ids["b"], unknown}
+            assert by_id[ids["b"]].name == "b" and by_id[ids["b"]].error_code == 0
+            assert len(by_id[ids["b"]].partitions) == 1
+            assert by_id[unknown].error_code == ErrorCode.unknown_topic_id
+            assert by_id[unknown].name is None
+            assert set(broker.metadata_cache.topics) == {"a", "b"}  # nothing auto-created
+    run(body)
+
+
+def test_log_of_another_topic_id_is_inconsistent(tmp_path: Path) -> None:
+    """A partition directory left with another topic's id (a deleted topic of the same name):
+    the LeaderAndIsr for the new topic is refused for it (INCONSISTENT_TOPIC_ID, the log kept
+    as it is), and a Fetch naming the new id is answered INCONSISTENT_TOPIC_ID."""
+    stale = uuid.uuid4()
+    (tmp_path / "t-0").mkdir(parents=True)
+    write_partition_metadata(tmp_path / "t-0", stale)
+
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c:
+            await c.request(create_topics("t", 2))
+            tid = await topic_id(c, "t")
+            assert tid != stale
+            rm = broker.replica_manager
+            assert rm.partitions[("t", 0)].topic_id == stale
+            assert not rm.partitions[("t", 0)].is_leader
+            assert read_partition_metadata(tmp_path / "t-0") == stale  # untouched
+            assert read_partition_metadata(tmp_path / "t-1") == tid
+            r = await c.request(fetch_by_id({tid: [0, 1]}, 16))
+            got = answers(r)
+            assert got[(tid, 0)].error_code == ErrorCode.inconsistent_topic_id
+            assert got[(tid, 1)].error_code == ErrorCode.none
+    run(body)
