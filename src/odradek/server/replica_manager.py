@@ -676,7 +676,8 @@ class ReplicaManager:
         ErrorCode.none if this broker leads it (or, without `require_leader`, hosts it) in the
         request's current leader epoch (-1: any); else the error to answer (the partition, if
         hosted, for the response's offsets). Not hosted: NOT_LEADER_OR_FOLLOWER if its log is
-        here, else UNKNOWN_TOPIC_OR_PARTITION."""
+        here or the metadata cache knows the partition (Kafka: the client's metadata is stale),
+        else UNKNOWN_TOPIC_OR_PARTITION."""
         tp = (tp[0], tp[1])
         if tp in self.offline_partitions:
             return None, ErrorCode.kafka_storage_error
@@ -684,6 +685,7 @@ class ReplicaManager:
         if p is None:
             return None, (ErrorCode.not_leader_or_follower
                           if self.log_manager.get_log(*tp) is not None
+                          or self.metadata_cache.partition(*tp) is not None
                           else ErrorCode.unknown_topic_or_partition)
         if require_leader and not p.is_leader:
             return p, ErrorCode.not_leader_or_follower
