@@ -5,6 +5,7 @@ by id, and a consumer's last_fetched_epoch the leader cannot place is OFFSET_OUT
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import uuid
 from pathlib import Path
@@ -30,13 +31,14 @@ from tests.wire import WireClient
 
 
 def fetch_by_id(topics: dict[uuid.UUID, list[int]], version: int, offset: int = 0,
-                last_fetched_epoch: int = -1, current_leader_epoch: int = -1) -> Any:
+                last_fetched_epoch: int = -1, current_leader_epoch: int = -1,
+                max_wait_ms: int = 0) -> Any:
     m = req_module(1, version)
     state = {"replica_state": m.ReplicaState(replica_id=-1)} if version >= 15 else {}
     return make(
         m.FetchRequest, cluster_id=None, replica_id=-1, **state,
-        max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-        session_id=0, session_epoch=-1,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 20,
+        isolation_level=0, session_id=0, session_epoch=-1,
         topics=tuple(make(m.FetchTopic, topic_id=tid, partitions=tuple(
             make(m.FetchPartition, partition=p, current_leader_epoch=current_leader_epoch,
                  fetch_offset=offset, last_fetched_epoch=last_fetched_epoch,
@@ -155,4 +157,80 @@ def test_log_of_another_topic_id_is_inconsistent(tmp_path: Path) -> None:
             got = answers(r)
             assert got[(tid, 0)].error_code == ErrorCode.inconsistent_topic_id
             assert got[(tid, 1)].error_code == ErrorCode.none
+    run(body)
+
+
+def test_fetch_by_id_is_authorized_by_topic_name(tmp_path: Path) -> None:
+    """READ is checked on the topic the id names: a denied topic is TOPIC_AUTHORIZATION_FAILED
+    under its id, the other is read."""
+    from odradek.security.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    async def body() -> None:
+        async with running_broker(
+                tmp_path, authorizer_class_name="kafka.security.authorizer.AclAuthorizer",
+                allow_everyone_if_no_acl_found="true") as broker, client_for(broker) as c:
+            for name in ("secret", "open"):
+                await c.request(create_topics(name, 1))
+                await c.request(produce(name, 0, batch([name.encode()])))
+            ids = {n: await topic_id(c, n) for n in ("secret", "open")}
+            deny = AclBinding(ResourcePattern(ResourceType.TOPIC, "secret", PatternType.LITERAL),
+                              AccessControlEntry("User:ANONYMOUS", "*", AclOperation.READ,
+                                                 AclPermissionType.DENY))
+            assert await broker.authorizer.create([deny]) == [None]  # type: ignore[attr-defined]
+            r = await c.request(fetch_by_id({ids["secret"]: [0], ids["open"]: [0]}, 16))
+            got = answers(r)
+            assert got[(ids["secret"], 0)].error_code == ErrorCode.topic_authorization_failed
+            assert not got[(ids["secret"], 0)].records
+            assert got[(ids["open"], 0)].error_code == ErrorCode.none
+            assert values(got[(ids["open"], 0)].records) == [b"open"]
+    run(body)
+
+
+def test_delayed_fetch_by_id_and_diverging_epoch_over_the_wire(tmp_path: Path) -> None:
+    """A v16 fetch at the end waits in the purgatory and is answered by id when a record
+    arrives; then, with the leader at epoch 1 after 2 records of epoch 0, a follower's Fetch
+    (RemoteLeaderEndpoint, v12) with last fetched epoch 0 at offset 3 is told its log diverges
+    at (0, 2), with no records."""
+    from odradek.server.fetcher import FetcherConfig
+    from odradek.server.leader_endpoint import FetchPartitionRequest, RemoteLeaderEndpoint
+
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c, \
+                client_for(broker) as producer:
+            await c.request(create_topics("t", 1))
+            await c.request(produce("t", 0, batch([b"a", b"b"])))
+            tid = await topic_id(c, "t")
+            waiting = fetch_by_id({tid: [0]}, 16, offset=2, max_wait_ms=10_000)
+            c.send(waiting)
+            while broker.replica_manager.fetch_purgatory.delayed() != 1:  # (run's timeout)
+                await asyncio.sleep(0.005)
+            await producer.request(produce("t", 0, batch([b"c"])))
+            _, r = await c.receive(waiting)
+            assert values(answers(r)[(tid, 0)].records) == [b"c"]
+
+            rm = broker.replica_manager
+            p = rm.partitions[("t", 0)]
+            assert rm.become_leader_or_follower(("t", 0), 0, 1, [0], [0],
+                                                p.zk_version + 1) == ErrorCode.none
+            await producer.request(produce("t", 0, batch([b"d"])))
+            assert p.log.leader_epoch_cache.entries() == [(0, 0), (1, 3)]
+            endpoint = RemoteLeaderEndpoint(
+                1, 0, lambda: ("127.0.0.1", broker.bound_ports[0]), FetcherConfig())
+            try:
+                got = await endpoint.fetch({("t", 0): FetchPartitionRequest(4, 1, 0, 0, 1 << 20)})
+                assert got[("t", 0)].diverging_epoch == (0, 3)
+                assert not got[("t", 0)].records
+                got = await endpoint.fetch({("t", 0): FetchPartitionRequest(3, 1, 0, 0, 1 << 20)})
+                assert got[("t", 0)].diverging_epoch is None
+                assert values(got[("t", 0)].records) == [b"d"]
+            finally:
+                endpoint.close()
     run(body)
