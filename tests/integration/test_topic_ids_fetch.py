@@ -47,6 +47,20 @@ def fetch_by_id(topics: dict[uuid.UUID, list[int]], version: int, offset: int = 
         forgotten_topics_data=(), rack_id="")
 
 
+def epoch_end(topic: str, current_leader_epoch: int, leader_epoch: int) -> Any:
+    """OffsetForLeaderEpoch v4 as a consumer sends it (replica id -1)."""
+    m = req_module(23, 4)
+    return m.OffsetForLeaderEpochRequest(replica_id=-1, topics=(m.OffsetForLeaderTopic(
+        topic=topic, partitions=(m.OffsetForLeaderPartition(
+            partition=0, current_leader_epoch=current_leader_epoch,
+            leader_epoch=leader_epoch),)),))
+
+
+def epoch_answer(response: Any) -> tuple[ErrorCode, int, int]:
+    p = response.topics[0].partitions[0]
+    return p.error_code, p.leader_epoch, p.end_offset
+
+
 def values(records: bytes | None) -> list[bytes]:
     data = records or b""
     return [r.value or b"" for h in iter_headers(data)
@@ -65,7 +79,7 @@ async def topic_id(c: WireClient, name: str) -> uuid.UUID:
     return r.topics[0].topic_id
 
 
-@pytest.mark.parametrize("version", [13, 15, 16])
+@pytest.mark.parametrize("version", [13, 14, 15, 16])
 def test_fetch_by_topic_id(tmp_path: Path, version: int) -> None:
     async def body() -> None:
         async with running_broker(tmp_path) as broker, client_for(broker) as c:
@@ -166,10 +180,12 @@ def test_fetch_by_id_is_authorized_by_topic_name(tmp_path: Path) -> None:
     from odradek.security.acl import (
         AccessControlEntry,
         AclBinding,
+        AclBindingFilter,
         AclOperation,
         AclPermissionType,
         PatternType,
         ResourcePattern,
+        ResourcePatternFilter,
         ResourceType,
     )
 
@@ -191,14 +207,30 @@ def test_fetch_by_id_is_authorized_by_topic_name(tmp_path: Path) -> None:
             assert not got[(ids["secret"], 0)].records
             assert got[(ids["open"], 0)].error_code == ErrorCode.none
             assert values(got[(ids["open"], 0)].records) == [b"open"]
+            # a consumer's OffsetForLeaderEpoch needs CLUSTER_ACTION or DESCRIBE on the topic
+            # (an ACL on "secret" exists, so nobody has DESCRIBE there without one)
+            no_cluster_action = AclBinding(
+                ResourcePattern(ResourceType.CLUSTER, "kafka-cluster", PatternType.LITERAL),
+                AccessControlEntry("User:ANONYMOUS", "*", AclOperation.CLUSTER_ACTION,
+                                   AclPermissionType.DENY))
+            assert await broker.authorizer.create(  # type: ignore[attr-defined]
+                [no_cluster_action]) == [None]
+            r = await c.request(epoch_end("secret", 0, 0))
+            assert epoch_answer(r)[0] == ErrorCode.topic_authorization_failed
+            assert epoch_answer(await c.request(epoch_end("open", 0, 0))) == \
+                (ErrorCode.none, 0, 1)
+            # the broker's own controlled shutdown (PLAINTEXT: ANONYMOUS) needs it back
+            await broker.authorizer.delete([AclBindingFilter(  # type: ignore[attr-defined]
+                ResourcePatternFilter(ResourceType.CLUSTER))])
     run(body)
 
 
 def test_delayed_fetch_by_id_and_diverging_epoch_over_the_wire(tmp_path: Path) -> None:
     """A v16 fetch at the end waits in the purgatory and is answered by id when a record
-    arrives; then, with the leader at epoch 1 after 2 records of epoch 0, a follower's Fetch
-    (RemoteLeaderEndpoint, v12) with last fetched epoch 0 at offset 3 is told its log diverges
-    at (0, 2), with no records."""
+    arrives; then, with the leader at epoch 1 after 3 records of epoch 0: a consumer's
+    OffsetForLeaderEpoch and Fetch are answered or fenced by their current leader epoch, and a
+    follower's Fetch (RemoteLeaderEndpoint, v12) with last fetched epoch 0 at offset 4 is told
+    its log diverges at (0, 3), with no records."""
     from odradek.server.fetcher import FetcherConfig
     from odradek.server.leader_endpoint import FetchPartitionRequest, RemoteLeaderEndpoint
 
@@ -222,6 +254,16 @@ def test_delayed_fetch_by_id_and_diverging_epoch_over_the_wire(tmp_path: Path) -
                                                 p.zk_version + 1) == ErrorCode.none
             await producer.request(produce("t", 0, batch([b"d"])))
             assert p.log.leader_epoch_cache.entries() == [(0, 0), (1, 3)]
+            # a consumer validating its position after the leader change (KIP-320)
+            assert epoch_answer(await c.request(epoch_end("t", 1, 0))) == (ErrorCode.none, 0, 3)
+            assert epoch_answer(await c.request(epoch_end("t", 1, 1))) == (ErrorCode.none, 1, 4)
+            assert epoch_answer(await c.request(epoch_end("t", 0, 0)))[0] == \
+                ErrorCode.fenced_leader_epoch
+            assert epoch_answer(await c.request(epoch_end("t", 2, 0)))[0] == \
+                ErrorCode.unknown_leader_epoch
+            r = await c.request(fetch_by_id({tid: [0]}, 16, offset=3, current_leader_epoch=0))
+            assert answers(r)[(tid, 0)].error_code == ErrorCode.fenced_leader_epoch
+            assert answers(r)[(tid, 0)].current_leader.leader_id == 0  # KIP-951
             endpoint = RemoteLeaderEndpoint(
                 1, 0, lambda: ("127.0.0.1", broker.bound_ports[0]), FetcherConfig())
             try:

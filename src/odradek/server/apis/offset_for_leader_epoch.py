@@ -1,8 +1,10 @@
 """OffsetForLeaderEpoch (key 23), v2-v4 (KIP-101, KIP-279, S-3.7): for each partition, the end
 offset of the requested leader epoch in the leader's log — the start offset of the next larger
 epoch, or the LEO for the latest — with the largest epoch <= the requested one. Followers truncate
-there when they start following; only the leader answers (NOT_LEADER_OR_FOLLOWER otherwise), and
-the request's current leader epoch is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH)."""
+there when they start following (when the leader cannot tell them in its Fetch answer, KIP-320);
+consumers (replica id -1) ask it to validate their position after a leader change. Only the
+leader answers (NOT_LEADER_OR_FOLLOWER otherwise), and the request's current leader epoch is
+checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH)."""
 
 from __future__ import annotations
 
@@ -27,16 +29,15 @@ class OffsetForLeaderEpochApi:
     def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
         denied: set[str] = set()
         auth = self.authorizer
-        if auth.enabled:  # Kafka: CLUSTER_ACTION for followers, else DESCRIBE on each topic
+        # Kafka (KIP-320): CLUSTER_ACTION on the cluster (followers), or else DESCRIBE on each
+        # topic (consumers validating their position), whatever the request's replica id
+        if auth.enabled and not allowed(auth, conn, AclOperation.CLUSTER_ACTION,
+                                        ResourceType.CLUSTER, request_name="OffsetForLeaderEpoch",
+                                        log_if_denied=False):
             names = {t.topic for t in request.topics}
-            if getattr(request, "replica_id", -1) >= 0:
-                if not allowed(auth, conn, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
-                               request_name="OffsetForLeaderEpoch"):
-                    denied = names
-            else:
-                denied = names - allowed_names(auth, conn, AclOperation.DESCRIBE,
-                                               ResourceType.TOPIC, names,
-                                               request_name="OffsetForLeaderEpoch")
+            denied = names - allowed_names(auth, conn, AclOperation.DESCRIBE,
+                                           ResourceType.TOPIC, names,
+                                           request_name="OffsetForLeaderEpoch")
         return _handle(self.replica_manager, header, request, denied)
 
 
