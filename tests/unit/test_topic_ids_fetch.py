@@ -164,3 +164,9 @@ def test_metadata_cache_resolves_ids() -> None:
     assert cache.topic_name(A) is None
     cache.remove_topic("z")
     assert cache.topic_name(B) is None and cache.topic_by_id(B) is None
+
+
+def test_partition_metadata_not_utf8(tmp_path: Path) -> None:
+    (tmp_path / "partition.metadata").write_bytes(b"version: 0\ntopic_id: \xff\xfe")
+    with pytest.raises(PartitionMetadataError):
+        read_partition_metadata(tmp_path)

@@ -50,18 +50,30 @@ def parse_partition_metadata(text: str, location: str = FILENAME) -> uuid.UUID:
 
 def read_partition_metadata(log_dir: Path) -> uuid.UUID | None:
     """The topic id recorded in `log_dir`, None if it has no partition.metadata."""
-    path = log_dir / FILENAME
-    try:
-        text = path.read_text(encoding="utf-8")
+    path = os.path.join(log_dir, FILENAME)
+    try:  # os-level calls: read for every hosted partition when a broker starts
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
-    return parse_partition_metadata(text, str(path))
+    try:
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PartitionMetadataError(f"Malformed partition metadata file ({path})") from exc
+    return parse_partition_metadata(text, path)
 
 
 def write_partition_metadata(log_dir: Path, topic_id: uuid.UUID) -> None:
     """Write (replace) the file: to a temporary file renamed over it. Not fsynced: the id is
     also in ZooKeeper and is written again by the next LeaderAndIsr if lost."""
-    path = log_dir / FILENAME
-    tmp = log_dir / (FILENAME + ".tmp")
-    tmp.write_text(format_partition_metadata(topic_id), encoding="utf-8")
+    path = os.path.join(log_dir, FILENAME)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, format_partition_metadata(topic_id).encode())
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
