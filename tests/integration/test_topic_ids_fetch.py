@@ -276,3 +276,28 @@ def test_delayed_fetch_by_id_and_diverging_epoch_over_the_wire(tmp_path: Path) -
             finally:
                 endpoint.close()
     run(body)
+
+
+def test_delete_topics_by_id(tmp_path: Path) -> None:
+    """DeleteTopics v6 by id; a name and an id together (matching or not) fail the request with
+    INVALID_REQUEST for every topic, as Kafka; an unknown id is UNKNOWN_TOPIC_ID."""
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c:
+            for name in ("a", "b"):
+                await c.request(create_topics(name, 1))
+            ids = {n: await topic_id(c, n) for n in ("a", "b")}
+            m = req_module(20, 6)
+
+            def delete(*topics: tuple[str | None, uuid.UUID | None]) -> Any:
+                return m.DeleteTopicsRequest(
+                    topics=tuple(m.DeleteTopicState(name=n, topic_id=i) for n, i in topics),
+                    timeout=datetime.timedelta(seconds=10))
+            d = await c.request(delete(("a", ids["b"]), (None, ids["a"])))
+            assert [r.error_code for r in d.responses] == [ErrorCode.invalid_request] * 2
+            assert set(broker.metadata_cache.topics) == {"a", "b"}  # nothing deleted
+            unknown = uuid.uuid4()
+            d = await c.request(delete((None, ids["a"]), (None, unknown)))
+            got = {r.topic_id: (r.name, r.error_code) for r in d.responses}
+            assert got == {ids["a"]: ("a", ErrorCode.none),
+                           unknown: (None, ErrorCode.unknown_topic_id)}
+    run(body)

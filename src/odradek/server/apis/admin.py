@@ -4,6 +4,7 @@ which writes the coordination store's nodes as Kafka's AdminZkClient does."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -96,6 +97,16 @@ async def _create_topics(admin: AdminManager, header: Any, request: Any,
 async def _delete_topics(admin: AdminManager, cache: MetadataCache, header: Any, request: Any,
                          authorizer: Authorizer = ALLOW_ALL, conn: Any = None) -> bytes:
     mod = response_module(type(request))
+    if any(t.name is not None and t.topic_id is not None and t.topic_id.int
+           for t in getattr(request, "topics", ())):
+        # Kafka (v6, KIP-516): "Topic name and topic ID can not both be specified." fails the
+        # whole request, each topic answered INVALID_REQUEST
+        return encode_response(type(request), header.correlation_id, make(
+            mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(
+                make(mod.DeletableTopicResult, name=t.name, topic_id=t.topic_id,
+                     error_code=ErrorCode.invalid_request, error_message=None)
+                for t in request.topics)))
+    asked_ids: list[uuid.UUID | None] = []  # v6: the id each topic was named by, if any
     if hasattr(request, "topic_names"):
         names: list[str | None] = list(request.topic_names)
     else:
@@ -104,8 +115,11 @@ async def _delete_topics(admin: AdminManager, cache: MetadataCache, header: Any,
             if t.name is None and t.topic_id is not None:
                 info = cache.topic_by_id(t.topic_id)
                 names.append(info.name if info else None)
+                asked_ids.append(t.topic_id)
             else:
                 names.append(t.name)
+                asked_ids.append(None)
+    known_ids = {n: info.topic_id for n in names if n and (info := cache.topic(n)) is not None}
     wanted = [n for n in names if n]
     denied: set[str] = set()
     if authorizer.enabled:  # Kafka: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED
@@ -118,12 +132,14 @@ async def _delete_topics(admin: AdminManager, cache: MetadataCache, header: Any,
     for n in denied:
         results[n] = (ErrorCode.topic_authorization_failed, None)
     responses = []
-    for n in names:
+    for i, n in enumerate(names):
         error, message = results.get(n, (ErrorCode.unknown_topic_id, None)) if n else \
             (ErrorCode.unknown_topic_id, "unknown topic id")
-        info = cache.topic(n) if n and n not in denied else None
-        responses.append(make(mod.DeletableTopicResult, name=n,
-                              topic_id=info.topic_id if info else None,
+        asked = asked_ids[i] if i < len(asked_ids) else None
+        # Kafka: the id asked by (echoed, known or not), else the deleted topic's
+        topic_id = asked if asked is not None else (
+            known_ids.get(n) if n and n not in denied else None)
+        responses.append(make(mod.DeletableTopicResult, name=n, topic_id=topic_id,
                               error_code=error, error_message=message))
     return encode_response(type(request), header.correlation_id,
                            make(mod.DeleteTopicsResponse, throttle_time=0,
