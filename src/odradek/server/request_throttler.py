@@ -122,32 +122,55 @@ def throttle_offset(api_key: int, version: int, frame: bytes | bytearray) -> int
     return off if len(frame) >= off + 4 else None
 
 
+def _head(response: Response, size: int = 64) -> bytes:
+    """The first bytes of a response frame (its leading bytes parts joined)."""
+    if response is None:
+        return b""
+    if isinstance(response, bytes | bytearray):
+        return bytes(response[:size])
+    out = bytearray()
+    for part in response:
+        if not isinstance(part, bytes | bytearray | memoryview) or len(out) >= size:
+            break
+        out += part
+    return bytes(out[:size])
+
+
 def with_throttle_time(api_key: int, version: int, response: Response, throttle_ms: int
                        ) -> Response:
     """The response with its throttle_time_ms set (unchanged if it has no such field)."""
     if response is None or throttle_ms <= 0:
         return response
-    first = response if isinstance(response, bytes | bytearray) else response[0]
-    if not isinstance(first, bytes | bytearray):
-        return response
-    offset = throttle_offset(api_key, version, first)
-    if offset is None:
-        return response
-    patched = bytearray(first)
-    _INT32.pack_into(patched, offset, throttle_ms)
     if isinstance(response, bytes | bytearray):
+        offset = throttle_offset(api_key, version, response)
+        if offset is None:
+            return response
+        patched = bytearray(response)
+        _INT32.pack_into(patched, offset, throttle_ms)
         return bytes(patched)
-    return [bytes(patched), *response[1:]]
+    # a list of parts: the field is in the leading bytes parts (only "start" fields here)
+    where = throttle_field(api_key, version)
+    if where is None or where[0] != "start":
+        return response
+    offset = where[1]
+    parts = list(response)
+    start = 0
+    for i, part in enumerate(parts):
+        if not isinstance(part, bytes | bytearray):
+            break
+        if start <= offset and offset + 4 <= start + len(part):
+            patched = bytearray(part)
+            _INT32.pack_into(patched, offset - start, throttle_ms)
+            parts[i] = bytes(patched)
+            return parts
+        start += len(part)
+    return response
 
 
 def response_size(response: Response) -> int:
     """The response frame's size (its size prefix)."""
-    if response is None:
-        return 0
-    first = response if isinstance(response, bytes | bytearray) else response[0]
-    if isinstance(first, bytes | bytearray) and len(first) >= 4:
-        return int(_INT32.unpack_from(first, 0)[0])
-    return 0
+    head = _head(response, 4)
+    return int(_INT32.unpack_from(head, 0)[0]) if len(head) == 4 else 0
 
 
 def throttled_fetch_response(version: int, correlation_id: int, response: Response,
@@ -155,13 +178,12 @@ def throttled_fetch_response(version: int, correlation_id: int, response: Respon
     """A throttled consumer's fetch: no partitions, the original error and session id
     (Kafka's FetchContext.getThrottledResponse)."""
     error, session = 0, 0
-    first = response if isinstance(response, bytes | bytearray) else (
-        response[0] if response else b"")
-    if version >= 7 and isinstance(first, bytes | bytearray):
+    if version >= 7:
+        head = _head(response)
         off = 4 + 4 + (1 if version >= 12 else 0) + 4
-        if len(first) >= off + 6:
-            error = _INT16.unpack_from(first, off)[0]
-            session = _INT32.unpack_from(first, off + 2)[0]
+        if len(head) >= off + 6:
+            error = _INT16.unpack_from(head, off)[0]
+            session = _INT32.unpack_from(head, off + 2)[0]
     return encode_fetch_response(version, correlation_id, [], throttle_time_ms=throttle_ms,
                                  error_code=error, session_id=session)
 
