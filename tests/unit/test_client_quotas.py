@@ -115,7 +115,7 @@ LEVELS = [QuotaEntity("u", "c"), QuotaEntity("u", DEFAULT), QuotaEntity("u", Non
           QuotaEntity(None, "c"), QuotaEntity(None, DEFAULT)]
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(st.lists(st.sampled_from(range(8)), unique=True, min_size=1))
 def test_the_first_level_of_kafkas_precedence_wins(present: list[int]) -> None:
     m = ClientQuotaManager("Produce")

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..common.java_double import java_double
 from ..common.sanitizer import desanitize_user, sanitize_user
 from ..coordination import paths
 from ..coordination.admin_zk import new_config_changes
@@ -143,7 +144,7 @@ def apply_quota_ops(props: Mapping[str, str], ops: Iterable[tuple[str, float | N
         if not math.isfinite(value) or value < 0:
             raise InvalidQuotaRequest(f"Configuration {key} must be a non-negative number")
         if kind == "DOUBLE":
-            out[key] = _java_double(value)
+            out[key] = java_double(value)
             continue
         epsilon = 1e-6
         whole = int(value + epsilon)
@@ -151,17 +152,6 @@ def apply_quota_ops(props: Mapping[str, str], ops: Iterable[tuple[str, float | N
             raise InvalidQuotaRequest(f"Configuration {key} must be a {kind} value")
         out[key] = str(whole)
     return out
-
-
-def _java_double(value: float) -> str:
-    """Java's Double.toString for the values quotas take (1.0, 0.5, 1.0E10)."""
-    text = repr(float(value))
-    if "e" in text or "E" in text:
-        mantissa, _, exponent = text.partition("e")
-        if "." not in mantissa:
-            mantissa += ".0"
-        return f"{mantissa}E{int(exponent)}"
-    return text
 
 
 def quota_values(props: Mapping[str, str]) -> dict[str, float]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from ..common.java_double import java_double
 from .command import ToolError
 
 if TYPE_CHECKING:
@@ -104,18 +105,8 @@ def format_quota_line(entity: dict[str, str | None], values: dict[str, float]) -
             name = entity[entity_type]
             label = _LABEL[entity_type]
             parts.append(f"{label} '{name}'" if name is not None else f"the default {label}")
-    entries = ", ".join(f"{k}={_java_double(v)}" for k, v in values.items())
+    entries = ", ".join(f"{k}={java_double(v)}" for k, v in values.items())
     return f"Quota configs for {', '.join(parts)} are {entries}"
-
-
-def _java_double(value: float) -> str:
-    text = repr(float(value))
-    if "e" in text:
-        mantissa, _, exponent = text.partition("e")
-        if "." not in mantissa:
-            mantissa += ".0"
-        return f"{mantissa}E{int(exponent)}"
-    return text
 
 
 async def describe(admin: AsyncAdmin, entity_types: list[str],
