@@ -135,6 +135,9 @@ class Connection(asyncio.Protocol):
         self._dispatching = False
         self.attributes: dict[str, Any] = {}  # per-connection state for handlers
         self._throttle_timer: asyncio.TimerHandle | None = None
+        # requests read but not yet handled because the connection was throttled (Kafka
+        # handles a channel's requests one at a time, so a throttle stops the next one too)
+        self._held: deque[bytes] = deque()
         self._throttled_until = 0.0
         self.last_active = 0.0  # loop time of the last bytes read (least recently used: closed)
         self.quota_address: str | None = None  # counted in the server's connection quotas
@@ -211,6 +214,9 @@ class Connection(asyncio.Protocol):
             for payload in frames:
                 if self._closed:
                     return
+                if self._throttle_timer is not None or self._held:
+                    self._held.append(payload)
+                    continue
                 self._dispatch(payload)
         finally:
             self._dispatching = False
@@ -407,6 +413,13 @@ class Connection(asyncio.Protocol):
 
     def _throttle_done(self) -> None:
         self._throttle_timer = None
+        self._dispatching = True
+        try:
+            while self._held and self._throttle_timer is None and not self._closed:
+                self._dispatch(self._held.popleft())
+        finally:
+            self._dispatching = False
+        self._flush()
         self._update_reading()
 
     @property
@@ -421,7 +434,7 @@ class Connection(asyncio.Protocol):
         if self._closed or self.transport is None:
             return
         should_pause = (self._write_paused or len(self._slots) >= self.server.max_in_flight
-                        or self._throttle_timer is not None)
+                        or self._throttle_timer is not None or bool(self._held))
         if should_pause and not self._read_paused:
             self.transport.pause_reading()
             self._read_paused = True
