@@ -261,7 +261,7 @@ class KafkaApis:
         except (MalformedRequest, UnsupportedVersion) as exc:
             raise CloseConnection(f"malformed {name} v{version} request: {exc}") from None
         throttler = self.throttler
-        if throttler.enabled:  # client quotas: record, then throttle (request_throttler.py)
+        if throttler.enabled and conn.authenticated:  # client quotas (request_throttler.py)
             request = throttler.prepare(key, header, request, conn)
             started = perf_counter_ns()
             result = self._handle_decoded(key, header, request, conn)
