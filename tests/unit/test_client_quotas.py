@@ -392,3 +392,21 @@ def test_counts_stay_consistent(events: list[tuple[str, str, bool]]) -> None:
     for name in "AB":
         assert q.listener_counts[name] == sum(1 for n, _ in open_ if n == name)
     assert list(itertools.chain(q.counts.values())) == [v for v in q.counts.values() if v > 0]
+
+
+def test_every_served_api_with_a_throttle_field_can_carry_it() -> None:
+    """Kafka throttles every client API; odradek must find the field in each response."""
+    from odradek.server.apis import APIS
+    from odradek.server.request_throttler import throttle_field
+
+    missing = []
+    for key, (name, lo, hi) in APIS.items():
+        for version in range(lo, hi + 1):
+            try:
+                cls = response_cls_of(request_class(key, version))
+            except Exception:  # versions kio has no schema for
+                continue
+            has = any(f.name == "throttle_time" for f in dataclasses.fields(cls))
+            if has and throttle_field(key, version) is None:
+                missing.append(f"{name} v{version}")
+    assert not missing

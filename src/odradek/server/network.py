@@ -173,10 +173,12 @@ class Connection(asyncio.Protocol):
             self._closed = True
             raw.abort()
             self.server.connections.discard(self)
+            self.server.connection_closed(self)  # its connection_lost may never come
             return
         if tls is None or self._closed:
             raw.abort()
             self.server.connections.discard(self)
+            self.server.connection_closed(self)
             return
         self.transport = tls
         self._tls_pending = False
@@ -226,6 +228,7 @@ class Connection(asyncio.Protocol):
         self._closed = True
         self.server.connections.discard(self)
         self.server.connection_closed(self)
+        self._held.clear()
         if self._throttle_timer is not None:
             self._throttle_timer.cancel()
             self._throttle_timer = None
@@ -500,6 +503,8 @@ class SocketServer:
                 sock.setblocking(False)
             except OSError as exc:
                 sock.close()
+                if bound > 0 and port == 0:
+                    continue  # the port picked for the first family is taken in this one
                 if exc.errno == errno.EADDRINUSE or len(infos) == 1:
                     raise
                 continue  # e.g. no IPv6 on this host: the other families serve
