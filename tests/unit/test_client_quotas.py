@@ -410,3 +410,51 @@ def test_every_served_api_with_a_throttle_field_can_carry_it() -> None:
             if has and throttle_field(key, version) is None:
                 missing.append(f"{name} v{version}")
     assert not missing
+
+
+class _DenyAll:
+    enabled = True
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[object, ...]] = []
+
+    def authorize(self, principal: object, host: str, operation: object, resource_type: object,
+                  name: str, **_: object) -> bool:
+        self.asked.append((operation, resource_type, name))
+        return False
+
+    def authorize_any(self, *args: object, **kwargs: object) -> bool:
+        return False
+
+
+def test_quota_apis_need_cluster_describe_and_alter_configs() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from odradek.protocol.codec import decode_response
+    from odradek.security.acl import AclOperation, ResourceType
+    from odradek.security.principal import ANONYMOUS
+    from odradek.server.apis.client_quotas import ClientQuotaApis
+
+    authorizer = _DenyAll()
+    apis = ClientQuotaApis(store=None, authorizer=authorizer)  # type: ignore[arg-type]
+    conn = SimpleNamespace(principal=ANONYMOUS, peer="10.0.0.1:5000")
+    header = SimpleNamespace(correlation_id=3, request_api_version=1)
+    describe_cls = request_class(48, 1)
+    dmod = __import__(describe_cls.__module__, fromlist=["x"])
+    describe = make(describe_cls, components=(make(dmod.ComponentData, entity_type="user",
+                                                   match_type=2, match=None),), strict=False)
+    frame = asyncio.run(apis.handle_describe(header, describe, conn))  # type: ignore[arg-type]
+    _, resp = decode_response(response_cls_of(describe_cls), frame[4:])
+    assert resp.error_code == ErrorCode.cluster_authorization_failed
+    alter_cls = request_class(49, 1)
+    amod = __import__(alter_cls.__module__, fromlist=["x"])
+    alter = make(alter_cls, validate_only=False, entries=(make(
+        amod.EntryData, entity=(make(amod.EntityData, entity_type="user", entity_name="u"),),
+        ops=(make(amod.OpData, key="producer_byte_rate", value=1.0, remove=False),)),))
+    frame = asyncio.run(apis.handle_alter(header, alter, conn))  # type: ignore[arg-type]
+    _, resp = decode_response(response_cls_of(alter_cls), frame[4:])
+    assert [e.error_code for e in resp.entries] == [ErrorCode.cluster_authorization_failed]
+    assert authorizer.asked == [
+        (AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, "kafka-cluster"),
+        (AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, "kafka-cluster")]
