@@ -259,3 +259,10 @@ def test_max_connections_per_ip_is_dynamic(cluster: Cluster, admin: Admin) -> No
     results = admin.incremental_alter_configs(
         {("broker", ""): {"max.connections.per.ip.overrides": "garbage"}}, raise_errors=False)
     assert next(iter(results.values())) is not None  # refused, nothing changed
+    # the per-listener limit is dynamic too (listener.name.<l>.max.connections)
+    listener = next(iter(broker.socket_server.listeners))
+    key = f"listener.name.{listener.lower()}.max.connections"
+    admin.incremental_alter_configs({("broker", ""): {key: "1000"}})
+    _wait(lambda: limits.listener_limits.get(listener) == 1000, "the listener limit")
+    admin.incremental_alter_configs({("broker", ""): {key: None}})
+    _wait(lambda: listener not in limits.listener_limits, "the listener limit removed")
