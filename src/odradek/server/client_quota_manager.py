@@ -123,14 +123,6 @@ def quota_limit(quotas: Mapping[QuotaEntity, float], tags: Tags,
     return float(static_client_default)  # 9. the static client-id default
 
 
-def types_enabled_of(quotas: Mapping[QuotaEntity, float]) -> int:
-    out = NO_QUOTAS
-    for e in quotas:
-        out |= (USER_CLIENT_ID_QUOTA if e.user is not None and e.client_id is not None
-                else USER_QUOTA if e.user is not None else CLIENT_ID_QUOTA)
-    return out
-
-
 class _Sensor:
     __slots__ = ("bound", "rate", "version")
 
