@@ -1,0 +1,214 @@
+"""Moving a replica between log dirs (KIP-113): the mover's decisions (``next_step``), the
+future log's life in the log manager (creation, Kafka's names, checkpoints, restart, the swap
+and a crash inside it) and AlterReplicaLogDirs' error codes, without a broker."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.common import TopicPartition
+from odradek.protocol.records import build_batch, iter_headers, validate_batches
+from odradek.server.partition import Partition
+from odradek.server.replica_alter_log_dirs import (
+    MoveStep,
+    ReplicaAlterLogDirsManager,
+    next_step,
+)
+from odradek.storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from odradek.storage.log import Log, parse_topic_partition
+from odradek.storage.log_config import LogConfig
+from odradek.storage.log_manager import LogManager
+
+TP = TopicPartition("t", 0)
+
+
+def produce(log: Log, n: int = 1, epoch: int = 0) -> None:
+    for i in range(n):
+        buf = bytearray(build_batch([(b"k%d" % i, b"v" * 100)], timestamp_ms=1000 + i))
+        log.append_as_leader(buf, validate_batches(buf), epoch, 1000)
+
+
+def values(log: Log) -> list[tuple[int, int]]:
+    data = log.read(log.log_start_offset, 1 << 30).read_bytes()
+    return [(h.base_offset, h.partition_leader_epoch) for h in iter_headers(data)]
+
+
+class Broker:
+    """A log manager on two dirs, one hosted partition, and the mover."""
+
+    def __init__(self, tmp: Path, **config: object) -> None:
+        self.dirs = [tmp / "a", tmp / "b"]
+        self.lm = LogManager(self.dirs, LogConfig(**config))  # type: ignore[arg-type]
+        self.parts: dict[TopicPartition, Partition] = {}
+        self.offline: set[TopicPartition] = set()
+        self.mover = ReplicaAlterLogDirsManager(self.lm, self.parts.get,
+                                                lambda tp: tp in self.offline, chunk_bytes=500)
+
+    def host(self, tp: TopicPartition = TP) -> Partition:
+        p = Partition(tp[0], tp[1], self.lm.get_or_create_log(*tp), 0)
+        self.parts[tp] = p
+        return p
+
+    def run(self, tp: TopicPartition = TP, limit: int = 1000) -> list[str]:
+        steps = []
+        while tp in self.mover.moving and len(steps) < limit:
+            steps.append(self.mover.step(tp))
+        return steps
+
+
+def test_next_step_decisions() -> None:
+    assert next_step(0, 10, 0, None) == MoveStep("copy", 0)
+    assert next_step(5, 10, 0, None) == MoveStep("reset", 5)  # below the log start
+    assert next_step(0, 10, 10, 10) == MoveStep("swap")
+    assert next_step(0, 10, 7, 4) == MoveStep("truncate", 4)  # diverging leader epoch
+    assert next_step(0, 6, 8, None) == MoveStep("truncate", 6)  # the current log truncated
+    assert next_step(3, 10, 7, 1) == MoveStep("truncate", 3)
+    assert next_step(0, 10, 4, 10) == MoveStep("copy", 4)
+
+
+def test_future_dir_names_parse_as_their_partition() -> None:
+    assert parse_topic_partition("my-topic-3." + "ab" * 16 + "-future") == ("my-topic", 3)
+    assert parse_topic_partition("t-0." + "0" * 32 + "-delete") == ("t", 0)
+    with pytest.raises(ValueError):
+        parse_topic_partition("t-future")
+
+
+def test_move_copies_keeps_up_and_swaps(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    p = b.host()
+    produce(p.log, 20, epoch=0)
+    produce(p.log, 5, epoch=3)
+    source_dir = p.log.dir.parent
+    dest = next(d for d in b.dirs if d.absolute() != source_dir)
+    before = values(p.log)
+    assert b.mover.alter_replica_log_dirs({TP: str(dest)}) == {TP: ErrorCode.none}
+    future = b.lm.get_future_log(*TP)
+    assert future is not None and future.dir.parent == dest.absolute()
+    assert future.dir.name.startswith("t-0.") and future.dir.name.endswith("-future")
+    assert b.mover.step(TP) == "copy"
+    produce(p.log, 3, epoch=3)  # appends while moving are copied too
+    steps = b.run()
+    assert steps[-1] == "swap" and set(steps[:-1]) == {"copy"}
+    assert p.log.dir == dest.absolute() / "t-0"
+    assert values(p.log) == before + values(p.log)[len(before):]
+    assert len(values(p.log)) == 28
+    assert p.log.leader_epoch_cache.latest_epoch == 3
+    assert b.lm.get_log(*TP) is p.log and b.lm.get_future_log(*TP) is None
+    assert not any(e.name.startswith("t-0") for e in source_dir.iterdir())
+    b.lm.shutdown()
+    # after a restart the partition is in its new dir with everything
+    lm = LogManager(b.dirs, LogConfig())
+    lg = lm.get_log(*TP)
+    assert lg is not None and lg.dir == dest.absolute() / "t-0" and len(values(lg)) == 28
+    lm.shutdown()
+
+
+def test_move_follows_log_start_and_truncation(tmp_path: Path) -> None:
+    b = Broker(tmp_path, segment_bytes=1000)
+    p = b.host()
+    produce(p.log, 30)
+    p.high_watermark = p.log.high_watermark = 30
+    p.log.maybe_increment_log_start_offset(12)
+    dest = next(d for d in b.dirs if d.absolute() != p.log.dir.parent)
+    b.mover.alter_replica_log_dirs({TP: str(dest)})
+    assert b.mover.step(TP) == "reset"
+    future = b.lm.get_future_log(*TP)
+    assert future is not None and future.log_end_offset == 12
+    b.mover.step(TP)
+    p.log.truncate_to(20)  # a follower's truncation meanwhile
+    b.run()
+    assert p.log.log_start_offset == 12 and p.log.log_end_offset == 20
+    assert [o for o, _ in values(p.log)] == list(range(12, 20))
+
+
+def test_restart_mid_move_resumes(tmp_path: Path) -> None:
+    b = Broker(tmp_path, segment_bytes=1000)
+    p = b.host()
+    produce(p.log, 40)
+    dest = next(d for d in b.dirs if d.absolute() != p.log.dir.parent)
+    b.mover.alter_replica_log_dirs({TP: str(dest)})
+    for _ in range(5):
+        b.mover.step(TP)
+    future = b.lm.get_future_log(*TP)
+    assert future is not None and 0 < future.log_end_offset < 40
+    b.lm.flush_dirty_logs()
+    b.lm.checkpoint_recovery_points_and_log_start_offsets()
+    points = OffsetCheckpointFile(dest.absolute() / RECOVERY_POINT_CHECKPOINT).read()
+    assert 0 < points[TP] <= future.log_end_offset  # the future log's own recovery point
+    b.lm.close_without_shutdown()  # a crash
+    b2 = Broker(tmp_path, segment_bytes=1000)
+    assert b2.lm.get_future_log(*TP) is not None
+    p2 = b2.host()
+    b2.mover.maybe_resume(TP)
+    assert b2.run()[-1] == "swap"
+    assert p2.log.dir == dest.absolute() / "t-0" and len(values(p2.log)) == 40
+
+
+def test_crash_inside_the_swap_keeps_the_complete_future_log(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    p = b.host()
+    produce(p.log, 10)
+    source = p.log.dir
+    dest = next(d for d in b.dirs if d.absolute() != source.parent)
+    b.mover.alter_replica_log_dirs({TP: str(dest)})
+    while b.lm.get_future_log(*TP).log_end_offset < 10:  # type: ignore[union-attr]
+        b.mover.step(TP)
+    future = b.lm.get_future_log(*TP)
+    assert future is not None
+    future.flush(force=True)
+    b.lm.close_without_shutdown()
+    # the broker stopped after renaming the current log for deletion
+    os.rename(source, source.parent / ("t-0." + "1" * 32 + "-delete"))
+    lm = LogManager(b.dirs, LogConfig())
+    lg = lm.get_log(*TP)
+    assert lg is not None and lg.dir == dest.absolute() / "t-0" and len(values(lg)) == 10
+    assert lm.get_future_log(*TP) is None
+    assert [e.name for e in source.parent.iterdir() if e.is_dir()] == []
+    lm.shutdown()
+
+
+def test_alter_errors(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    p = b.host()
+    here = str(p.log.dir.parent)
+    other = next(str(d.absolute()) for d in b.dirs if d.absolute() != p.log.dir.parent)
+    mover = b.mover
+    assert mover.alter_replica_log_dirs({TP: str(tmp_path / "nope")}) == {
+        TP: ErrorCode.log_dir_not_found}
+    assert mover.alter_replica_log_dirs({TP: "relative/dir"}) == {
+        TP: ErrorCode.log_dir_not_found}
+    assert mover.alter_replica_log_dirs({TP: here}) == {TP: ErrorCode.none}
+    assert b.lm.get_future_log(*TP) is None and not mover.moving
+    # not hosted yet: REPLICA_NOT_AVAILABLE, and the log is created there later
+    new = TopicPartition("u", 1)
+    assert mover.alter_replica_log_dirs({new: other}) == {new: ErrorCode.replica_not_available}
+    assert str(b.host(new).log.dir.parent) == other
+    # a move, then back to the current dir: the move is abandoned
+    assert mover.alter_replica_log_dirs({TP: other}) == {TP: ErrorCode.none}
+    assert TP in mover.moving
+    assert mover.alter_replica_log_dirs({TP: here}) == {TP: ErrorCode.none}
+    assert b.lm.get_future_log(*TP) is None and TP not in mover.moving
+    assert not [e for e in Path(other).iterdir() if e.name.endswith("-future")]
+    b.offline.add(TP)
+    assert mover.alter_replica_log_dirs({TP: other}) == {TP: ErrorCode.kafka_storage_error}
+    b.offline.clear()
+    b.lm.offline_dirs.add(Path(other))
+    assert mover.alter_replica_log_dirs({TP: other}) == {TP: ErrorCode.kafka_storage_error}
+    b.lm.offline_dirs.clear()
+    b.lm.shutdown()
+
+
+def test_preferred_log_dirs_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    import odradek.storage.log_manager as lm_mod
+
+    monkeypatch.setattr(lm_mod, "MAX_PREFERRED_LOG_DIRS", 3)
+    b = Broker(tmp_path)
+    for i in range(5):
+        b.lm.maybe_update_preferred_log_dir(TopicPartition("x", i), b.dirs[1])
+    assert sorted(b.lm.preferred_log_dirs) == [("x", 2), ("x", 3), ("x", 4)]
+    b.lm.shutdown()
