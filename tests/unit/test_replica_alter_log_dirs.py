@@ -45,8 +45,10 @@ class Broker:
         self.lm = LogManager(self.dirs, LogConfig(**config))  # type: ignore[arg-type]
         self.parts: dict[TopicPartition, Partition] = {}
         self.offline: set[TopicPartition] = set()
+        self.known: set[TopicPartition] = set()
         self.mover = ReplicaAlterLogDirsManager(self.lm, self.parts.get,
-                                                lambda tp: tp in self.offline, chunk_bytes=500)
+                                                lambda tp: tp in self.offline,
+                                                lambda tp: tp in self.known, chunk_bytes=500)
 
     def host(self, tp: TopicPartition = TP) -> Partition:
         p = Partition(tp[0], tp[1], self.lm.get_or_create_log(*tp), 0)
@@ -183,9 +185,16 @@ def test_alter_errors(tmp_path: Path) -> None:
         TP: ErrorCode.log_dir_not_found}
     assert mover.alter_replica_log_dirs({TP: here}) == {TP: ErrorCode.none}
     assert b.lm.get_future_log(*TP) is None and not mover.moving
-    # not hosted yet: REPLICA_NOT_AVAILABLE, and the log is created there later
+    # not hosted yet: REPLICA_NOT_AVAILABLE (unknown: UNKNOWN_TOPIC_OR_PARTITION), and the
+    # log is created there later
     new = TopicPartition("u", 1)
+    assert mover.alter_replica_log_dirs({new: other}) == {
+        new: ErrorCode.unknown_topic_or_partition}
+    b.known.add(new)
     assert mover.alter_replica_log_dirs({new: other}) == {new: ErrorCode.replica_not_available}
+    long = TopicPartition("x" * 249, 0)
+    assert mover.alter_replica_log_dirs({long: other}) == {
+        long: ErrorCode.invalid_topic_exception}
     assert str(b.host(new).log.dir.parent) == other
     # a move, then back to the current dir: the move is abandoned
     assert mover.alter_replica_log_dirs({TP: other}) == {TP: ErrorCode.none}

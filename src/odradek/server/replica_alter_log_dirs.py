@@ -3,8 +3,10 @@ ReplicaManager.alterReplicaLogDirs and its ReplicaAlterLogDirsManager / Thread.
 
 ``alter_replica_log_dirs`` answers an AlterReplicaLogDirs request: for each partition the
 destination must be a configured log dir (LOG_DIR_NOT_FOUND) that is online
-(KAFKA_STORAGE_ERROR). A partition not hosted yet answers REPLICA_NOT_AVAILABLE and its log is
-created in that dir when a LeaderAndIsr brings it (``LogManager.preferred_log_dirs``). Moving to
+(KAFKA_STORAGE_ERROR), and the future dir name must fit 255 bytes (INVALID_TOPIC_EXCEPTION). A
+partition not hosted yet answers REPLICA_NOT_AVAILABLE (UNKNOWN_TOPIC_OR_PARTITION when the
+metadata cache does not know it either) and its log is created in that dir when a LeaderAndIsr
+brings it (``LogManager.preferred_log_dirs``). Moving to
 the current dir is a no-op (and abandons a move elsewhere in progress, as a move to another dir
 replaces one in progress). Otherwise the future log ``<topic>-<p>.<uuid>-future`` is created in
 the destination and the mover starts.
@@ -85,11 +87,13 @@ class ReplicaAlterLogDirsManager:
     def __init__(self, log_manager: LogManager,
                  partitions: Callable[[TopicPartition], Partition | None],
                  offline: Callable[[TopicPartition], bool],
+                 known: Callable[[TopicPartition], bool] = lambda _tp: True,
                  quota: ReplicationQuotaManager | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self.log_manager = log_manager
         self._partition = partitions
         self._offline = offline
+        self._known = known
         self.quota = quota or ReplicationQuotaManager("AlterLogDirs")
         self.chunk_bytes = max(1, chunk_bytes)
         self.moving: dict[TopicPartition, None] = {}  # in order of addition
@@ -108,6 +112,8 @@ class ReplicaAlterLogDirsManager:
         lm = self.log_manager
         tp = TopicPartition(tp[0], tp[1])
         try:
+            if len(f"{tp[0]}-{tp[1]}.{'0' * 32}-future".encode()) > 255:
+                return ErrorCode.invalid_topic_exception  # KAFKA-4893
             dest = lm.check_log_dir(log_dir)
             if self._offline(tp):
                 raise KafkaStorageError(f"Partition {tp[0]}-{tp[1]} is offline")
@@ -118,7 +124,8 @@ class ReplicaAlterLogDirsManager:
                 lm.delete_future_log(*tp)
             lm.maybe_update_preferred_log_dir(tp, dest)
             if p is None:
-                return ErrorCode.replica_not_available
+                return (ErrorCode.replica_not_available if self._known(tp)
+                        else ErrorCode.unknown_topic_or_partition)
             if p.log.dir.parent == dest:
                 return ErrorCode.none
             lm.create_future_log(tp[0], tp[1], dest)

@@ -373,7 +373,8 @@ class ReplicaManager:
         self.offline_partitions: set[TopicPartition] = set()
         # KIP-113: replicas moving between this broker's log dirs (AlterReplicaLogDirs)
         self.alter_log_dirs = ReplicaAlterLogDirsManager(
-            log_manager, self.partitions.get, lambda tp: tp in self.offline_partitions)
+            log_manager, self.partitions.get, lambda tp: tp in self.offline_partitions,
+            lambda tp: self.metadata_cache.partition(tp[0], tp[1]) is not None)
         # called when every log dir is offline (the broker must stop, as Kafka halts)
         self.on_all_log_dirs_offline: Callable[[], None] | None = None
         self._store: Callable[[], CoordinationStore | None] = lambda: None
