@@ -178,3 +178,81 @@ def test_move_replicas_between_log_dirs_while_producing(tmp_path: Path) -> None:
             await cluster.stop()
 
     run(scenario, timeout=120)
+
+
+def test_tools_reassign_log_dirs_with_throttle_and_verify(tmp_path: Path) -> None:
+    """`odradek reassign-partitions --execute` with "log_dirs" and
+    --replica-alter-log-dirs-throttle, `odradek log-dirs --describe` mid-move, and
+    `--verify --wait` until the move completed (the throttle cleared then)."""
+    import json
+
+    from tests.integration.test_reassignment import cli_tool
+
+    dirs = [tmp_path / "x", tmp_path / "y"]
+
+    async def scenario() -> None:
+        cluster = AsyncCluster(1, data_dir=tmp_path / "cluster", http=False, overrides={
+            **FAST, "log.dirs": ",".join(map(str, dirs))})
+        await cluster.start()
+        try:
+            c = await WireClient.connect("127.0.0.1", cluster.ports[0])
+            try:
+                m = req_module(19, 7)
+                r = await c.request(m.CreateTopicsRequest(topics=(m.CreatableTopic(
+                    name=TOPIC, num_partitions=1, replication_factor=1, assignments=(),
+                    configs=()),), timeout=datetime.timedelta(seconds=10), validate_only=False))
+                assert r.topics[0].error_code == 0
+                await cluster.wait_for(lambda: (TOPIC, 0) in cluster.brokers[0].replica_manager
+                                       .partitions, what="hosted")  # type: ignore[union-attr]
+                for i in range(40):  # 400 KB
+                    code, _ = await produce_values(c, TOPIC, 0, [b"%d-%d" % (i, j) + b"y" * 1000
+                                                                for j in range(10)])
+                    assert code == 0
+            finally:
+                await c.close()
+            lm = cluster.brokers[0].log_manager
+            assert lm is not None
+            source = lm.get_log(TOPIC, 0).dir.parent  # type: ignore[union-attr]
+            dest = next(str(d.absolute()) for d in dirs if d.absolute() != source)
+            plan = tmp_path / "plan.json"
+            plan.write_text(json.dumps({"version": 1, "partitions": [
+                {"topic": TOPIC, "partition": 0, "replicas": [0], "log_dirs": [dest]}]}))
+            bootstrap = cluster.bootstrap_servers
+            code, out = await cli_tool("reassign-partitions", "--bootstrap-server", bootstrap,
+                                       "--execute", "--reassignment-json-file", str(plan),
+                                       "--replica-alter-log-dirs-throttle", "100000")
+            assert code == 0, out
+            assert "The replica-alter-dir throttle limit was set to 100000 B/s" in out
+            assert f"Successfully started log directory move for: {TOPIC}-0-0" in out
+            rm = cluster.brokers[0].replica_manager
+            assert rm is not None and rm.alter_log_dirs.quota.quota == 100000
+            code, out = await cli_tool("log-dirs", "--describe", "--bootstrap-server",
+                                       bootstrap, "--topic-list", TOPIC)
+            assert code == 0, out
+            doc = json.loads(out.strip().splitlines()[-1])
+            parts = {(d["logDir"], p["isFuture"]): p for d in doc["brokers"][0]["logDirs"]
+                     for p in d["partitions"]}
+            assert parts[(str(source), False)]["partition"] == f"{TOPIC}-0"
+            assert parts[(dest, True)]["offsetLag"] > 0, parts
+            code, out = await cli_tool("reassign-partitions", "--bootstrap-server", bootstrap,
+                                       "--verify", "--wait", "--wait-interval-ms", "200",
+                                       "--wait-timeout-ms", "30000", "--reassignment-json-file",
+                                       str(plan))
+            assert code == 0, out
+            assert f"Reassignment of replica {TOPIC}-0-0 completed successfully." in out
+            assert "Clearing broker-level throttles on broker 0" in out
+            await cluster.wait_for(lambda: rm.alter_log_dirs.quota.quota == 2**63 - 1,
+                                   what="throttle cleared")
+            assert lm.get_log(TOPIC, 0).dir == Path(dest) / f"{TOPIC}-0"  # type: ignore[union-attr]
+            # a plan naming a dir the broker does not have: LOG_DIR_NOT_FOUND, said clearly
+            plan.write_text(json.dumps({"version": 1, "partitions": [
+                {"topic": TOPIC, "partition": 0, "replicas": [0],
+                 "log_dirs": [str(tmp_path / "nowhere")]}]}))
+            code, out = await cli_tool("reassign-partitions", "--bootstrap-server", bootstrap,
+                                       "--execute", "--additional", "--reassignment-json-file",
+                                       str(plan))
+            assert code != 0 and f"Failed to alter dir for {TOPIC}-0-0: LOG_DIR_NOT_FOUND" in out
+        finally:
+            await cluster.stop()
+
+    run(scenario, timeout=120)

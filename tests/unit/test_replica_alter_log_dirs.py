@@ -221,3 +221,49 @@ def test_preferred_log_dirs_are_bounded(tmp_path: Path, monkeypatch: pytest.Monk
         b.lm.maybe_update_preferred_log_dir(TopicPartition("x", i), b.dirs[1])
     assert sorted(b.lm.preferred_log_dirs) == [("x", 2), ("x", 3), ("x", 4)]
     b.lm.shutdown()
+
+
+def test_reassignment_plans_with_log_dirs() -> None:
+    from odradek.tools import reassign_partitions as tool
+    from odradek.tools.command import ToolError
+
+    text = ('{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],'
+            '"log_dirs":["any","/d/b"]},{"topic":"t","partition":1,"replicas":[2]}]}')
+    assert tool.parse_reassignment_json(text) == {("t", 0): [1, 2], ("t", 1): [2]}
+    assert tool.parse_log_dirs(text) == {("t", 0, 2): "/d/b"}
+    with pytest.raises(ToolError, match="Size of replicas list"):
+        tool.parse_reassignment_json('{"version":1,"partitions":[{"topic":"t","partition":0,'
+                                     '"replicas":[1,2],"log_dirs":["any"]}]}')
+    with pytest.raises(ToolError, match="log_dirs must be a list"):
+        tool.parse_reassignment_json('{"version":1,"partitions":[{"topic":"t","partition":0,'
+                                     '"replicas":[1],"log_dirs":"any"}]}')
+
+
+def test_log_dir_move_states_and_lines() -> None:
+    from odradek.tools import reassign_partitions as tool
+    from odradek.tools.log_dirs import ReplicaLogDirInfo, replica_log_dir_infos
+
+    dirs = [{"log_dir": "/a", "error_code": 0, "topics": [("t", [
+                {"partition_index": 0, "partition_size": 9, "offset_lag": 0,
+                 "is_future_key": False}])]},
+            {"log_dir": "/b", "error_code": 0, "topics": [("t", [
+                {"partition_index": 0, "partition_size": 3, "offset_lag": 7,
+                 "is_future_key": True}])]},
+            {"log_dir": "/c", "error_code": 56, "topics": []}]
+    infos = replica_log_dir_infos(dirs, {("t", 0), ("t", 5)})
+    assert infos == {("t", 0): ReplicaLogDirInfo("/a", 0, "/b", 7), ("t", 5): ReplicaLogDirInfo()}
+    state = tool.log_dir_move_state
+    states = {("t", 0, 1): state("/b", "/a", "/b", 7), ("t", 0, 0): state("/b", "/b", None),
+              ("t", 1, 0): state("/c", "/a", "/b", 1), ("t", 2, 0): state("/c", "/a", None),
+              ("t", 3, 0): state("/c", None, None), ("t", 4, 0): state("/c", None, None,
+                                                                        found=False)}
+    assert not states[("t", 0, 1)].done and states[("t", 0, 0)].done
+    assert tool.move_status_lines(states) == [
+        "Reassignment of replica t-0-0 completed successfully.",
+        "Partition t-1 on broker 0 is being moved to log dir /b instead of /c.",
+        "Partition t-2 on broker 0 is not being moved from log dir /a to /c.",
+        "Partition t-3 is not found in any live log dir on broker 0. There is likely an "
+        "offline log directory on the broker.",
+        "Partition t-4 cannot be found in any live log directory on broker 0.",
+        "Reassignment of replica t-0-1 is still in progress.",
+    ]
