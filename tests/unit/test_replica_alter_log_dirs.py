@@ -93,12 +93,13 @@ def test_move_copies_keeps_up_and_swaps(tmp_path: Path) -> None:
     assert future.dir.name.startswith("t-0.") and future.dir.name.endswith("-future")
     assert b.mover.step(TP) == "copy"
     produce(p.log, 3, epoch=3)  # appends while moving are copied too
+    p.log.leader_epoch_cache.assign(4, 28)  # elected again: an epoch without a batch yet
     steps = b.run()
     assert steps[-1] == "swap" and set(steps[:-1]) == {"copy"}
     assert p.log.dir == dest.absolute() / "t-0"
     assert values(p.log) == before + values(p.log)[len(before):]
     assert len(values(p.log)) == 28
-    assert p.log.leader_epoch_cache.latest_epoch == 3
+    assert p.log.leader_epoch_cache.entries() == [(0, 0), (3, 20), (4, 28)]
     assert b.lm.get_log(*TP) is p.log and b.lm.get_future_log(*TP) is None
     assert not any(e.name.startswith("t-0") for e in source_dir.iterdir())
     b.lm.shutdown()
@@ -106,6 +107,12 @@ def test_move_copies_keeps_up_and_swaps(tmp_path: Path) -> None:
     lm = LogManager(b.dirs, LogConfig())
     lg = lm.get_log(*TP)
     assert lg is not None and lg.dir == dest.absolute() / "t-0" and len(values(lg)) == 28
+    # loading drops an epoch starting at the log end (Kafka's truncateFromEnd); the next
+    # LeaderAndIsr assigns it again
+    assert lg.leader_epoch_cache.entries() == [(0, 0), (3, 20)]
+    points = OffsetCheckpointFile(dest.absolute() / RECOVERY_POINT_CHECKPOINT).read()
+    assert points == {TP: 28}
+    assert OffsetCheckpointFile(source_dir / RECOVERY_POINT_CHECKPOINT).read() == {}
     lm.shutdown()
 
 

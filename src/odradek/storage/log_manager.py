@@ -455,6 +455,12 @@ class LogManager:
                              f"{dest.log_end_offset}, its current log at "
                              f"{source.log_end_offset}")
         dest_dir = dest.dir.parent
+        # epochs begun without a batch yet (a leader elected since the last append) are known
+        # only to the current log's cache: the moved log takes them over (loading a log drops
+        # epochs starting at its end, as Kafka's does)
+        latest = dest.leader_epoch_cache.latest_epoch
+        newer = [(e, o) for e, o in source.leader_epoch_cache.entries()
+                 if (latest is None or e > latest) and o <= dest.log_end_offset]
         try:
             dest.close(flush=True)
             # the leader-epoch-checkpoint and producer snapshot written before the rename
@@ -480,6 +486,8 @@ class LogManager:
             message = f"Error while renaming the future log of {topic}-{partition} to {target}"
             self.report_io_error(dest_dir, message, exc)
             raise KafkaStorageError(f"{message}: {exc}") from exc
+        if newer:
+            new.leader_epoch_cache.assign_all(newer)
         if high_watermark is not None:
             new.high_watermark = min(high_watermark, new.log_end_offset)
         new.on_truncated = self._on_truncated
