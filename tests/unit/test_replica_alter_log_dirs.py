@@ -274,3 +274,99 @@ def test_log_dir_move_states_and_lines() -> None:
         "Partition t-4 cannot be found in any live log directory on broker 0.",
         "Reassignment of replica t-0-1 is still in progress.",
     ]
+
+
+def test_v0_of_the_log_dir_apis_is_decoded_as_v1() -> None:
+    """AlterReplicaLogDirs and DescribeLogDirs v0 are v1 on the wire: a v0 frame decodes."""
+    import struct
+
+    from odradek.protocol.codec import build, decode_request, encode_request, request_class
+
+    alter = request_class(34, 1)
+    mod = __import__(alter.__module__, fromlist=["AlterReplicaLogDir"])
+    frames = [
+        encode_request(build(alter, dirs=(build(mod.AlterReplicaLogDir, path="/d", topics=(
+            build(mod.AlterReplicaLogDirTopic, name="t", partitions=(0, 1)),)),)), 7, "c"),
+        encode_request(build(request_class(35, 1), topics=None), 8, "c"),
+    ]
+    for frame, key in zip(frames, (34, 35), strict=True):
+        payload = bytearray(frame[4:])
+        struct.pack_into(">h", payload, 2, 0)  # request_api_version 0
+        header, body = decode_request(bytes(payload))
+        assert header.request_api_key == key and header.request_api_version == 0
+        assert request_class(key, 0) is request_class(key, 1)
+    assert body.topics is None
+
+
+class _Denying:
+    """An authorizer allowing everything but ALTER on the CLUSTER."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[object, object]] = []
+
+    def authorize(self, principal: object, host: str, operation: object, resource_type: object,
+                  name: str, **_kw: object) -> bool:
+        from odradek.security.acl import AclOperation, ResourceType
+
+        self.asked.append((operation, resource_type))
+        return not (operation == AclOperation.ALTER and resource_type == ResourceType.CLUSTER)
+
+    def authorize_any(self, *_a: object, **_kw: object) -> bool:
+        return True
+
+
+def test_handler_needs_alter_on_the_cluster(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from odradek.protocol.codec import build, decode_response, request_class, response_class
+    from odradek.server.apis.alter_replica_log_dirs import AlterReplicaLogDirsApi
+
+    b = Broker(tmp_path)
+    b.host()
+    other = next(str(d.absolute()) for d in b.dirs if d.absolute() != b.parts[TP].log.dir.parent)
+    rm = SimpleNamespace(alter_log_dirs=b.mover)
+    cls = request_class(34, 2)
+    mod = __import__(cls.__module__, fromlist=["AlterReplicaLogDir"])
+    request = build(cls, dirs=(
+        build(mod.AlterReplicaLogDir, path=other, topics=(
+            build(mod.AlterReplicaLogDirTopic, name="t", partitions=(0,)),)),
+        build(mod.AlterReplicaLogDir, path="/nope", topics=(
+            build(mod.AlterReplicaLogDirTopic, name="u", partitions=(3,)),))))
+    header = SimpleNamespace(correlation_id=5)
+    conn = SimpleNamespace(principal=None, peer="127.0.0.1:1")
+
+    def answer(authorizer: object) -> dict[tuple[str, int], int]:
+        api = AlterReplicaLogDirsApi(rm, authorizer)  # type: ignore[arg-type]
+        frame = api.handle(header, request, conn)  # type: ignore[arg-type]
+        cid, body = decode_response(response_class(cls), frame[4:])
+        assert cid == 5
+        return {(t.topic_name, int(p.partition_index)): int(p.error_code)
+                for t in body.results for p in t.partitions}
+
+    denying = _Denying()
+    assert answer(denying) == {("t", 0): int(ErrorCode.cluster_authorization_failed),
+                               ("u", 3): int(ErrorCode.cluster_authorization_failed)}
+    assert b.lm.get_future_log(*TP) is None
+    from odradek.security.authorizer import ALLOW_ALL
+
+    assert answer(ALLOW_ALL) == {("t", 0): 0, ("u", 3): int(ErrorCode.log_dir_not_found)}
+    assert b.lm.get_future_log(*TP) is not None
+    b.lm.shutdown()
+
+
+def test_a_failed_destination_dir_abandons_the_move(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    p = b.host()
+    produce(p.log, 5)
+    other = next(d.absolute() for d in b.dirs if d.absolute() != p.log.dir.parent)
+    b.mover.alter_replica_log_dirs({TP: str(other)})
+    b.mover.step(TP)
+    b.lm.handle_log_dir_failure(other)  # KIP-112: the destination failed
+    assert b.lm.get_future_log(*TP) is None
+    assert b.mover.step(TP) == "idle" and TP not in b.mover.moving
+    assert len(values(p.log)) == 5  # the partition keeps its current log
+    assert b.mover.alter_replica_log_dirs({TP: str(other)}) == {
+        TP: ErrorCode.kafka_storage_error}
+    b.lm.shutdown()

@@ -140,6 +140,9 @@ class ReplicaAlterLogDirsManager:
         except OSError as exc:  # reported to the failure channel by the log manager
             log.warning("Unable to alter the log dir of %s-%d: %s", tp[0], tp[1], exc)
             return ErrorCode.kafka_storage_error
+        except Exception:  # Kafka's Errors.forException of anything else
+            log.exception("Error while altering the log dir of %s-%d", tp[0], tp[1])
+            return ErrorCode.unknown_server_error
 
     # -- the moves -------------------------------------------------------------------------------
 

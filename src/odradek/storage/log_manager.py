@@ -337,7 +337,7 @@ class LogManager:
             self.topic_configs.pop(topic, None)
         else:
             self.topic_configs[topic] = config
-        for (t, _), log in self._logs.items():
+        for (t, _), log in [*self._logs.items(), *self._future_logs.items()]:
             if t == topic:
                 log.config = self.config_for(topic)
 
