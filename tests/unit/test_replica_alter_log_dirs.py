@@ -370,3 +370,22 @@ def test_a_failed_destination_dir_abandons_the_move(tmp_path: Path) -> None:
     assert b.mover.alter_replica_log_dirs({TP: str(other)}) == {
         TP: ErrorCode.kafka_storage_error}
     b.lm.shutdown()
+
+
+def test_cleaning_pauses_during_a_move_and_its_checkpoint_moves_along(tmp_path: Path) -> None:
+    from odradek.storage.cleaner_manager import CLEANER_OFFSET_CHECKPOINT
+
+    b = Broker(tmp_path)
+    p = b.host()
+    produce(p.log, 6)
+    source = p.log.dir.parent
+    dest = next(d.absolute() for d in b.dirs if d.absolute() != source)
+    cm = b.lm.cleaner_manager
+    cm.update_checkpoints(source, update=(TP, 4))
+    b.mover.alter_replica_log_dirs({TP: str(dest)})
+    assert TP in cm.paused
+    b.run()
+    assert TP not in cm.paused
+    assert OffsetCheckpointFile(dest / CLEANER_OFFSET_CHECKPOINT).read() == {TP: 4}
+    assert OffsetCheckpointFile(source / CLEANER_OFFSET_CHECKPOINT).read() == {}
+    b.lm.shutdown()

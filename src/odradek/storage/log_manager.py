@@ -147,8 +147,9 @@ class LogManager:
         for lg in self._logs.values():
             lg.on_truncated = self._on_truncated
             lg.on_io_error = self.report_io_error
-        for lg in self._future_logs.values():
+        for tp, lg in self._future_logs.items():
             lg.on_io_error = self.report_io_error
+            self.cleaner_manager.paused.add(tp)  # a move resumes: no cleaning until the swap
         if not self.live_log_dirs:
             self.close_without_shutdown()
             raise KafkaStorageError(f"every log dir of {self.log_dirs} is offline")
@@ -424,6 +425,7 @@ class LogManager:
         future.on_io_error = self.report_io_error
         self._future_logs[tp] = future
         self.preferred_log_dirs.pop(tp, None)
+        self.cleaner_manager.paused.add(tp)  # no new cleaning pass of it until the swap
         log.info("Created the future log of %s-%d in %s", topic, partition, path)
         return future
 
@@ -432,6 +434,7 @@ class LogManager:
         future = self._future_logs.pop((topic, partition), None)
         if future is None:
             return False
+        self.cleaner_manager.paused.discard((topic, partition))
         self._remove_log_dir(future, topic, partition)
         return True
 
@@ -496,7 +499,8 @@ class LogManager:
         for d in {source.dir.parent, dest_dir}:
             if d not in self.offline_dirs:
                 self._checkpoint_dir(d)
-                self.cleaner_manager.update_checkpoints(d)
+        self.cleaner_manager.alter_checkpoint_dir(tp, source.dir.parent, dest_dir)
+        self.cleaner_manager.paused.discard(tp)
         log.info("The current replica of %s-%d is replaced with the future replica in %s",
                  topic, partition, dest_dir)
         return new
