@@ -252,6 +252,24 @@ def test_tools_reassign_log_dirs_with_throttle_and_verify(tmp_path: Path) -> Non
                                        "--execute", "--additional", "--reassignment-json-file",
                                        str(plan))
             assert code != 0 and f"Failed to alter dir for {TOPIC}-0-0: LOG_DIR_NOT_FOUND" in out
+            # --cancel of a (slow) move back: the replica stays, the future log goes
+            plan.write_text(json.dumps({"version": 1, "partitions": [
+                {"topic": TOPIC, "partition": 0, "replicas": [0], "log_dirs": [str(source)]}]}))
+            code, out = await cli_tool("reassign-partitions", "--bootstrap-server", bootstrap,
+                                       "--execute", "--reassignment-json-file", str(plan),
+                                       "--replica-alter-log-dirs-throttle", "10000")
+            assert code == 0, out
+            assert lm.get_future_log(TOPIC, 0) is not None
+            code, out = await cli_tool("reassign-partitions", "--bootstrap-server", bootstrap,
+                                       "--cancel", "--reassignment-json-file", str(plan))
+            assert code == 0, out
+            assert out.splitlines()[:2] == [
+                "None of the specified partition reassignments are active.",
+                f"Successfully started log directory move for: {TOPIC}-0-0"], out
+            assert lm.get_future_log(TOPIC, 0) is None and not rm.alter_log_dirs.moving
+            assert lm.get_log(TOPIC, 0).dir == Path(dest) / f"{TOPIC}-0"  # type: ignore[union-attr]
+            await cluster.wait_for(lambda: rm.alter_log_dirs.quota.quota == 2**63 - 1,
+                                   what="throttle cleared by --cancel")
         finally:
             await cluster.stop()
 

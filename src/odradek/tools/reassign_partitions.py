@@ -18,7 +18,8 @@
         (DescribeLogDirs) whether its move is completed or still in progress; once everything
         is done, the throttles are cleared; --wait polls until then, with progress (the bytes
         and offsets left to copy of each log dir move) on stderr
-  --cancel --reassignment-json-file F     cancels the moves (back to the original replicas)
+  --cancel --reassignment-json-file F     cancels the moves (back to the original replicas;
+                                           a log dir move goes back to its current dir)
   --list                                   the ongoing reassignments
 
 --bootstrap-server goes through the admin API (AlterPartitionReassignments,
@@ -693,8 +694,9 @@ async def verify(b: Backend, args: argparse.Namespace) -> list[str]:
 
 
 async def cancel(b: Backend, args: argparse.Namespace) -> list[str]:
-    targets = parse_reassignment_json(_read(args.reassignment_json_file,
-                                            "--reassignment-json-file"))
+    text = _read(args.reassignment_json_file, "--reassignment-json-file")
+    targets = parse_reassignment_json(text)
+    log_dirs = parse_log_dirs(text)
     if not isinstance(b, AdminBackend):
         raise ToolError("--cancel requires --bootstrap-server")
     active = sorted(await b.ongoing(list(targets)))
@@ -710,6 +712,15 @@ async def cancel(b: Backend, args: argparse.Namespace) -> list[str]:
                    + ",".join(tp_name(tp) for tp in active))
     else:
         out.append("None of the specified partition reassignments are active.")
+    # Kafka's cancelAssignment: a log dir move in progress goes back to the current dir (its
+    # future log is dropped)
+    states = await b.log_dir_states(log_dirs) if log_dirs else {}
+    back = {r: st.current for r, st in states.items() if st.kind == "active" and st.current}
+    if back:
+        await execute_moves(b, {r: d for r, d in back.items() if d is not None}, args.timeout,
+                            out)
+    else:
+        out.append("None of the specified partition moves are active.")
     if not args.preserve_throttles:
         out += (await clear_throttles(b, targets))[1:]
     return out
