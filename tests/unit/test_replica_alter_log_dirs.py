@@ -389,3 +389,17 @@ def test_cleaning_pauses_during_a_move_and_its_checkpoint_moves_along(tmp_path: 
     assert OffsetCheckpointFile(dest / CLEANER_OFFSET_CHECKPOINT).read() == {TP: 4}
     assert OffsetCheckpointFile(source / CLEANER_OFFSET_CHECKPOINT).read() == {}
     b.lm.shutdown()
+
+
+def test_dir_names_are_compared_as_absolute_paths(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    b = Broker(tmp_path)
+    b.host()
+    for given in ("", "b", "/", "\x00", str(tmp_path / "b" / ".." / "nope"), "a" * 5000):
+        assert b.mover.alter_replica_log_dirs({TP: given}) == {TP: ErrorCode.log_dir_not_found}
+    monkeypatch.chdir(tmp_path)
+    here = b.parts[TP].log.dir.parent.name  # relative to the working dir, as Kafka's File
+    other = next(d.name for d in b.dirs if d.name != here)
+    assert b.mover.alter_replica_log_dirs({TP: other + "/"}) == {TP: ErrorCode.none}
+    assert b.lm.get_future_log(*TP) is not None
+    b.lm.shutdown()

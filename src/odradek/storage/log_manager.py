@@ -380,12 +380,13 @@ class LogManager:
             del self.preferred_log_dirs[next(iter(self.preferred_log_dirs))]
 
     def check_log_dir(self, log_dir: str | Path) -> Path:
-        """Kafka's isLogDirOnline for AlterReplicaLogDirs: the configured dir (absolute), or
-        LogDirNotFoundError; KafkaStorageError for an offline one."""
-        path = Path(log_dir)
-        if not path.is_absolute():
-            raise LogDirNotFoundError(f"Log dir {log_dir} is not found in the config.")
-        path = Path(os.path.normpath(path))
+        """Kafka's isLogDirOnline for AlterReplicaLogDirs: the configured dir (the path made
+        absolute as Java's getAbsolutePath does), or LogDirNotFoundError; KafkaStorageError for
+        an offline one."""
+        try:
+            path = Path(os.path.abspath(log_dir))
+        except (ValueError, OSError):  # a NUL byte, a vanished working dir
+            raise LogDirNotFoundError(f"Log dir {log_dir} is not found in the config.") from None
         if path not in self.log_dirs:
             raise LogDirNotFoundError(f"Log dir {log_dir} is not found in the config.")
         if path in self.offline_dirs:
