@@ -7,8 +7,9 @@ Cluster-wide defaults live in `/config/brokers/<default>`, one broker's own in
 default, then the static server.properties, then Kafka's default.
 
 Applied at run time: the KIP-73 replication rates (`leader.replication.throttled.rate`,
-`follower.replication.throttled.rate`) and the `log.*` defaults that feed topics without their
-own override (Kafka's DynamicLogConfig), e.g. `log.retention.ms`, `message.max.bytes`,
+`follower.replication.throttled.rate`, and KIP-113's
+`replica.alter.log.dirs.io.max.bytes.per.second`) and the `log.*` defaults that feed topics
+without their own override (Kafka's DynamicLogConfig), e.g. `log.retention.ms`, `message.max.bytes`,
 `min.insync.replicas`, `unclean.leader.election.enable`.
 """
 
@@ -22,6 +23,7 @@ from ..coordination import paths
 from ..coordination.store import CoordinationStore
 from ..storage.log_config import LogConfig
 from .config import DEFS, TOPIC_CONFIG_SYNONYMS, ConfigError, KafkaConfig
+from .replica_alter_log_dirs import ALTER_LOG_DIRS_IO_MAX_BYTES
 from .replica_manager import ReplicaManager
 from .replication_quota import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
 from .topic_configs import TopicConfigs
@@ -35,6 +37,7 @@ DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     {*TOPIC_CONFIG_SYNONYMS.values(), "log.roll.hours", "log.retention.minutes",
      "log.retention.hours", LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE,
+     ALTER_LOG_DIRS_IO_MAX_BYTES,
      # Kafka's DynamicConnectionQuota (server/connection_quotas.py)
      "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}
 ) & frozenset(DEFS)
@@ -151,6 +154,7 @@ class BrokerConfigManager:
         rm = self.replica_manager
         rm.leader_quota.update_quota(eff[LEADER_THROTTLED_RATE])
         rm.follower_quota.update_quota(eff[FOLLOWER_THROTTLED_RATE])
+        rm.alter_log_dirs.quota.update_quota(eff[ALTER_LOG_DIRS_IO_MAX_BYTES])
         new_default = LogConfig.from_props(eff.topic_defaults(), allow_unknown=True)
         old_default = self.topic_configs.defaults
         if new_default != old_default:

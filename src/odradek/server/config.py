@@ -250,6 +250,9 @@ DEFS: dict[str, Def] = {
     # KIP-73 replication quotas (dynamic broker configs; LONG_MAX = unthrottled)
     "leader.replication.throttled.rate": Def(_int, LONG_MAX, _at_least(0), ">= 0"),
     "follower.replication.throttled.rate": Def(_int, LONG_MAX, _at_least(0), ">= 0"),
+    # KIP-113: bytes/s of replica moves between log dirs (dynamic)
+    "replica.alter.log.dirs.io.max.bytes.per.second": Def(_int, LONG_MAX, _at_least(0),
+                                                          ">= 0"),
     "replication.quota.window.num": Def(_int, 11, _at_least(1), ">= 1"),
     "replication.quota.window.size.seconds": Def(_int, 1, _at_least(1), ">= 1"),
     "controller.socket.timeout.ms": Def(_int, 30000, _at_least(1), ">= 1"),

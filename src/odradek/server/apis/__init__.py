@@ -38,6 +38,7 @@ from ..topic_config_manager import TopicConfigManager
 from .acls import AclApis
 from .admin import AdminApis
 from .alter_configs import AlterConfigsApis
+from .alter_replica_log_dirs import AlterReplicaLogDirsApi
 from .api_versions import ApiVersionsApi
 from .client_quotas import ClientQuotaApis
 from .delete_records import DeleteRecordsApi
@@ -98,7 +99,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     31: ("DeleteAcls", 1, 2),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
-    35: ("DescribeLogDirs", 1, 2),  # v0 (same as v1 on the wire): not in the codec (kio)
+    34: ("AlterReplicaLogDirs", 0, 2),  # v0: v1's schema (codec.V0_SAME_WIRE_AS_V1)
+    35: ("DescribeLogDirs", 0, 2),  # v0: v1's schema (codec.V0_SAME_WIRE_AS_V1)
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
@@ -213,6 +215,7 @@ class KafkaApis:
             57: UpdateFeaturesApi(controller, auth).handle,
             60: DescribeClusterApi(metadata_cache, auth).handle,
             61: DescribeProducersApi(replica_manager, metadata_cache, auth).handle,
+            34: AlterReplicaLogDirsApi(replica_manager, auth).handle,
             35: DescribeLogDirsApi(replica_manager, auth).handle,
             65: transactions.handle_describe_transactions,
             66: transactions.handle_list_transactions,
