@@ -144,3 +144,34 @@ def test_followers_replicate_through_incremental_sessions(tmp_path: Path) -> Non
         finally:
             await cluster.stop()
     run(body, 90)
+
+
+def test_odradek_consumer_fetches_in_a_session(tmp_path: Path) -> None:
+    """odradek's consumer: one session with the broker, incremental after the first fetch,
+    every record once across partitions with produces interleaved; a session the broker lost
+    (evicted, restarted) costs one FETCH_SESSION_ID_NOT_FOUND and a full fetch, nothing more."""
+    from odradek.client import AsyncConsumer
+
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c:
+            assert (await c.request(create_topics("oc", 3))).topics[0].error_code == 0
+            conf = {"bootstrap.servers": f"127.0.0.1:{broker.bound_ports[0]}",
+                    "auto.offset.reset": "earliest", "fetch.max.wait.ms": 50}
+            cache = broker.apis.fetch.sessions  # type: ignore[union-attr]
+            async with AsyncConsumer(conf) as consumer:
+                consumer.assign([("oc", p) for p in range(3)])
+                got: list[tuple[int, int, bytes]] = []
+                for i in range(9):
+                    await c.request(produce("oc", i % 3, batch([b"v%d" % i])))
+                    if i == 5:
+                        for sid in list(cache.sessions):
+                            cache.remove(sid)  # as if evicted
+                    deadline = asyncio.get_running_loop().time() + 10
+                    while len(got) <= i and asyncio.get_running_loop().time() < deadline:
+                        got += [(r.partition, r.offset, r.value)
+                                for r in await consumer.poll(0.2)]
+                assert sorted(v for _, _, v in got) == sorted(b"v%d" % i for i in range(9))
+                assert len(got) == 9
+                handler = next(iter(consumer._sessions.values()))  # type: ignore[attr-defined]
+                assert handler.next_metadata.epoch > 1 and len(cache) == 1
+    run(body, 60)
