@@ -341,3 +341,20 @@ def test_incremental_answer_is_subset_in_session(hws: list[int]) -> None:
     assert order[len(order) - len(answered):] == answered  # answered: to the back
     assert isinstance(cache.sessions[sid].partitions, OrderedDict)
 
+
+
+def test_a_session_keeps_to_topic_ids_or_names() -> None:
+    """Kafka 3.1's rule: a session opened by a v13+ request (topic ids) refuses an older one,
+    and the other way round (FETCH_SESSION_TOPIC_ID_ERROR); ids are kept beside the names."""
+    cache: FetchSessionCache[Req] = FetchSessionCache(10)
+    ctx = new_context(cache, 0, INITIAL_EPOCH, {A0: Req(0)}, [], False, 0, {"a": "id-a"}, True)
+    sid = ctx.answer({A0: Res()}, 0).session_id
+    assert cache.sessions[sid].partitions[A0].topic_id == "id-a"
+    ctx = new_context(cache, sid, 1, {A0: Req(1)}, [], False, 0)
+    assert ctx.answer({}, 0).error == ErrorCode.fetch_session_topic_id_error
+    ctx = new_context(cache, sid, 1, {B0: Req(0)}, [], False, 0, {"b": "id-b"}, True)
+    assert ctx.answer({A0: Res(), B0: Res()}, 0).error == ErrorCode.none
+    assert cache.sessions[sid].partitions[B0].topic_id == "id-b"
+    named = full(cache, {A0: Req(0)}, {A0: Res()})
+    ctx = new_context(cache, named, 1, {}, [], False, 0, {"a": "id-a"}, True)
+    assert ctx.answer({}, 0).error == ErrorCode.fetch_session_topic_id_error

@@ -126,13 +126,14 @@ class FetchSession(Generic[R]):
     the cache's bookkeeping (privileged = a follower's, last used, size at last touch)."""
 
     __slots__ = ("cached_size", "creation_ms", "epoch", "id", "last_used_ms", "partitions",
-                 "privileged")
+                 "privileged", "uses_topic_ids")
 
     def __init__(self, session_id: int, privileged: bool,
-                 partitions: OrderedDict[TopicPartition, CachedPartition[R]], now_ms: int
-                 ) -> None:
+                 partitions: OrderedDict[TopicPartition, CachedPartition[R]], now_ms: int,
+                 uses_topic_ids: bool = False) -> None:
         self.id = session_id
         self.privileged = privileged
+        self.uses_topic_ids = uses_topic_ids  # opened by a v13+ request (KIP-516)
         self.partitions = partitions
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
@@ -160,6 +161,8 @@ class FetchSession(Generic[R]):
                 added.append(tp)
             else:
                 cached.request = req
+                if topic_ids:
+                    cached.topic_id = topic_ids.get(tp[0])
                 updated.append(tp)
         for tp in to_forget:
             if self.partitions.pop(tp, None) is not None:
@@ -199,12 +202,14 @@ class FetchSessionCache(Generic[R]):
 
     def maybe_create_session(self, now_ms: int, privileged: bool, size: int,
                              partitions: Callable[[], OrderedDict[TopicPartition,
-                                                                  CachedPartition[R]]]) -> int:
+                                                                  CachedPartition[R]]],
+                             uses_topic_ids: bool = False) -> int:
         """A new session's id, or 0 when there is no slot and nothing may be evicted."""
         if len(self.sessions) >= self.max_entries \
                 and not self.try_evict(privileged, (privileged, size, 0), now_ms):
             return INVALID_SESSION_ID
-        session = FetchSession(self.new_session_id(), privileged, partitions(), now_ms)
+        session = FetchSession(self.new_session_id(), privileged, partitions(), now_ms,
+                               uses_topic_ids)
         self.sessions[session.id] = session
         self.touch(session, now_ms)
         return session.id
@@ -310,8 +315,10 @@ class FullFetchContext(FetchContext[R, P]):
     answered) if the cache has or frees a slot."""
 
     def __init__(self, cache: FetchSessionCache[R], fetch_data: Mapping[TopicPartition, R],
-                 privileged: bool, topic_ids: Mapping[str, Any] | None = None) -> None:
+                 privileged: bool, topic_ids: Mapping[str, Any] | None = None,
+                 uses_topic_ids: bool = False) -> None:
         self.cache = cache
+        self.uses_topic_ids = uses_topic_ids
         self.fetch_data = fetch_data
         self.privileged = privileged
         self.topic_ids = topic_ids
@@ -331,7 +338,7 @@ class FullFetchContext(FetchContext[R, P]):
                 out[tp] = c
             return out
         sid = self.cache.maybe_create_session(now_ms, self.privileged, len(self.fetch_data),
-                                              cached)
+                                              cached, self.uses_topic_ids)
         return FetchAnswer(ErrorCode.none, sid, results)
 
 
@@ -370,22 +377,26 @@ class IncrementalFetchContext(FetchContext[R, P]):
 
 def new_context(cache: FetchSessionCache[R], session_id: int, epoch: int,
                 fetch_data: Mapping[TopicPartition, R], to_forget: Iterable[TopicPartition],
-                is_follower: bool, now_ms: int, topic_ids: Mapping[str, Any] | None = None
-                ) -> FetchContext[R, Any]:
+                is_follower: bool, now_ms: int, topic_ids: Mapping[str, Any] | None = None,
+                uses_topic_ids: bool = False) -> FetchContext[R, Any]:
     """Kafka's FetchManager.newContext: which context a request gets, updating the cache (a
     full fetch closes the session it names; an incremental one updates its session, moves the
-    epoch and touches it)."""
+    epoch and touches it). `uses_topic_ids`: the request is v13+ (topics by id); a session
+    opened by one kind of request refuses the other (FETCH_SESSION_TOPIC_ID_ERROR, Kafka
+    3.1's rule)."""
     if is_full(epoch):
         if session_id != INVALID_SESSION_ID:
             cache.remove(session_id)
         if epoch == FINAL_EPOCH:
             return SessionlessFetchContext(fetch_data)
-        return FullFetchContext(cache, fetch_data, is_follower, topic_ids)
+        return FullFetchContext(cache, fetch_data, is_follower, topic_ids, uses_topic_ids)
     session = cache.get(session_id)
     if session is None:
         return SessionErrorContext(ErrorCode.fetch_session_id_not_found)
     if session.epoch != epoch:
         return SessionErrorContext(ErrorCode.invalid_fetch_session_epoch)
+    if session.uses_topic_ids != uses_topic_ids:
+        return SessionErrorContext(ErrorCode.fetch_session_topic_id_error)
     session.update(fetch_data, to_forget, topic_ids)
     if not session.partitions:
         cache.remove(session)

@@ -103,15 +103,18 @@ def forgotten(request: Any) -> list[TopicPartition]:
 
 def fetch_context(sessions: FetchSessionCache[FetchRequestPartition] | None, request: Any,
                   data: Mapping[TopicPartition, FetchRequestPartition], now_ms: int,
-                  topic_ids: Mapping[str, Any] | None = None) -> FetchContext[Any, Any]:
+                  version: int, topic_ids: Mapping[str, Any] | None = None
+                  ) -> FetchContext[Any, Any]:
     """The request's session step (v7+ carry a session id and epoch; older ones, and a broker
-    without a cache, are sessionless)."""
+    without a cache, are sessionless). `topic_ids`: name -> id of a v13+ request's topics,
+    stored beside the session's partitions."""
     session_id = getattr(request, "session_id", INVALID_SESSION_ID)
     epoch = getattr(request, "session_epoch", FINAL_EPOCH)
     if sessions is None:  # sessions declined: answer fully, session id 0
         session_id, epoch, sessions = INVALID_SESSION_ID, FINAL_EPOCH, FetchSessionCache(0)
     return new_context(sessions, session_id, epoch, data,
-                       forgotten(request), request.replica_id >= 0, now_ms, topic_ids)
+                       forgotten(request), request.replica_id >= 0, now_ms, topic_ids,
+                       version >= 13)
 
 
 def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, request: Any,
@@ -119,7 +122,7 @@ def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, 
             sessions: FetchSessionCache[FetchRequestPartition] | None = None,
             clock_ms: Callable[[], int] = _monotonic_ms) -> Response | Awaitable[Response]:
     version = header.request_api_version
-    context = fetch_context(sessions, request, fetch_data(request), clock_ms())
+    context = fetch_context(sessions, request, fetch_data(request), clock_ms(), version)
     to_read = context.partitions()
     requests: dict[TopicPartition, FetchRequestPartition] = {}
     refused: dict[TopicPartition, FetchResult] = {}
