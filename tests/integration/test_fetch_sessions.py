@@ -89,8 +89,11 @@ def test_consumer_session_over_the_wire(tmp_path: Path) -> None:
             for epoch in (4, 6, 2**31 - 1):
                 r = await c.request(session_fetch(sid, epoch, {("s", 0): 0}))
                 assert r.error_code == ErrorCode.invalid_fetch_session_epoch and not r.responses
-            r = await c.request(session_fetch(sid + 1, 1, {}))
-            assert r.error_code == ErrorCode.fetch_session_id_not_found
+            for bad_id, epoch in ((sid + 1, 1), (0, 3), (-7, 2), (sid, -5)):
+                r = await c.request(session_fetch(bad_id, epoch, {("s", 0): 0}))
+                assert r.error_code in (ErrorCode.fetch_session_id_not_found,
+                                        ErrorCode.invalid_fetch_session_epoch), (bad_id, epoch)
+                assert not r.responses and r.session_id == 0
             r = await c.request(session_fetch(sid, 5, {("s", 2): 3}))
             assert r.error_code == 0 and answered(r) == {}
             assert cache.sessions[sid].partitions.keys() == {("s", 1), ("s", 2)}

@@ -152,6 +152,24 @@ def test_answer_after_a_newer_request_is_invalid_epoch() -> None:
     assert second.throttled().partitions == {}
 
 
+def test_preview_and_throttled_answers_change_nothing() -> None:
+    """A quota-throttled consumer's answer (Kafka's getResponseSize, then
+    getThrottledResponse): the preview names what would go, and after the empty throttled
+    answer the session still owes the client that news."""
+    cache: FetchSessionCache[Req] = FetchSessionCache(10)
+    sid = full(cache, {A0: Req(0), B0: Req(0)}, {A0: Res(), B0: Res()})
+    news = {A0: Res(high_watermark=4), B0: Res()}
+    ctx = new_context(cache, sid, 1, {}, [], False, 0)
+    assert ctx.preview(news) == {A0: Res(high_watermark=4)}
+    throttled = ctx.throttled()
+    assert (throttled.error, throttled.session_id, throttled.partitions) == (0, sid, {})
+    ctx = new_context(cache, sid, 2, {}, [], False, 0)
+    assert ctx.answer(news, 0).partitions == {A0: Res(high_watermark=4)}
+    ctx = new_context(cache, 0, INITIAL_EPOCH, {A0: Req(0)}, [], False, 0)
+    assert ctx.preview({A0: Res()}) == {A0: Res()} and ctx.throttled().session_id == 0
+    assert len(cache) == 1  # a throttled full fetch opens no session
+
+
 def test_eviction_rules() -> None:
     cache: FetchSessionCache[Req] = FetchSessionCache(2)
     small = full(cache, {A0: Req(0)}, {A0: Res()}, now=0)

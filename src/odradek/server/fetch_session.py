@@ -283,8 +283,14 @@ class FetchContext(Generic[R, P]):
     def answer(self, results: dict[TopicPartition, P], now_ms: int) -> FetchAnswer[P]:
         raise NotImplementedError
 
+    def preview(self, results: dict[TopicPartition, P]) -> dict[TopicPartition, P]:
+        """What `answer` would send, changing nothing (Kafka's getResponseSize: a quota
+        decides on this before the session is updated)."""
+        return results
+
     def throttled(self) -> FetchAnswer[P]:
-        """Kafka's getThrottledResponse: no partitions (a quota-throttled consumer)."""
+        """Kafka's getThrottledResponse: no partitions (a quota-throttled consumer); the
+        session keeps what it last sent, so nothing of this answer is lost."""
         return FetchAnswer(ErrorCode.none, INVALID_SESSION_ID, {})
 
 
@@ -297,6 +303,9 @@ class SessionErrorContext(FetchContext[R, P]):
 
     def answer(self, results: dict[TopicPartition, P], now_ms: int) -> FetchAnswer[P]:
         return FetchAnswer(self.error, INVALID_SESSION_ID, {})
+
+    def preview(self, results: dict[TopicPartition, P]) -> dict[TopicPartition, P]:
+        return {}
 
 
 class SessionlessFetchContext(FetchContext[R, P]):
@@ -368,6 +377,13 @@ class IncrementalFetchContext(FetchContext[R, P]):
                 out[tp] = r
                 parts.move_to_end(tp)  # answered: to the back of the line
         return FetchAnswer(ErrorCode.none, session.id, out)
+
+    def preview(self, results: dict[TopicPartition, P]) -> dict[TopicPartition, P]:
+        if not self._current():
+            return {}
+        parts = self.session.partitions
+        return {tp: r for tp, r in results.items()
+                if tp in parts and parts[tp].must_respond(r, update=False)}  # type: ignore
 
     def throttled(self) -> FetchAnswer[P]:
         if not self._current():
