@@ -178,3 +178,39 @@ def test_odradek_consumer_fetches_in_a_session(tmp_path: Path) -> None:
                 handler = next(iter(consumer._sessions.values()))  # type: ignore[attr-defined]
                 assert handler.next_metadata.epoch > 1 and len(cache) == 1
     run(body, 60)
+
+
+def test_quota_throttled_answers_leave_the_session_owing_its_news(tmp_path: Path) -> None:
+    """A throttled consumer (KIP-219) gets an empty answer with its throttle time; the quota
+    saw the size of what would have gone, and that news comes in the next answer."""
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c:
+            assert (await c.request(create_topics("q", 2))).topics[0].error_code == 0
+            fetch_api = broker.apis.fetch  # type: ignore[union-attr]
+            sizes: list[int] = []
+            throttle_ms = [0]
+
+            def quota(header: Any, conn: Any, size: int) -> int:
+                sizes.append(size)
+                return throttle_ms[0]
+            fetch_api.fetch_throttle = quota
+            every = {("q", 0): 0, ("q", 1): 0}
+            sid = (await c.request(session_fetch(0, 0, every))).session_id
+            assert sid != 0
+            await c.request(produce("q", 1, batch([b"x" * 500])))
+            throttle_ms[0] = 250
+            r = await c.request(session_fetch(sid, 1, {}))
+            assert (r.error_code, r.session_id, r.responses) == (0, sid, ())
+            assert r.throttle_time == datetime.timedelta(milliseconds=250)
+            assert sizes[-1] > 500  # the record it would have sent counted
+            throttle_ms[0] = 0
+            r = await c.request(session_fetch(sid, 2, {}))
+            got = answered(r)
+            assert list(got) == [("q", 1)] and got[("q", 1)].high_watermark == 1
+            assert got[("q", 1)].records
+            # a throttled full fetch opens no session
+            throttle_ms[0] = 100
+            r = await c.request(session_fetch(0, 0, every))
+            assert r.session_id == 0 and not r.responses
+            assert len(fetch_api.sessions) == 1
+    run(body, 60)

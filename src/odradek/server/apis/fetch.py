@@ -44,6 +44,9 @@ from .authz import allowed, allowed_names
 TopicPartition = tuple[str, int]
 #: the topics (of those asked) a request may not read
 Deny = Callable[[Iterable[str]], frozenset[str]]
+#: a consumer's quota (KIP-219): given the answer's size in bytes, the throttle time in ms
+#: (0: not throttled); it records the size and mutes the connection itself
+Throttle = Callable[[int], int]
 
 
 def _monotonic_ms() -> int:
@@ -54,7 +57,8 @@ class FetchApi:
     def __init__(self, replica_manager: ReplicaManager, fetch_max_bytes: int,
                  authorizer: Authorizer = ALLOW_ALL, topic_stats: TopicStats | None = None,
                  session_slots: int = DEFAULT_SLOTS,
-                 clock_ms: Callable[[], int] = _monotonic_ms) -> None:
+                 clock_ms: Callable[[], int] = _monotonic_ms,
+                 fetch_throttle: Callable[[Any, Connection, int], int] | None = None) -> None:
         self.replica_manager = replica_manager
         # BytesOutPerSec (consumers), ReplicationBytesOutPerSec (followers), failed fetches
         self.topic_stats = topic_stats if topic_stats is not None else TopicStats()
@@ -64,6 +68,9 @@ class FetchApi:
         self.sessions: FetchSessionCache[FetchRequestPartition] = FetchSessionCache(
             session_slots)
         self.clock_ms = clock_ms
+        # client quotas: (header, conn, answer size) -> throttle ms, asked before the session
+        # is updated (Kafka's getResponseSize, then getThrottledResponse when throttled)
+        self.fetch_throttle = fetch_throttle
 
     def handle(self, header: Any, request: Any, conn: Connection
                ) -> Response | Awaitable[Response]:
@@ -80,8 +87,13 @@ class FetchApi:
                 return frozenset(names) - allowed_names(auth, conn, AclOperation.READ,
                                                         ResourceType.TOPIC, names,
                                                         request_name="Fetch")
+        quota = self.fetch_throttle
+        throttle: Throttle | None = None
+        if quota is not None and request.replica_id < 0:
+            def throttle(size: int) -> int:
+                return quota(header, conn, size)
         return _handle(self.replica_manager, self.fetch_max_bytes, header, request, deny,
-                       self.topic_stats, self.sessions, self.clock_ms)
+                       self.topic_stats, self.sessions, self.clock_ms, throttle)
 
 
 def fetch_data(request: Any) -> dict[TopicPartition, FetchRequestPartition]:
@@ -120,7 +132,8 @@ def fetch_context(sessions: FetchSessionCache[FetchRequestPartition] | None, req
 def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, request: Any,
             deny: Deny | None = None, stats: TopicStats | None = None,
             sessions: FetchSessionCache[FetchRequestPartition] | None = None,
-            clock_ms: Callable[[], int] = _monotonic_ms) -> Response | Awaitable[Response]:
+            clock_ms: Callable[[], int] = _monotonic_ms, throttle: Throttle | None = None
+            ) -> Response | Awaitable[Response]:
     version = header.request_api_version
     context = fetch_context(sessions, request, fetch_data(request), clock_ms(), version)
     to_read = context.partitions()
@@ -134,7 +147,7 @@ def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, 
             requests[tp] = req
     follower = request.replica_id >= 0
     respond = _Responder(version, header.correlation_id, context, refused, stats, follower,
-                         clock_ms)
+                         clock_ms, throttle)
     if not requests:
         return respond({})
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
@@ -156,11 +169,13 @@ class _Responder:
     refused partitions added, the session's filter, stats, encoding."""
 
     __slots__ = ("clock_ms", "context", "correlation_id", "follower", "refused", "stats",
-                 "version")
+                 "throttle", "version")
 
     def __init__(self, version: int, correlation_id: int, context: FetchContext[Any, Any],
                  refused: dict[TopicPartition, FetchResult], stats: TopicStats | None,
-                 follower: bool, clock_ms: Callable[[], int]) -> None:
+                 follower: bool, clock_ms: Callable[[], int],
+                 throttle: Throttle | None = None) -> None:
+        self.throttle = throttle
         self.version = version
         self.correlation_id = correlation_id
         self.context = context
@@ -172,7 +187,16 @@ class _Responder:
     def __call__(self, results: dict[TopicPartition, FetchResult]) -> list[Any]:
         if self.refused:
             results = {**results, **self.refused}
-        answer = self.context.answer(results, self.clock_ms())
+        context = self.context
+        if self.throttle is not None:  # a consumer under quotas: the size decides first
+            size = _frame_size(_respond(self.version, self.correlation_id,
+                                        context.preview(results)))
+            throttle_ms = self.throttle(size)
+            if throttle_ms > 0:  # an empty answer; the session still owes this one's news
+                empty = context.throttled()
+                return _respond(self.version, self.correlation_id, {}, empty.error,
+                                empty.session_id, throttle_ms)
+        answer = context.answer(results, self.clock_ms())
         stats = self.stats
         if stats is not None and stats.enabled:
             _record(stats, answer.partitions, self.follower)
@@ -196,7 +220,7 @@ def _record(stats: TopicStats, results: dict[TopicPartition, FetchResult],
 
 
 def _respond(version: int, correlation_id: int, results: dict[TopicPartition, FetchResult],
-             error_code: int = 0, session_id: int = 0) -> list[Any]:
+             error_code: int = 0, session_id: int = 0, throttle_time_ms: int = 0) -> list[Any]:
     # one entry per topic (an incremental answer's order may interleave topics)
     topics: dict[str, list[PartitionData]] = {}
     for (topic, index), r in results.items():
@@ -208,4 +232,10 @@ def _respond(version: int, correlation_id: int, results: dict[TopicPartition, Fe
             r.regions, r.size, preferred_read_replica=r.preferred_read_replica,
             aborted_transactions=r.aborted_transactions))
     return encode_fetch_response(version, correlation_id, list(topics.items()),
+                                 throttle_time_ms=throttle_time_ms,
                                  error_code=int(error_code), session_id=session_id)
+
+
+def _frame_size(parts: list[Any]) -> int:
+    return sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size
+               for p in parts)
