@@ -371,6 +371,8 @@ class Broker:
             lambda: self.controller is not None and self.controller.is_active,
             lambda: self.controller.ctx if self.controller is not None else None)
         metrics.register_groups(lambda: coordinator.manager.groups.values())
+        if self.apis is not None:
+            metrics.register_fetch_sessions(self.apis.fetch.sessions)
 
     def _txn_marker_destination(self, tp: TopicPartition) -> Destination | None:
         """Where the transaction markers of `tp` go (Kafka's getPartitionLeaderEndpoint on the

@@ -232,6 +232,8 @@ DEFS: dict[str, Def] = {
     "quota.producer.default": Def(_int, LONG_MAX, _at_least(1), ">= 1"),
     "quota.consumer.default": Def(_int, LONG_MAX, _at_least(1), ">= 1"),
     "fetch.max.bytes": Def(_int, 57671680, _at_least(1024), ">= 1024"),
+    # KIP-227: fetch sessions the broker keeps (server/fetch_session.py)
+    "max.incremental.fetch.session.cache.slots": Def(_int32, 1000, _at_least(0), ">= 0"),
     "min.insync.replicas": Def(_int32, 1, _at_least(1), ">= 1"),
     "unclean.leader.election.enable": Def(_bool, False),
     "replica.lag.time.max.ms": Def(_int, 10000, _at_least(1), ">= 1"),

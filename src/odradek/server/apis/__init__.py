@@ -166,9 +166,11 @@ class KafkaApis:
         scram = ScramCredentialApis(store, cache, auth)
         self.interbroker = InterBrokerApis(replica_manager, metadata_cache, topic_config_manager,
                                            controller, flush_checkpoints, auth)
+        self.fetch = FetchApi(replica_manager, config["fetch.max.bytes"], auth, topic_stats,
+                              config["max.incremental.fetch.session.cache.slots"])
         self.handlers: dict[int, HandlerFn] = {
             0: ProduceApi(replica_manager, auth).handle,
-            1: FetchApi(replica_manager, config["fetch.max.bytes"], auth, topic_stats).handle,
+            1: self.fetch.handle,
             2: ListOffsetsApi(replica_manager, auth).handle,
             3: MetadataApi(metadata_cache, config["auto.create.topics.enable"],
                            admin_manager.auto_create_topics, auth).handle,
