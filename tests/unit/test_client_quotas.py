@@ -45,7 +45,6 @@ from odradek.server.quota_sensor import QuotaRate, record_and_throttle, throttle
 from odradek.server.request_throttler import (
     response_size,
     throttle_offset,
-    throttled_fetch_response,
     with_throttle_time,
 )
 
@@ -322,14 +321,19 @@ def test_produce_throttle_is_the_last_field(version: int) -> None:
     assert throttle_offset(0, version, frame) is not None
 
 
-@pytest.mark.parametrize("version", [4, 7, 11, 12])
-def test_throttled_fetch_is_empty_with_error_and_session(version: int) -> None:
+@pytest.mark.parametrize("version", [4, 7, 11, 12, 13, 16])
+def test_fetch_throttle_time_is_read_and_patched_in_place(version: int) -> None:
+    # the request quota patches a Fetch answer after the fact; a bandwidth-throttled answer
+    # (already carrying its time, from the Fetch API's session step) is left alone
     from odradek.protocol.fetch_response import encode_fetch_response
+    from odradek.server.request_throttler import _throttle_time
 
     original = encode_fetch_response(version, 9, [], error_code=0, session_id=55)
-    out = throttled_fetch_response(version, 9, original, 300)
-    assert out == encode_fetch_response(version, 9, [], throttle_time_ms=300,
-                                        session_id=55 if version >= 7 else 0)
+    assert _throttle_time(version, original) == 0
+    patched = with_throttle_time(1, version, original, 300)
+    assert _throttle_time(version, patched) == 300
+    assert b"".join(patched) == b"".join(encode_fetch_response(
+        version, 9, [], throttle_time_ms=300, error_code=0, session_id=55))
 
 
 # -- connection limits (ConnectionQuotas) ----------------------------------------------------

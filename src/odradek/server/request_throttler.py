@@ -32,7 +32,6 @@ from typing import Any
 
 from ..common.sanitizer import sanitize_user
 from ..protocol.codec import request_class, response_class
-from ..protocol.fetch_response import encode_fetch_response
 from .client_quota_manager import QuotaManagers
 from .network import Connection, Response
 
@@ -167,25 +166,19 @@ def with_throttle_time(api_key: int, version: int, response: Response, throttle_
     return response
 
 
+def _throttle_time(version: int, response: Response) -> int:
+    """A Fetch response's throttle_time_ms as encoded (0 when it can't be read)."""
+    where = throttle_field(FETCH, version)
+    if where is None or where[0] != "start":
+        return 0
+    head = _head(response, where[1] + 4)
+    return _INT32.unpack_from(head, where[1])[0] if len(head) >= where[1] + 4 else 0
+
+
 def response_size(response: Response) -> int:
     """The response frame's size (its size prefix)."""
     head = _head(response, 4)
     return int(_INT32.unpack_from(head, 0)[0]) if len(head) == 4 else 0
-
-
-def throttled_fetch_response(version: int, correlation_id: int, response: Response,
-                             throttle_ms: int) -> Response:
-    """A throttled consumer's fetch: no partitions, the original error and session id
-    (Kafka's FetchContext.getThrottledResponse)."""
-    error, session = 0, 0
-    if version >= 7:
-        head = _head(response)
-        off = 4 + 4 + (1 if version >= 12 else 0) + 4
-        if len(head) >= off + 6:
-            error = _INT16.unpack_from(head, off)[0]
-            session = _INT32.unpack_from(head, off + 2)[0]
-    return encode_fetch_response(version, correlation_id, [], throttle_time_ms=throttle_ms,
-                                 error_code=error, session_id=session)
 
 
 def _wall_ms() -> int:
@@ -223,6 +216,22 @@ class RequestThrottler:
         return dataclasses.replace(request, max_bytes=cap,
                                    min_bytes=min(request.min_bytes, cap))
 
+    def fetch_throttle(self, header: Any, conn: Connection, size: int) -> int:
+        """A consumer's Fetch answer of `size` bytes against consumer_byte_rate, asked by the
+        Fetch API before its fetch session is updated (Kafka's handleFetchRequest: record,
+        and when throttled unrecord, mute the channel and answer the throttled, empty
+        response). Returns the throttle time in ms (0: answer as read)."""
+        quotas = self.quotas
+        if not quotas.fetch.quotas_enabled or not conn.authenticated:
+            return 0
+        user, client_id = self._who(conn, header)
+        now = self.clock_ms()
+        throttle = quotas.fetch.record_and_get_throttle_ms(user, client_id, size, now)
+        if throttle > 0:
+            quotas.fetch.unrecord(user, client_id, size, now)
+            conn.throttle(throttle)
+        return throttle
+
     def complete(self, api_key: int, header: Any, request: Any, conn: Connection,
                  request_size: int, thread_ns: int, result: Response | Awaitable[Response]
                  ) -> Response | Awaitable[Response]:
@@ -256,15 +265,12 @@ class RequestThrottler:
         request_throttle = quotas.request.record_and_get_throttle_ms(
             user, client_id, thread_ns * NANOS_TO_PERCENTAGE, now)
         if api_key == FETCH:
-            size = response_size(response)
-            bandwidth = quotas.fetch.record_and_get_throttle_ms(user, client_id, size, now)
-            throttle = max(bandwidth, request_throttle)
-            if throttle > 0:
-                quotas.fetch.unrecord(user, client_id, size, now)
-                conn.throttle(throttle)
-                return throttled_fetch_response(version, header.correlation_id, response,
-                                                throttle)
-            return response
+            # the byte rate was decided by fetch_throttle before the session moved on; a
+            # throttled answer already carries its throttle time and is empty
+            if request_throttle <= 0 or _throttle_time(version, response) > 0:
+                return response
+            conn.throttle(request_throttle)
+            return with_throttle_time(api_key, version, response, request_throttle)
         throttle = max(bandwidth, request_throttle)
         if throttle <= 0:
             return response

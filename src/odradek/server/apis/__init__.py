@@ -167,7 +167,8 @@ class KafkaApis:
         self.interbroker = InterBrokerApis(replica_manager, metadata_cache, topic_config_manager,
                                            controller, flush_checkpoints, auth)
         self.fetch = FetchApi(replica_manager, config["fetch.max.bytes"], auth, topic_stats,
-                              config["max.incremental.fetch.session.cache.slots"])
+                              config["max.incremental.fetch.session.cache.slots"],
+                              fetch_throttle=self.throttler.fetch_throttle)
         self.handlers: dict[int, HandlerFn] = {
             0: ProduceApi(replica_manager, auth).handle,
             1: self.fetch.handle,
