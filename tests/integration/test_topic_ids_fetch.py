@@ -32,19 +32,22 @@ from tests.wire import WireClient
 
 def fetch_by_id(topics: dict[uuid.UUID, list[int]], version: int, offset: int = 0,
                 last_fetched_epoch: int = -1, current_leader_epoch: int = -1,
-                max_wait_ms: int = 0) -> Any:
+                max_wait_ms: int = 0, session: tuple[int, int] = (0, -1),
+                forget: dict[uuid.UUID, list[int]] | None = None) -> Any:
     m = req_module(1, version)
     state = {"replica_state": m.ReplicaState(replica_id=-1)} if version >= 15 else {}
     return make(
         m.FetchRequest, cluster_id=None, replica_id=-1, **state,
         max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 20,
-        isolation_level=0, session_id=0, session_epoch=-1,
+        isolation_level=0, session_id=session[0], session_epoch=session[1],
         topics=tuple(make(m.FetchTopic, topic_id=tid, partitions=tuple(
             make(m.FetchPartition, partition=p, current_leader_epoch=current_leader_epoch,
                  fetch_offset=offset, last_fetched_epoch=last_fetched_epoch,
                  log_start_offset=-1, partition_max_bytes=1 << 20) for p in parts))
             for tid, parts in topics.items()),
-        forgotten_topics_data=(), rack_id="")
+        forgotten_topics_data=tuple(make(m.ForgottenTopic, topic_id=tid, partitions=tuple(ps))
+                                    for tid, ps in (forget or {}).items()),
+        rack_id="")
 
 
 def epoch_end(topic: str, current_leader_epoch: int, leader_epoch: int) -> Any:
@@ -300,4 +303,38 @@ def test_delete_topics_by_id(tmp_path: Path) -> None:
             got = {r.topic_id: (r.name, r.error_code) for r in d.responses}
             assert got == {ids["a"]: ("a", ErrorCode.none),
                            unknown: (None, ErrorCode.unknown_topic_id)}
+    run(body)
+
+
+def test_fetch_session_by_topic_id(tmp_path: Path) -> None:
+    """A v16 fetch session (KIP-227 with ids): the incremental answer names by id a partition
+    the request did not repeat, forgetting by id drops it, an unknown id in an incremental
+    request is UNKNOWN_TOPIC_ID, and a v12 request in the v16 session is
+    FETCH_SESSION_TOPIC_ID_ERROR."""
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c:
+            await c.request(create_topics("t", 2))
+            tid = await topic_id(c, "t")
+            r = await c.request(fetch_by_id({tid: [0, 1]}, 16, session=(0, 0)))
+            sid = r.session_id
+            assert sid != 0 and set(answers(r)) == {(tid, 0), (tid, 1)}
+            await c.request(produce("t", 1, batch([b"x"])))
+            r = await c.request(fetch_by_id({}, 16, session=(sid, 1)))
+            assert set(answers(r)) == {(tid, 1)}  # only the news, named by id
+            assert values(answers(r)[(tid, 1)].records) == [b"x"]
+            unknown = uuid.uuid4()
+            r = await c.request(fetch_by_id({unknown: [0]}, 16, session=(sid, 2),
+                                            forget={tid: [1]}))
+            assert r.error_code == ErrorCode.none
+            assert answers(r)[(unknown, 0)].error_code == ErrorCode.unknown_topic_id
+            await c.request(produce("t", 1, batch([b"y"])))
+            r = await c.request(fetch_by_id({}, 16, session=(sid, 3)))
+            assert (tid, 1) not in answers(r)  # forgotten
+            m = req_module(1, 12)
+            old = make(m.FetchRequest, cluster_id=None, replica_id=-1,
+                       max_wait=datetime.timedelta(0), min_bytes=1, max_bytes=1 << 20,
+                       isolation_level=0, session_id=sid, session_epoch=4, topics=(),
+                       forgotten_topics_data=(), rack_id="")
+            r = await c.request(old)
+            assert r.error_code == ErrorCode.fetch_session_topic_id_error
     run(body)

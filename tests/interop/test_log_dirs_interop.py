@@ -96,3 +96,61 @@ def test_log_dirs_tool(broker_factory: Callable[..., BrokerProcess]) -> None:
     assert code == 0, err
     assert all(d["partitions"] == [] for d in json.loads(out.splitlines()[2])["brokers"][0]
                ["logDirs"])
+
+
+def test_kafka_python_alter_replica_log_dirs(broker_factory: Callable[..., BrokerProcess]
+                                             ) -> None:
+    """kafka-python's KafkaAdminClient.alter_replica_log_dirs (AlterReplicaLogDirs, key 34)
+    moves every partition of a topic to the other log dir; describe_log_dirs then shows them
+    there (no future replica left). A dir the broker does not have: LogDirNotFoundError."""
+    import time
+
+    from kafka import errors
+    from kafka.admin import KafkaAdminClient
+
+    b, dirs = make_broker(broker_factory)
+    assert b.bootstrap is not None
+    topic = f"alterdirs-{uuid.uuid4().hex[:6]}"
+    write(b.bootstrap, topic, partitions=2, n=200)
+    admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+    try:
+        def where() -> dict[tuple[int, bool], str]:
+            out = {}
+            for d in admin.describe_log_dirs()[0]["log_dirs"]:
+                for t in d["topics"]:
+                    if t["name"] == topic:
+                        for p in t["partitions"]:
+                            out[(p["partition_index"], p["is_future_key"])] = d["log_dir"]
+            return out
+
+        before = where()
+        target = {p: next(d for d in dirs if d != before[(p, False)]) for p in (0, 1)}
+        result = admin.alter_replica_log_dirs({(topic, p, 0): target[p] for p in (0, 1)})
+        assert {(r.topic, r.partition, r.broker_id): e for r, e in result.items()} == {
+            (topic, 0, 0): errors.NoError, (topic, 1, 0): errors.NoError}
+        deadline = time.monotonic() + 30
+        while where() != {(p, False): target[p] for p in (0, 1)}:
+            assert time.monotonic() < deadline, where()
+            time.sleep(0.1)
+        bad = admin.alter_replica_log_dirs({(topic, 0, 0): str(b.workdir / "nowhere"),
+                                            (topic, 7, 0): target[0]})
+        assert {r.partition: e for r, e in bad.items()} == {
+            0: errors.LogDirNotFoundError, 7: errors.UnknownTopicOrPartitionError}
+    finally:
+        admin.close()
+    # everything written is still there, read by a real consumer from the moved logs
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g-" + topic,
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 200 and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        assert sorted(got) == sorted(b"v%d" % i for i in range(200))
+    finally:
+        c.close()

@@ -198,30 +198,32 @@ def test_tool_formats_entries_like_kafka() -> None:
         "DEFAULT_CONFIG:log.retention.ms=604800000}")
 
 
-def _args(**kw: object) -> argparse.Namespace:
-    base = dict(describe=False, alter=False, bootstrap_server="h:1", entity_type="topics",
-                entity_name=None, entity_default=False, add_config=[], add_config_file=None,
-                delete_config=[], all=False, command_config=None)
-    base.update(kw)
-    return argparse.Namespace(**base)
+def _args(*argv: str) -> argparse.Namespace:
+    """The tool's own parser, so the test sees what `odradek configs ARGV` gets."""
+    parser = argparse.ArgumentParser()
+    tool.add_parser(parser.add_subparsers())
+    return parser.parse_args(["configs", *argv])
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    ({}, "exactly one action"),
-    ({"describe": True, "alter": True}, "exactly one action"),
-    ({"describe": True, "entity_type": "clients"}, "Invalid entity type clients"),
-    ({"describe": True, "entity_type": "users", "entity_default": True},
-     "not supported with --entity-type users"),
-    ({"describe": True, "bootstrap_server": None, "zookeeper": "zk:2181"},
-     "--zookeeper is only supported with --entity-type users"),
-    ({"describe": True, "entity_type": "users", "zookeeper": "zk:2181"}, "Only one of"),
-    ({"describe": True, "entity_default": True}, "only supported with --entity-type brokers"),
-    ({"alter": True, "entity_name": "t"}, "At least one of --add-config"),
-    ({"alter": True, "add_config": ["a=1"]}, "an entity name must be specified"),
-    ({"describe": True, "entity_type": "brokers", "entity_name": "x"}, "valid integer"),
-    ({"describe": True, "bootstrap_server": None}, "bootstrap-server"),
+@pytest.mark.parametrize(("argv", "message"), [
+    ((), "exactly one action"),
+    (("--describe", "--alter"), "exactly one action"),
+    (("--describe", "--entity-type", "ips"), "Invalid entity type ips"),
+    (("--describe", "--entity-type", "topics", "--entity-type", "brokers"),
+     "Only one entity type"),
+    (("--describe", "--zookeeper", "zk:2181", "--bootstrap-server", "",
+      "--entity-type", "topics"), "--zookeeper is only supported with --entity-type users"),
+    (("--describe", "--entity-type", "users", "--zookeeper", "zk:2181"), "Only one of"),
+    (("--describe", "--entity-type", "topics", "--entity-default"),
+     "not supported with --entity-type topics"),
+    (("--alter", "--entity-type", "topics", "--entity-name", "t"),
+     "At least one of --add-config"),
+    (("--alter", "--entity-type", "topics", "--add-config", "a=1"),
+     "an entity name must be specified"),
+    (("--describe", "--entity-type", "brokers", "--entity-name", "x"), "valid integer"),
+    (("--describe", "--entity-type", "topics", "--bootstrap-server", ""), "bootstrap-server"),
 ])
-def test_tool_rejects_bad_command_lines(kw: dict[str, object], message: str,
+def test_tool_rejects_bad_command_lines(argv: tuple[str, ...], message: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    assert tool.main(_args(**kw)) == 1
+    assert tool.main(_args("--bootstrap-server", "h:1", *argv)) == 1
     assert message in capsys.readouterr().err

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterable, Mapping
+from types import EllipsisType
 from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -757,6 +758,48 @@ class AsyncAdmin:
             for r in resp.results}
         _raise_first(results, raise_errors)
         return results
+
+    # -- client quotas (KIP-546) -------------------------------------------------------------
+    async def describe_client_quotas(
+            self, components: Iterable[tuple[str, str | EllipsisType | None]] = (), *,
+            strict: bool = False) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """[(entity, {key: value})] of the quotas matching a filter (DescribeClientQuotas):
+        each component is (entity type, name): a name matches exactly, None the default
+        entity, `...` any named entity ("user", "client-id"). An entity maps each of its types
+        to a name, None for the default."""
+        comps = []
+        for entity_type, match in components:
+            match_type = 2 if match is ... else (1 if match is None else 0)
+            comps.append({"entity_type": entity_type, "match_type": match_type,
+                          "match": match if match_type == 0 else None})
+        resp = await self._send_to(None, 48, components=comps, strict=strict)
+        if resp.error_code != ErrorCode.none:
+            raise KafkaError.for_code(resp.error_code, resp.error_message,
+                                      context="DescribeClientQuotas")
+        return [({e.entity_type: e.entity_name for e in entry.entity},
+                 {v.key: float(v.value) for v in entry.values})
+                for entry in resp.entries or ()]
+
+    async def alter_client_quotas(
+            self, alterations: Iterable[tuple[Mapping[str, str | None],
+                                              Mapping[str, float | None]]], *,
+            validate_only: bool = False, raise_errors: bool = True
+    ) -> list[tuple[dict[str, str | None], KafkaError | None]]:
+        """Set (a number) or remove (None) quotas of entities (AlterClientQuotas), e.g.
+        [({"user": "alice"}, {"producer_byte_rate": 1024.0})]; a None name is the default."""
+        entries = [{"entity": [{"entity_type": t, "entity_name": n} for t, n in entity.items()],
+                    "ops": [{"key": k, "value": 0.0 if v is None else float(v),
+                             "remove": v is None} for k, v in ops.items()]}
+                   for entity, ops in alterations]
+        resp = await self._send_to(None, 49, entries=entries, validate_only=validate_only)
+        out: list[tuple[dict[str, str | None], KafkaError | None]] = []
+        for entry in resp.entries:
+            entity = {e.entity_type: e.entity_name for e in entry.entity}
+            error = None if entry.error_code == ErrorCode.none else KafkaError.for_code(
+                entry.error_code, entry.error_message, context=f"AlterClientQuotas {entity}")
+            out.append((entity, error))
+        _raise_first({i: e for i, (_, e) in enumerate(out)}, raise_errors)
+        return out
 
     # -- ACLs (any broker answers; every broker learns of changes) ------------------------------
     async def create_acls(self, bindings: Iterable[AclBinding], *, raise_errors: bool = True

@@ -68,6 +68,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     45: (0, 0),    # AlterPartitionReassignments
     46: (0, 0),    # ListPartitionReassignments
     47: (0, 0),    # OffsetDelete
+    48: (0, 1),    # DescribeClientQuotas
+    49: (0, 1),    # AlterClientQuotas
     50: (0, 0),    # DescribeUserScramCredentials
     51: (0, 0),    # AlterUserScramCredentials
     61: (0, 0),    # DescribeProducers
@@ -83,7 +85,8 @@ API_NAMES = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "Offs
              32: "DescribeConfigs", 33: "AlterConfigs", 37: "CreatePartitions",
              42: "DeleteGroups", 43: "ElectLeaders", 44: "IncrementalAlterConfigs",
              45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",
-             47: "OffsetDelete", 50: "DescribeUserScramCredentials",
+             47: "OffsetDelete", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
+             50: "DescribeUserScramCredentials",
              51: "AlterUserScramCredentials", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn",
              26: "EndTxn", 27: "WriteTxnMarkers", 28: "TxnOffsetCommit",
              61: "DescribeProducers", 65: "DescribeTransactions", 66: "ListTransactions"}

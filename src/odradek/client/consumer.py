@@ -8,14 +8,15 @@ from poll(). A fetch answered OFFSET_OUT_OF_RANGE resets the same way (`none` ->
 OffsetOutOfRangeError).
 
 The fetcher runs in the background: one Fetch in flight per leader broker, covering every
-assigned partition it leads that has a position and no buffered records (full fetch requests,
-no fetch sessions). Records are checked (CRC32C, `check.crcs`) and decoded when they arrive;
-control batches are skipped; records before the position (a compressed batch fetched from its
-middle) are dropped. With `isolation.level=read_committed` fetches and ListOffsets stop at the
-last stable offset and the batches of aborted transactions are skipped (`read_committed`).
-poll() returns at most `max.poll.records` buffered records and advances the positions past
-them; a seek() drops what was buffered for that partition, and a fetch that answers for an old
-position is discarded.
+assigned partition it leads that has a position and no buffered records, in a fetch session
+with that broker (KIP-227, `fetch_session_handler`: only the partitions added or moved since
+the last request are sent, the others forgotten; a session error means a full fetch next).
+Records are checked (CRC32C, `check.crcs`) and decoded when they arrive; control batches are
+skipped; records before the position (a compressed batch fetched from its middle) are dropped.
+With `isolation.level=read_committed` fetches and ListOffsets stop at the last stable offset
+and the batches of aborted transactions are skipped (`read_committed`). poll() returns at most
+`max.poll.records` buffered records and advances the positions past them; a seek() drops what
+was buffered for that partition, and a fetch that answers for an old position is discarded.
 
 With `group.id` and subscribe(), membership is `group.GroupCoordinatorClient`'s; poll() joins
 and rejoins (so revocation happens between two polls, as in Java). With
@@ -49,6 +50,7 @@ from .errors import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
+from .fetch_session_handler import FetchSessionHandler
 from .group import GroupCoordinatorClient, Listener
 from .read_committed import (
     READ_COMMITTED,
@@ -162,6 +164,7 @@ class AsyncConsumer:
         self._fetch_wake: asyncio.Event | None = None
         self._fetch_task: asyncio.Task[None] | None = None
         self._fetching_nodes: set[int] = set()
+        self._sessions: dict[int, FetchSessionHandler[tuple[int, int]]] = {}  # per broker
         self._tasks: set[asyncio.Task[Any]] = set()
         self._next_auto_commit = 0.0
         self._last_committed: dict[TopicPartition, int] = {}
@@ -704,24 +707,46 @@ class AsyncConsumer:
     async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
         assert self.loop is not None
         offsets = {tp: self._states[tp].position for tp in tps}
+        session = self._sessions.setdefault(node, FetchSessionHandler(node))
         try:
+            data = session.build({tp: (offsets[tp] or 0, self.max_partition_fetch_bytes)
+                                  for tp in tps})
             by_topic: dict[str, list[dict[str, Any]]] = {}
-            for tp in tps:
-                by_topic.setdefault(tp.topic, []).append({
-                    "partition": tp.partition, "current_leader_epoch": -1,
-                    "fetch_offset": offsets[tp], "last_fetched_epoch": -1,
-                    "log_start_offset": -1,
-                    "partition_max_bytes": self.max_partition_fetch_bytes})
-            resp = await self.client.send(
-                node, 1, request_timeout=self.request_timeout + self.fetch_max_wait_ms / 1000,
-                replica_id=-1, max_wait=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
-                max_bytes=self.fetch_max_bytes, isolation_level=self.isolation_level,
-                session_id=0, session_epoch=-1,
-                topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-                forgotten_topics_data=[], rack_id="")
+            for tp, (offset, max_bytes) in data.to_send.items():
+                by_topic.setdefault(tp[0], []).append({
+                    "partition": tp[1], "current_leader_epoch": -1,
+                    "fetch_offset": offset, "last_fetched_epoch": -1,
+                    "log_start_offset": -1, "partition_max_bytes": max_bytes})
+            forget: dict[str, list[int]] = {}
+            for t, index in data.to_forget:
+                forget.setdefault(t, []).append(index)
+            try:
+                resp = await self.client.send(
+                    node, 1,
+                    request_timeout=self.request_timeout + self.fetch_max_wait_ms / 1000,
+                    replica_id=-1, max_wait=self.fetch_max_wait_ms,
+                    min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+                    isolation_level=self.isolation_level,
+                    session_id=data.metadata.session_id, session_epoch=data.metadata.epoch,
+                    topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                    forgotten_topics_data=[{"topic": t, "partitions": ps}
+                                           for t, ps in forget.items()], rack_id="")
+            except BaseException:
+                session.handle_error()
+                raise
             top = getattr(resp, "error_code", ErrorCode.none)
-            if top != ErrorCode.none:
-                raise KafkaError.for_code(top, context="Fetch")
+            answered = [(t.topic, p.partition_index) for t in resp.responses
+                        for p in t.partitions]
+            throttle = getattr(resp, "throttle_time", None)
+            throttle_ms = int(throttle.total_seconds() * 1000) if throttle else 0
+            if not session.handle_response(top, getattr(resp, "session_id", 0), answered,
+                                           throttle_ms):
+                if top in (ErrorCode.fetch_session_id_not_found,
+                           ErrorCode.invalid_fetch_session_epoch):
+                    return  # a full fetch next, at once (Kafka's consumer does the same)
+                if top != ErrorCode.none:
+                    raise KafkaError.for_code(top, context="Fetch")
+                return  # an answer that does not match the session: dropped
             for t in resp.responses:
                 for p in t.partitions:
                     tp = TopicPartition(t.topic, p.partition_index)

@@ -339,6 +339,37 @@ class GroupCollector(Collector):
             yield g
 
 
+class FetchSessionView(Protocol):
+    """What the fetch session cache (server/fetch_session.py) shows."""
+
+    num_partitions: int
+    evictions: int
+
+    def __len__(self) -> int: ...
+
+
+class FetchSessionCacheCollector(Collector):
+    """Kafka's FetchSessionCache gauges and eviction meter (KIP-227)."""
+
+    def __init__(self, cache: FetchSessionView) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        prefix = "kafka_server_fetchsessioncache_"
+        for name, doc, value in (
+                ("numincrementalfetchsessions", "Fetch sessions cached",
+                 len(self.cache)),
+                ("numincrementalfetchpartitionscached", "Partitions in the cached sessions",
+                 self.cache.num_partitions)):
+            g = GaugeMetricFamily(prefix + name, f"{doc} (FetchSessionCache)")
+            g.add_metric([], value)
+            yield g
+        c = CounterMetricFamily(prefix + "incrementalfetchsessionevictions",
+                                "Fetch sessions evicted (IncrementalFetchSessionEvictionsPerSec)")
+        c.add_metric([], self.cache.evictions)
+        yield c
+
+
 class SessionCollector(Collector):
     def __init__(self, stats: SessionStats) -> None:
         self.stats = stats

@@ -23,6 +23,8 @@ from . import exposition
 from .collectors import (
     ControllerCollector,
     ControllerContextView,
+    FetchSessionCacheCollector,
+    FetchSessionView,
     GroupCollector,
     GroupView,
     HistogramCollector,
@@ -108,6 +110,9 @@ class BrokerMetrics:
         c = ControllerCollector(active, context, self.controller)
         self.controller_collector = c
         self._register("controller", c)
+
+    def register_fetch_sessions(self, cache: FetchSessionView) -> None:
+        self._register("fetch_sessions", FetchSessionCacheCollector(cache))
 
     def register_groups(self, groups: Callable[[], Iterable[GroupView]]) -> None:
         self._register("groups", GroupCollector(groups))

@@ -44,10 +44,12 @@ from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
 from ..storage.log_dir_failure_channel import LogDirFailureChannel
 from ..storage.log_manager import LogManager
+from . import connection_quotas
 from .admin_manager import AdminManager
 from .apis import KafkaApis
 from .authorizer import authorizer_from_config
 from .broker_config_manager import BrokerConfigManager
+from .client_quota_manager import QuotaManagers
 from .config import ConfigError, KafkaConfig, parse_http_listener
 from .console_api import LocalReplica, with_http_endpoint
 from .credential_cache import CredentialCache
@@ -62,6 +64,7 @@ from .http_listener import (
 from .metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
 from .network import Listener, SocketServer
 from .producer_id_manager import ProducerIdManager
+from .quota_config import ClientQuotaConfigManager
 from .replica_manager import ReplicaManager
 from .topic_config_manager import TopicConfigManager
 from .topic_configs import TopicConfigs
@@ -108,6 +111,8 @@ class Broker:
         self.apis: KafkaApis | None = None
         self.authorizer: Authorizer = ALLOW_ALL
         self.credential_cache: CredentialCache | None = None
+        self.client_quotas: QuotaManagers | None = None  # KIP-219 client quotas
+        self.quota_configs: ClientQuotaConfigManager | None = None
         self.socket_server: SocketServer | None = None
         self.bound_ports: list[int] = []  # in the order of `listeners`
         self.listener_ports: dict[str, int] = {}  # listener name -> bound port
@@ -261,6 +266,11 @@ class Broker:
             await self.authorizer.start()  # type: ignore[attr-defined]
         credentials = self.credential_cache = CredentialCache(store)  # SCRAM users (SB)
         await credentials.start()
+        quotas = self.client_quotas = QuotaManagers(
+            cfg["quota.window.num"], cfg["quota.window.size.seconds"],
+            cfg["quota.producer.default"], cfg["quota.consumer.default"])
+        self.quota_configs = ClientQuotaConfigManager(store, quotas)
+        await self.quota_configs.start()
         self.apis = KafkaApis(
             broker_id=self.broker_id, config=cfg, replica_manager=rm, metadata_cache=cache,
             group_coordinator=coordinator, txn_coordinator=txn_coordinator, admin_manager=admin,
@@ -268,11 +278,20 @@ class Broker:
             producer_ids=self.producer_ids, controller=self.controller, store=store,
             flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer,
             credential_cache=credentials, request_stats=metrics.requests,
-            topic_stats=metrics.topics)
+            topic_stats=metrics.topics, quotas=quotas)
         self._register_metrics()
+        connection_limits = connection_quotas.ConnectionQuotas()
+        connection_quotas.configure(connection_limits, cfg)
         socket_server = self.socket_server = SocketServer(
             self.apis.handle, cfg["socket.request.max.bytes"],
-            max_in_flight=min(cfg["queued.max.requests"], 64))
+            max_in_flight=min(cfg["queued.max.requests"], 64),
+            connection_quotas=connection_limits)
+
+        def reconfigure_connections(eff: KafkaConfig) -> None:  # DynamicConnectionQuota
+            connection_quotas.configure(connection_limits, eff)
+            socket_server.slot_freed()
+
+        broker_configs.reconfigurables.append(reconfigure_connections)
         for ep, listener in zip(cfg.listeners, listeners, strict=True):
             port = await socket_server.start(ep.host, ep.port, listener)
             self.bound_ports.append(port)
@@ -352,6 +371,8 @@ class Broker:
             lambda: self.controller is not None and self.controller.is_active,
             lambda: self.controller.ctx if self.controller is not None else None)
         metrics.register_groups(lambda: coordinator.manager.groups.values())
+        if self.apis is not None:
+            metrics.register_fetch_sessions(self.apis.fetch.sessions)
 
     def _txn_marker_destination(self, tp: TopicPartition) -> Destination | None:
         """Where the transaction markers of `tp` go (Kafka's getPartitionLeaderEndpoint on the
@@ -669,6 +690,8 @@ class Broker:
             self.topic_configs.stop()
         if self.credential_cache is not None:
             self.credential_cache.stop()
+        if self.quota_configs is not None:
+            self.quota_configs.stop()
 
 
 def _new_cluster_id() -> str:

@@ -7,20 +7,23 @@ Cluster-wide defaults live in `/config/brokers/<default>`, one broker's own in
 default, then the static server.properties, then Kafka's default.
 
 Applied at run time: the KIP-73 replication rates (`leader.replication.throttled.rate`,
-`follower.replication.throttled.rate`) and the `log.*` defaults that feed topics without their
-own override (Kafka's DynamicLogConfig), e.g. `log.retention.ms`, `message.max.bytes`,
+`follower.replication.throttled.rate`, and KIP-113's
+`replica.alter.log.dirs.io.max.bytes.per.second`) and the `log.*` defaults that feed topics
+without their own override (Kafka's DynamicLogConfig), e.g. `log.retention.ms`, `message.max.bytes`,
 `min.insync.replicas`, `unclean.leader.election.enable`.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 
 from ..coordination import paths
 from ..coordination.store import CoordinationStore
 from ..storage.log_config import LogConfig
 from .config import DEFS, TOPIC_CONFIG_SYNONYMS, ConfigError, KafkaConfig
+from .replica_alter_log_dirs import ALTER_LOG_DIRS_IO_MAX_BYTES
 from .replica_manager import ReplicaManager
 from .replication_quota import FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE
 from .topic_configs import TopicConfigs
@@ -33,8 +36,18 @@ DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
 # AllDynamicConfigs: DynamicLogConfig.ReconfigurableConfigs and DynamicConfig.Broker).
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     {*TOPIC_CONFIG_SYNONYMS.values(), "log.roll.hours", "log.retention.minutes",
-     "log.retention.hours", LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE}
+     "log.retention.hours", LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE,
+     ALTER_LOG_DIRS_IO_MAX_BYTES,
+     # Kafka's DynamicConnectionQuota (server/connection_quotas.py)
+     "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}
 ) & frozenset(DEFS)
+
+# listener.name.<l>.max.connections: dynamic too, validated as max.connections
+_LISTENER_MAX_CONNECTIONS = re.compile(r"^listener\.name\.[^.]+\.max\.connections$")
+
+
+def _definition_key(key: str) -> str:
+    return "max.connections" if _LISTENER_MAX_CONNECTIONS.match(key) else key
 
 
 class UnknownConfigError(ValueError):
@@ -48,15 +61,16 @@ class NonDynamicConfigError(ValueError):
 def validate_dynamic_broker_configs(props: Mapping[str, str]) -> None:
     """Kafka's DynamicBrokerConfig.validate for a dynamic update: unknown names, names not
     updatable at run time, and bad values are refused with a message naming the key."""
-    unknown = sorted(k for k in props if k not in DEFS)
+    unknown = sorted(k for k in props if _definition_key(k) not in DEFS)
     if unknown:
         raise UnknownConfigError(f"Unknown broker config name: {', '.join(unknown)}")
-    non_dynamic = sorted(k for k in props if k not in DYNAMIC_BROKER_CONFIGS)
+    non_dynamic = sorted(k for k in props
+                         if _definition_key(k) not in DYNAMIC_BROKER_CONFIGS)
     if non_dynamic:
         raise NonDynamicConfigError(
             f"Cannot update these configs dynamically: Set({', '.join(non_dynamic)})")
     for key, text in props.items():
-        d = DEFS[key]
+        d = DEFS[_definition_key(key)]
         try:
             value = d.parse(str(text))
         except ValueError as exc:
@@ -77,7 +91,7 @@ def effective_config(static: KafkaConfig, dynamic: Mapping[str, str]) -> KafkaCo
     broker, as Kafka does."""
     usable: dict[str, str] = {}
     for key, value in dynamic.items():
-        if key not in DYNAMIC_BROKER_CONFIGS:
+        if _definition_key(key) not in DYNAMIC_BROKER_CONFIGS:
             continue
         try:
             validate_dynamic_broker_configs({key: value})
@@ -113,6 +127,8 @@ class BrokerConfigManager:
         self.broker_configs: dict[str, str] = {}
         self.dynamic_config: dict[str, str] = {}  # KIP-226: <default> then <id> overrides
         self.effective: KafkaConfig = config
+        # called with the new effective config after each change (connection limits)
+        self.reconfigurables: list[Callable[[KafkaConfig], None]] = []
 
     async def start(self) -> None:
         await self.reload()
@@ -138,6 +154,7 @@ class BrokerConfigManager:
         rm = self.replica_manager
         rm.leader_quota.update_quota(eff[LEADER_THROTTLED_RATE])
         rm.follower_quota.update_quota(eff[FOLLOWER_THROTTLED_RATE])
+        rm.alter_log_dirs.quota.update_quota(eff[ALTER_LOG_DIRS_IO_MAX_BYTES])
         new_default = LogConfig.from_props(eff.topic_defaults(), allow_unknown=True)
         old_default = self.topic_configs.defaults
         if new_default != old_default:
@@ -146,5 +163,7 @@ class BrokerConfigManager:
             self.topic_configs.set_defaults(new_default)
             if unclean_enabled:
                 self.on_unclean_leader_election_enabled()
+        for reconfigure in self.reconfigurables:
+            reconfigure(eff)
         log.info("[DynamicConfigManager broker=%d] Dynamic broker configs: %s",
                  self.broker_id, dynamic or "{}")

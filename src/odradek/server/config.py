@@ -146,6 +146,17 @@ def _at_least(n: int) -> Callable[[Any], bool]:
     return lambda v: v >= n
 
 
+def _connection_overrides(v: Any) -> bool:
+    """max.connections.per.ip.overrides: "host:count,..." (server/connection_quotas)."""
+    for item in str(v or "").split(","):
+        if not item.strip():
+            continue
+        host, sep, count = item.strip().rpartition(":")
+        if not sep or not host.strip("[] ") or not count.strip().isdigit():
+            return False
+    return True
+
+
 def _one_of(*choices: str) -> Callable[[Any], bool]:
     return lambda v: v in choices
 
@@ -210,7 +221,19 @@ DEFS: dict[str, Def] = {
     "metrics.recording.enabled": Def(_bool, True),
     "queued.max.requests": Def(_int, 500, _at_least(1), ">= 1"),
     "max.connections": Def(_int, 2**31 - 1, _at_least(0), ">= 0"),
+    # connection limits (Kafka's ConnectionQuotas; server/connection_quotas.py)
+    "max.connections.per.ip": Def(_int32, 2**31 - 1, _at_least(0), ">= 0"),
+    "max.connections.per.ip.overrides": Def(_str, "", _connection_overrides,
+                                            "a list of host:count with counts >= 0"),
+    # client quotas (server/client_quota_manager.py); the static defaults are Kafka's
+    # deprecated quota.producer.default / quota.consumer.default
+    "quota.window.num": Def(_int32, 11, _at_least(1), ">= 1"),
+    "quota.window.size.seconds": Def(_int32, 1, _at_least(1), ">= 1"),
+    "quota.producer.default": Def(_int, LONG_MAX, _at_least(1), ">= 1"),
+    "quota.consumer.default": Def(_int, LONG_MAX, _at_least(1), ">= 1"),
     "fetch.max.bytes": Def(_int, 57671680, _at_least(1024), ">= 1024"),
+    # KIP-227: fetch sessions the broker keeps (server/fetch_session.py)
+    "max.incremental.fetch.session.cache.slots": Def(_int32, 1000, _at_least(0), ">= 0"),
     "min.insync.replicas": Def(_int32, 1, _at_least(1), ">= 1"),
     "unclean.leader.election.enable": Def(_bool, False),
     "replica.lag.time.max.ms": Def(_int, 10000, _at_least(1), ">= 1"),
@@ -229,6 +252,9 @@ DEFS: dict[str, Def] = {
     # KIP-73 replication quotas (dynamic broker configs; LONG_MAX = unthrottled)
     "leader.replication.throttled.rate": Def(_int, LONG_MAX, _at_least(0), ">= 0"),
     "follower.replication.throttled.rate": Def(_int, LONG_MAX, _at_least(0), ">= 0"),
+    # KIP-113: bytes/s of replica moves between log dirs (dynamic)
+    "replica.alter.log.dirs.io.max.bytes.per.second": Def(_int, LONG_MAX, _at_least(0),
+                                                          ">= 0"),
     "replication.quota.window.num": Def(_int, 11, _at_least(1), ">= 1"),
     "replication.quota.window.size.seconds": Def(_int, 1, _at_least(1), ">= 1"),
     "controller.socket.timeout.ms": Def(_int, 30000, _at_least(1), ">= 1"),
@@ -395,7 +421,7 @@ class KafkaConfig:
                 prefixed = _LISTENER_PREFIXED.match(key)
                 if prefixed is not None:
                     suffix = prefixed.group(2)
-                    if suffix in LISTENER_KEYS:
+                    if suffix in LISTENER_KEYS or suffix == "max.connections":
                         _parse_value(DEFS[suffix], key, text)
                     elif not _MECHANISM_PREFIXED.match(suffix):
                         unknown.append(key)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from ..client.fetch_session_handler import FetchMetadata, FetchSessionHandler
 from ..common import TopicPartition
 from ..protocol.codec import make, request_class
 from ..security.connector import BrokerBlockingSender, Connector, open_connection
@@ -95,6 +96,14 @@ def _module(api_key: int, version: int) -> Any:
     return sys.modules[request_class(api_key, version).__module__]
 
 
+def _forgotten(m: Any, tps: list[TopicPartition]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in tps:
+        by_topic.setdefault(topic, []).append(index)
+    return tuple(make(m.ForgottenTopic, topic=t, partitions=tuple(ps))
+                 for t, ps in by_topic.items())
+
+
 class RemoteLeaderEndpoint:
     """The leader over the wire (Kafka's RemoteLeaderEndPoint on a BrokerBlockingSender): one
     connection, one request at a time, reconnected after any error. `address()` is asked at
@@ -112,6 +121,8 @@ class RemoteLeaderEndpoint:
         self.sender = BrokerBlockingSender(
             address, getattr(config, "security", None), config.socket_timeout_ms,
             self.client_id, connector=connector, peer=f"broker {leader_id}")
+        # KIP-227: this fetcher's fetch session with the leader (Kafka's FetchSessionHandler)
+        self.session: FetchSessionHandler[FetchPartitionRequest] = FetchSessionHandler(leader_id)
 
     def close(self) -> None:
         self.sender.close()
@@ -121,6 +132,35 @@ class RemoteLeaderEndpoint:
 
     async def fetch(self, partitions: Mapping[TopicPartition, FetchPartitionRequest]
                     ) -> dict[TopicPartition, FetchedPartition]:
+        """Fetch `partitions` (all those fetched now) in this fetcher's fetch session
+        (KIP-227): only the changed ones go, the answer holds only those with news; after a
+        session error the answer is empty and the next call is a full fetch."""
+        handler = self.session
+        data = handler.build(partitions)
+        try:
+            response = await self._send_fetch(data.to_send, data.to_forget, data.metadata)
+        except BaseException:
+            handler.handle_error()
+            raise
+        out: dict[TopicPartition, FetchedPartition] = {}
+        for t in response.responses:
+            for p in t.partitions:
+                div = p.diverging_epoch  # KIP-320 (kio's default: epoch and offset -1)
+                out[(t.topic, p.partition_index)] = FetchedPartition(
+                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, p.records,
+                    (div.epoch, div.end_offset) if div.epoch >= 0 and div.end_offset >= 0
+                    else None)
+        if not handler.handle_response(response.error_code, response.session_id, out):
+            if response.error_code in (ErrorCode.fetch_session_id_not_found,
+                                       ErrorCode.invalid_fetch_session_epoch):
+                return {}  # as Kafka's ReplicaFetcherThread: a full fetch next, no backoff
+            raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}"
+                                  if response.error_code else "fetch response did not match "
+                                  "the fetch session")
+        return out
+
+    async def _send_fetch(self, partitions: Mapping[TopicPartition, FetchPartitionRequest],
+                          forgotten: list[TopicPartition], session: FetchMetadata) -> Any:
         m = _module(1, FETCH_VERSION)
         by_topic: dict[str, list[Any]] = {}
         for (topic, index), p in partitions.items():
@@ -132,23 +172,12 @@ class RemoteLeaderEndpoint:
         request = make(
             m.FetchRequest, cluster_id=None, replica_id=self.broker_id,
             max_wait=cfg.fetch_wait_max_ms, min_bytes=cfg.fetch_min_bytes,
-            max_bytes=cfg.fetch_response_max_bytes, isolation_level=0, session_id=0,
-            session_epoch=-1,
+            max_bytes=cfg.fetch_response_max_bytes, isolation_level=0,
+            session_id=session.session_id, session_epoch=session.epoch,
             topics=tuple(make(m.FetchTopic, topic=t, partitions=tuple(ps))
                          for t, ps in by_topic.items()),
-            forgotten_topics_data=(), rack_id="")
-        response = await self.send(request, cfg.fetch_wait_max_ms)
-        if response.error_code != ErrorCode.none:
-            raise ConnectionError(f"fetch failed: {ErrorCode(response.error_code).name}")
-        out: dict[TopicPartition, FetchedPartition] = {}
-        for t in response.responses:
-            for p in t.partitions:
-                div = p.diverging_epoch
-                out[(t.topic, p.partition_index)] = FetchedPartition(
-                    ErrorCode(p.error_code), p.high_watermark, p.log_start_offset, p.records,
-                    (div.epoch, div.end_offset) if div.epoch >= 0 and div.end_offset >= 0
-                    else None)
-        return out
+            forgotten_topics_data=_forgotten(m, forgotten), rack_id="")
+        return await self.send(request, cfg.fetch_wait_max_ms)
 
     async def fetch_epoch_end_offsets(self, partitions: Mapping[TopicPartition, tuple[int, int]]
                                       ) -> dict[TopicPartition, EpochEndOffset]:

@@ -14,13 +14,23 @@ protocol. On a TLS listener the handshake runs first (bounded by `ssl_handshake_
 failure is logged and closes the connection) and the client certificate, if any, names the
 connection's principal. TLS cannot use sendfile: file regions go out in bounded chunks (pread)
 as the transport drains, so a connection's memory stays bounded by the fetch limits.
+
+Client quotas (KIP-219): `Connection.throttle(ms)` mutes a connection (no request is read from
+it) for that long; its response has already left. Connection limits (server/connection_quotas):
+each listener socket has its own accept loop (Kafka's Acceptor) that waits for a connection slot
+before accepting (`max.connections`, `listener.name.<l>.max.connections`), so pending connections
+wait in the kernel's bounded backlog; a connection over its address's `max.connections.per.ip`
+is closed at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import os
+import socket
 import ssl
 import time
 from collections import deque
@@ -31,6 +41,7 @@ from ..protocol.framing import FrameDecoder, FrameError
 from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, ssl_principal
 from ..security.protocol import SecurityProtocol
 from . import request_log
+from .connection_quotas import ConnectionQuotas, TooManyConnections, normalize_ip
 
 log = logging.getLogger("odradek.network")
 
@@ -123,6 +134,13 @@ class Connection(asyncio.Protocol):
         self._closed = False
         self._dispatching = False
         self.attributes: dict[str, Any] = {}  # per-connection state for handlers
+        self._throttle_timer: asyncio.TimerHandle | None = None
+        # requests read but not yet handled because the connection was throttled (Kafka
+        # handles a channel's requests one at a time, so a throttle stops the next one too)
+        self._held: deque[bytes] = deque()
+        self._throttled_until = 0.0
+        self.last_active = 0.0  # loop time of the last bytes read (least recently used: closed)
+        self.quota_address: str | None = None  # counted in the server's connection quotas
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -155,10 +173,12 @@ class Connection(asyncio.Protocol):
             self._closed = True
             raw.abort()
             self.server.connections.discard(self)
+            self.server.connection_closed(self)  # its connection_lost may never come
             return
         if tls is None or self._closed:
             raw.abort()
             self.server.connections.discard(self)
+            self.server.connection_closed(self)
             return
         self.transport = tls
         self._tls_pending = False
@@ -180,6 +200,7 @@ class Connection(asyncio.Protocol):
             self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
         if self._tls_pending:
             self._early.append(data)
             return
@@ -195,6 +216,9 @@ class Connection(asyncio.Protocol):
             for payload in frames:
                 if self._closed:
                     return
+                if self._throttle_timer is not None or self._held:
+                    self._held.append(payload)
+                    continue
                 self._dispatch(payload)
         finally:
             self._dispatching = False
@@ -203,6 +227,11 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.server.connections.discard(self)
+        self.server.connection_closed(self)
+        self._held.clear()
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
         for task in list(self._tasks):
             task.cancel()
         self._slots.clear()
@@ -370,10 +399,45 @@ class Connection(asyncio.Protocol):
             listener=self.listener_name,
             client_software=self.attributes.get("client_software")))
 
+    def throttle(self, throttle_ms: int) -> None:
+        """KIP-219: read no request from this connection for `throttle_ms` (Kafka mutes the
+        channel until the quota manager's delay expires)."""
+        if self._closed or throttle_ms <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + throttle_ms / 1000.0
+        if until <= self._throttled_until:
+            return
+        self._throttled_until = until
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+        self._throttle_timer = loop.call_at(until, self._throttle_done)
+        self._update_reading()
+
+    def _throttle_done(self) -> None:
+        self._throttle_timer = None
+        self._dispatching = True
+        try:
+            while self._held and self._throttle_timer is None and not self._closed:
+                self._dispatch(self._held.popleft())
+        finally:
+            self._dispatching = False
+        self._flush()
+        self._update_reading()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def throttled(self) -> bool:
+        return self._throttle_timer is not None
+
     def _update_reading(self) -> None:
         if self._closed or self.transport is None:
             return
-        should_pause = self._write_paused or len(self._slots) >= self.server.max_in_flight
+        should_pause = (self._write_paused or len(self._slots) >= self.server.max_in_flight
+                        or self._throttle_timer is not None or bool(self._held))
         if should_pause and not self._read_paused:
             self.transport.pause_reading()
             self._read_paused = True
@@ -390,16 +454,21 @@ class Connection(asyncio.Protocol):
 
 class SocketServer:
     """Listens on each configured endpoint; port 0 picks a free port (see `bound_ports`, in
-    the order of start(), and `listener_ports`, by listener name)."""
+    the order of start(), and `listener_ports`, by listener name). `connection_quotas`
+    (Kafka's ConnectionQuotas) limits the connections accepted."""
 
     def __init__(self, handler: Handler, max_request_size: int, max_in_flight: int = 16,
-                 ssl_handshake_timeout: float = SSL_HANDSHAKE_TIMEOUT_S) -> None:
+                 ssl_handshake_timeout: float = SSL_HANDSHAKE_TIMEOUT_S,
+                 connection_quotas: ConnectionQuotas | None = None) -> None:
         self.handler = handler
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
         self.ssl_handshake_timeout = ssl_handshake_timeout
         self.connections: set[Connection] = set()
-        self._servers: list[asyncio.AbstractServer] = []
+        self.connection_quotas = connection_quotas or ConnectionQuotas()
+        self._sockets: list[tuple[socket.socket, Listener]] = []
+        self._accept_tasks: list[asyncio.Task[None]] = []
+        self._slot_freed: asyncio.Event | None = None
         self.bound_ports: list[int] = []
         self.listeners: dict[str, Listener] = {}
 
@@ -414,28 +483,146 @@ class SocketServer:
         so no client gets answers from a broker that has not joined the cluster yet."""
         loop = asyncio.get_running_loop()
         listener = listener or Listener()
-        server = await loop.create_server(lambda: Connection(self, listener), host or None,
-                                          port, reuse_address=True, backlog=256,
-                                          start_serving=False)
-        self._servers.append(server)
-        bound = server.sockets[0].getsockname()[1]
+        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        bound = -1
+        seen: set[tuple[int, Any]] = set()
+        for family, kind, proto, _, address in infos:
+            if (family, address) in seen:
+                continue
+            seen.add((family, address))
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if bound > 0:  # every family on the same (first picked) port
+                    address = (address[0], bound, *address[2:])
+                sock.bind(address)
+                sock.listen(256)
+                sock.setblocking(False)
+            except OSError as exc:
+                sock.close()
+                if bound > 0 and port == 0:
+                    continue  # the port picked for the first family is taken in this one
+                if exc.errno == errno.EADDRINUSE or len(infos) == 1:
+                    raise
+                continue  # e.g. no IPv6 on this host: the other families serve
+            if bound < 0:
+                bound = sock.getsockname()[1]
+            self._sockets.append((sock, listener))
+        if bound < 0:
+            raise OSError(f"could not bind {host}:{port}")
         self.bound_ports.append(bound)
         listener.port = bound
         self.listeners[listener.name] = listener
+        self.connection_quotas.add_listener(listener.name)
         return bound
 
     async def start_serving(self) -> None:
-        for server in self._servers:
-            await server.start_serving()
+        if self._accept_tasks:
+            return
+        self._slot_freed = asyncio.Event()
+        for sock, listener in self._sockets:
+            self._accept_tasks.append(asyncio.ensure_future(self._accept_loop(sock, listener)))
+
+    async def _wait_for_slot(self, listener: Listener) -> None:
+        """Kafka's waitForConnectionSlot: until the listener and broker limits allow one more."""
+        quotas = self.connection_quotas
+        while not quotas.slot_available(listener.name):
+            assert self._slot_freed is not None
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+
+    def slot_freed(self) -> None:
+        """A connection closed or a limit was raised: waiting acceptors look again."""
+        if self._slot_freed is not None:
+            self._slot_freed.set()
+
+    async def _accept_loop(self, sock: socket.socket, listener: Listener) -> None:
+        loop = asyncio.get_running_loop()
+        quotas = self.connection_quotas
+        while True:
+            await self._wait_for_slot(listener)
+            try:
+                client, address = await loop.sock_accept(sock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:  # EMFILE and the like: back off, never spin
+                log.warning("Error accepting a connection on listener %s: %s", listener.name,
+                            exc)
+                await asyncio.sleep(0.1)
+                continue
+            ip = normalize_ip(str(address[0]))
+            try:
+                quotas.inc(listener.name, ip)
+            except TooManyConnections as exc:
+                quotas.dec(listener.name, ip)
+                log.info("Rejected connection from %s, address already has the configured "
+                         "maximum of %d connections.", ip, exc.limit)
+                _close_quietly(client)
+                continue
+            self._enforce_broker_limit(listener)
+            try:
+                client.setblocking(False)
+                await loop.connect_accepted_socket(
+                    lambda ip=ip: self._connection(listener, ip), client)
+            except asyncio.CancelledError:
+                quotas.dec(listener.name, ip)
+                _close_quietly(client)
+                raise
+            except (OSError, RuntimeError) as exc:
+                quotas.dec(listener.name, ip)
+                _close_quietly(client)
+                log.info("Could not set up a connection from %s: %s", ip, exc)
+
+    def _connection(self, listener: Listener, ip: str) -> Connection:
+        conn = Connection(self, listener)
+        conn.quota_address = ip
+        return conn
+
+    def _enforce_broker_limit(self, accepted_on: Listener) -> None:
+        """A protected (inter-broker) connection took the broker over max.connections: close
+        the least recently active connection of another listener."""
+        quotas = self.connection_quotas
+        if not quotas.protected(accepted_on.name):
+            return
+        while quotas.total > quotas.max_connections:
+            victims = [c for c in self.connections if not c.closed
+                       and c.quota_address is not None
+                       and quotas.max_connections_exceeded(c.listener_name)]
+            if not victims:
+                return
+            victim = min(victims, key=lambda c: c.last_active)
+            log.info("Closing connection from %s on listener %s: the broker is over "
+                     "max.connections=%d", victim.peer, victim.listener_name,
+                     quotas.max_connections)
+            victim.close()
+            self.connection_closed(victim)
+
+    def connection_closed(self, conn: Connection) -> None:
+        address, conn.quota_address = conn.quota_address, None
+        if address is not None:
+            self.connection_quotas.dec(conn.listener_name, address)
+            self.slot_freed()
 
     async def stop(self) -> None:
-        for server in self._servers:
-            server.close()
+        for task in self._accept_tasks:
+            task.cancel()
+        for task in self._accept_tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._accept_tasks.clear()
+        for sock, _ in self._sockets:
+            sock.close()
+        self._sockets.clear()
         for conn in list(self.connections):
             conn.close()
-        for server in self._servers:
-            await server.wait_closed()
-        self._servers.clear()
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
 
 
 def _describe(exc: BaseException) -> str:

@@ -67,6 +67,7 @@ from .partition import (
     Partition,
     UnknownLeaderEpochError,
 )
+from .replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from .replica_selector import (
     NO_PREFERRED_REPLICA,
     ClientMetadata,
@@ -383,6 +384,10 @@ class ReplicaManager:
         # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline);
         # they answer KAFKA_STORAGE_ERROR until the broker restarts
         self.offline_partitions: set[TopicPartition] = set()
+        # KIP-113: replicas moving between this broker's log dirs (AlterReplicaLogDirs)
+        self.alter_log_dirs = ReplicaAlterLogDirsManager(
+            log_manager, self.partitions.get, lambda tp: tp in self.offline_partitions,
+            lambda tp: self.metadata_cache.partition(tp[0], tp[1]) is not None)
         # called when every log dir is offline (the broker must stop, as Kafka halts)
         self.on_all_log_dirs_offline: Callable[[], None] | None = None
         self._store: Callable[[], CoordinationStore | None] = lambda: None
@@ -426,6 +431,9 @@ class ReplicaManager:
         offline: ``on_all_log_dirs_offline`` (the broker stops)."""
         log_dir = Path(log_dir).absolute()
         in_dir = [tp for tp, p in self.partitions.items() if p.log.dir.parent == log_dir]
+        for tp in list(self.alter_log_dirs.moving):  # moves from or into the failed dir stop
+            if tp in in_dir or self.alter_log_dirs.future_dir(tp) == log_dir:
+                self.alter_log_dirs.remove(tp)
         log.warning("[ReplicaManager broker=%d] Stopping serving replicas in dir %s",
                     self.broker_id, log_dir)
         if self.fetcher_manager is not None:
@@ -485,7 +493,8 @@ class ReplicaManager:
         self._store = store
         for p in self.partitions.values():
             p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
-        for quota in (self.leader_quota, self.follower_quota):
+        self.alter_log_dirs.chunk_bytes = max(1, config["replica.fetch.max.bytes"])
+        for quota in (self.leader_quota, self.follower_quota, self.alter_log_dirs.quota):
             quota.configure_window(config["replication.quota.window.num"],
                                    config["replication.quota.window.size.seconds"])
         self.fetcher_manager = ReplicaFetcherManager(
@@ -500,6 +509,7 @@ class ReplicaManager:
         self.log_manager.failure_channel.remove_listener(self._on_log_dir_offline)
         for task in list(self._log_dir_tasks):
             task.cancel()
+        self.alter_log_dirs.shutdown()
         if self.fetcher_manager is not None:
             self.fetcher_manager.shutdown()
         if self.isr_manager is not None:
@@ -740,6 +750,7 @@ class ReplicaManager:
             return ErrorCode.kafka_storage_error
         if current is None and not self._assign_topic_id(p, topic_id):
             return ErrorCode.inconsistent_topic_id
+        self.alter_log_dirs.maybe_resume(tp)  # a move interrupted by a restart goes on
         if leader == self.broker_id:
             if self.fetcher_manager is not None:
                 self.fetcher_manager.remove_fetcher_for_partitions([tp])
@@ -800,6 +811,7 @@ class ReplicaManager:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions([tp])
         if p is None:
+            self.alter_log_dirs.remove(TopicPartition(*tp))
             if delete and self.log_manager.get_log(*tp) is not None:
                 self.log_manager.delete_log(*tp)
             if delete:
@@ -809,6 +821,7 @@ class ReplicaManager:
         return ErrorCode.none
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
+        self.alter_log_dirs.remove(TopicPartition(topic, index))
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions([(topic, index)])
         p = self.partitions.pop((topic, index), None)
@@ -835,7 +848,8 @@ class ReplicaManager:
     def describe_log_dirs(self, partitions: set[TopicPartition] | None = None
                           ) -> list[LogDirDescription]:
         """Kafka's describeLogDirs: every configured log dir with its logs (of `partitions`;
-        None: all) -- size, offset lag (HW - LEO, at least 0; -1 without a hosted replica) --
+        None: all) -- size, offset lag (HW - LEO, at least 0; -1 without a hosted replica; for
+        a future log being moved here, ``is_future`` and the current log's LEO - its LEO) --
         or KAFKA_STORAGE_ERROR for an offline dir."""
         lm = self.log_manager
         out: list[LogDirDescription] = []
@@ -844,13 +858,20 @@ class ReplicaManager:
                 out.append(LogDirDescription(str(log_dir), ErrorCode.kafka_storage_error, {}))
                 continue
             topics: dict[str, list[LogDirPartition]] = {}
-            for (topic, index), lg in sorted(lm.logs_in_dir(log_dir).items()):
-                parts = topics.setdefault(topic, [])
+            entries = [(tp, lg, False) for tp, lg in lm.logs_in_dir(log_dir).items()]
+            entries += [(tp, lg, True) for tp, lg in lm.logs_in_dir(log_dir, future=True).items()]
+            for (topic, index), lg, future in sorted(entries, key=lambda e: (e[0], e[2])):
+                parts = topics.setdefault(topic, [])  # Kafka lists the dir's topics
                 if partitions is not None and (topic, index) not in partitions:
                     continue
                 p = self.partitions.get((topic, index))
-                lag = -1 if p is None else max(p.high_watermark - lg.log_end_offset, 0)
-                parts.append(LogDirPartition(index, lg.size, lag, False))
+                if p is None:
+                    lag = -1
+                elif future:
+                    lag = p.log.log_end_offset - lg.log_end_offset
+                else:
+                    lag = max(p.high_watermark - lg.log_end_offset, 0)
+                parts.append(LogDirPartition(index, lg.size, lag, future))
             out.append(LogDirDescription(str(log_dir), ErrorCode.none, topics))
         return out
 

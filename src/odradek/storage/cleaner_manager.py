@@ -80,6 +80,8 @@ class LogCleanerManager:
         self._lock = threading.RLock()
         self.in_progress: set[TopicPartition] = set()
         self.uncleanable: set[TopicPartition] = set()
+        # partitions whose replica moves to another log dir (Kafka's abortAndPauseCleaning)
+        self.paused: set[TopicPartition] = set()
         self.dirtiest_log_cleanable_ratio = 0.0
         self._checkpoints: dict[Path, dict[TopicPartition, int]] = {}
         for d in self.log_dirs:
@@ -117,6 +119,17 @@ class LogCleanerManager:
             self._checkpoints[log_dir] = entries
             self._write(log_dir / CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile.encode(entries))
 
+    def alter_checkpoint_dir(self, tp: TopicPartition, source: Path, dest: Path) -> None:
+        """Kafka's alterCheckpointDir: a replica moved from the `source` log dir to `dest`
+        takes its cleaner checkpoint along."""
+        source, dest = Path(source).absolute(), Path(dest).absolute()
+        with self._lock:
+            offset = self._checkpoints.get(source, {}).get(tp)
+            if source in self._checkpoints:
+                self.update_checkpoints(source, remove=tp)
+            if offset is not None and dest in self._checkpoints:
+                self.update_checkpoints(dest, update=(tp, offset))
+
     def maybe_truncate_checkpoint(self, lg: Log, offset: int) -> None:
         """Kafka's maybeTruncateCheckpoint: after a truncation, a checkpoint past `offset`
         moves back to it."""
@@ -136,6 +149,7 @@ class LogCleanerManager:
         out = []
         for tp, lg in list(self._logs().items()):
             if not lg.config.compact or tp in self.in_progress or tp in self.uncleanable \
+                    or tp in self.paused \
                     or lg.closed:
                 continue
             views = segment_views(lg)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -139,8 +140,16 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
+_MARKED_DIR = re.compile(r"^(.+)\.[0-9a-f]{32}-(?:future|delete)$")
+
+
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
-    """``<topic>-<partition>`` -> (topic, partition). Topics may contain '-'."""
+    """``<topic>-<partition>`` -> (topic, partition). Topics may contain '-'. A future or
+    deleted log's ``<topic>-<partition>.<uuid>-future`` / ``-delete`` names its partition too
+    (Kafka's parseTopicPartitionName)."""
+    marked = _MARKED_DIR.match(dir_name)
+    if marked is not None:
+        dir_name = marked.group(1)
     topic, sep, partition = dir_name.rpartition("-")
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{dir_name!r} is not a <topic>-<partition> log directory name")

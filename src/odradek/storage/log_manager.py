@@ -9,6 +9,11 @@
   free at once and a crash cannot resurrect the log) and removes it -- in a thread when called
   on an event loop (removing a 440 MB partition took 0.1-0.9 s); leftover ``-delete``
   directories (a crash in between) are removed at start-up.
+* Future logs (JBOD, KIP-113): ``create_future_log`` makes ``<topic>-<p>.<uuid>-future`` in
+  another log dir; the ReplicaAlterLogDirs mover (server/replica_alter_log_dirs.py) copies the
+  current log into it and ``replace_current_with_future_log`` swaps them. Future logs are
+  loaded at start-up (the move resumes) and checkpointed with their dir's logs.
+  ``preferred_log_dirs`` remembers where AlterReplicaLogDirs wants a partition not yet hosted.
 * The log cleaner (compaction, ``storage/cleaner.py``): ``cleaner`` runs passes (its thread
   starts with ``start_cleaner``), ``cleaner_manager`` keeps ``cleaner-offset-checkpoint``.
 * Periodic hooks for the broker: ``flush_dirty_logs``, ``cleanup_logs``,
@@ -75,6 +80,15 @@ log = logging.getLogger("odradek.log_manager")
 
 
 
+MAX_PREFERRED_LOG_DIRS = 10_000
+
+
+class LogDirNotFoundError(ValueError):
+    """Kafka's LogDirNotFoundException (LOG_DIR_NOT_FOUND): not a configured log dir."""
+
+    error_code = 57
+
+
 class LogDirLockedError(RuntimeError):
     """Another log manager (in this or another process) holds the log dir."""
 
@@ -110,6 +124,9 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.had_clean_shutdown: dict[Path, bool] = {}
         self._logs: dict[TopicPartition, Log] = {}
+        self._future_logs: dict[TopicPartition, Log] = {}
+        # AlterReplicaLogDirs for a partition not hosted yet: its log is created there
+        self.preferred_log_dirs: dict[TopicPartition, Path] = {}
         self._locks: dict[Path, int] = {}
         self._lock_dirs = lock_dirs
         self._shut_down = False
@@ -130,6 +147,9 @@ class LogManager:
         for lg in self._logs.values():
             lg.on_truncated = self._on_truncated
             lg.on_io_error = self.report_io_error
+        for tp, lg in self._future_logs.items():
+            lg.on_io_error = self.report_io_error
+            self.cleaner_manager.paused.add(tp)  # a move resumes: no cleaning until the swap
         if not self.live_log_dirs:
             self.close_without_shutdown()
             raise KafkaStorageError(f"every log dir of {self.log_dirs} is offline")
@@ -179,11 +199,13 @@ class LogManager:
                 self._load_dir(log_dir)
             except OSError as exc:
                 # Kafka's loadLogs: a dir that fails to load is offline from the start
-                for tp in [tp for tp, lg in self._logs.items() if lg.dir.parent == log_dir]:
-                    self._logs.pop(tp).release_handles()
+                for logs in (self._logs, self._future_logs):
+                    for tp in [tp for tp, lg in logs.items() if lg.dir.parent == log_dir]:
+                        logs.pop(tp).release_handles()
                 self._mark_offline(log_dir)
                 self.failure_channel.maybe_add_offline_log_dir(
                     log_dir, f"Error while loading log dir {log_dir}", exc)
+        self._promote_lone_future_logs()
 
     def _load_dir(self, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -204,21 +226,44 @@ class LogManager:
             if entry.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(path, ignore_errors=True)
                 continue
-            if entry.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+            if entry.endswith(STRAY_DIR_SUFFIX):
                 continue
             try:
                 tp = parse_topic_partition(entry)
             except ValueError:
                 continue
-            if tp in self._logs:
+            future = entry.endswith(FUTURE_DIR_SUFFIX)
+            logs = self._future_logs if future else self._logs
+            if tp in logs:
                 raise RuntimeError(
                     f"duplicate log directories for {tp[0]}-{tp[1]}: {path} and "
                     f"{self._logs[tp].dir}"
                 )
-            self._logs[tp] = Log.open(
+            logs[tp] = Log.open(
                 path, self.config_for(tp[0]), recovery_points.get(tp, 0),
                 log_starts.get(tp, 0), had_clean_shutdown=clean, clock=self.clock,
                 handle_cache=self.handle_cache,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
+                checkpoint_writer=self.checkpoint_writer)
+
+    def _promote_lone_future_logs(self) -> None:
+        """A future log without a current log anywhere: the broker stopped inside
+        ``replace_current_with_future_log`` after the current log was renamed for deletion (the
+        future log was complete and flushed then). It becomes the current log. With a dir
+        offline the current log may be there: the future log stays future."""
+        if self.offline_dirs:
+            return
+        for tp in [tp for tp in self._future_logs if tp not in self._logs]:
+            future = self._future_logs.pop(tp)
+            future.close()
+            target = future.dir.parent / f"{tp[0]}-{tp[1]}"
+            os.rename(future.dir, target)
+            fsync_dir(future.dir.parent)
+            log.warning("Completing the interrupted move of %s-%d: %s is its log now",
+                        tp[0], tp[1], target)
+            self._logs[tp] = Log.open(
+                target, self.config_for(tp[0]), future.recovery_point, future.log_start_offset,
+                had_clean_shutdown=False, clock=self.clock, handle_cache=self.handle_cache,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
                 checkpoint_writer=self.checkpoint_writer)
 
@@ -261,6 +306,12 @@ class LogManager:
         if log_dir not in self.log_dirs:
             return []
         doomed = {tp: lg for tp, lg in self._logs.items() if lg.dir.parent == log_dir}
+        for tp, lg in [(tp, lg) for tp, lg in self._future_logs.items()
+                       if lg.dir.parent == log_dir]:
+            del self._future_logs[tp]  # the move is abandoned (Kafka's removeFutureLocalReplica)
+            lg.io_failed = lg.closed = True
+            lg.release_handles()
+            self.checkpoint_writer.forget(lg.dir)
         if log_dir not in self.offline_dirs:
             self._mark_offline(log_dir)
             log.error("Stopping serving logs in dir %s: %s", log_dir,
@@ -287,7 +338,7 @@ class LogManager:
             self.topic_configs.pop(topic, None)
         else:
             self.topic_configs[topic] = config
-        for (t, _), log in self._logs.items():
+        for (t, _), log in [*self._logs.items(), *self._future_logs.items()]:
             if t == topic:
                 log.config = self.config_for(topic)
 
@@ -300,9 +351,160 @@ class LogManager:
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._logs)
 
-    def logs_in_dir(self, log_dir: Path) -> dict[TopicPartition, Log]:
+    def logs_in_dir(self, log_dir: Path, *, future: bool = False) -> dict[TopicPartition, Log]:
+        """The current logs in `log_dir` (with `future`, its future logs)."""
         log_dir = Path(log_dir).absolute()
-        return {tp: log for tp, log in self._logs.items() if log.dir.parent == log_dir}
+        logs = self._future_logs if future else self._logs
+        return {tp: log for tp, log in logs.items() if log.dir.parent == log_dir}
+
+    # -- future logs (AlterReplicaLogDirs, KIP-113) ---------------------------------------------
+
+    def get_future_log(self, topic: str, partition: int) -> Log | None:
+        return self._future_logs.get((topic, partition))
+
+    def future_logs(self) -> dict[TopicPartition, Log]:
+        return dict(self._future_logs)
+
+    def maybe_update_preferred_log_dir(self, tp: TopicPartition, log_dir: Path) -> None:
+        """Kafka's maybeUpdatePreferredLogDir: remember `log_dir` for the partition unless its
+        current or future log is there already. Bounded (the oldest entries go first)."""
+        log_dir = Path(log_dir).absolute()
+        tp = (tp[0], tp[1])
+        for logs in (self._logs, self._future_logs):
+            lg = logs.get(tp)
+            if lg is not None and lg.dir.parent == log_dir:
+                return
+        self.preferred_log_dirs.pop(tp, None)
+        self.preferred_log_dirs[tp] = log_dir
+        while len(self.preferred_log_dirs) > MAX_PREFERRED_LOG_DIRS:
+            del self.preferred_log_dirs[next(iter(self.preferred_log_dirs))]
+
+    def check_log_dir(self, log_dir: str | Path) -> Path:
+        """Kafka's isLogDirOnline for AlterReplicaLogDirs: the configured dir (the path made
+        absolute as Java's getAbsolutePath does), or LogDirNotFoundError; KafkaStorageError for
+        an offline one."""
+        try:
+            path = Path(os.path.abspath(log_dir))
+        except (ValueError, OSError):  # a NUL byte, a vanished working dir
+            raise LogDirNotFoundError(f"Log dir {log_dir} is not found in the config.") from None
+        if path not in self.log_dirs:
+            raise LogDirNotFoundError(f"Log dir {log_dir} is not found in the config.")
+        if path in self.offline_dirs:
+            raise KafkaStorageError(f"Log dir {log_dir} is offline")
+        return path
+
+    def create_future_log(self, topic: str, partition: int, log_dir: Path) -> Log:
+        """The partition's future log in `log_dir`, created empty (Kafka's getOrCreateLog with
+        isFuture): ``<topic>-<p>.<uuid>-future``. Refused (KafkaStorageError) while a dir is
+        offline, so that two future logs of one partition can never exist."""
+        self._check_running()
+        tp = (topic, partition)
+        existing = self._future_logs.get(tp)
+        if existing is not None:
+            return existing
+        current = self._logs.get(tp)
+        if current is None:
+            raise KafkaStorageError(f"no current log of {topic}-{partition} to move")
+        log_dir = self.check_log_dir(log_dir)
+        if current.dir.parent == log_dir:
+            raise ValueError(f"the current log of {topic}-{partition} is in {log_dir} already")
+        if self.offline_dirs:
+            raise KafkaStorageError(
+                f"Can not create the future log of {topic}-{partition} because log dirs "
+                f"{sorted(map(str, self.offline_dirs))} are offline")
+        path = log_dir / _marked_dir_name(topic, partition, FUTURE_DIR_SUFFIX)
+        try:
+            future = Log.open(path, self.config_for(topic), clock=self.clock,
+                              handle_cache=self.handle_cache,
+                              producer_id_expiration_ms=self.producer_id_expiration_ms,
+                              checkpoint_writer=self.checkpoint_writer)
+            fsync_dir(log_dir)
+        except OSError as exc:
+            message = f"Error while creating the future log of {topic}-{partition} in {log_dir}"
+            self.report_io_error(log_dir, message, exc)
+            raise KafkaStorageError(f"{message}: {exc}") from exc
+        future.on_io_error = self.report_io_error
+        self._future_logs[tp] = future
+        self.preferred_log_dirs.pop(tp, None)
+        self.cleaner_manager.paused.add(tp)  # no new cleaning pass of it until the swap
+        log.info("Created the future log of %s-%d in %s", topic, partition, path)
+        return future
+
+    def delete_future_log(self, topic: str, partition: int) -> bool:
+        """Abandon a move: the future log is renamed ``-delete`` and removed."""
+        future = self._future_logs.pop((topic, partition), None)
+        if future is None:
+            return False
+        self.cleaner_manager.paused.discard((topic, partition))
+        self._remove_log_dir(future, topic, partition)
+        return True
+
+    def replace_current_with_future_log(self, topic: str, partition: int) -> Log:
+        """Kafka's replaceCurrentWithFutureLog, called when the future log caught up (same log
+        end offset): the future log becomes the partition's log, under the normal name in its
+        dir, and the old one is deleted. Crash-safe in this order: the future log is flushed
+        (its recovery point and leader epochs on disk), the current log is renamed
+        ``.<uuid>-delete`` (removed at the next start if the broker stops here; a lone future
+        log then becomes the current one, ``_promote_lone_future_logs``), then the future dir
+        is renamed ``<topic>-<p>``. Returns the new current log (the caller points its
+        partition at it; its high watermark is the old log's)."""
+        tp = (topic, partition)
+        source, dest = self._logs.get(tp), self._future_logs.get(tp)
+        if source is None:
+            raise KafkaStorageError(f"The current replica for {topic}-{partition} is offline")
+        if dest is None:
+            raise KafkaStorageError(f"The future replica for {topic}-{partition} is offline")
+        if dest.log_end_offset != source.log_end_offset:
+            raise ValueError(f"the future log of {topic}-{partition} is at "
+                             f"{dest.log_end_offset}, its current log at "
+                             f"{source.log_end_offset}")
+        dest_dir = dest.dir.parent
+        # epochs begun without a batch yet (a leader elected since the last append) are known
+        # only to the current log's cache: the moved log takes them over (loading a log drops
+        # epochs starting at its end, as Kafka's does)
+        latest = dest.leader_epoch_cache.latest_epoch
+        newer = [(e, o) for e, o in source.leader_epoch_cache.entries()
+                 if (latest is None or e > latest) and o <= dest.log_end_offset]
+        try:
+            dest.close(flush=True)
+            # the leader-epoch-checkpoint and producer snapshot written before the rename
+            self.checkpoint_writer.flush_blocking()
+        except (KafkaStorageError, OSError) as exc:
+            self.report_io_error(dest_dir, f"Error while flushing the future log of "
+                                 f"{topic}-{partition}", _as_os_error(exc))
+            raise KafkaStorageError(str(exc)) from exc
+        del self._future_logs[tp]
+        del self._logs[tp]
+        high_watermark = source.high_watermark
+        self._remove_log_dir(source, topic, partition, checkpoint=False)
+        target = dest_dir / f"{topic}-{partition}"
+        try:
+            os.rename(dest.dir, target)
+            fsync_dir(dest_dir)
+            new = Log.open(target, self.config_for(topic), dest.recovery_point,
+                           dest.log_start_offset, had_clean_shutdown=True, clock=self.clock,
+                           handle_cache=self.handle_cache,
+                           producer_id_expiration_ms=self.producer_id_expiration_ms,
+                           checkpoint_writer=self.checkpoint_writer)
+        except OSError as exc:
+            message = f"Error while renaming the future log of {topic}-{partition} to {target}"
+            self.report_io_error(dest_dir, message, exc)
+            raise KafkaStorageError(f"{message}: {exc}") from exc
+        if newer:
+            new.leader_epoch_cache.assign_all(newer)
+        if high_watermark is not None:
+            new.high_watermark = min(high_watermark, new.log_end_offset)
+        new.on_truncated = self._on_truncated
+        new.on_io_error = self.report_io_error
+        self._logs[tp] = new
+        for d in {source.dir.parent, dest_dir}:
+            if d not in self.offline_dirs:
+                self._checkpoint_dir(d)
+        self.cleaner_manager.alter_checkpoint_dir(tp, source.dir.parent, dest_dir)
+        self.cleaner_manager.paused.discard(tp)
+        log.info("The current replica of %s-%d is replaced with the future replica in %s",
+                 topic, partition, dest_dir)
+        return new
 
     def _next_log_dir(self) -> Path:
         live = self.live_log_dirs
@@ -328,7 +530,8 @@ class LogManager:
             raise ValueError(f"illegal topic name {topic!r}")
         if partition < 0:
             raise ValueError(f"illegal partition {partition}")
-        log_dir = self._next_log_dir()
+        preferred = self.preferred_log_dirs.pop((topic, partition), None)
+        log_dir = preferred if preferred in self.live_log_dirs else self._next_log_dir()
         try:
             log = Log.open(log_dir / f"{topic}-{partition}", config or self.config_for(topic),
                            clock=self.clock, handle_cache=self.handle_cache,
@@ -347,15 +550,22 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> bool:
         """Remove a partition's log: rename its directory ``<topic>-<p>.<uuid>-delete`` (so a
         crash cannot resurrect it), then remove it."""
+        self.delete_future_log(topic, partition)
+        self.preferred_log_dirs.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
         if log is None:
             return False
+        self._remove_log_dir(log, topic, partition)
+        return True
+
+    def _remove_log_dir(self, log: Log, topic: str, partition: int, *,
+                        checkpoint: bool = True) -> None:
+        """Close `log` (no longer in the maps), rename its directory
+        ``<topic>-<p>.<uuid>-delete`` and remove it (in a thread on an event loop)."""
         log.close()
         self.checkpoint_writer.forget(log.dir)  # nothing is written there any more
         parent = log.dir.parent
-        suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        name = f"{topic}-{partition}"[: 255 - len(suffix)] + suffix
-        doomed = parent / name
+        doomed = parent / _marked_dir_name(topic, partition, DELETE_DIR_SUFFIX)
         os.rename(log.dir, doomed)
         fsync_dir(parent)
         if _on_event_loop():
@@ -366,9 +576,9 @@ class LogManager:
             self._deletions.append(thread)
         else:
             _remove_tree(doomed)
-        self._checkpoint_dir(parent)
-        self.cleaner_manager.update_checkpoints(parent, remove=(topic, partition))
-        return True
+        if checkpoint:
+            self._checkpoint_dir(parent)
+            self.cleaner_manager.update_checkpoints(parent, remove=(topic, partition))
 
     def wait_for_deletions(self, timeout: float | None = None) -> bool:
         """Wait for the directory removals started by ``delete_log``; False on timeout."""
@@ -384,7 +594,7 @@ class LogManager:
         number of logs flushed."""
         now = self.clock() if now_ms is None else now_ms
         flushed = 0
-        for lg in list(self._logs.values()):
+        for lg in [*self._logs.values(), *self._future_logs.values()]:
             with contextlib.suppress(KafkaStorageError):  # reported: its dir goes offline
                 flushed += lg.maybe_flush(now)
         return flushed
@@ -394,7 +604,7 @@ class LogManager:
         decisions and the recovery points stay on the loop, and a recovery point moves only
         after the fsyncs it covers completed. Returns the number of logs flushed."""
         now = self.clock() if now_ms is None else now_ms
-        plans = [(lg, plan) for lg in list(self._logs.values())
+        plans = [(lg, plan) for lg in [*self._logs.values(), *self._future_logs.values()]
                  if (plan := lg.maybe_flush_plan(now)) is not None]
         if not plans:
             return 0
@@ -402,6 +612,8 @@ class LogManager:
         failed = await asyncio.to_thread(_fsync_plans, [plan for _, plan in plans])
         for i in failed:
             lg = plans[i][0]
+            if lg.closed and isinstance(failed[i], FileNotFoundError):
+                continue  # deleted or moved (a finished move) meanwhile: not a disk failure
             self.report_io_error(lg.dir.parent, f"Error while flushing log {lg.name}",
                                  failed[i])
         elapsed_ms = (time.perf_counter() - started) * 1000
@@ -433,7 +645,8 @@ class LogManager:
             self.checkpoint_writer.flush_blocking()
 
     def _checkpoint_dir(self, log_dir: Path) -> None:
-        logs = self.logs_in_dir(log_dir)
+        # a dir holds a partition's current log or its future log, never both
+        logs = {**self.logs_in_dir(log_dir, future=True), **self.logs_in_dir(log_dir)}
         self._write_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile.encode(
             {tp: log.recovery_point for tp, log in logs.items()}))
         self._write_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile.encode(
@@ -478,7 +691,7 @@ class LogManager:
             return
         self.cleaner.shutdown_blocking()
         try:
-            for log in list(self._logs.values()):
+            for log in [*self._logs.values(), *self._future_logs.values()]:
                 try:
                     log.close(flush=True)
                 except (KafkaStorageError, OSError) as exc:  # its dir is offline now
@@ -502,13 +715,24 @@ class LogManager:
         """Drop every handle without flushing, checkpointing or the clean-shutdown marker (what
         a crash leaves behind; for tests and for a failed start-up)."""
         self.cleaner.shutdown_blocking()
-        for log in self._logs.values():
+        for log in [*self._logs.values(), *self._future_logs.values()]:
             log.release_handles()
         # The crash happens once the checkpoint writes already queued are done (a crash with
         # writes still queued: ``checkpoint_writer.close(abandon=True)`` first).
         self.checkpoint_writer.close()
         self._shut_down = True
         self._release_locks()
+
+
+def _marked_dir_name(topic: str, partition: int, suffix: str) -> str:
+    """Kafka's logDirNameWithSuffix: ``<topic>-<p>.<uuid hex>-delete`` / ``-future`` (the
+    partition part cut to fit 255 bytes)."""
+    tail = f".{uuid.uuid4().hex}{suffix}"
+    return f"{topic}-{partition}"[: 255 - len(tail)] + tail
+
+
+def _as_os_error(exc: BaseException) -> OSError:
+    return exc if isinstance(exc, OSError) else OSError(str(exc))
 
 
 def _on_event_loop() -> bool:

@@ -22,6 +22,13 @@ Users' SCRAM credentials (KIP-554), as Kafka's docs create them:
   --alter --entity-type users --entity-name alice --delete-config 'SCRAM-SHA-512'
   --describe --entity-type users [--entity-name alice]
 
+Client quotas (users, clients, a user's clients, and their defaults; tools/client_quotas.py):
+
+  --alter --entity-type users --entity-name alice [--entity-type clients --entity-name app]
+      --add-config 'producer_byte_rate=1048576,consumer_byte_rate=2097152,request_percentage=50'
+  --alter --entity-type clients --entity-default --delete-config consumer_byte_rate
+  --describe --entity-type users [--entity-name alice | --entity-default]
+
 With --bootstrap-server they go through AlterUserScramCredentials / DescribeUserScramCredentials;
 with --zookeeper HOST:PORT[/chroot] the tool writes `/config/users/<user>` and a change
 notification itself, so the inter-broker user's credential exists before any broker runs.
@@ -41,12 +48,13 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from . import client_quotas
 from .command import Subcommands, ToolError, add_admin_command, read_properties, run_tool
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
 
-ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "users": "user"}
+ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "users": "user", "clients": "client"}
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
            3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
            6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
@@ -120,8 +128,36 @@ def _apply_entity_shortcuts(args: argparse.Namespace) -> None:
     args.entity_type, args.entity_name, args.entity_default = chosen[0]
 
 
+def _normalize_entities(args: argparse.Namespace) -> None:
+    """--entity-type / --entity-name / --entity-default may repeat (a user and a client): the
+    first of each is `entity_type` / `entity_name` / `entity_default`, the lists stay in
+    `entity_types` / `entity_names` ("" for a default)."""
+    types = list(getattr(args, "entity_types", None) or [])
+    names = list(getattr(args, "entity_names", None) or [])
+    args.entity_types, args.entity_names = types, names
+    args.entity_type = types[0] if types else None
+    head = names[0] if names else None
+    args.entity_name = head or None
+    args.entity_default = head == ""
+
+
+def _is_quota_command(args: argparse.Namespace) -> bool:
+    """users or clients with quota configs (or clients at all): tools/client_quotas.py."""
+    if args.entity_type not in ("users", "clients"):
+        return False
+    if "clients" in args.entity_types or args.describe:
+        return True
+    keys = [k for t in args.add_config for k in parse_add_config(t)]
+    keys += parse_delete_config(args.delete_config)
+    return any(client_quotas.is_quota_key(k) for k in keys)
+
+
 def _check_args(args: argparse.Namespace) -> None:
+    _normalize_entities(args)
     _apply_entity_shortcuts(args)
+    if len(args.entity_types) > 1 and sorted(args.entity_types) != ["clients", "users"]:
+        raise ToolError("Only one entity type may be specified, except users and clients "
+                        "together (a user's client)")
     actions = [a for a in ("describe", "alter") if getattr(args, a)]
     if len(actions) != 1:
         raise ToolError("Command must include exactly one action: --describe, --alter")
@@ -138,14 +174,24 @@ def _check_args(args: argparse.Namespace) -> None:
                         "credentials); use --bootstrap-server")
     if not args.bootstrap_server and not zookeeper:
         raise ToolError("Missing required argument \"[bootstrap-server]\"")
-    if args.entity_type == "users" and (args.entity_default or args.all
-                                        or args.add_config_file):
-        raise ToolError("--entity-default, --all and --add-config-file are not supported "
-                        "with --entity-type users (only SCRAM credentials are)")
-    if args.entity_name is not None and args.entity_default:
-        raise ToolError("--entity-name and --entity-default cannot be specified together")
-    if args.entity_default and args.entity_type != "brokers":
-        raise ToolError("--entity-default is only supported with --entity-type brokers")
+    if args.entity_type in ("users", "clients") and (args.all or args.add_config_file):
+        raise ToolError("--all and --add-config-file are not supported with --entity-type "
+                        f"{args.entity_type}")
+    if args.entity_type in ("users", "clients") and args.alter:
+        client_quotas.check_keys(
+            args.entity_types, {k: v for t in args.add_config
+                                for k, v in parse_add_config(t).items()},
+            parse_delete_config(args.delete_config))
+        if args.entity_default and not _is_quota_command(args):
+            raise ToolError("The use of --entity-default or --user-defaults is not allowed "
+                            "with User SCRAM Credentials using --bootstrap-server.")
+    if zookeeper and args.alter and _is_quota_command(args):
+        raise ToolError("--zookeeper alters SCRAM credentials only; quotas go through "
+                        "--bootstrap-server")
+    if len(args.entity_names) > len(args.entity_types):
+        raise ToolError("More entity names specified than entity types")
+    if args.entity_default and args.entity_type == "topics":
+        raise ToolError("--entity-default is not supported with --entity-type topics")
     if args.entity_type == "brokers" and args.entity_name is not None:
         try:
             int(args.entity_name)
@@ -237,11 +283,27 @@ def _java_text(error: Any) -> str:
     return f"{java}: {message}"
 
 
+async def run_quotas(admin: AsyncAdmin, args: argparse.Namespace) -> list[str]:
+    from . import user_credentials
+
+    types, names = args.entity_types, list(args.entity_names)
+    if args.describe:
+        lines = await client_quotas.describe(admin, types, names)
+        if "clients" not in types and "" not in names:  # and the users' SCRAM credentials
+            lines += await user_credentials.run_admin(admin, args, ([], []))
+        return lines
+    to_add = {k: v for t in args.add_config for k, v in parse_add_config(t).items()}
+    await client_quotas.alter(admin, types, names, to_add,
+                              parse_delete_config(args.delete_config))
+    return [client_quotas.completed(types, names)]
+
+
 async def run(args: argparse.Namespace) -> list[str]:
     from ..client import AsyncAdmin
     from . import user_credentials
 
-    changes = user_credentials.scram_changes(
+    quota_command = _is_quota_command(args)
+    changes = ([], []) if quota_command else user_credentials.scram_changes(
         [parse_add_config(t) for t in args.add_config], parse_delete_config(args.delete_config)
     ) if args.entity_type == "users" and args.alter else ([], [])
     if getattr(args, "zookeeper", None):
@@ -249,6 +311,8 @@ async def run(args: argparse.Namespace) -> list[str]:
     cfg: dict[str, Any] = read_properties(args.command_config) if args.command_config else {}
     cfg["bootstrap.servers"] = args.bootstrap_server
     async with AsyncAdmin(cfg) as admin:
+        if quota_command:
+            return await run_quotas(admin, args)
         if args.entity_type == "users":
             return await user_credentials.run_admin(admin, args, changes)
         if args.describe:
@@ -268,13 +332,15 @@ def main(args: argparse.Namespace) -> int:
     def failed(exc: BaseException) -> int:
         argv = " ".join(sys.argv[1:])
         print(f"Error while executing config command with args '{argv}'", file=sys.stderr)
-        text = str(exc) if isinstance(exc, ConfigCommandError | ScramCommandError) else (
+        text = str(exc) if isinstance(exc, ConfigCommandError | ScramCommandError
+                                      | client_quotas.QuotaCommandError) else (
             _java_text(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}")
         print(text, file=sys.stderr)
         return 1
 
     return run_tool(body, failures=(ConfigCommandError, KafkaError, OSError, TimeoutError,
-                                    CoordinationError, ScramCommandError),
+                                    CoordinationError, ScramCommandError,
+                                    client_quotas.QuotaCommandError),
                     failed=failed)
 
 
@@ -284,10 +350,21 @@ def add_parser(subparsers: Subcommands) -> None:
     p.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]",
                    help="write users' SCRAM credentials straight into ZooKeeper (only with "
                         "--entity-type users)")
-    p.add_argument("--entity-type", help="type of entity (topics/brokers/users)")
-    p.add_argument("--entity-name", help="name of entity (topic name/broker id/user name)")
-    p.add_argument("--entity-default", action="store_true",
-                   help="default entity name for brokers (applies to every broker)")
+    p.add_argument("--entity-type", action="append", dest="entity_types",
+                   help="type of entity (topics/brokers/users/clients); users and clients "
+                        "may both be given (a user's client)")
+    p.add_argument("--entity-name", action=client_quotas.EntityNameAction,
+                   help="name of entity (topic name/broker id/user name/client id)")
+    p.add_argument("--entity-default", action=client_quotas.EntityNameAction, nargs=0,
+                   const="", help="the default entity (brokers, users, clients)")
+    p.add_argument("--user", action=client_quotas.EntityShortcutAction,
+                   const=("users", False), help="same as --entity-type users --entity-name")
+    p.add_argument("--client", action=client_quotas.EntityShortcutAction,
+                   const=("clients", False), help="same as --entity-type clients --entity-name")
+    p.add_argument("--user-defaults", action=client_quotas.EntityShortcutAction, nargs=0,
+                   const=("users", True), help="the default user (quotas)")
+    p.add_argument("--client-defaults", action=client_quotas.EntityShortcutAction, nargs=0,
+                   const=("clients", True), help="the default client id (quotas)")
     p.add_argument("--topic", help="the topic's name (same as --entity-type topics "
                    "--entity-name TOPIC)")
     p.add_argument("--broker", help="the broker's id (same as --entity-type brokers "

@@ -9,7 +9,14 @@ information from brokers 1,2" and one JSON line as Kafka's tool does:
 {"version":1,"brokers":[{"broker":1,"logDirs":[{"logDir":"/d","error":null,"partitions":
 [{"partition":"t-0","size":123,"offsetLag":0,"isFuture":false}]}]}]}. An offline log dir
 (KIP-112) has "error":"org.apache.kafka.common.errors.KafkaStorageException" and no partitions.
-Without --broker-list every broker of the cluster is asked.
+Without --broker-list every broker of the cluster is asked. The admin client's id defaults to
+"log-dirs-tool" as Kafka's. A replica being moved between the dirs of a broker
+(AlterReplicaLogDirs, ``odradek reassign-partitions`` with "log_dirs") shows twice: in its
+current dir, and in the destination with "isFuture":true and an offsetLag of what remains to copy.
+
+The module also holds the admin calls ``reassign-partitions`` uses for replica moves between
+log dirs: ``describe_replica_log_dirs`` (Kafka's Admin.describeReplicaLogDirs) and
+``alter_replica_log_dirs`` (Admin.alterReplicaLogDirs), each talking to the brokers concerned.
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .command import Subcommands, ToolError, add_admin_command, run_tool
@@ -30,7 +39,9 @@ JAVA_ERRORS = {
     31: "org.apache.kafka.common.errors.ClusterAuthorizationException",
 }
 DESCRIBE_LOG_DIRS = 35
+ALTER_REPLICA_LOG_DIRS = 34
 MAX_VERSION = 2  # what this tool speaks (v2: flexible)
+MIN_VERSION = 1  # v0 is v1 on the wire; the codec has v1's classes
 
 
 def parse_list(value: str | None, what: str) -> list[str]:
@@ -80,16 +91,93 @@ def _dirs_of(response: Any) -> list[dict[str, Any]]:
     return out
 
 
-async def _describe_one(admin: Any, broker: int) -> Any:
-    """DescribeLogDirs (every partition) to `broker`, at the highest version both speak."""
+async def _request_one(admin: Any, broker: int, api_key: int, name: str, **fields: Any) -> Any:
+    """A request of `api_key` to `broker`, at the highest version both speak."""
     from ..protocol.codec import build, request_class
 
     conn = await admin.client.connection(broker)
-    theirs = conn.api_versions.get(DESCRIBE_LOG_DIRS)
-    if theirs is None:
-        raise ToolError(f"broker {broker} does not support DescribeLogDirs")
+    theirs = conn.api_versions.get(api_key)
+    if theirs is None or theirs[1] < MIN_VERSION:
+        raise ToolError(f"broker {broker} does not support {name}")
     version = min(MAX_VERSION, theirs[1])
-    return await conn.request(build(request_class(DESCRIBE_LOG_DIRS, version), topics=None))
+    return await conn.request(build(request_class(api_key, version), **fields))
+
+
+async def _describe_one(admin: Any, broker: int) -> Any:
+    """DescribeLogDirs (every partition) to `broker`."""
+    return await _request_one(admin, broker, DESCRIBE_LOG_DIRS, "DescribeLogDirs", topics=None)
+
+
+@dataclass(frozen=True)
+class ReplicaLogDirInfo:
+    """Kafka's DescribeReplicaLogDirsResult.ReplicaLogDirInfo: where a replica is (None: in no
+    live dir) and where it is being moved (None: no move), with the offset lags."""
+
+    current: str | None = None
+    current_lag: int = -1
+    future: str | None = None
+    future_lag: int = -1
+
+
+def replica_log_dir_infos(dirs: list[dict[str, Any]], wanted: set[tuple[str, int]]
+                          ) -> dict[tuple[str, int], ReplicaLogDirInfo]:
+    """From one broker's DescribeLogDirs (``_dirs_of``): the info of each wanted partition."""
+    out = {tp: ReplicaLogDirInfo() for tp in wanted}
+    for d in dirs:
+        if d["error_code"] != 0:
+            continue
+        for topic, parts in d["topics"]:
+            for p in parts:
+                tp = (topic, p["partition_index"])
+                if tp not in out:
+                    continue
+                info = out[tp]
+                if p["is_future_key"]:
+                    out[tp] = ReplicaLogDirInfo(info.current, info.current_lag, d["log_dir"],
+                                                p["offset_lag"])
+                else:
+                    out[tp] = ReplicaLogDirInfo(d["log_dir"], p["offset_lag"], info.future,
+                                                info.future_lag)
+    return out
+
+
+async def describe_replica_log_dirs(admin: Any, replicas: set[tuple[str, int, int]]
+                                    ) -> dict[tuple[str, int, int], ReplicaLogDirInfo]:
+    """Kafka's describeReplicaLogDirs: (topic, partition, broker) -> ReplicaLogDirInfo, from a
+    DescribeLogDirs to each broker concerned."""
+    out: dict[tuple[str, int, int], ReplicaLogDirInfo] = {}
+    for broker in sorted({b for _, _, b in replicas}):
+        dirs = _dirs_of(await _describe_one(admin, broker))
+        wanted = {(t, p) for t, p, b in replicas if b == broker}
+        for (t, p), info in replica_log_dir_infos(dirs, wanted).items():
+            out[(t, p, broker)] = info
+    return out
+
+
+async def alter_replica_log_dirs(admin: Any, moves: dict[tuple[str, int, int], str]
+                                 ) -> dict[tuple[str, int, int], int]:
+    """Kafka's alterReplicaLogDirs: (topic, partition, broker) -> absolute dir; the error
+    code of each replica, from an AlterReplicaLogDirs to each broker concerned."""
+    from ..protocol.codec import make, request_class
+
+    out: dict[tuple[str, int, int], int] = {}
+    for broker in sorted({b for _, _, b in moves}):
+        by_dir: dict[str, dict[str, list[int]]] = {}
+        for (t, p, b), d in moves.items():
+            if b == broker:
+                by_dir.setdefault(d, {}).setdefault(t, []).append(p)
+        cls = request_class(ALTER_REPLICA_LOG_DIRS, 1)
+        mod = sys.modules[cls.__module__]
+        dirs = tuple(make(mod.AlterReplicaLogDir, path=d, topics=tuple(
+            make(mod.AlterReplicaLogDirTopic, name=t, partitions=tuple(ps))
+            for t, ps in sorted(topics.items())))
+            for d, topics in sorted(by_dir.items()))
+        response = await _request_one(admin, broker, ALTER_REPLICA_LOG_DIRS,
+                                      "AlterReplicaLogDirs", dirs=dirs)
+        for r in response.results:
+            for part in r.partitions:
+                out[(r.topic_name, int(part.partition_index), broker)] = int(part.error_code)
+    return out
 
 
 async def describe(cfg: dict[str, Any], brokers: list[int] | None, topics: list[str],
@@ -134,10 +222,13 @@ def run(args: argparse.Namespace) -> int:
             raise ToolError("Missing required argument \"[bootstrap-server]\"")
         brokers = parse_brokers(args.broker_list)
         cfg = admin_config(args.bootstrap_server, args.command_config)
+        if cfg["client.id"] == "odradek-admin":  # not set by --command-config (putIfAbsent)
+            cfg["client.id"] = "log-dirs-tool"
         out: list[str] = []
         asyncio.run(describe(cfg, brokers, parse_list(args.topic_list, "--topic-list"), out))
         return out
     return run_tool(body)
 
 
-__all__ = ["add_parser", "format_json", "run"]
+__all__ = ["ReplicaLogDirInfo", "add_parser", "alter_replica_log_dirs",
+           "describe_replica_log_dirs", "format_json", "replica_log_dir_infos", "run"]

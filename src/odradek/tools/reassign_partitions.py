@@ -4,14 +4,22 @@
         prints the current assignment and a proposal (the controller's own assignment function
         for new topics, odradek/common/replica_assignment.py), executes nothing
   --execute --reassignment-json-file F [--throttle BYTES_PER_SEC] [--additional]
+            [--replica-alter-log-dirs-throttle BYTES_PER_SEC] [--timeout MS]
         prints the current assignment (save it for a rollback) and starts the moves
         (AlterPartitionReassignments); with --throttle the moving replicas are throttled
         (KIP-73: leader/follower.replication.throttled.rate on the brokers involved,
-        leader/follower.replication.throttled.replicas on the topics)
+        leader/follower.replication.throttled.replicas on the topics). Replicas given a
+        "log_dirs" entry other than "any" move to that dir of their broker
+        (AlterReplicaLogDirs, KIP-113), retried until --timeout while a replica is not on its
+        broker yet; --replica-alter-log-dirs-throttle sets
+        replica.alter.log.dirs.io.max.bytes.per.second on those brokers
   --verify --reassignment-json-file F [--wait] [--preserve-throttles]
-        per partition "is completed" / "is still in progress"; once everything is done, the
-        throttles are cleared; --wait polls until then, with progress on stderr
-  --cancel --reassignment-json-file F     cancels the moves (back to the original replicas)
+        per partition "is completed" / "is still in progress", and per replica with a log dir
+        (DescribeLogDirs) whether its move is completed or still in progress; once everything
+        is done, the throttles are cleared; --wait polls until then, with progress (the bytes
+        and offsets left to copy of each log dir move) on stderr
+  --cancel --reassignment-json-file F     cancels the moves (back to the original replicas;
+                                           a log dir move goes back to its current dir)
   --list                                   the ongoing reassignments
 
 --bootstrap-server goes through the admin API (AlterPartitionReassignments,
@@ -19,7 +27,8 @@ ListPartitionReassignments, IncrementalAlterConfigs); --zookeeper HOST:PORT[/chr
 topic znodes and writes /admin/reassign_partitions itself, as Kafka's ZooKeeper-era tool does.
 
 The JSON files are Kafka's: {"version":1,"topics":[{"topic":"t"}]} and
-{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[4,5,6]}]}.
+{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[4,5,6],
+"log_dirs":["any","/data/b","any"]}]} ("log_dirs" optional, as long as "replicas").
 """
 
 from __future__ import annotations
@@ -47,7 +56,10 @@ LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
-BROKER_LEVEL_THROTTLES = (LEADER_RATE, FOLLOWER_RATE)
+LOG_DIR_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
+BROKER_LEVEL_THROTTLES = (LEADER_RATE, FOLLOWER_RATE, LOG_DIR_RATE)
+ANY_LOG_DIR = "any"
+REPLICA_NOT_AVAILABLE = 9
 TOPIC_LEVEL_THROTTLES = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
 
 CANNOT_EXECUTE_BECAUSE_OF_EXISTING = (
@@ -118,6 +130,13 @@ def parse_reassignment_json(text: str) -> dict[TP, list[int]]:
         except (KeyError, TypeError, ValueError):
             raise ToolError(f"Malformed partition entry {e!r}: expected topic, partition and "
                             "replicas") from None
+        dirs = e.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
+        if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+            raise ToolError(f"Malformed partition entry {e!r}: log_dirs must be a list of "
+                            "strings")
+        if len(dirs) != len(replicas):
+            raise ToolError(f"Size of replicas list {replicas} is different from size of log "
+                            f"dirs list {dirs} for partition {tp_name(tp)}")
         parts.append((tp, replicas))
     if not parts:
         raise ToolError("Partition reassignment list cannot be empty")
@@ -135,6 +154,91 @@ def parse_reassignment_json(text: str) -> dict[TP, list[int]]:
             f"{tp_name(tp)} contains multiple entries for {','.join(map(str, d))}"
             for tp, d in dup_replicas))
     return dict(parts)
+
+
+Replica = tuple[str, int, int]
+"""(topic, partition, broker): Kafka's TopicPartitionReplica."""
+
+
+def replica_name(r: Replica) -> str:
+    """Kafka's TopicPartitionReplica.toString: topic-partition-broker."""
+    return f"{r[0]}-{r[1]}-{r[2]}"
+
+
+def replica_order(r: Replica) -> tuple[int, str, int]:
+    """Kafka's compareTopicPartitionReplicas: by broker, topic, partition."""
+    return r[2], r[0], r[1]
+
+
+def parse_log_dirs(text: str) -> dict[Replica, str]:
+    """The replicas of a reassignment JSON with a log dir other than "any" (Kafka's
+    replicaAssignment of parsePartitionReassignmentData); the file is checked by
+    ``parse_reassignment_json``."""
+    parse_reassignment_json(text)
+    out: dict[Replica, str] = {}
+    for e in json.loads(text)["partitions"]:
+        replicas = [int(r) for r in e["replicas"]]
+        for b, d in zip(replicas, e.get("log_dirs", [ANY_LOG_DIR] * len(replicas)),
+                        strict=True):
+            if d != ANY_LOG_DIR:
+                out[(str(e["topic"]), int(e["partition"]), b)] = d
+    return out
+
+
+@dataclass(frozen=True)
+class LogDirMoveState:
+    """Kafka's LogDirMoveState: "missing_replica" (no answer for it), "missing_log_dir" (in no
+    live dir), "cancelled" (in `current`, not moving), "active" (moving to `future`) or
+    "completed"; `lag` is the future replica's offset lag."""
+
+    kind: str
+    target: str
+    current: str | None = None
+    future: str | None = None
+    lag: int = -1
+
+    @property
+    def done(self) -> bool:
+        return self.kind != "active"
+
+
+def log_dir_move_state(target: str, current: str | None, future: str | None,
+                       lag: int = -1, found: bool = True) -> LogDirMoveState:
+    """Kafka's findLogDirMoveStates for one replica."""
+    if not found:
+        return LogDirMoveState("missing_replica", target)
+    if current is None:
+        return LogDirMoveState("missing_log_dir", target)
+    if future is None:
+        return LogDirMoveState("completed" if current == target else "cancelled", target,
+                               current)
+    return LogDirMoveState("active", target, current, future, lag)
+
+
+def move_status_lines(states: Mapping[Replica, LogDirMoveState]) -> list[str]:
+    """Kafka's replicaMoveStatesToString."""
+    lines = []
+    for r in sorted(states, key=replica_order):
+        s, (topic, partition, broker) = states[r], r
+        if s.kind == "missing_log_dir":
+            lines.append(f"Partition {topic}-{partition} is not found in any live log dir on "
+                         f"broker {broker}. There is likely an offline log directory on the "
+                         "broker.")
+        elif s.kind == "missing_replica":
+            lines.append(f"Partition {topic}-{partition} cannot be found in any live log "
+                         f"directory on broker {broker}.")
+        elif s.kind == "active":
+            if s.future == s.target:
+                lines.append(f"Reassignment of replica {replica_name(r)} is still in progress.")
+            else:
+                lines.append(f"Partition {topic}-{partition} on broker {broker} is being moved "
+                             f"to log dir {s.future} instead of {s.target}.")
+        elif s.kind == "cancelled":
+            lines.append(f"Partition {topic}-{partition} on broker {broker} is not being moved "
+                         f"from log dir {s.current} to {s.target}.")
+        else:
+            lines.append(f"Reassignment of replica {replica_name(r)} completed successfully.")
+    return lines
 
 
 def format_reassignment_json(assignment: Mapping[TP, Sequence[int]]) -> str:
@@ -303,6 +407,19 @@ class AdminBackend:
         await self.admin.incremental_alter_configs(
             {r: dict(c) for r, c in changes.items()})
 
+    async def alter_log_dirs(self, moves: Mapping[Replica, str]) -> dict[Replica, int]:
+        from .log_dirs import alter_replica_log_dirs
+
+        return await alter_replica_log_dirs(self.admin, dict(moves))
+
+    async def log_dir_states(self, targets: Mapping[Replica, str]
+                             ) -> dict[Replica, LogDirMoveState]:
+        from .log_dirs import describe_replica_log_dirs
+
+        infos = await describe_replica_log_dirs(self.admin, set(targets))
+        return {r: log_dir_move_state(d, infos[r].current, infos[r].future, infos[r].future_lag,
+                                      found=r in infos) for r, d in targets.items()}
+
 
 class ZooKeeperBackend:
     """--zookeeper: reads the topic znodes and writes ``/admin/reassign_partitions`` itself, as
@@ -367,6 +484,15 @@ class ZooKeeperBackend:
                             ) -> None:
         raise ToolError("--throttle requires --bootstrap-server")
 
+    async def alter_log_dirs(self, moves: Mapping[Replica, str]) -> dict[Replica, int]:
+        raise ToolError("bootstrap-server needs to be provided in order to reassign replica to "
+                        "the specified log directory")
+
+    async def log_dir_states(self, targets: Mapping[Replica, str]
+                             ) -> dict[Replica, LogDirMoveState]:
+        raise ToolError("bootstrap-server needs to be provided when replica reassignments are "
+                        "present.")
+
 
 Backend = AdminBackend | ZooKeeperBackend
 
@@ -396,9 +522,13 @@ async def generate(b: Backend, args: argparse.Namespace) -> list[str]:
 
 
 async def execute(b: Backend, args: argparse.Namespace) -> list[str]:
-    proposed = parse_reassignment_json(_read(args.reassignment_json_file,
-                                             "--reassignment-json-file"))
-    if args.throttle >= 0 and not b.throttles:
+    text = _read(args.reassignment_json_file, "--reassignment-json-file")
+    proposed = parse_reassignment_json(text)
+    log_dirs = parse_log_dirs(text)
+    if log_dirs and not isinstance(b, AdminBackend):
+        raise ToolError("bootstrap-server needs to be provided in order to reassign replica to "
+                        "the specified log directory")
+    if (args.throttle >= 0 or args.replica_alter_log_dirs_throttle >= 0) and not b.throttles:
         raise ToolError("--throttle requires --bootstrap-server")
     ongoing = await b.ongoing()
     if not args.additional and ongoing:
@@ -413,8 +543,9 @@ async def execute(b: Backend, args: argparse.Namespace) -> list[str]:
     current = {tp: current_all[tp] for tp in proposed}
     out = ["Current partition replica assignment", "", format_reassignment_json(current), "",
            "Save this to use as the --reassignment-json-file option during rollback"]
-    if args.throttle >= 0:
+    if args.throttle >= 0 or args.replica_alter_log_dirs_throttle >= 0:
         out.append(YOU_MUST_RUN_VERIFY)
+    if args.throttle >= 0:
         moves = move_map({tp: (r, a) for tp, (r, a, _) in ongoing.items()}, proposed, current)
         leader, follower = throttled_replicas(moves)
         topic_ops: dict[tuple[str, str], dict[str, str | None]] = {}
@@ -430,6 +561,12 @@ async def execute(b: Backend, args: argparse.Namespace) -> list[str]:
         await b.alter_configs({("broker", str(x)): {LEADER_RATE: rate, FOLLOWER_RATE: rate}
                                for x in reassigning_brokers(moves)})
         out.append(f"The inter-broker throttle limit was set to {args.throttle} B/s")
+    if args.replica_alter_log_dirs_throttle >= 0:
+        rate = str(args.replica_alter_log_dirs_throttle)
+        await b.alter_configs({("broker", str(x)): {LOG_DIR_RATE: rate}
+                               for x in sorted({r[2] for r in log_dirs})})
+        out.append("The replica-alter-dir throttle limit was set to "
+                   f"{args.replica_alter_log_dirs_throttle} B/s")
     failed = await b.alter(dict(proposed))
     if failed:
         raise ToolError("\n".join(out + ["Error reassigning partition(s):"] + [
@@ -437,7 +574,45 @@ async def execute(b: Backend, args: argparse.Namespace) -> list[str]:
     s = "" if len(proposed) == 1 else "s"
     out.append(f"Successfully started partition reassignment{s} for "
                + ",".join(tp_name(tp) for tp in sorted(proposed)))
+    if log_dirs:
+        await execute_moves(b, log_dirs, args.timeout, out)
     return out
+
+
+async def execute_moves(b: Backend, moves: Mapping[Replica, str], timeout_ms: int,
+                        out: list[str]) -> None:
+    """Kafka's executeMoves: AlterReplicaLogDirs until every replica's move started; a replica
+    not on its broker yet (REPLICA_NOT_AVAILABLE: its reassignment has not created it) is
+    retried every 100 ms until `timeout_ms`."""
+    from kio.schema.errors import ErrorCode
+
+    deadline = time.monotonic() + timeout_ms / 1000
+    pending = dict(moves)
+    while True:
+        errors = await b.alter_log_dirs(pending)
+        completed = [r for r in pending if errors.get(r) == 0]
+        failed = sorted((r for r in pending if errors.get(r) not in (0, REPLICA_NOT_AVAILABLE)),
+                        key=replica_order)
+        if failed:
+            r = failed[0]
+            code = errors.get(r)
+            cause = "no answer" if code is None else ErrorCode(code).name.upper()
+            raise ToolError("\n".join([*out, f"Failed to alter dir for {replica_name(r)}: "
+                                              f"{cause}"]))
+        if completed:
+            s = "" if len(completed) == 1 else "s"
+            out.append(f"Successfully started log directory move{s} for: " + ",".join(
+                replica_name(r) for r in sorted(completed, key=replica_order)))
+        for r in completed:
+            del pending[r]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            s = "" if len(pending) == 1 else "s"
+            raise ToolError("\n".join([
+                *out, f"Timed out before log directory move{s} could be started for: " + ",".join(
+                    replica_name(r) for r in sorted(pending, key=replica_order))]))
+        await asyncio.sleep(0.1)
 
 
 async def _states(b: Backend, targets: Mapping[TP, Sequence[int]]
@@ -471,25 +646,46 @@ async def clear_throttles(b: Backend, targets: Mapping[TP, Sequence[int]]) -> li
 
 
 async def verify(b: Backend, args: argparse.Namespace) -> list[str]:
-    targets = parse_reassignment_json(_read(args.reassignment_json_file,
-                                            "--reassignment-json-file"))
-    states, ongoing = await _states(b, targets)
+    text = _read(args.reassignment_json_file, "--reassignment-json-file")
+    targets = parse_reassignment_json(text)
+    log_dirs = parse_log_dirs(text)
+
+    async def look() -> tuple[dict[TP, PartitionState], bool, dict[Replica, LogDirMoveState]]:
+        states, ongoing = await _states(b, targets)
+        moves = await b.log_dir_states(log_dirs) if log_dirs else {}
+        return states, ongoing, moves
+
+    def unfinished(states: Mapping[TP, PartitionState], ongoing: bool,
+                   moves: Mapping[Replica, LogDirMoveState]) -> bool:
+        return (ongoing or any(s.current != s.target for s in states.values())
+                or any(m.kind != "completed" for m in moves.values()))
+
+    states, ongoing, moves = await look()
     if args.wait:
         deadline = time.monotonic() + args.wait_timeout_ms / 1000 if args.wait_timeout_ms else None
-        while ongoing or any(s.current != s.target for s in states.values()):
+        while unfinished(states, ongoing, moves):
             pending = sorted(tp for tp, s in states.items() if not s.done or s.current != s.target)
-            print(f"Waiting for {len(pending)} of {len(states)} partition reassignments: "
-                  + ",".join(tp_name(tp) for tp in pending) + (
-                      "" if pending else " (other reassignments are ongoing)"),
-                  file=sys.stderr, flush=True)
+            moving = sorted((r for r, m in moves.items() if m.kind != "completed"),
+                            key=replica_order)
+            line = (f"Waiting for {len(pending)} of {len(states)} partition reassignments: "
+                    + ",".join(tp_name(tp) for tp in pending) + (
+                        "" if pending or not ongoing else " (other reassignments are ongoing)"))
+            if log_dirs:
+                line += (f"; {len(moving)} of {len(moves)} log dir moves: " + ",".join(
+                    replica_name(r) + (f" (offset lag {moves[r].lag})"
+                                       if moves[r].kind == "active" else "")
+                    for r in moving))
+            print(line, file=sys.stderr, flush=True)
             if deadline is not None and time.monotonic() > deadline:
                 break
             await asyncio.sleep(args.wait_interval_ms / 1000)
-            states, ongoing = await _states(b, targets)
+            states, ongoing, moves = await look()
     out = status_lines(states)
-    if not ongoing and not args.preserve_throttles:
+    out += move_status_lines(moves)
+    moves_ongoing = not all(m.done for m in moves.values())
+    if not ongoing and not moves_ongoing and not args.preserve_throttles:
         out += await clear_throttles(b, targets)
-    if args.wait and (ongoing or any(s.current != s.target for s in states.values())):
+    if args.wait and unfinished(states, ongoing, moves):
         # --wait (odradek's) promised completion: its timeout is a failure, said last.
         out.append(f"Gave up waiting after --wait-timeout-ms {args.wait_timeout_ms}: "
                    "reassignments are still in progress.")
@@ -498,8 +694,9 @@ async def verify(b: Backend, args: argparse.Namespace) -> list[str]:
 
 
 async def cancel(b: Backend, args: argparse.Namespace) -> list[str]:
-    targets = parse_reassignment_json(_read(args.reassignment_json_file,
-                                            "--reassignment-json-file"))
+    text = _read(args.reassignment_json_file, "--reassignment-json-file")
+    targets = parse_reassignment_json(text)
+    log_dirs = parse_log_dirs(text)
     if not isinstance(b, AdminBackend):
         raise ToolError("--cancel requires --bootstrap-server")
     active = sorted(await b.ongoing(list(targets)))
@@ -515,6 +712,15 @@ async def cancel(b: Backend, args: argparse.Namespace) -> list[str]:
                    + ",".join(tp_name(tp) for tp in active))
     else:
         out.append("None of the specified partition reassignments are active.")
+    # Kafka's cancelAssignment: a log dir move in progress goes back to the current dir (its
+    # future log is dropped)
+    states = await b.log_dir_states(log_dirs) if log_dirs else {}
+    back = {r: st.current for r, st in states.items() if st.kind == "active" and st.current}
+    if back:
+        await execute_moves(b, {r: d for r, d in back.items() if d is not None}, args.timeout,
+                            out)
+    else:
+        out.append("None of the specified partition moves are active.")
     if not args.preserve_throttles:
         out += (await clear_throttles(b, targets))[1:]
     return out
@@ -590,6 +796,13 @@ def add_parser(subparsers: Subcommands) -> None:
     p.add_argument("--broker-list", help='the brokers to move to, e.g. "4,5,6" (--generate)')
     p.add_argument("--throttle", type=int, default=-1, metavar="BYTES_PER_SEC",
                    help="inter-broker replication throttle of the moving replicas (KIP-73)")
+    p.add_argument("--replica-alter-log-dirs-throttle", type=int, default=-1,
+                   metavar="BYTES_PER_SEC",
+                   help="throttle of the moves of replicas between the log dirs of a broker "
+                        "(replica.alter.log.dirs.io.max.bytes.per.second, KIP-113)")
+    p.add_argument("--timeout", type=int, default=10000, metavar="MS",
+                   help="the maximum time in ms to wait for log directory replica assignment "
+                        "to begin")
     p.add_argument("--additional", action="store_true",
                    help="execute even though other reassignments are ongoing")
     p.add_argument("--preserve-throttles", action="store_true",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from time import perf_counter
+from time import perf_counter, perf_counter_ns
 from typing import Any
 
 from ...controller.controller import KafkaController
@@ -26,17 +26,21 @@ from ...protocol import interbroker as ib
 from ...protocol.codec import MalformedRequest, UnsupportedVersion, decode_request, peek_api
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..admin_manager import AdminManager
+from ..client_quota_manager import QuotaManagers
 from ..config import KafkaConfig
 from ..credential_cache import CredentialCache
 from ..metadata_cache import MetadataCache
 from ..network import CloseConnection, Connection, Response
 from ..producer_id_manager import ProducerIdManager
 from ..replica_manager import ReplicaManager
+from ..request_throttler import RequestThrottler
 from ..topic_config_manager import TopicConfigManager
 from .acls import AclApis
 from .admin import AdminApis
 from .alter_configs import AlterConfigsApis
+from .alter_replica_log_dirs import AlterReplicaLogDirsApi
 from .api_versions import ApiVersionsApi
+from .client_quotas import ClientQuotaApis
 from .delete_records import DeleteRecordsApi
 from .describe_cluster import DescribeClusterApi
 from .describe_log_dirs import DescribeLogDirsApi
@@ -95,7 +99,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     31: ("DeleteAcls", 1, 2),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
-    35: ("DescribeLogDirs", 1, 2),  # v0 (same as v1 on the wire): not in the codec (kio)
+    34: ("AlterReplicaLogDirs", 0, 2),  # v0: v1's schema (codec.V0_SAME_WIRE_AS_V1)
+    35: ("DescribeLogDirs", 0, 2),  # v0: v1's schema (codec.V0_SAME_WIRE_AS_V1)
     36: ("SaslAuthenticate", 0, 2),
     37: ("CreatePartitions", 0, 3),
     42: ("DeleteGroups", 0, 2),
@@ -104,6 +109,8 @@ APIS: dict[int, tuple[str, int, int]] = {
     45: ("AlterPartitionReassignments", 0, 0),
     46: ("ListPartitionReassignments", 0, 0),
     47: ("OffsetDelete", 0, 0),
+    48: ("DescribeClientQuotas", 0, 1),
+    49: ("AlterClientQuotas", 0, 1),
     50: ("DescribeUserScramCredentials", 0, 0),
     51: ("AlterUserScramCredentials", 0, 0),
     57: ("UpdateFeatures", 0, 0),
@@ -136,8 +143,12 @@ class KafkaApis:
                  authorizer: Authorizer = ALLOW_ALL,
                  credential_cache: CredentialCache | None = None,
                  request_stats: RequestStats | None = None,
-                 topic_stats: TopicStats | None = None) -> None:
+                 topic_stats: TopicStats | None = None,
+                 quotas: QuotaManagers | None = None) -> None:
         auth = authorizer
+        # client quotas (KIP-219): recorded and applied after each request's handler
+        self.throttler = RequestThrottler(quotas if quotas is not None else QuotaManagers())
+        client_quotas = ClientQuotaApis(store, auth)
         # RequestMetrics per request name (metrics/): count, total/local/remote time
         self.request_stats = request_stats if request_stats is not None else RequestStats()
         self._timers = {key: self.request_stats.timer(name) for key, (name, _, _) in APIS.items()}
@@ -155,9 +166,12 @@ class KafkaApis:
         scram = ScramCredentialApis(store, cache, auth)
         self.interbroker = InterBrokerApis(replica_manager, metadata_cache, topic_config_manager,
                                            controller, flush_checkpoints, auth)
+        self.fetch = FetchApi(replica_manager, config["fetch.max.bytes"], auth, topic_stats,
+                              config["max.incremental.fetch.session.cache.slots"],
+                              fetch_throttle=self.throttler.fetch_throttle)
         self.handlers: dict[int, HandlerFn] = {
             0: ProduceApi(replica_manager, auth).handle,
-            1: FetchApi(replica_manager, config["fetch.max.bytes"], auth, topic_stats).handle,
+            1: self.fetch.handle,
             2: ListOffsetsApi(replica_manager, auth).handle,
             3: MetadataApi(metadata_cache, config["auto.create.topics.enable"],
                            admin_manager.auto_create_topics, auth).handle,
@@ -197,11 +211,14 @@ class KafkaApis:
             45: reassignments.handle_alter,
             46: reassignments.handle_list,
             47: offsets.handle_offset_delete,
+            48: client_quotas.handle_describe,
+            49: client_quotas.handle_alter,
             50: scram.handle_describe,
             51: scram.handle_alter,
             57: UpdateFeaturesApi(controller, auth).handle,
             60: DescribeClusterApi(metadata_cache, auth).handle,
             61: DescribeProducersApi(replica_manager, metadata_cache, auth).handle,
+            34: AlterReplicaLogDirsApi(replica_manager, auth).handle,
             35: DescribeLogDirsApi(replica_manager, auth).handle,
             65: transactions.handle_describe_transactions,
             66: transactions.handle_list_transactions,
@@ -249,6 +266,17 @@ class KafkaApis:
             header, request = decode_request(payload)
         except (MalformedRequest, UnsupportedVersion) as exc:
             raise CloseConnection(f"malformed {name} v{version} request: {exc}") from None
+        throttler = self.throttler
+        if throttler.enabled and conn.authenticated:  # client quotas (request_throttler.py)
+            request = throttler.prepare(key, header, request, conn)
+            started = perf_counter_ns()
+            result = self._handle_decoded(key, header, request, conn)
+            return throttler.complete(key, header, request, conn, len(payload),
+                                      perf_counter_ns() - started, result)
+        return self._handle_decoded(key, header, request, conn)
+
+    def _handle_decoded(self, key: int, header: Any, request: Any, conn: Connection
+                        ) -> Response | Awaitable[Response]:
         if not self.request_stats.enabled:
             return self.handlers[key](header, request, conn)
         start = perf_counter()

@@ -1,6 +1,6 @@
-"""DescribeLogDirs (key 35), v1-2 (v2 flexible; v0, the same as v1 on the wire, is not in the
-codec): the log dirs of this broker and the partitions in each (size, offset lag, whether a
-future replica), as ``kafka-log-dirs.sh --describe`` shows.
+"""DescribeLogDirs (key 35), v0-2 (v2 flexible; v0 is v1 on the wire and decoded with v1's
+schema, ``codec.V0_SAME_WIRE_AS_V1``): the log dirs of this broker and the partitions in each
+(size, offset lag, whether a future replica), as ``kafka-log-dirs.sh --describe`` shows.
 
 Kafka's ``handleDescribeLogDirsRequest``: DESCRIBE on the CLUSTER is required (without it the
 result list is empty: v0-2 have no top-level error); null topics mean every partition of this

@@ -1,25 +1,28 @@
 """Fetch (key 1), v4-v16, for consumers (replica id -1: below the HW) and followers.
 
-From v13 topics are named by id (KIP-516): they are resolved against the metadata cache before
-anything else (server/fetch_topic_ids.py; an unknown id gets UNKNOWN_TOPIC_ID), everything after
-works on names, and the response names them by the ids asked. A v12+ fetch's
-`last_fetched_epoch` lets the leader answer `diverging_epoch` (KIP-320); from v16, partitions
-answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH name the current leader and the response
-its endpoint (KIP-951).
-
 Consumers with isolation_level 1 (read_committed, KIP-98) read below the last stable offset and
 get the aborted transactions of what they read; read_uncommitted consumers and followers get
 null aborted transactions, as Kafka answers. Every partition carries the real last stable offset.
 
-Fetch sessions (KIP-227) are declined by answering session id 0, which clients take as "use
-full fetches"; an incremental fetch naming a session id gets FETCH_SESSION_ID_NOT_FOUND. The
-response is encoded by hand so record data goes from the log files with sendfile.
+A request goes decode -> fetch session (server/fetch_session.py, KIP-227: full, incremental,
+sessionless or a session error such as FETCH_SESSION_ID_NOT_FOUND) -> authorization of the
+partitions to read -> the replica manager (maybe a delayed fetch) -> the session's filter (an
+incremental answer holds only the partitions with news) -> encode. The response is encoded by
+hand so record data goes from the log files with sendfile.
+
+From v13 topics are named by id (KIP-516): the decode step resolves them against the metadata
+cache (server/fetch_topic_ids.py; an unknown id is answered UNKNOWN_TOPIC_ID), everything after
+works on names, and the encode step names topics by their ids again. A v12+ fetch's
+`last_fetched_epoch` lets the replica answer `diverging_epoch` (KIP-320); from v16, partitions
+answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH name the current leader, and the
+response its endpoint (KIP-951).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -27,13 +30,22 @@ from kio.schema.errors import ErrorCode
 from ...metrics.stats import TopicStats
 from ...protocol.fetch_response import (
     NODE_ENDPOINTS_FROM,
+    TOPIC_IDS_FROM,
     NodeEndpoint,
     PartitionData,
     encode_fetch_response,
 )
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
-from ..fetch_topic_ids import ResolvedTopics, replica_id_of, resolve_topics
+from ..fetch_session import (
+    DEFAULT_SLOTS,
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchContext,
+    FetchSessionCache,
+    new_context,
+)
+from ..fetch_topic_ids import ZERO_ID, ResolvedTopics, replica_id_of, resolve_topics
 from ..network import Connection, Response
 from ..replica_manager import (
     EXPECTED_ERRORS,
@@ -44,98 +56,201 @@ from ..replica_manager import (
 from ..replica_selector import ClientMetadata
 from .authz import allowed, allowed_names
 
+TopicPartition = tuple[str, int]
+#: the topics (of those asked) a request may not read
+Deny = Callable[[Iterable[str]], frozenset[str]]
+#: a consumer's quota (KIP-219): given the answer's size in bytes, the throttle time in ms
+#: (0: not throttled); it records the size and mutes the connection itself
+Throttle = Callable[[int], int]
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
 
 class FetchApi:
     def __init__(self, replica_manager: ReplicaManager, fetch_max_bytes: int,
-                 authorizer: Authorizer = ALLOW_ALL, topic_stats: TopicStats | None = None
-                 ) -> None:
+                 authorizer: Authorizer = ALLOW_ALL, topic_stats: TopicStats | None = None,
+                 session_slots: int = DEFAULT_SLOTS,
+                 clock_ms: Callable[[], int] = _monotonic_ms,
+                 fetch_throttle: Callable[[Any, Connection, int], int] | None = None) -> None:
         self.replica_manager = replica_manager
         # BytesOutPerSec (consumers), ReplicationBytesOutPerSec (followers), failed fetches
         self.topic_stats = topic_stats if topic_stats is not None else TopicStats()
         self.fetch_max_bytes = fetch_max_bytes
         self.authorizer = authorizer
+        # KIP-227: max.incremental.fetch.session.cache.slots sessions at most
+        self.sessions: FetchSessionCache[FetchRequestPartition] = FetchSessionCache(
+            session_slots)
+        self.clock_ms = clock_ms
+        # client quotas: (header, conn, answer size) -> throttle ms, asked before the session
+        # is updated (Kafka's getResponseSize, then getThrottledResponse when throttled)
+        self.fetch_throttle = fetch_throttle
 
     def handle(self, header: Any, request: Any, conn: Connection
                ) -> Response | Awaitable[Response]:
-        denied: frozenset[str] = frozenset()
         auth = self.authorizer
-        version = header.request_api_version
-        resolved = resolve_topics(version, request.topics,
-                                  self.replica_manager.metadata_cache.topic_name)
+        deny: Deny | None = None
+        replica_id = replica_id_of(request)  # v15+: in replica_state (KIP-903)
         if auth.enabled:
-            names = [n for n in resolved.names if n is not None]
-            if replica_id_of(request) >= 0:  # a follower: CLUSTER_ACTION on the cluster
-                ok = allowed(auth, conn, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
-                             request_name="Fetch")
-                denied = frozenset() if ok else frozenset(names)
-            else:  # a consumer: READ on each topic
-                denied = frozenset(names) - allowed_names(auth, conn, AclOperation.READ,
-                                                          ResourceType.TOPIC, names,
-                                                          request_name="Fetch")
-        return _handle(self.replica_manager, self.fetch_max_bytes, header, request, denied,
-                       self.topic_stats, resolved, getattr(conn, "listener_name", None))
+            def deny(names: Iterable[str]) -> frozenset[str]:
+                names = list(dict.fromkeys(names))
+                if replica_id >= 0:  # a follower: CLUSTER_ACTION on the cluster
+                    ok = allowed(auth, conn, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                 request_name="Fetch")
+                    return frozenset() if ok else frozenset(names)
+                # a consumer: READ on each topic
+                return frozenset(names) - allowed_names(auth, conn, AclOperation.READ,
+                                                        ResourceType.TOPIC, names,
+                                                        request_name="Fetch")
+        quota = self.fetch_throttle
+        throttle: Throttle | None = None
+        if quota is not None and replica_id < 0:
+            def throttle(size: int) -> int:
+                return quota(header, conn, size)
+        return _handle(self.replica_manager, self.fetch_max_bytes, header, request, deny,
+                       self.topic_stats, self.sessions, self.clock_ms, throttle,
+                       getattr(conn, "listener_name", None))
 
 
-def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, request: Any,
-            denied: frozenset[str] = frozenset(), stats: TopicStats | None = None,
-            resolved: ResolvedTopics | None = None, listener: str | None = None
-            ) -> Response | Awaitable[Response]:
-    version = header.request_api_version
-    if resolved is None:
-        resolved = resolve_topics(version, request.topics,
-                                  replica_manager.metadata_cache.topic_name)
-    out = _Encoder(version, header.correlation_id, resolved, request.topics, replica_manager,
-                   listener)
-    if getattr(request, "session_id", 0) != 0:
-        return encode_fetch_response(version, header.correlation_id, [],
-                                     error_code=ErrorCode.fetch_session_id_not_found)
-    replica_id = replica_id_of(request)
-    requests: dict[tuple[str, int], FetchRequestPartition] = {}
-    refused: dict[tuple[str, int], FetchResult] = {}
-    for t, name in zip(request.topics, resolved.names, strict=True):
+def fetch_data(request: Any, resolved: ResolvedTopics | None = None
+               ) -> dict[TopicPartition, FetchRequestPartition]:
+    """The request's partitions, as the replica manager reads them; v13+ topics by the names
+    their ids resolved to (`resolved`; unknown ids left out: UNKNOWN_TOPIC_ID)."""
+    names = resolved.names if resolved is not None else [t.topic for t in request.topics]
+    ids = resolved.ids if resolved is not None else {}
+    out: dict[TopicPartition, FetchRequestPartition] = {}
+    for t, name in zip(request.topics, names, strict=True):
         if name is None:
-            continue  # an unknown topic id: UNKNOWN_TOPIC_ID (added by the encoder)
-        if name in denied:
-            for p in t.partitions:
-                refused[(name, p.partition)] = FetchResult(
-                    ErrorCode.topic_authorization_failed)
             continue
-        topic_id = resolved.ids.get(name)
+        topic_id = ids.get(name)
         for p in t.partitions:
-            requests[(name, p.partition)] = FetchRequestPartition(
+            out[(name, p.partition)] = FetchRequestPartition(
                 p.fetch_offset, p.partition_max_bytes,
                 getattr(p, "current_leader_epoch", -1), getattr(p, "log_start_offset", -1),
                 getattr(p, "last_fetched_epoch", -1), topic_id)
+    return out
+
+
+def forgotten(request: Any, name_of: Callable[[uuid.UUID], str | None] | None = None
+              ) -> list[TopicPartition]:
+    """An incremental request's `forgotten_topics_data` (v7+; by topic id from v13, resolved
+    with `name_of`, an unknown id forgetting nothing)."""
+    out: list[TopicPartition] = []
+    for t in getattr(request, "forgotten_topics_data", ()) or ():
+        if name_of is None:
+            name = t.topic
+        else:
+            name = name_of(t.topic_id) if t.topic_id is not None else None
+        if name is not None:
+            out += [(name, p) for p in t.partitions]
+    return out
+
+
+def fetch_context(sessions: FetchSessionCache[FetchRequestPartition] | None, request: Any,
+                  data: Mapping[TopicPartition, FetchRequestPartition], now_ms: int,
+                  version: int, topic_ids: Mapping[str, Any] | None = None,
+                  name_of: Callable[[uuid.UUID], str | None] | None = None
+                  ) -> FetchContext[Any, Any]:
+    """The request's session step (v7+ carry a session id and epoch; older ones, and a broker
+    without a cache, are sessionless). `topic_ids`: name -> id of a v13+ request's topics,
+    stored beside the session's partitions."""
+    session_id = getattr(request, "session_id", INVALID_SESSION_ID)
+    epoch = getattr(request, "session_epoch", FINAL_EPOCH)
+    if sessions is None:  # sessions declined: answer fully, session id 0
+        session_id, epoch, sessions = INVALID_SESSION_ID, FINAL_EPOCH, FetchSessionCache(0)
+    return new_context(sessions, session_id, epoch, data,
+                       forgotten(request, name_of if version >= TOPIC_IDS_FROM else None),
+                       replica_id_of(request) >= 0, now_ms, topic_ids,
+                       version >= TOPIC_IDS_FROM)
+
+
+def _handle(replica_manager: ReplicaManager, fetch_max_bytes: int, header: Any, request: Any,
+            deny: Deny | None = None, stats: TopicStats | None = None,
+            sessions: FetchSessionCache[FetchRequestPartition] | None = None,
+            clock_ms: Callable[[], int] = _monotonic_ms, throttle: Throttle | None = None,
+            listener: str | None = None) -> Response | Awaitable[Response]:
+    version = header.request_api_version
+    cache = replica_manager.metadata_cache
+    resolved = resolve_topics(version, request.topics, cache.topic_name)  # KIP-516
+    context = fetch_context(sessions, request, fetch_data(request, resolved), clock_ms(),
+                            version, resolved.ids or None, cache.topic_name)
+    to_read = context.partitions()
+    requests: dict[TopicPartition, FetchRequestPartition] = {}
+    refused: dict[TopicPartition, FetchResult] = {}
+    denied = deny(tp[0] for tp in to_read) if deny is not None and to_read else frozenset()
+    for tp, req in to_read.items():
+        if tp[0] in denied:
+            refused[tp] = FetchResult(ErrorCode.topic_authorization_failed)
+        else:
+            requests[tp] = req
+    replica_id = replica_id_of(request)
+    follower = replica_id >= 0
+    respond = _Responder(version, header.correlation_id, context, refused, stats, follower,
+                         clock_ms, throttle,
+                         _Naming(version, resolved, request.topics, replica_manager, listener))
+    if not requests:
+        return respond({})
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), fetch_max_bytes)
-    if not requests:
-        return out.respond(refused)
     isolation = int(getattr(request, "isolation_level", 0))
     # KIP-392: a consumer's Fetch v11+ carries its client.rack (Kafka's ClientMetadata)
     client = (ClientMetadata(getattr(request, "rack_id", "") or "")
-              if version >= 11 and replica_id < 0 else None)
+              if version >= 11 and not follower else None)
     outcome = replica_manager.fetch_messages(
         replica_id, max_wait_ms, request.min_bytes, max_bytes, requests, isolation, client)
     if isinstance(outcome, dict):
-        results = {**refused, **outcome} if refused else outcome
+        return respond(outcome)
+    return _await_and_respond(outcome, respond)
+
+
+class _Responder:
+    """The last steps once the read is done (at once or when a delayed fetch completes):
+    refused partitions added, the session's filter, stats, encoding."""
+
+    __slots__ = ("clock_ms", "context", "correlation_id", "follower", "naming", "refused",
+                 "stats", "throttle", "version")
+
+    def __init__(self, version: int, correlation_id: int, context: FetchContext[Any, Any],
+                 refused: dict[TopicPartition, FetchResult], stats: TopicStats | None,
+                 follower: bool, clock_ms: Callable[[], int],
+                 throttle: Throttle | None = None, naming: _Naming | None = None) -> None:
+        self.naming = naming
+        self.throttle = throttle
+        self.version = version
+        self.correlation_id = correlation_id
+        self.context = context
+        self.refused = refused
+        self.stats = stats
+        self.follower = follower
+        self.clock_ms = clock_ms
+
+    def __call__(self, results: dict[TopicPartition, FetchResult]) -> list[Any]:
+        if self.refused:
+            results = {**results, **self.refused}
+        context = self.context
+        naming = self.naming
+        if self.throttle is not None:  # a consumer under quotas: the size decides first
+            size = _frame_size(_respond(self.version, self.correlation_id,
+                                        context.preview(results), naming=naming))
+            throttle_ms = self.throttle(size)
+            if throttle_ms > 0:  # an empty answer; the session still owes this one's news
+                empty = context.throttled()
+                return _respond(self.version, self.correlation_id, {}, empty.error,
+                                empty.session_id, throttle_ms)
+        answer = context.answer(results, self.clock_ms())
+        stats = self.stats
         if stats is not None and stats.enabled:
-            _record(stats, results, replica_id >= 0)
-        return out.respond(results)
-    return _await_and_respond(out, outcome, refused, stats, replica_id >= 0)
+            _record(stats, answer.partitions, self.follower)
+        return _respond(self.version, self.correlation_id, answer.partitions,
+                        answer.error, answer.session_id, naming=naming)
 
 
-async def _await_and_respond(out: _Encoder, outcome: Awaitable[Any],
-                             refused: dict[tuple[str, int], FetchResult] | None = None,
-                             stats: TopicStats | None = None, follower: bool = False
-                             ) -> list[Any]:
-    results = await outcome
-    results = {**refused, **results} if refused else results
-    if stats is not None and stats.enabled:
-        _record(stats, results, follower)
-    return out.respond(results)
+async def _await_and_respond(outcome: Awaitable[Any], respond: _Responder) -> list[Any]:
+    return respond(await outcome)
 
 
-def _record(stats: TopicStats, results: dict[tuple[str, int], FetchResult],
+def _record(stats: TopicStats, results: dict[TopicPartition, FetchResult],
             follower: bool) -> None:
     none = ErrorCode.none
     for (topic, _), r in results.items():
@@ -146,64 +261,68 @@ def _record(stats: TopicStats, results: dict[tuple[str, int], FetchResult],
             stats.record_fetch(topic, 0, follower, True)
 
 
-def _respond(version: int, correlation_id: int,
-             results: dict[tuple[str, int], FetchResult],
-             ids: Mapping[str, uuid.UUID] | None = None,
-             unknown_ids: list[tuple[uuid.UUID, list[int]]] | None = None,
-             leader_of: Any = None) -> list[Any]:
-    """Encode the results; from v13 topics are named by `ids` and the partitions of
-    `unknown_ids` answered UNKNOWN_TOPIC_ID; from v16 `leader_of(topic, partition)` gives the
-    (leader id, epoch, endpoint or None) a NOT_LEADER / FENCED partition names (KIP-951)."""
-    topics: list[tuple[str | uuid.UUID, list[PartitionData]]] = []
-    last: str | None = None
+def _respond(version: int, correlation_id: int, results: dict[TopicPartition, FetchResult],
+             error_code: int = 0, session_id: int = 0, throttle_time_ms: int = 0,
+             naming: _Naming | None = None) -> list[Any]:
+    """Encode; with `naming` (v13+: topics by id, unknown ids; v16: current leaders)."""
+    # one entry per topic (an incremental answer's order may interleave topics)
+    topics: dict[str, list[PartitionData]] = {}
     nodes: dict[int, NodeEndpoint] = {}
-    kip951 = version >= NODE_ENDPOINTS_FROM and leader_of is not None
+    kip951 = naming is not None and version >= NODE_ENDPOINTS_FROM
     for (topic, index), r in results.items():
-        if last != topic or not topics:
-            topics.append((topic if ids is None else ids[topic], []))
-            last = topic
+        parts = topics.get(topic)
+        if parts is None:
+            parts = topics[topic] = []
         current_leader = None
         if kip951 and r.error in _NAMES_LEADER:
-            leader_id, epoch, node = leader_of(topic, index)
+            assert naming is not None
+            leader_id, epoch, node = naming.leader_of(topic, index)
             current_leader = (leader_id, epoch)
             if node is not None:
                 nodes[node.node_id] = node
-        topics[-1][1].append(PartitionData(
+        parts.append(PartitionData(
             index, int(r.error), r.high_watermark, r.last_stable_offset, r.log_start_offset,
             r.regions, r.size, r.diverging_epoch, r.preferred_read_replica,
             r.aborted_transactions, current_leader))
-    for topic_id, partitions in unknown_ids or ():
-        topics.append((topic_id, [PartitionData(i, ErrorCode.unknown_topic_id)
-                                  for i in partitions]))
-    return encode_fetch_response(version, correlation_id, topics,
+    named: list[tuple[str | uuid.UUID, list[PartitionData]]] = list(topics.items())
+    if naming is not None and version >= TOPIC_IDS_FROM:
+        named = [(naming.id_of(topic), parts) for topic, parts in topics.items()]
+        if not error_code:  # (a session error answers no partition)
+            named += [(topic_id, [PartitionData(i, ErrorCode.unknown_topic_id)
+                                  for i in partitions])
+                      for topic_id, partitions in naming.unknown]
+    return encode_fetch_response(version, correlation_id, named,
+                                 throttle_time_ms=throttle_time_ms,
+                                 error_code=int(error_code), session_id=session_id,
                                  node_endpoints=list(nodes.values()))
 
 
 _NAMES_LEADER = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch})
 
 
-class _Encoder:
-    """The response's ends that depend on the request: the ids topics are named by (v13+),
-    the unknown ids, and the listener whose endpoints v16 names."""
+class _Naming:
+    """What the answer's encoding needs of the request (KIP-516, KIP-951): each topic's id
+    (the request's, else the metadata cache's: an incremental answer may hold partitions of
+    earlier requests), the request's unknown ids, and the listener whose endpoint names a
+    partition's current leader."""
 
-    def __init__(self, version: int, correlation_id: int, resolved: ResolvedTopics,
-                 topics: Any, replica_manager: ReplicaManager,
-                 listener: str | None = None) -> None:
-        self.version = version
-        self.correlation_id = correlation_id
+    __slots__ = ("listener", "replica_manager", "resolved", "unknown")
+
+    def __init__(self, version: int, resolved: ResolvedTopics, topics: Any,
+                 replica_manager: ReplicaManager, listener: str | None) -> None:
         self.resolved = resolved
-        self.topics = topics
+        self.unknown = resolved.unknown(topics) if version >= TOPIC_IDS_FROM else []
         self.replica_manager = replica_manager
         self.listener = listener
 
-    def respond(self, results: dict[tuple[str, int], FetchResult]) -> list[Any]:
-        by_id = self.version >= 13
-        return _respond(self.version, self.correlation_id, results,
-                        self.resolved.ids if by_id else None,
-                        self.resolved.unknown(self.topics) if by_id else None,
-                        self._leader_of if self.version >= NODE_ENDPOINTS_FROM else None)
+    def id_of(self, topic: str) -> uuid.UUID:
+        topic_id = self.resolved.ids.get(topic)
+        if topic_id is None:
+            info = self.replica_manager.metadata_cache.topic(topic)
+            topic_id = info.topic_id if info is not None else ZERO_ID
+        return topic_id
 
-    def _leader_of(self, topic: str, index: int) -> tuple[int, int, NodeEndpoint | None]:
+    def leader_of(self, topic: str, index: int) -> tuple[int, int, NodeEndpoint | None]:
         """Kafka's getCurrentLeader: the metadata cache's leader and epoch of the partition,
         and its endpoint on this request's listener."""
         cache = self.replica_manager.metadata_cache
@@ -214,7 +333,12 @@ class _Encoder:
         endpoint = None
         if broker is not None and self.listener is not None:
             endpoint = broker.endpoint(self.listener)
-        if endpoint is None:
+        if broker is None or endpoint is None:
             return info.leader, info.leader_epoch, None
         return info.leader, info.leader_epoch, NodeEndpoint(info.leader, endpoint.host,
                                                             endpoint.port, broker.rack)
+
+
+def _frame_size(parts: list[Any]) -> int:
+    return sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size
+               for p in parts)

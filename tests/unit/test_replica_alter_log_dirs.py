@@ -1,0 +1,405 @@
+"""Moving a replica between log dirs (KIP-113): the mover's decisions (``next_step``), the
+future log's life in the log manager (creation, Kafka's names, checkpoints, restart, the swap
+and a crash inside it) and AlterReplicaLogDirs' error codes, without a broker."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.common import TopicPartition
+from odradek.protocol.records import build_batch, iter_headers, validate_batches
+from odradek.server.partition import Partition
+from odradek.server.replica_alter_log_dirs import (
+    MoveStep,
+    ReplicaAlterLogDirsManager,
+    next_step,
+)
+from odradek.storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from odradek.storage.log import Log, parse_topic_partition
+from odradek.storage.log_config import LogConfig
+from odradek.storage.log_manager import LogManager
+
+TP = TopicPartition("t", 0)
+
+
+def produce(log: Log, n: int = 1, epoch: int = 0) -> None:
+    for i in range(n):
+        buf = bytearray(build_batch([(b"k%d" % i, b"v" * 100)], timestamp_ms=1000 + i))
+        log.append_as_leader(buf, validate_batches(buf), epoch, 1000)
+
+
+def values(log: Log) -> list[tuple[int, int]]:
+    data = log.read(log.log_start_offset, 1 << 30).read_bytes()
+    return [(h.base_offset, h.partition_leader_epoch) for h in iter_headers(data)]
+
+
+class Broker:
+    """A log manager on two dirs, one hosted partition, and the mover."""
+
+    def __init__(self, tmp: Path, **config: object) -> None:
+        self.dirs = [tmp / "a", tmp / "b"]
+        self.lm = LogManager(self.dirs, LogConfig(**config))  # type: ignore[arg-type]
+        self.parts: dict[TopicPartition, Partition] = {}
+        self.offline: set[TopicPartition] = set()
+        self.known: set[TopicPartition] = set()
+        self.mover = ReplicaAlterLogDirsManager(self.lm, self.parts.get,
+                                                lambda tp: tp in self.offline,
+                                                lambda tp: tp in self.known, chunk_bytes=500)
+
+    def host(self, tp: TopicPartition = TP) -> Partition:
+        p = Partition(tp[0], tp[1], self.lm.get_or_create_log(*tp), 0)
+        self.parts[tp] = p
+        return p
+
+    def run(self, tp: TopicPartition = TP, limit: int = 1000) -> list[str]:
+        steps = []
+        while tp in self.mover.moving and len(steps) < limit:
+            steps.append(self.mover.step(tp))
+        return steps
+
+
+def test_next_step_decisions() -> None:
+    assert next_step(0, 10, 0, None) == MoveStep("copy", 0)
+    assert next_step(5, 10, 0, None) == MoveStep("reset", 5)  # below the log start
+    assert next_step(0, 10, 10, 10) == MoveStep("swap")
+    assert next_step(0, 10, 7, 4) == MoveStep("truncate", 4)  # diverging leader epoch
+    assert next_step(0, 6, 8, None) == MoveStep("truncate", 6)  # the current log truncated
+    assert next_step(3, 10, 7, 1) == MoveStep("truncate", 3)
+    assert next_step(0, 10, 4, 10) == MoveStep("copy", 4)
+
+
+def test_future_dir_names_parse_as_their_partition() -> None:
+    assert parse_topic_partition("my-topic-3." + "ab" * 16 + "-future") == ("my-topic", 3)
+    assert parse_topic_partition("t-0." + "0" * 32 + "-delete") == ("t", 0)
+    with pytest.raises(ValueError):
+        parse_topic_partition("t-future")
+
+
+def test_move_copies_keeps_up_and_swaps(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    p = b.host()
+    produce(p.log, 20, epoch=0)
+    produce(p.log, 5, epoch=3)
+    source_dir = p.log.dir.parent
+    dest = next(d for d in b.dirs if d.absolute() != source_dir)
+    before = values(p.log)
+    assert b.mover.alter_replica_log_dirs({TP: str(dest)}) == {TP: ErrorCode.none}
+    future = b.lm.get_future_log(*TP)
+    assert future is not None and future.dir.parent == dest.absolute()
+    assert future.dir.name.startswith("t-0.") and future.dir.name.endswith("-future")
+    assert b.mover.step(TP) == "copy"
+    produce(p.log, 3, epoch=3)  # appends while moving are copied too
+    p.log.leader_epoch_cache.assign(4, 28)  # elected again: an epoch without a batch yet
+    steps = b.run()
+    assert steps[-1] == "swap" and set(steps[:-1]) == {"copy"}
+    assert p.log.dir == dest.absolute() / "t-0"
+    assert values(p.log) == before + values(p.log)[len(before):]
+    assert len(values(p.log)) == 28
+    assert p.log.leader_epoch_cache.entries() == [(0, 0), (3, 20), (4, 28)]
+    assert b.lm.get_log(*TP) is p.log and b.lm.get_future_log(*TP) is None
+    assert not any(e.name.startswith("t-0") for e in source_dir.iterdir())
+    b.lm.shutdown()
+    # after a restart the partition is in its new dir with everything
+    lm = LogManager(b.dirs, LogConfig())
+    lg = lm.get_log(*TP)
+    assert lg is not None and lg.dir == dest.absolute() / "t-0" and len(values(lg)) == 28
+    # loading drops an epoch starting at the log end (Kafka's truncateFromEnd); the next
+    # LeaderAndIsr assigns it again
+    assert lg.leader_epoch_cache.entries() == [(0, 0), (3, 20)]
+    points = OffsetCheckpointFile(dest.absolute() / RECOVERY_POINT_CHECKPOINT).read()
+    assert points == {TP: 28}
+    assert OffsetCheckpointFile(source_dir / RECOVERY_POINT_CHECKPOINT).read() == {}
+    lm.shutdown()
+
+
+def test_move_follows_log_start_and_truncation(tmp_path: Path) -> None:
+    b = Broker(tmp_path, segment_bytes=1000)
+    p = b.host()
+    produce(p.log, 30)
+    p.high_watermark = p.log.high_watermark = 30
+    p.log.maybe_increment_log_start_offset(12)
+    dest = next(d for d in b.dirs if d.absolute() != p.log.dir.parent)
+    b.mover.alter_replica_log_dirs({TP: str(dest)})
+    assert b.mover.step(TP) == "reset"
+    future = b.lm.get_future_log(*TP)
+    assert future is not None and future.log_end_offset == 12
+    b.mover.step(TP)
+    p.log.truncate_to(20)  # a follower's truncation meanwhile
+    b.run()
+    assert p.log.log_start_offset == 12 and p.log.log_end_offset == 20
+    assert [o for o, _ in values(p.log)] == list(range(12, 20))
+
+
+def test_restart_mid_move_resumes(tmp_path: Path) -> None:
+    b = Broker(tmp_path, segment_bytes=1000)
+    p = b.host()
+    produce(p.log, 40)
+    dest = next(d for d in b.dirs if d.absolute() != p.log.dir.parent)
+    b.mover.alter_replica_log_dirs({TP: str(dest)})
+    for _ in range(5):
+        b.mover.step(TP)
+    future = b.lm.get_future_log(*TP)
+    assert future is not None and 0 < future.log_end_offset < 40
+    b.lm.flush_dirty_logs()
+    b.lm.checkpoint_recovery_points_and_log_start_offsets()
+    points = OffsetCheckpointFile(dest.absolute() / RECOVERY_POINT_CHECKPOINT).read()
+    assert 0 < points[TP] <= future.log_end_offset  # the future log's own recovery point
+    b.lm.close_without_shutdown()  # a crash
+    b2 = Broker(tmp_path, segment_bytes=1000)
+    assert b2.lm.get_future_log(*TP) is not None
+    p2 = b2.host()
+    b2.mover.maybe_resume(TP)
+    assert b2.run()[-1] == "swap"
+    assert p2.log.dir == dest.absolute() / "t-0" and len(values(p2.log)) == 40
+
+
+def test_crash_inside_the_swap_keeps_the_complete_future_log(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    p = b.host()
+    produce(p.log, 10)
+    source = p.log.dir
+    dest = next(d for d in b.dirs if d.absolute() != source.parent)
+    b.mover.alter_replica_log_dirs({TP: str(dest)})
+    while b.lm.get_future_log(*TP).log_end_offset < 10:  # type: ignore[union-attr]
+        b.mover.step(TP)
+    future = b.lm.get_future_log(*TP)
+    assert future is not None
+    future.flush(force=True)
+    b.lm.close_without_shutdown()
+    # the broker stopped after renaming the current log for deletion
+    os.rename(source, source.parent / ("t-0." + "1" * 32 + "-delete"))
+    lm = LogManager(b.dirs, LogConfig())
+    lg = lm.get_log(*TP)
+    assert lg is not None and lg.dir == dest.absolute() / "t-0" and len(values(lg)) == 10
+    assert lm.get_future_log(*TP) is None
+    assert [e.name for e in source.parent.iterdir() if e.is_dir()] == []
+    lm.shutdown()
+
+
+def test_alter_errors(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    p = b.host()
+    here = str(p.log.dir.parent)
+    other = next(str(d.absolute()) for d in b.dirs if d.absolute() != p.log.dir.parent)
+    mover = b.mover
+    assert mover.alter_replica_log_dirs({TP: str(tmp_path / "nope")}) == {
+        TP: ErrorCode.log_dir_not_found}
+    assert mover.alter_replica_log_dirs({TP: "relative/dir"}) == {
+        TP: ErrorCode.log_dir_not_found}
+    assert mover.alter_replica_log_dirs({TP: here}) == {TP: ErrorCode.none}
+    assert b.lm.get_future_log(*TP) is None and not mover.moving
+    # not hosted yet: REPLICA_NOT_AVAILABLE (unknown: UNKNOWN_TOPIC_OR_PARTITION), and the
+    # log is created there later
+    new = TopicPartition("u", 1)
+    assert mover.alter_replica_log_dirs({new: other}) == {
+        new: ErrorCode.unknown_topic_or_partition}
+    b.known.add(new)
+    assert mover.alter_replica_log_dirs({new: other}) == {new: ErrorCode.replica_not_available}
+    long = TopicPartition("x" * 249, 0)
+    assert mover.alter_replica_log_dirs({long: other}) == {
+        long: ErrorCode.invalid_topic_exception}
+    assert str(b.host(new).log.dir.parent) == other
+    # a move, then back to the current dir: the move is abandoned
+    assert mover.alter_replica_log_dirs({TP: other}) == {TP: ErrorCode.none}
+    assert TP in mover.moving
+    assert mover.alter_replica_log_dirs({TP: here}) == {TP: ErrorCode.none}
+    assert b.lm.get_future_log(*TP) is None and TP not in mover.moving
+    assert not [e for e in Path(other).iterdir() if e.name.endswith("-future")]
+    b.offline.add(TP)
+    assert mover.alter_replica_log_dirs({TP: other}) == {TP: ErrorCode.kafka_storage_error}
+    b.offline.clear()
+    b.lm.offline_dirs.add(Path(other))
+    assert mover.alter_replica_log_dirs({TP: other}) == {TP: ErrorCode.kafka_storage_error}
+    b.lm.offline_dirs.clear()
+    b.lm.shutdown()
+
+
+def test_preferred_log_dirs_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    import odradek.storage.log_manager as lm_mod
+
+    monkeypatch.setattr(lm_mod, "MAX_PREFERRED_LOG_DIRS", 3)
+    b = Broker(tmp_path)
+    for i in range(5):
+        b.lm.maybe_update_preferred_log_dir(TopicPartition("x", i), b.dirs[1])
+    assert sorted(b.lm.preferred_log_dirs) == [("x", 2), ("x", 3), ("x", 4)]
+    b.lm.shutdown()
+
+
+def test_reassignment_plans_with_log_dirs() -> None:
+    from odradek.tools import reassign_partitions as tool
+    from odradek.tools.command import ToolError
+
+    text = ('{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1,2],'
+            '"log_dirs":["any","/d/b"]},{"topic":"t","partition":1,"replicas":[2]}]}')
+    assert tool.parse_reassignment_json(text) == {("t", 0): [1, 2], ("t", 1): [2]}
+    assert tool.parse_log_dirs(text) == {("t", 0, 2): "/d/b"}
+    with pytest.raises(ToolError, match="Size of replicas list"):
+        tool.parse_reassignment_json('{"version":1,"partitions":[{"topic":"t","partition":0,'
+                                     '"replicas":[1,2],"log_dirs":["any"]}]}')
+    with pytest.raises(ToolError, match="log_dirs must be a list"):
+        tool.parse_reassignment_json('{"version":1,"partitions":[{"topic":"t","partition":0,'
+                                     '"replicas":[1],"log_dirs":"any"}]}')
+
+
+def test_log_dir_move_states_and_lines() -> None:
+    from odradek.tools import reassign_partitions as tool
+    from odradek.tools.log_dirs import ReplicaLogDirInfo, replica_log_dir_infos
+
+    dirs = [{"log_dir": "/a", "error_code": 0, "topics": [("t", [
+                {"partition_index": 0, "partition_size": 9, "offset_lag": 0,
+                 "is_future_key": False}])]},
+            {"log_dir": "/b", "error_code": 0, "topics": [("t", [
+                {"partition_index": 0, "partition_size": 3, "offset_lag": 7,
+                 "is_future_key": True}])]},
+            {"log_dir": "/c", "error_code": 56, "topics": []}]
+    infos = replica_log_dir_infos(dirs, {("t", 0), ("t", 5)})
+    assert infos == {("t", 0): ReplicaLogDirInfo("/a", 0, "/b", 7), ("t", 5): ReplicaLogDirInfo()}
+    state = tool.log_dir_move_state
+    states = {("t", 0, 1): state("/b", "/a", "/b", 7), ("t", 0, 0): state("/b", "/b", None),
+              ("t", 1, 0): state("/c", "/a", "/b", 1), ("t", 2, 0): state("/c", "/a", None),
+              ("t", 3, 0): state("/c", None, None), ("t", 4, 0): state("/c", None, None,
+                                                                        found=False)}
+    assert not states[("t", 0, 1)].done and states[("t", 0, 0)].done
+    assert tool.move_status_lines(states) == [
+        "Reassignment of replica t-0-0 completed successfully.",
+        "Partition t-1 on broker 0 is being moved to log dir /b instead of /c.",
+        "Partition t-2 on broker 0 is not being moved from log dir /a to /c.",
+        "Partition t-3 is not found in any live log dir on broker 0. There is likely an "
+        "offline log directory on the broker.",
+        "Partition t-4 cannot be found in any live log directory on broker 0.",
+        "Reassignment of replica t-0-1 is still in progress.",
+    ]
+
+
+def test_v0_of_the_log_dir_apis_is_decoded_as_v1() -> None:
+    """AlterReplicaLogDirs and DescribeLogDirs v0 are v1 on the wire: a v0 frame decodes."""
+    import struct
+
+    from odradek.protocol.codec import build, decode_request, encode_request, request_class
+
+    alter = request_class(34, 1)
+    mod = __import__(alter.__module__, fromlist=["AlterReplicaLogDir"])
+    frames = [
+        encode_request(build(alter, dirs=(build(mod.AlterReplicaLogDir, path="/d", topics=(
+            build(mod.AlterReplicaLogDirTopic, name="t", partitions=(0, 1)),)),)), 7, "c"),
+        encode_request(build(request_class(35, 1), topics=None), 8, "c"),
+    ]
+    for frame, key in zip(frames, (34, 35), strict=True):
+        payload = bytearray(frame[4:])
+        struct.pack_into(">h", payload, 2, 0)  # request_api_version 0
+        header, body = decode_request(bytes(payload))
+        assert header.request_api_key == key and header.request_api_version == 0
+        assert request_class(key, 0) is request_class(key, 1)
+    assert body.topics is None
+
+
+class _Denying:
+    """An authorizer allowing everything but ALTER on the CLUSTER."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[object, object]] = []
+
+    def authorize(self, principal: object, host: str, operation: object, resource_type: object,
+                  name: str, **_kw: object) -> bool:
+        from odradek.security.acl import AclOperation, ResourceType
+
+        self.asked.append((operation, resource_type))
+        return not (operation == AclOperation.ALTER and resource_type == ResourceType.CLUSTER)
+
+    def authorize_any(self, *_a: object, **_kw: object) -> bool:
+        return True
+
+
+def test_handler_needs_alter_on_the_cluster(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from odradek.protocol.codec import build, decode_response, request_class, response_class
+    from odradek.server.apis.alter_replica_log_dirs import AlterReplicaLogDirsApi
+
+    b = Broker(tmp_path)
+    b.host()
+    other = next(str(d.absolute()) for d in b.dirs if d.absolute() != b.parts[TP].log.dir.parent)
+    rm = SimpleNamespace(alter_log_dirs=b.mover)
+    cls = request_class(34, 2)
+    mod = __import__(cls.__module__, fromlist=["AlterReplicaLogDir"])
+    request = build(cls, dirs=(
+        build(mod.AlterReplicaLogDir, path=other, topics=(
+            build(mod.AlterReplicaLogDirTopic, name="t", partitions=(0,)),)),
+        build(mod.AlterReplicaLogDir, path="/nope", topics=(
+            build(mod.AlterReplicaLogDirTopic, name="u", partitions=(3,)),))))
+    header = SimpleNamespace(correlation_id=5)
+    conn = SimpleNamespace(principal=None, peer="127.0.0.1:1")
+
+    def answer(authorizer: object) -> dict[tuple[str, int], int]:
+        api = AlterReplicaLogDirsApi(rm, authorizer)  # type: ignore[arg-type]
+        frame = api.handle(header, request, conn)  # type: ignore[arg-type]
+        cid, body = decode_response(response_class(cls), frame[4:])
+        assert cid == 5
+        return {(t.topic_name, int(p.partition_index)): int(p.error_code)
+                for t in body.results for p in t.partitions}
+
+    denying = _Denying()
+    assert answer(denying) == {("t", 0): int(ErrorCode.cluster_authorization_failed),
+                               ("u", 3): int(ErrorCode.cluster_authorization_failed)}
+    assert b.lm.get_future_log(*TP) is None
+    from odradek.security.authorizer import ALLOW_ALL
+
+    assert answer(ALLOW_ALL) == {("t", 0): 0, ("u", 3): int(ErrorCode.log_dir_not_found)}
+    assert b.lm.get_future_log(*TP) is not None
+    b.lm.shutdown()
+
+
+def test_a_failed_destination_dir_abandons_the_move(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    p = b.host()
+    produce(p.log, 5)
+    other = next(d.absolute() for d in b.dirs if d.absolute() != p.log.dir.parent)
+    b.mover.alter_replica_log_dirs({TP: str(other)})
+    b.mover.step(TP)
+    b.lm.handle_log_dir_failure(other)  # KIP-112: the destination failed
+    assert b.lm.get_future_log(*TP) is None
+    assert b.mover.step(TP) == "idle" and TP not in b.mover.moving
+    assert len(values(p.log)) == 5  # the partition keeps its current log
+    assert b.mover.alter_replica_log_dirs({TP: str(other)}) == {
+        TP: ErrorCode.kafka_storage_error}
+    b.lm.shutdown()
+
+
+def test_cleaning_pauses_during_a_move_and_its_checkpoint_moves_along(tmp_path: Path) -> None:
+    from odradek.storage.cleaner_manager import CLEANER_OFFSET_CHECKPOINT
+
+    b = Broker(tmp_path)
+    p = b.host()
+    produce(p.log, 6)
+    source = p.log.dir.parent
+    dest = next(d.absolute() for d in b.dirs if d.absolute() != source)
+    cm = b.lm.cleaner_manager
+    cm.update_checkpoints(source, update=(TP, 4))
+    b.mover.alter_replica_log_dirs({TP: str(dest)})
+    assert TP in cm.paused
+    b.run()
+    assert TP not in cm.paused
+    assert OffsetCheckpointFile(dest / CLEANER_OFFSET_CHECKPOINT).read() == {TP: 4}
+    assert OffsetCheckpointFile(source / CLEANER_OFFSET_CHECKPOINT).read() == {}
+    b.lm.shutdown()
+
+
+def test_dir_names_are_compared_as_absolute_paths(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    b = Broker(tmp_path)
+    b.host()
+    for given in ("", "b", "/", "\x00", str(tmp_path / "b" / ".." / "nope"), "a" * 5000):
+        assert b.mover.alter_replica_log_dirs({TP: given}) == {TP: ErrorCode.log_dir_not_found}
+    monkeypatch.chdir(tmp_path)
+    here = b.parts[TP].log.dir.parent.name  # relative to the working dir, as Kafka's File
+    other = next(d.name for d in b.dirs if d.name != here)
+    assert b.mover.alter_replica_log_dirs({TP: other + "/"}) == {TP: ErrorCode.none}
+    assert b.lm.get_future_log(*TP) is not None
+    b.lm.shutdown()
