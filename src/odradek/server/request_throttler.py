@@ -33,6 +33,7 @@ from typing import Any
 from ..common.sanitizer import sanitize_user
 from ..protocol.codec import request_class, response_class
 from .client_quota_manager import QuotaManagers
+from .fetch_topic_ids import replica_id_of  # Fetch v15+: replica_state (KIP-903)
 from .network import Connection, Response
 
 _INT32 = struct.Struct(">i")
@@ -206,7 +207,8 @@ class RequestThrottler:
 
     def prepare(self, api_key: int, header: Any, request: Any, conn: Connection) -> Any:
         """A consumer's fetch asks for no more than one quota window allows."""
-        if api_key != FETCH or request.replica_id >= 0 or not self.quotas.fetch.quotas_enabled:
+        if api_key != FETCH or replica_id_of(request) >= 0 \
+                or not self.quotas.fetch.quotas_enabled:
             return request
         user, client_id = self._who(conn, header)
         window = self.quotas.fetch.max_value_in_quota_window(user, client_id)
@@ -250,7 +252,7 @@ class RequestThrottler:
                request_size: int, thread_ns: int, response: Response) -> Response:
         quotas = self.quotas
         version = header.request_api_version
-        if api_key in EXEMPT_API_KEYS or (api_key == FETCH and request.replica_id >= 0):
+        if api_key in EXEMPT_API_KEYS or (api_key == FETCH and replica_id_of(request) >= 0):
             return response
         user, client_id = self._who(conn, header)
         now = self.clock_ms()
