@@ -27,14 +27,15 @@ events = st.lists(st.one_of(
 ), max_size=25)
 
 
-def build_log(evts: list[tuple[str, int, object]]) -> tuple[bytes, list[tuple[int, int]],
+def build_log(evts: list[tuple[str, int, object]]) -> tuple[bytes, list[tuple[int, int, int]],
                                                            list[bytes], list[bytes]]:
-    """(log bytes, aborted transactions as the broker lists them, values a read_committed and a
-    read_uncommitted consumer must see). Transactions still open at the end are aborted."""
+    """(log bytes, aborted transactions (producer, first offset, marker offset), values a
+    read_committed and a read_uncommitted consumer must see). Transactions still open at the
+    end are aborted."""
     out = bytearray()
     offset = 0
     open_txn: dict[int, tuple[int, list[bytes]]] = {}  # producer -> (first offset, values)
-    aborted: list[tuple[int, int]] = []
+    aborted: list[tuple[int, int, int]] = []  # (producer, first offset, abort marker offset)
     committed_values: dict[int, bytes] = {}  # offset -> value, of records that stay visible
     all_values: list[bytes] = []
     epoch = 0
@@ -46,7 +47,7 @@ def build_log(evts: list[tuple[str, int, object]]) -> tuple[bytes, list[tuple[in
             for off, v in values:  # type: ignore[misc]
                 committed_values[off] = v
         else:
-            aborted.append((1000 + pid, first))
+            aborted.append((1000 + pid, first, offset))
         marker = EndTransactionMarker(ControlRecordType.COMMIT if commit
                                       else ControlRecordType.ABORT, 3)
         out.extend(build_end_txn_marker_batch(marker, 1000 + pid, epoch, timestamp_ms=1,
@@ -90,7 +91,8 @@ def test_read_committed_returns_committed_records_only(evts: list[tuple[str, int
                                                        start_batch: int) -> None:
     data, aborted, visible, all_values = build_log(evts)
     c = consumer("read_committed")
-    records, next_offset = c._parse(TP, 0, data, AbortedTransactions(aborted))
+    listed = [(pid, first) for pid, first, _ in aborted]
+    records, next_offset = c._parse(TP, 0, data, AbortedTransactions(listed))
     assert [r.value for r in records] == visible
     offsets = [r.offset for r in records]
     assert offsets == sorted(offsets)
@@ -102,7 +104,10 @@ def test_read_committed_returns_committed_records_only(evts: list[tuple[str, int
         skipped += 1
     if pos < len(data):
         start = read_header(data, pos).base_offset
-        later, _ = c._parse(TP, start, data[pos:], AbortedTransactions(aborted))
+        # Kafka lists only the aborted transactions whose marker is at or after the fetch
+        # offset (LogSegment.collectAbortedTxns: last offset >= fetch offset)
+        overlapping = [(pid, first) for pid, first, marker in aborted if marker >= start]
+        later, _ = c._parse(TP, start, data[pos:], AbortedTransactions(overlapping))
         assert [r.value for r in later] == [r.value for r in records if r.offset >= start]
     # read_uncommitted: every data record, never a marker
     u = consumer("read_uncommitted")
@@ -157,7 +162,8 @@ def test_spark_reader_decodes_committed_records_only(evts: list[tuple[str, int, 
 
     data, aborted, visible, all_values = build_log(evts)
     cols = Columns()
-    nxt = decode_into(cols, data, 0, 1 << 40, True, False, AbortedTransactions(aborted))
+    nxt = decode_into(cols, data, 0, 1 << 40, True, False,
+                      AbortedTransactions([(pid, first) for pid, first, _ in aborted]))
     assert cols.values == visible
     raw = Columns()
     assert decode_into(raw, data, 0, 1 << 40) == nxt
