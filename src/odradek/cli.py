@@ -42,6 +42,9 @@ def _setup_logging(level: str, log_config: str | None = None) -> None:
     fmt = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt,
                         stream=sys.stderr)
+    # Kafka's log4j.properties: state.change.logger writes state-change.log only
+    # (additivity=false); on stderr too, a 10,000-partition failover wrote every line twice.
+    logging.getLogger("state.change.logger").propagate = False
     if log_config:
         from .common.log_config import LogConfigError, configure
 
