@@ -1,10 +1,14 @@
 """Start-up loading with one directory listing per log (issue 14 item 9, 10,000 partitions):
 stray files are still removed, the listing the load works from reflects the removals, and an
-empty last segment's log end offset is its base offset (no index read)."""
+empty last segment's log end offset is its base offset (no index read). And a clean close
+fsyncs only what is not durable yet."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from odradek.protocol.records import build_batch
 from odradek.storage.log import Log
@@ -57,3 +61,30 @@ def test_log_manager_loads_only_partition_directories(tmp_path: Path) -> None:
         assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     finally:
         lm.shutdown()
+
+
+def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+def test_clean_close_of_an_idle_log_fsyncs_nothing(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    log = Log.open(tmp_path / "t-0")
+    log.append_as_follower(build_batch([(b"k", b"v")] * 3, base_offset=0))
+    log.flush()
+    log.close(flush=True)  # writes the final time index entry: fsynced
+    log = Log.open(tmp_path / "t-0", recovery_point=3, had_clean_shutdown=True)
+    calls = _count_fsyncs(monkeypatch)
+    log.close(flush=True)  # nothing new since: as Kafka, no fsync
+    assert calls == []
+    log = Log.open(tmp_path / "t-0", recovery_point=3, had_clean_shutdown=True)
+    log.append_as_follower(build_batch([(b"k", b"w")], base_offset=3))
+    log.close(flush=True)  # unflushed data: fsynced, the recovery point moves
+    assert calls and log.recovery_point == 4
