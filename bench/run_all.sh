@@ -106,6 +106,9 @@ if replication:  # carried over for bench_replication.py --update-doc (keeps its
 security = re.search(r"<!-- security:begin -->.*?<!-- security:end -->", old, re.S)
 if security:  # carried over for bench_security.py --update-doc (keeps its notes)
     doc += "\n" + security.group(0) + "\n"
+scale = re.search(r"<!-- scale:begin -->.*?<!-- scale:end -->", old, re.S)
+if scale:  # carried over for bench_scale.py --update-doc (keeps its notes)
+    doc += "\n" + scale.group(0) + "\n"
 Path(out).write_text(doc)
 PYEOF
 "$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
@@ -117,4 +120,5 @@ echo "[run_all] 7/9 bench/bench_cleaner.py --profile --update-doc $OUT" >&2 && t
 echo "[run_all] 8/9 bench/bench_security.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_security.py --update-doc "$OUT"
 echo "[run_all] 9/9 bench/bench_transactions.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_transactions.py --update-doc "$OUT"
 echo "[run_all] 10/10 bench/bench_http.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_http.py --update-doc "$OUT"
+echo "[run_all] 11/11 bench/bench_scale.py --update-doc $OUT" >&2 && timeout 2400 "$PY" bench/bench_scale.py --update-doc "$OUT"
 echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client, cleaner, security and transactions sections)" >&2

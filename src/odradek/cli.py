@@ -40,8 +40,15 @@ def _setup_logging(level: str, log_config: str | None = None) -> None:
     --log-config FILE then configures logging from a file (common/log_config.py: INI, JSON or
     YAML; Kafka's logger names map to odradek's)."""
     fmt = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
+    from .common.batched_log import BatchedStreamHandler
+
+    # one write per loop iteration: a LeaderAndIsr of thousands of partitions logs thousands
+    # of lines (common/batched_log.py)
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=fmt,
-                        stream=sys.stderr)
+                        handlers=[BatchedStreamHandler(sys.stderr)])
+    # Kafka's log4j.properties: state.change.logger writes state-change.log only
+    # (additivity=false); on stderr too, a 10,000-partition failover wrote every line twice.
+    logging.getLogger("state.change.logger").propagate = False
     if log_config:
         from .common.log_config import LogConfigError, configure
 

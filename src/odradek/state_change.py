@@ -21,6 +21,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from .common.batched_log import BatchedFileHandler
+
 LOGGER_NAME = "state.change.logger"
 LINE_FORMAT = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
 _logger = logging.getLogger(LOGGER_NAME)
@@ -83,7 +85,8 @@ def attach_file(broker_id: int, log_dir: Path) -> logging.Handler:
     """Send this broker's state changes to `<log_dir>/state-change.log`; returns the handler
     (pass it to `detach`)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(log_dir / "state-change.log")
+    # one write per loop iteration (common/batched_log.py): thousands of lines per failover
+    handler = BatchedFileHandler(log_dir / "state-change.log")
     handler.setFormatter(logging.Formatter(LINE_FORMAT))
     handler.addFilter(_OnlyBroker(broker_id))
     _logger.addHandler(handler)

@@ -59,6 +59,13 @@ class DelayedOperation(TimerTask, metaclass=ABCMeta):
     def try_complete(self) -> bool:
         """Complete the operation (via :meth:`force_complete`) if it can be; True iff it did."""
 
+    def try_complete_for(self, key: Hashable) -> bool:
+        """:meth:`try_complete` after :meth:`DelayedOperationPurgatory.check_and_complete` of
+        `key`: only `key`'s state may have changed. The whole check by default; an operation
+        over many keys may re-check only `key` (a follower's DelayedFetch of thousands of
+        partitions, re-checked once per partition whose state moved, was quadratic)."""
+        return self.try_complete()
+
     @abstractmethod
     def on_complete(self) -> None:
         """The completion logic; called exactly once, by the first :meth:`force_complete`."""
@@ -135,7 +142,7 @@ class _Watchers(Generic[T]):
         for op in list(self.ops.values()):
             if op.is_completed:
                 gone += self._drop(op)
-            elif op.try_complete():
+            elif op.try_complete_for(self.key):
                 completed += 1
                 gone += self._drop(op)
             elif op.is_completed:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -290,22 +290,54 @@ class DelayedFetch(DelayedOperation):
         self.max_bytes = max_bytes
         self.requests = requests
         self.future = future
+        # bytes readable per partition at the last whole check, and their sum: a re-check for
+        # one partition (try_complete_for) updates only its entry
+        self._available: dict[TopicPartition, int] | None = None
+        self._total = 0
+
+    def _readable(self, tp: TopicPartition, req: FetchRequestPartition) -> int | None:
+        """Bytes readable for `tp` now; None when the fetch must be answered at once (an
+        error to report)."""
+        partition = self.manager.partitions.get(tp)
+        if partition is None or (not partition.is_leader and self.client_metadata is None):
+            return None
+        end = fetch_limit(partition, self.replica_id, self.isolation_level)
+        if req.fetch_offset > end or req.fetch_offset < partition.log_start_offset:
+            return None
+        if req.fetch_offset < end and not self.manager.should_leader_throttle(
+                partition, self.replica_id):  # KIP-73: throttled bytes do not count
+            return self.manager.bytes_between(partition, req.fetch_offset, end, req.max_bytes)
+        return 0
 
     def try_complete(self) -> bool:
         available = 0
+        per_partition: dict[TopicPartition, int] = {}
         for tp, req in self.requests.items():
-            partition = self.manager.partitions.get(tp)
-            if partition is None or (not partition.is_leader and self.client_metadata is None):
-                return self.force_complete()  # an error to report now
-            end = fetch_limit(partition, self.replica_id, self.isolation_level)
-            if req.fetch_offset > end or req.fetch_offset < partition.log_start_offset:
+            n = self._readable(tp, req)
+            if n is None:
                 return self.force_complete()
-            if req.fetch_offset < end and not self.manager.should_leader_throttle(
-                    partition, self.replica_id):  # KIP-73: throttled bytes do not count
-                available += self.manager.bytes_between(partition, req.fetch_offset, end,
-                                                        req.max_bytes)
-                if available >= self.min_bytes:
-                    return self.force_complete()
+            per_partition[tp] = n
+            available += n
+            if available >= self.min_bytes:
+                return self.force_complete()
+        self._available, self._total = per_partition, available
+        return False
+
+    def try_complete_for(self, key: Hashable) -> bool:
+        # Only `key` moved: re-checking every partition for each of thousands of partition
+        # changes (a LeaderAndIsr, ISR updates) made a follower's fetch quadratic.
+        available = self._available
+        tp: Any = key
+        req = self.requests.get(tp)
+        if available is None or req is None or tp not in available:
+            return self.try_complete()
+        n = self._readable(tp, req)
+        if n is None:
+            return self.force_complete()
+        self._total += n - available[tp]
+        available[tp] = n
+        if self._total >= self.min_bytes:
+            return self.force_complete()
         return False
 
     def on_complete(self) -> None:

@@ -965,10 +965,15 @@ class Log:
         psm.update_map_end_offset(self._leo)
         if self.dir.is_dir():
             psm.take_snapshot()
+        wrote = False
         for segment in self._segments.segments:
-            segment.close()
+            wrote = segment.close() or wrote
         if flush:
-            self.flush(force=True)
+            # fsync what is not durable yet: data past the recovery point, final time index
+            # entries. As Kafka's flush at the recovery point, nothing for an idle log: a clean
+            # shutdown of 10,000 idle partitions was 40,000 fsyncs, and the disk it saturated
+            # was the other brokers' too.
+            self.flush(force=wrote)
             self.release_handles()
         self.closed = True
 

@@ -107,8 +107,7 @@ class LogLoader:
         if needed); recover from `recovery_point` unless `clean` (a clean shutdown)."""
         segments = self.segments
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._remove_temp_files_and_complete_swaps()
-        names = sorted(os.listdir(self.dir))
+        names = sorted(self._remove_temp_files_and_complete_swaps())
         log_bases = {offset_from_filename(n) for n in names
                      if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit()}
         for name in names:
@@ -135,7 +134,10 @@ class LogLoader:
             rebuild_epochs = True
         if recover_from is not None:
             self._recover_from(recover_from, cache, log_start_offset)
-        leo = segments.segments[-1].read_next_offset() if segments else log_start_offset
+        leo = log_start_offset
+        if segments:  # an empty .log holds no batch: its base offset, without its index
+            last = segments.segments[-1]
+            leo = last.read_next_offset() if last.size else last.base_offset
         if segments and leo < log_start_offset:
             # the log start checkpoint is ahead of the data (segment files were removed)
             segments.delete(list(segments.segments))
@@ -160,19 +162,28 @@ class LogLoader:
     def _segment_kwargs(self) -> dict[str, Any]:
         return segment_kwargs(self.config, self.handle_cache, self.clock())
 
-    def _remove_temp_files_and_complete_swaps(self) -> None:
+    def _remove_temp_files_and_complete_swaps(self) -> list[str]:
+        """Returns the names in the directory afterwards (one listing serves the whole load
+        when nothing had to be removed or renamed: 10,000 logs are 10,000 listings)."""
         swaps: list[str] = []
         min_cleaned = LONG_MAX
-        for name in os.listdir(self.dir):
-            path = self.dir / name
-            if not path.is_file():
+        names: list[str] = []
+        changed = False
+        with os.scandir(self.dir) as entries:
+            listing = [(e.name, e.is_file()) for e in entries]  # d_type: no stat per file
+        for name, is_file in listing:
+            names.append(name)
+            if not is_file:
                 continue
+            path = self.dir / name
             if name.endswith(CLEANED_SUFFIX):
                 if name.split(".", 1)[0].isdigit():
                     min_cleaned = min(min_cleaned, offset_from_filename(name))
                 path.unlink(missing_ok=True)
+                changed = True
             elif name.endswith((DELETED_SUFFIX, SNAPSHOT_SUFFIX + ".tmp")):
                 path.unlink(missing_ok=True)
+                changed = True
             elif name.endswith(SWAP_SUFFIX):
                 swaps.append(name)
         # a .swap at or above the lowest .cleaned file belongs to an unfinished segment split
@@ -183,9 +194,10 @@ class LogLoader:
                 valid.append(name)
             else:
                 (self.dir / name).unlink(missing_ok=True)
+                changed = True
         swaps = valid
         if not swaps:
-            return
+            return os.listdir(self.dir) if changed else names
         lo, hi = LONG_MAX, -1
         for name in swaps:
             if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
@@ -205,6 +217,7 @@ class LogLoader:
                 (self.dir / name).unlink(missing_ok=True)
         for name in swaps:
             os.replace(self.dir / name, self.dir / name[: -len(SWAP_SUFFIX)])
+        return os.listdir(self.dir)
 
     def _recover_from(self, recovery_point: int, cache: LeaderEpochFileCache,
                       log_start_offset: int) -> None:

@@ -731,13 +731,17 @@ class LogSegment:
     def dirty(self) -> bool:
         return self._dirty
 
-    def close(self) -> None:
-        """Close: write the final time index entry (as Kafka does) and release handles."""
+    def close(self) -> bool:
+        """Close: write the final time index entry (as Kafka does) and release handles.
+        True if that entry was written (it is not on disk until fsynced)."""
+        wrote = False
         if self._size and self._max_ts is not None and self._max_ts[0] >= 0:
             with contextlib.suppress(ValueError, OSError, CorruptIndexError):
                 if self._time_index.last_entry()[0] < self._max_ts[0]:
                     self.time_index.maybe_append(*self._max_ts, skip_full_check=True)
+                    wrote = True
         self.close_handles()
+        return wrote
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename the segment's files (e.g. to ``.deleted``); handles reopen under the new name."""
