@@ -498,8 +498,7 @@ class SocketServer:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 if bound > 0:  # every family on the same (first picked) port
                     address = (address[0], bound, *address[2:])
-                sock.bind(address)
-                sock.listen(256)
+                sock.bind(address)  # listen() only in start_serving: until then, refused
                 sock.setblocking(False)
             except OSError as exc:
                 sock.close()
@@ -524,6 +523,10 @@ class SocketServer:
             return
         self._slot_freed = asyncio.Event()
         for sock, listener in self._sockets:
+            # a bound socket that does not listen refuses connections (asyncio's
+            # create_server(start_serving=False) defers listen() the same way); the backlog
+            # holds what waits for a connection slot (max.connections)
+            sock.listen(256)
             self._accept_tasks.append(asyncio.ensure_future(self._accept_loop(sock, listener)))
 
     async def _wait_for_slot(self, listener: Listener) -> None:
