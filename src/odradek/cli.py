@@ -310,6 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and "hypothesis" not in sys.modules:
+        # the program itself (not a call from Python): kio imports hypothesis, when installed,
+        # only to offer strategies for its types, a third of a second of every command's
+        # start-up that no command uses
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.func in (cmd_broker, cmd_standalone, cmd_cluster) and argv is None:
