@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -272,6 +272,17 @@ class DelayedDeleteRecords(DelayedOperation):
             self.future.set_result(self.results)
 
 
+@dataclass(frozen=True, slots=True)
+class FollowerFetchKey:
+    """The one purgatory key a follower's waiting fetch is watched under (a `TopicPartition`
+    key per partition meant registering and dropping ~3,333 keys per idle fetch at 10,000
+    partitions). Whatever moves a partition's state checks the waiting fetches of every
+    fetching replica for that partition (`ReplicaManager._check_fetches`); each looks at it
+    only if it fetches it."""
+
+    replica_id: int
+
+
 class DelayedFetch(DelayedOperation):
     """Waits until min_bytes are readable across the fetched partitions, or max_wait passes."""
 
@@ -323,13 +334,26 @@ class DelayedFetch(DelayedOperation):
         self._available, self._total = per_partition, available
         return False
 
+    def seed(self, results: Mapping[TopicPartition, FetchResult]) -> None:
+        """The bytes readable per partition as the read that made this fetch wait found them
+        (with `try_complete_else_watch(tried=True)`: no second and third whole check)."""
+        available = {tp: 0 for tp in self.requests}
+        total = 0
+        for tp, r in results.items():
+            if tp in available:
+                available[tp] = r.size
+                total += r.size
+        self._available, self._total = available, total
+
     def try_complete_for(self, key: Hashable) -> bool:
         # Only `key` moved: re-checking every partition for each of thousands of partition
         # changes (a LeaderAndIsr, ISR updates) made a follower's fetch quadratic.
         available = self._available
         tp: Any = key
         req = self.requests.get(tp)
-        if available is None or req is None or tp not in available:
+        if req is None:  # (a follower's fetch, told of a partition it does not fetch)
+            return False
+        if available is None or tp not in available:
             return self.try_complete()
         n = self._readable(tp, req)
         if n is None:
@@ -395,6 +419,8 @@ class ReplicaManager:
             DelayedOperationPurgatory("Produce", Timer())
         self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
             DelayedOperationPurgatory("Fetch", Timer())
+        # the purgatory key of each replica that has fetched from this leader (a handful)
+        self._follower_fetch_keys: dict[int, FollowerFetchKey] = {}
         self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
             DelayedOperationPurgatory("DeleteRecords", Timer())
         self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
@@ -861,9 +887,9 @@ class ReplicaManager:
             p.abort_isr_update()
         if p is not None and (listener := self.role_listeners.get(topic)) is not None:
             listener(index, False, -1)
-        for purgatory in (self.produce_purgatory, self.fetch_purgatory,
-                          self.delete_records_purgatory):
+        for purgatory in (self.produce_purgatory, self.delete_records_purgatory):
             purgatory.check_and_complete((topic, index))
+        self._check_fetches((topic, index))
         if delete:
             self.log_manager.delete_log(topic, index)
             self._forget_topic_metrics(topic)
@@ -998,8 +1024,17 @@ class ReplicaManager:
                              info.log_append_time, partition.log_start_offset)
 
     def _after_append(self, tp: TopicPartition) -> None:
-        self.fetch_purgatory.check_and_complete(tp)
+        self._check_fetches(tp)
         self.produce_purgatory.check_and_complete(tp)
+
+    def _check_fetches(self, tp: TopicPartition) -> None:
+        """`tp`'s state moved: waiting consumer fetches of it (keyed by partition) and every
+        follower's waiting fetch (keyed by replica; one that does not fetch `tp` ignores it)
+        re-check it."""
+        purgatory = self.fetch_purgatory
+        purgatory.check_and_complete(tp)
+        for key in self._follower_fetch_keys.values():
+            purgatory.check_and_complete(key, tp)
 
     # -- DeleteRecords ----------------------------------------------------------------------
     def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int]
@@ -1093,7 +1128,15 @@ class ReplicaManager:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future,
                           isolation_level, client_metadata)
-        self.fetch_purgatory.try_complete_else_watch(op, list(requests))
+        # The read above is this fetch's first check (nothing can move before it is watched).
+        op.seed(results)
+        if replica_id >= 0:  # a follower: one key, checked for each partition that moves
+            key = self._follower_fetch_keys.get(replica_id)
+            if key is None:
+                key = self._follower_fetch_keys[replica_id] = FollowerFetchKey(replica_id)
+            self.fetch_purgatory.try_complete_else_watch(op, [key], tried=True)
+        else:
+            self.fetch_purgatory.try_complete_else_watch(op, list(requests), tried=True)
         return future
 
     def _update_follower_fetch_states(self, replica_id: int,
@@ -1184,7 +1227,14 @@ class ReplicaManager:
                         ErrorCode.none, partition.high_watermark, partition.log_start_offset,
                         [], 0, partition.log_end_offset, lso, preferred_read_replica=preferred)
                     continue
-            if req.last_fetched_epoch >= 0:  # KIP-320: does the fetcher's log diverge?
+            log_ = partition.log
+            fetch_offset = req.fetch_offset
+            # KIP-320: does the fetcher's log diverge? Not if its last fetched epoch is our
+            # latest and it fetches within our log (the check would answer "read": an idle
+            # follower's case, thousands of times a second at 10,000 partitions).
+            if req.last_fetched_epoch >= 0 and not (
+                    req.last_fetched_epoch == log_.latest_epoch
+                    and log_.log_start_offset <= fetch_offset <= log_.log_end_offset):
                 check = check_last_fetched_epoch(
                     req.last_fetched_epoch, req.fetch_offset, partition.log_start_offset,
                     partition.log.end_offset_for_epoch)
@@ -1201,9 +1251,17 @@ class ReplicaManager:
                                               partition.log_start_offset, [], 0,
                                               partition.log_end_offset, lso)
                     continue
-                data = partition.log.read(req.fetch_offset, min(req.max_bytes, remaining),
-                                          max_offset=limit, min_one_message=min_one,
-                                          include_aborted_txns=committed)
+                if fetch_offset == limit and log_.log_start_offset <= fetch_offset \
+                        <= log_.log_end_offset:
+                    # nothing new (what `read` answers at its limit), without a read
+                    results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
+                                              log_.log_start_offset, [], 0,
+                                              log_.log_end_offset, lso,
+                                              [] if committed else None)
+                    continue
+                data = log_.read(fetch_offset, min(req.max_bytes, remaining),
+                                 max_offset=limit, min_one_message=min_one,
+                                 include_aborted_txns=committed)
             except Exception as exc:
                 code = _error_for(exc)
                 if code == ErrorCode.unknown_server_error:
@@ -1211,7 +1269,8 @@ class ReplicaManager:
                 results[tp] = FetchResult(code, partition.high_watermark,
                                           partition.log_start_offset, last_stable_offset=lso)
                 continue
-            size = sum(r.size for r in data.regions)
+            regions = data.regions
+            size = regions[0].size if len(regions) == 1 else sum(r.size for r in regions)
             if size and replica_id >= 0 and self.leader_quota.is_throttled(*tp):
                 self.leader_quota.record(size)
             if size:
