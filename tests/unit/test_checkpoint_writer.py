@@ -296,3 +296,28 @@ def test_lower_switch_interval_only_lowers() -> None:
         assert lower_switch_interval(0.002) == pytest.approx(0.0005)  # never raised
     finally:
         sys.setswitchinterval(before)
+
+
+@needs_syncfs
+def test_large_batches_go_to_the_helper_process(tmp_path: Path) -> None:
+    """Batches of at least `min_files` are written by the helper process (its own GIL),
+    with the same results as in the broker process: files replaced, a gone directory
+    reported as FileNotFoundError; closing stops the helper."""
+    from odradek.storage.checkpoint_sync_process import BatchWriteProcess
+    helper = BatchWriteProcess(min_files=3)
+    try:
+        paths = [tmp_path / f"t-{i}" / "leader-epoch-checkpoint" for i in range(4)]
+        for p in paths:
+            p.parent.mkdir()
+        gone = tmp_path / "gone" / "leader-epoch-checkpoint"
+        failed = helper([(p, b"%d" % i) for i, p in enumerate(paths)] + [(gone, b"x")])
+        assert helper.batches_in_helper == 1
+        assert list(failed) == [gone] and isinstance(failed[gone], FileNotFoundError)
+        assert [p.read_bytes() for p in paths] == [b"0", b"1", b"2", b"3"]
+        assert helper([(paths[0], b"small")]) == {}  # below min_files: in this process
+        assert helper.batches_in_helper == 1 and paths[0].read_bytes() == b"small"
+        proc = helper._proc
+        assert proc is not None
+    finally:
+        helper.close()
+    assert proc.poll() is not None

@@ -371,6 +371,34 @@ class DelayedFetch(DelayedOperation):
                 self.client_metadata))
 
 
+class _FetcherChanges:
+    """The replica fetcher changes of one LeaderAndIsr request, told to the fetcher manager
+    at its end: the partitions to stop fetching, then those to (re)start, each in one call.
+    `pending`: a partition's last change (its initial fetch state, or None: removed)."""
+
+    __slots__ = ("pending", "removed")
+
+    def __init__(self) -> None:
+        self.removed: list[TopicPartition] = []
+        self.pending: dict[TopicPartition, InitialFetchState | None] = {}
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.removed.append(tp)
+        self.pending[tp] = None
+
+    def add(self, tp: TopicPartition, init: InitialFetchState) -> None:
+        self.pending[tp] = init
+
+    def apply(self, manager: ReplicaFetcherManager | None) -> None:
+        if manager is None:
+            return
+        if self.removed:
+            manager.remove_fetcher_for_partitions(self.removed)
+        added = {tp: init for tp, init in self.pending.items() if init is not None}
+        if added:
+            manager.add_fetcher_for_partitions(added)
+
+
 def fetch_limit(partition: Partition, replica_id: int, isolation_level: int) -> int:
     """Where a fetch stops (Kafka's FetchIsolation): the LEO for followers, the last stable
     offset for read_committed consumers, the high watermark for the others."""
@@ -421,6 +449,8 @@ class ReplicaManager:
             DelayedOperationPurgatory("Fetch", Timer())
         # the purgatory key of each replica that has fetched from this leader (a handful)
         self._follower_fetch_keys: dict[int, FollowerFetchKey] = {}
+        # while a LeaderAndIsr is applied: the fetcher changes told at its end, at once
+        self._fetcher_changes: _FetcherChanges | None = None
         self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
             DelayedOperationPurgatory("DeleteRecords", Timer())
         self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
@@ -661,6 +691,23 @@ class ReplicaManager:
                  f"{req.controller_id})"
         errors: list[tuple[TopicPartition, ErrorCode]] = []
         topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
+        # The fetcher manager is told once for the whole request, as Kafka's
+        # removeFetcherForPartitions / addFetcherForPartitions with a map (once per partition
+        # it was ~10,000 calls, log lines and fetcher scans per failover).
+        self._fetcher_changes = changes = _FetcherChanges()
+        try:
+            # the leader-epoch checkpoints of the request go in one or a few batches
+            with self.log_manager.checkpoint_writer.hold():
+                self._apply_partition_states(req, live_leaders, topic_ids, origin, errors)
+        finally:
+            self._fetcher_changes = None
+            changes.apply(self.fetcher_manager)
+        return ErrorCode.none, errors
+
+    def _apply_partition_states(self, req: ib.LeaderAndIsrRequest,
+                                live_leaders: dict[int, tuple[str, int]],
+                                topic_ids: dict[str, uuid.UUID], origin: str,
+                                errors: list[tuple[TopicPartition, ErrorCode]]) -> None:
         for s in req.partition_states():
             tp = TopicPartition(s.topic_name, s.partition_index)
             before = self._role(tp)
@@ -679,7 +726,20 @@ class ReplicaManager:
                     f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}: "
                     f"{code.name.upper()}"), logging.WARNING)
             errors.append((tp, code))
-        return ErrorCode.none, errors
+
+    def _remove_fetcher(self, tp: TopicPartition) -> None:
+        changes = self._fetcher_changes
+        if changes is not None:
+            changes.remove(tp)
+        elif self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([tp])
+
+    def _is_fetching(self, tp: TopicPartition) -> bool:
+        assert self.fetcher_manager is not None
+        changes = self._fetcher_changes
+        if changes is not None and tp in changes.pending:
+            return changes.pending[tp] is not None
+        return self.fetcher_manager.is_fetching(tp)
 
     def stop_replicas(self, controller_id: int, controller_epoch: int,
                       partitions: list[tuple[TopicPartition, int, bool]]
@@ -794,7 +854,7 @@ class ReplicaManager:
                 current.isr, current.zk_version = list(isr), partition_epoch
                 current.abort_isr_update()  # an ISR write in flight now fails its check
             if leader != self.broker_id and self.fetcher_manager is not None \
-                    and not self.fetcher_manager.is_fetching(tp):
+                    and not self._is_fetching(tp):
                 self.start_fetching(current, leader_endpoint)
             return ErrorCode.none
         # Kafka's makeLeader answers whether this replica *became* leader: the coordinators
@@ -810,16 +870,14 @@ class ReplicaManager:
             return ErrorCode.inconsistent_topic_id
         self.alter_log_dirs.maybe_resume(tp)  # a move interrupted by a restart goes on
         if leader == self.broker_id:
-            if self.fetcher_manager is not None:
-                self.fetcher_manager.remove_fetcher_for_partitions([tp])
+            self._remove_fetcher(tp)
             p.make_leader(leader_epoch, isr, replicas, self.clock())
             p.zk_version = partition_epoch
         else:
             changed = p.make_follower(leader, leader_epoch, isr, replicas)
             p.zk_version = partition_epoch
-            if self.fetcher_manager is not None and (
-                    changed or not self.fetcher_manager.is_fetching(tp)):
-                self.fetcher_manager.remove_fetcher_for_partitions([tp])
+            if self.fetcher_manager is not None and (changed or not self._is_fetching(tp)):
+                self._remove_fetcher(tp)
                 self.start_fetching(p, leader_endpoint)
         listener = self.role_listeners.get(tp[0])
         if listener is not None and not (leader == self.broker_id and was_leader):
@@ -854,8 +912,13 @@ class ReplicaManager:
                        ) -> None:
         """(Re)start fetching a follower partition from its leader, Truncating first."""
         assert self.fetcher_manager is not None
-        self.fetcher_manager.add_fetcher_for_partitions({(p.topic, p.index): InitialFetchState(
-            p.leader_id, leader_endpoint, p.leader_epoch, initial_fetch_offset(p))})
+        tp = (p.topic, p.index)
+        init = InitialFetchState(p.leader_id, leader_endpoint, p.leader_epoch,
+                                 initial_fetch_offset(p))
+        if self._fetcher_changes is not None:
+            self._fetcher_changes.add(tp, init)
+        else:
+            self.fetcher_manager.add_fetcher_for_partitions({tp: init})
 
     def stop_replica_request(self, tp: TopicPartition, leader_epoch: int,
                              delete: bool) -> ErrorCode:

@@ -36,11 +36,12 @@ import itertools
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checkpoints import syncfs_available, write_atomically, write_atomically_batch
+from .checkpoint_sync_process import BatchWriteProcess
+from .checkpoints import syncfs_available, write_atomically
 
 log = logging.getLogger("odradek.checkpoint_writer")
 
@@ -149,8 +150,8 @@ class CheckpointWriter:
         # per file, ~3,300 leader-epoch checkpoints per LeaderAndIsr of a 10,000-partition
         # failover) when syncfs exists and the default per-file write is used; True: that
         # choice, None/False: per file, a callable: that batch writer.
-        if write_batch is True:
-            write_batch = (write_atomically_batch
+        if write_batch is True:  # large batches in a helper process (no GIL convoy)
+            write_batch = (BatchWriteProcess()
                            if write is write_atomically and syncfs_available() else None)
         self._write_batch = write_batch or None
         self.batches = 0
@@ -164,6 +165,7 @@ class CheckpointWriter:
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._abandon = False
+        self._held = 0  # hold() depth
         self.files_written = 0
         self.write_errors = 0
         # told of every failed write (the log manager: its dir goes offline, KIP-112)
@@ -182,6 +184,21 @@ class CheckpointWriter:
                 self._threads.append(thread)
                 thread.start()
             self._cond.notify()
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """While held (a LeaderAndIsr being applied), a batch writer starts no batch: the
+        files submitted meanwhile go in one or a few batches once released, instead of a
+        batch of one or two files each as the writer thread wakes (each batch costs two
+        syncfs calls). A per-file writer writes on meanwhile."""
+        with self._cond:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held -= 1
+                self._cond.notify_all()
 
     @property
     def pending(self) -> int:
@@ -228,6 +245,9 @@ class CheckpointWriter:
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(timeout)
+        close = getattr(self._write_batch, "close", None)
+        if close is not None:
+            close()
         self._wake_waiters()
 
     # -- writer thread --------------------------------------------------------------------------
@@ -239,7 +259,8 @@ class CheckpointWriter:
                 while True:
                     if self._stopping and (self._abandon or not len(self._queue)):
                         return
-                    item = self._queue.pop()
+                    item = None if batched and self._held and not self._stopping \
+                        else self._queue.pop()
                     if item is not None:
                         break
                     self._cond.wait()
