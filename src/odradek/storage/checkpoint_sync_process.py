@@ -10,8 +10,9 @@ process has its own interpreter: the writer thread hands it the whole batch thro
 two syncfs calls. The crash guarantee is ``write_atomically_batch``'s (it is what the helper
 runs); if the broker dies the helper finishes its batch and exits at the end of its input.
 
-Batches below ``MIN_FILES`` (and every batch once the helper failed) are written in the
-calling thread, so small brokers and tests never start a process.
+Batches below ``MIN_FILES`` are written file by file by the writer thread
+(``CheckpointWriter`` looks at ``min_files``), so small brokers and tests never start a
+process; once the helper failed, batches are written in the calling thread.
 """
 
 from __future__ import annotations

@@ -13,10 +13,12 @@ manager:
   fsync), so a crash at any moment leaves either the previous or a newer complete
   checkpoint, never a torn one; a few threads write different files concurrently (their
   fsyncs share journal commits). Where Linux's syncfs(2) exists, a thread takes every file
-  queued (up to ``BATCH_SIZE``) and writes them with ``write_atomically_batch``: all the
-  ``.tmp`` files, one syncfs, all the renames, one more syncfs -- the same crash guarantee
-  with two syncs per batch instead of two fsyncs per file (~3,300 files per LeaderAndIsr
-  in a 10,000-partition failover). syncfs also flushes other dirty data of that
+  queued (up to ``BATCH_SIZE``; ``hold()`` lets a LeaderAndIsr queue all of its files
+  first) and, from ``checkpoint_sync_process.MIN_FILES`` files on, a helper process writes
+  them with ``write_atomically_batch``: all the ``.tmp`` files, one syncfs, all the
+  renames, one more syncfs -- the same crash guarantee with two syncs per batch instead of
+  two fsyncs per file (~3,300 files per LeaderAndIsr in a 10,000-partition failover), and
+  no GIL hand-offs with the busy loop. syncfs also flushes other dirty data of that
   filesystem (segments written since the last writeback), which the answer then waits for;
 * **awaitable**: ``await flush()`` returns once everything submitted before the call is on
   disk -- the LeaderAndIsr handler answers only then, as Kafka answers after
@@ -281,6 +283,10 @@ class CheckpointWriter:
 
     def _write_many(self, items: list[tuple[Path, bytes]]) -> None:
         assert self._write_batch is not None
+        if len(items) < getattr(self._write_batch, "min_files", 1):
+            for item in items:  # a small batch: file by file, as without batches
+                self._write_one(*item)
+            return
         try:
             failed = self._write_batch(items)
         except OSError as exc:
