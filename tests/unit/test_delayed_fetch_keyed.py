@@ -181,3 +181,37 @@ def test_a_follower_at_the_log_end_is_answered_without_a_log_read(tmp_path: Path
             rm.shutdown()
             lm.shutdown()
     asyncio.run(body())
+
+
+def test_an_idle_follower_fetch_timing_out_reads_again_only_what_changed(tmp_path: Path
+                                                                       ) -> None:
+    """At its timeout a follower's idle fetch answers from the read that made it wait, except
+    for partitions re-checked since or whose offsets no longer match that read (a state
+    change nobody announced still shows in the answer)."""
+    async def body() -> None:
+        lm, rm = _manager(tmp_path, 6)
+        try:
+            rm.append_records(1, 1000, {("t", i): build_batch([(None, b"x")])
+                                        for i in range(6)})
+            requests = {("t", i): FetchRequestPartition(1, 1 << 20) for i in range(6)}
+            fut = rm.fetch_messages(FOLLOWER, 50, 1, 1 << 20, requests)
+            assert isinstance(fut, asyncio.Future) and not fut.done()
+            reads: list[set[tuple[str, int]]] = []
+            real = rm.read_from_local_log
+
+            def counted(replica_id: int, max_bytes: int, reqs: dict, *a: object) -> dict:
+                reads.append(set(reqs))
+                return real(replica_id, max_bytes, reqs, *a)  # type: ignore[arg-type]
+            rm.read_from_local_log = counted  # type: ignore[method-assign]
+            rm.partitions[("t", 2)].high_watermark = 0  # unannounced: the offsets tell
+            rm.on_high_watermark_moved(("t", 4))  # announced, nothing readable
+            out = await asyncio.wait_for(fut, 5)
+            assert reads == [{("t", 2), ("t", 4)}]
+            assert list(out) == list(requests)
+            assert out[("t", 2)].high_watermark == 0
+            assert all(out[("t", i)].high_watermark == 1 and out[("t", i)].size == 0
+                       for i in (0, 1, 3, 4, 5))
+        finally:
+            rm.shutdown()
+            lm.shutdown()
+    asyncio.run(body())

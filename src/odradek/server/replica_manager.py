@@ -305,6 +305,10 @@ class DelayedFetch(DelayedOperation):
         # one partition (try_complete_for) updates only its entry
         self._available: dict[TopicPartition, int] | None = None
         self._total = 0
+        # a follower's empty first read (result, partition object), kept for the timeout's
+        # answer, and the partitions re-checked since (read again then)
+        self._first_read: Mapping[TopicPartition, FetchResult] | None = None
+        self._moved: set[TopicPartition] = set()
 
     def _readable(self, tp: TopicPartition, req: FetchRequestPartition) -> int | None:
         """Bytes readable for `tp` now; None when the fetch must be answered at once (an
@@ -336,7 +340,8 @@ class DelayedFetch(DelayedOperation):
 
     def seed(self, results: Mapping[TopicPartition, FetchResult]) -> None:
         """The bytes readable per partition as the read that made this fetch wait found them
-        (with `try_complete_else_watch(tried=True)`: no second and third whole check)."""
+        (with `try_complete_else_watch(tried=True)`: no second and third whole check). A
+        follower's fetch that found nothing keeps that read for its timeout's answer."""
         available = {tp: 0 for tp in self.requests}
         total = 0
         for tp, r in results.items():
@@ -344,6 +349,23 @@ class DelayedFetch(DelayedOperation):
                 available[tp] = r.size
                 total += r.size
         self._available, self._total = available, total
+        if self.replica_id >= 0 and total == 0 and len(results) == len(self.requests):
+            self._first_read = results  # (the caller's, not used after it is seeded)
+
+    def _still(self, tp: TopicPartition, r: FetchResult) -> bool:
+        """A follower's first, empty read of `tp` still stands: still leader in the epoch
+        asked, the same HW, log start and log end offsets (the last stable offset moves only
+        with an append or the HW; a partition replaced or stopped is notified)."""
+        p = self.manager.partitions.get(tp)
+        if p is None or r.error != ErrorCode.none or not p.is_leader:
+            return False
+        req = self.requests[tp]
+        log_ = p.log
+        return (p.high_watermark == r.high_watermark
+                and log_.log_end_offset == r.leader_end_offset
+                and log_.log_start_offset == r.log_start_offset
+                and (req.current_leader_epoch < 0
+                     or req.current_leader_epoch == p.leader_epoch))
 
     def try_complete_for(self, key: Hashable) -> bool:
         # Only `key` moved: re-checking every partition for each of thousands of partition
@@ -353,6 +375,8 @@ class DelayedFetch(DelayedOperation):
         req = self.requests.get(tp)
         if req is None:  # (a follower's fetch, told of a partition it does not fetch)
             return False
+        if self._first_read is not None:
+            self._moved.add(tp)
         if available is None or tp not in available:
             return self.try_complete()
         n = self._readable(tp, req)
@@ -365,10 +389,26 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
-        if not self.future.done():
+        if self.future.done():
+            return
+        first = self._first_read
+        if first is None or not self.timed_out:
             self.future.set_result(self.manager.read_from_local_log(
                 self.replica_id, self.max_bytes, self.requests, self.isolation_level,
                 self.client_metadata))
+            return
+        # A follower's idle fetch timing out (twice a second per fetcher at 10,000
+        # partitions): read again only the partitions that moved since the first read, and
+        # those whose offsets no longer match it; the others' answer is that read's.
+        moved, offline = self._moved, self.manager.offline_partitions
+        again = {tp: req for tp, req in self.requests.items()
+                 if tp in moved or (offline and tp in offline)
+                 or not self._still(tp, first[tp])}
+        fresh = self.manager.read_from_local_log(
+            self.replica_id, self.max_bytes, again, self.isolation_level,
+            self.client_metadata) if again else {}
+        self.future.set_result({tp: fresh[tp] if tp in again else first[tp]
+                                for tp in self.requests})
 
 
 class _FetcherChanges:
@@ -1235,8 +1275,9 @@ class ReplicaManager:
                 self._after_append(tp)
             if outcome.log_start_moved:
                 self.delete_records_purgatory.check_and_complete(tp)
-            result.high_watermark = partition.high_watermark
-            result.last_stable_offset = partition.last_stable_offset
+            if result.high_watermark != partition.high_watermark:  # (the LSO moves with it)
+                result.high_watermark = partition.high_watermark
+                result.last_stable_offset = partition.last_stable_offset
 
     def _preferred_read_replica(self, partition: Partition, client: ClientMetadata,
                                 fetch_offset: int) -> int:
