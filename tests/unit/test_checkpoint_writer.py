@@ -10,8 +10,13 @@ from pathlib import Path
 import pytest
 
 from odradek.controller.pipeline import run_bounded
+from odradek.storage import checkpoints
 from odradek.storage.checkpoint_writer import CheckpointWriter, CoalescingQueue
-from odradek.storage.checkpoints import LeaderEpochCheckpointFile
+from odradek.storage.checkpoints import (
+    LeaderEpochCheckpointFile,
+    syncfs_available,
+    write_atomically_batch,
+)
 from odradek.storage.leader_epoch import LeaderEpochFileCache
 
 A, B, C = Path("/d/a/f"), Path("/d/b/f"), Path("/d/c/f")
@@ -186,6 +191,62 @@ def test_leader_epoch_cache_persists_through_the_writer(tmp_path: Path) -> None:
     assert writer.files_written < 199  # coalesced
 
 
+# -- batches (two syncfs calls per batch instead of two fsyncs per file) ----------------------
+
+needs_syncfs = pytest.mark.skipif(not syncfs_available(), reason="no syncfs(2) here")
+
+
+@needs_syncfs
+def test_batch_write_replaces_every_file_and_reports_a_gone_directory(tmp_path: Path) -> None:
+    paths = [tmp_path / f"t-{i}" / "leader-epoch-checkpoint" for i in range(20)]
+    for p in paths:
+        p.parent.mkdir()
+        p.write_bytes(b"old")
+    gone = tmp_path / "gone" / "leader-epoch-checkpoint"
+    failed = write_atomically_batch([(p, b"new %d" % i) for i, p in enumerate(paths)]
+                                    + [(gone, b"x")])
+    assert list(failed) == [gone] and isinstance(failed[gone], FileNotFoundError)
+    assert [p.read_bytes() for p in paths] == [b"new %d" % i for i in range(20)]
+    assert not list(tmp_path.glob("*/*.tmp"))
+
+
+@needs_syncfs
+def test_batch_write_renames_nothing_when_the_contents_cannot_be_synced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    p.parent.mkdir()
+    p.write_bytes(b"old")
+    monkeypatch.setattr(checkpoints, "_SYNCFS", lambda _fd: 5)  # EIO
+    failed = write_atomically_batch([(p, b"new")])
+    assert list(failed) == [p] and failed[p].errno == 5
+    assert p.read_bytes() == b"old" and not list(tmp_path.glob("*/*.tmp"))
+
+
+def test_writer_in_batches_reports_errors_but_not_gone_directories(tmp_path: Path) -> None:
+    batches: list[list[Path]] = []
+    bad, gone = tmp_path / "bad" / "f", tmp_path / "gone" / "f"
+    submitted = threading.Event()
+
+    def write_batch(items: list[tuple[Path, bytes]]) -> dict[Path, OSError]:
+        submitted.wait(10)  # the rest queues meanwhile: it goes in one or two batches
+        batches.append([p for p, _ in items])
+        return {p: (FileNotFoundError(2, "gone") if p == gone else OSError(5, "EIO"))
+                for p, _ in items if p in (bad, gone)}
+    errors: list[Path] = []
+    writer = CheckpointWriter(write_batch=write_batch)
+    writer.on_error = lambda path, _exc: errors.append(path)
+    paths = [tmp_path / f"t-{i}" / "f" for i in range(300)] + [bad, gone]
+    for p in paths:
+        writer.submit(p, b"x")
+    submitted.set()
+    assert writer.flush_blocking(10)
+    writer.close()
+    assert sorted(p for b in batches for p in b) == sorted(paths)  # each file once
+    assert len(batches) <= 4 and writer.batches == len(batches)
+    assert errors == [bad] and writer.write_errors == 1
+    assert writer.files_written == len(paths) - 2
+
+
 # -- run_bounded --------------------------------------------------------------------------------
 
 
@@ -235,3 +296,28 @@ def test_lower_switch_interval_only_lowers() -> None:
         assert lower_switch_interval(0.002) == pytest.approx(0.0005)  # never raised
     finally:
         sys.setswitchinterval(before)
+
+
+@needs_syncfs
+def test_large_batches_go_to_the_helper_process(tmp_path: Path) -> None:
+    """Batches of at least `min_files` are written by the helper process (its own GIL),
+    with the same results as in the broker process: files replaced, a gone directory
+    reported as FileNotFoundError; closing stops the helper."""
+    from odradek.storage.checkpoint_sync_process import BatchWriteProcess
+    helper = BatchWriteProcess(min_files=3)
+    try:
+        paths = [tmp_path / f"t-{i}" / "leader-epoch-checkpoint" for i in range(4)]
+        for p in paths:
+            p.parent.mkdir()
+        gone = tmp_path / "gone" / "leader-epoch-checkpoint"
+        failed = helper([(p, b"%d" % i) for i, p in enumerate(paths)] + [(gone, b"x")])
+        assert helper.batches_in_helper == 1
+        assert list(failed) == [gone] and isinstance(failed[gone], FileNotFoundError)
+        assert [p.read_bytes() for p in paths] == [b"0", b"1", b"2", b"3"]
+        assert helper([(paths[0], b"small")]) == {}  # below min_files: in this process
+        assert helper.batches_in_helper == 1 and paths[0].read_bytes() == b"small"
+        proc = helper._proc
+        assert proc is not None
+    finally:
+        helper.close()
+    assert proc.poll() is not None

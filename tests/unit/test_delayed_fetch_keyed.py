@@ -110,3 +110,108 @@ def test_a_waiting_follower_fetch_still_times_out(tmp_path: Path) -> None:
             rm.shutdown()
             lm.shutdown()
     asyncio.run(body())
+
+
+def test_check_and_complete_can_name_what_moved() -> None:
+    p: DelayedOperationPurgatory[KeyedOp] = DelayedOperationPurgatory(
+        "fetch", Timer(clock=lambda: 0))
+    op = KeyedOp()
+    assert not p.try_complete_else_watch(op, ["replica"], tried=True)
+    assert op.keys == []  # `tried`: the caller's own check stands for both tries
+    p.check_and_complete("replica", ("t", 3))
+    assert op.keys == [("t", 3)]
+
+
+def test_a_waiting_follower_fetch_is_watched_under_one_key(tmp_path: Path) -> None:
+    """A follower's fetch of many partitions: one watch entry (not one per partition); an
+    append to a partition it does not fetch leaves it waiting, one to a partition it fetches
+    completes it."""
+    async def body() -> None:
+        lm, rm = _manager(tmp_path, 30)
+        try:
+            fut = _follower_fetch(rm, 20)
+            assert rm.fetch_purgatory.watched() == 1
+            rm.append_records(1, 1000, {("t", 25): build_batch([(None, b"x")])})
+            await asyncio.sleep(0)
+            assert not fut.done()
+            rm.append_records(1, 1000, {("t", 7): build_batch([(None, b"y")])})
+            out = await asyncio.wait_for(fut, 1)
+            assert out[("t", 7)].size > 0 and ("t", 25) not in out
+        finally:
+            rm.shutdown()
+            lm.shutdown()
+    asyncio.run(body())
+
+
+def test_a_follower_at_the_log_end_is_answered_without_a_log_read(tmp_path: Path) -> None:
+    """The "nothing new" path: a follower fetching at the leader's log end offset in the
+    leader's latest epoch gets an empty answer with the leader's offsets, no read; one behind
+    still reads."""
+    async def body() -> None:
+        lm, rm = _manager(tmp_path, 2)
+        try:
+            rm.append_records(1, 1000, {("t", i): build_batch([(None, b"x")]) for i in (0, 1)})
+            p0 = rm.partitions[("t", 0)]
+            reads: list[int] = []
+            for i in (0, 1):
+                lg = rm.partitions[("t", i)].log
+                real = lg.read
+
+                def counted(*a: object, _real: object = real, **k: object) -> object:
+                    reads.append(1)
+                    return _real(*a, **k)  # type: ignore[operator]
+                lg.read = counted  # type: ignore[method-assign]
+            epoch = p0.log.latest_epoch
+            assert epoch is not None
+            out = rm.read_from_local_log(FOLLOWER, 1 << 20, {
+                ("t", 0): FetchRequestPartition(1, 1 << 20, 0, 0, epoch),
+                ("t", 1): FetchRequestPartition(0, 1 << 20, 0, 0, -1)})
+            idle, behind = out[("t", 0)], out[("t", 1)]
+            assert (idle.error, idle.size, idle.regions) == (ErrorCode.none, 0, [])
+            assert (idle.high_watermark, idle.log_start_offset, idle.leader_end_offset,
+                    idle.last_stable_offset, idle.aborted_transactions) == (
+                p0.high_watermark, 0, 1, p0.last_stable_offset, None)
+            assert behind.size > 0 and len(reads) == 1
+            # an epoch the leader never had still goes through the whole KIP-320 check
+            out = rm.read_from_local_log(FOLLOWER, 1 << 20, {
+                ("t", 0): FetchRequestPartition(1, 1 << 20, 0, 0, epoch + 5)})
+            r = out[("t", 0)]
+            assert (r.error, r.diverging_epoch) != (ErrorCode.none, None)
+        finally:
+            rm.shutdown()
+            lm.shutdown()
+    asyncio.run(body())
+
+
+def test_an_idle_follower_fetch_timing_out_reads_again_only_what_changed(tmp_path: Path
+                                                                       ) -> None:
+    """At its timeout a follower's idle fetch answers from the read that made it wait, except
+    for partitions re-checked since or whose offsets no longer match that read (a state
+    change nobody announced still shows in the answer)."""
+    async def body() -> None:
+        lm, rm = _manager(tmp_path, 6)
+        try:
+            rm.append_records(1, 1000, {("t", i): build_batch([(None, b"x")])
+                                        for i in range(6)})
+            requests = {("t", i): FetchRequestPartition(1, 1 << 20) for i in range(6)}
+            fut = rm.fetch_messages(FOLLOWER, 50, 1, 1 << 20, requests)
+            assert isinstance(fut, asyncio.Future) and not fut.done()
+            reads: list[set[tuple[str, int]]] = []
+            real = rm.read_from_local_log
+
+            def counted(replica_id: int, max_bytes: int, reqs: dict, *a: object) -> dict:
+                reads.append(set(reqs))
+                return real(replica_id, max_bytes, reqs, *a)  # type: ignore[arg-type]
+            rm.read_from_local_log = counted  # type: ignore[method-assign]
+            rm.partitions[("t", 2)].high_watermark = 0  # unannounced: the offsets tell
+            rm.on_high_watermark_moved(("t", 4))  # announced, nothing readable
+            out = await asyncio.wait_for(fut, 5)
+            assert reads == [{("t", 2), ("t", 4)}]
+            assert list(out) == list(requests)
+            assert out[("t", 2)].high_watermark == 0
+            assert all(out[("t", i)].high_watermark == 1 and out[("t", i)].size == 0
+                       for i in (0, 1, 3, 4, 5))
+        finally:
+            rm.shutdown()
+            lm.shutdown()
+    asyncio.run(body())

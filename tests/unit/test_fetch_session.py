@@ -376,3 +376,36 @@ def test_a_session_keeps_to_topic_ids_or_names() -> None:
     named = full(cache, {A0: Req(0)}, {A0: Res()})
     ctx = new_context(cache, named, 1, {}, [], False, 0, {"a": "id-a"}, True)
     assert ctx.answer({}, 0).error == ErrorCode.fetch_session_topic_id_error
+
+
+def test_an_idle_followers_requests_are_reused_round_to_round() -> None:
+    """The replica fetcher hands the session the same request object for a partition whose
+    fetch state did not change (an identity check in the session), a new one when it did."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from odradek.server.fetcher import (
+        FETCHING,
+        FetcherConfig,
+        PartitionFetchState,
+        ReplicaFetcher,
+    )
+
+    async def body() -> None:
+        part = SimpleNamespace(log_start_offset=0)
+        f = ReplicaFetcher("f", 1, 0, SimpleNamespace(close=lambda: None),
+                           lambda _tp: part, FetcherConfig())  # type: ignore[arg-type]
+        for i in range(3):
+            f.states[("t", i)] = PartitionFetchState(5, 1, FETCHING, 1)
+        first = f._build_fetch()
+        f.states[("t", 1)] = PartitionFetchState(6, 1, FETCHING, 1)
+        second = f._build_fetch()
+        assert second[("t", 0)] is first[("t", 0)] and second[("t", 2)] is first[("t", 2)]
+        assert second[("t", 1)].fetch_offset == 6
+        part.log_start_offset = 3  # (the log start is part of the request too)
+        assert f._build_fetch()[("t", 0)].log_start_offset == 3
+        handler: FetchSessionHandler[object] = FetchSessionHandler(0)
+        handler.build(first)
+        handler.handle_response(0, 9, list(first))
+        assert handler.build(second).to_send == {("t", 1): second[("t", 1)]}
+    asyncio.run(body())

@@ -83,7 +83,7 @@ class FetchSessionHandler(Generic[D]):
             if data is None:
                 del session[tp]
                 removed.append(tp)
-            elif data != session[tp]:
+            elif data is not session[tp] and data != session[tp]:
                 session[tp] = data
                 to_send[tp] = data
         for tp, data in next_partitions.items():

@@ -132,17 +132,19 @@ class _Watchers(Generic[T]):
         op._watch_refs -= 1
         return 1 if op._watch_refs == 0 else 0
 
-    def try_complete_watched(self) -> tuple[int, int]:
-        """Try to complete every watched operation and drop the completed ones.
+    def try_complete_watched(self, changed: Hashable = None) -> tuple[int, int]:
+        """Try to complete every watched operation and drop the completed ones; `changed` is
+        what moved (passed to ``try_complete_for``; None: this list's key).
 
         Returns (operations this call completed, operations that left their last list).
         """
+        key = self.key if changed is None else changed
         completed = gone = 0
         # Iterate over a snapshot: completing an operation may re-enter the purgatory.
         for op in list(self.ops.values()):
             if op.is_completed:
                 gone += self._drop(op)
-            elif op.try_complete_for(self.key):
+            elif op.try_complete_for(key):
                 completed += 1
                 gone += self._drop(op)
             elif op.is_completed:
@@ -192,17 +194,22 @@ class DelayedOperationPurgatory(Generic[T]):
         # Minus delayed() it estimates the completed operations still lingering in watch lists.
         self._estimated_total = 0
 
-    def try_complete_else_watch(self, op: T, keys: Iterable[Hashable]) -> bool:
+    def try_complete_else_watch(self, op: T, keys: Iterable[Hashable], *,
+                                tried: bool = False) -> bool:
         """Complete ``op`` now if possible; otherwise watch it under every key and time it.
 
         As in Kafka: try; if not done, watch under all keys, then try once more (an event that
         happened between the first try and the watching would otherwise be missed); if still not
         done, add it to the timer. Returns True iff ``op`` completed during this call.
+
+        ``tried``: the caller has just found ``op`` cannot complete, in the same synchronous step
+        (nothing can have moved since on this single-threaded loop), so neither try is repeated
+        (a follower's fetch of thousands of partitions would check each of them twice more).
         """
         keys = list(keys)
         if not keys:
             raise ValueError("the watch key list can't be empty")
-        if op.try_complete():
+        if not tried and op.try_complete():
             return True
         was_watched = op._watch_refs > 0
         for key in keys:
@@ -212,7 +219,7 @@ class DelayedOperationPurgatory(Generic[T]):
             watchers.watch(op)
         if not was_watched:
             self._estimated_total += 1
-        if op.try_complete():
+        if not tried and op.try_complete():
             self._maybe_purge()
             return True
         if not op.is_completed:
@@ -220,12 +227,15 @@ class DelayedOperationPurgatory(Generic[T]):
         self._maybe_purge()
         return False
 
-    def check_and_complete(self, key: Hashable) -> int:
-        """Try to complete the operations watched under ``key``; returns how many completed."""
+    def check_and_complete(self, key: Hashable, changed: Hashable = None) -> int:
+        """Try to complete the operations watched under ``key``; returns how many completed.
+        ``changed``: what moved, when the operations are watched under a coarser key than it
+        (a follower's fetch watched once per fetching replica, re-checked for one of its
+        partitions); their ``try_complete_for`` gets it instead of ``key``."""
         watchers = self._watchers.get(key)
         if watchers is None:
             return 0
-        completed, gone = watchers.try_complete_watched()
+        completed, gone = watchers.try_complete_watched(changed)
         self._estimated_total -= gone
         self._remove_key_if_empty(key, watchers)
         self._maybe_purge()

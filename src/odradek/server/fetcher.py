@@ -198,6 +198,7 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running = False
+        self._last_requests: dict[TopicPartition, FetchPartitionRequest] = {}
         self.epoch_requests = 0  # OffsetForLeaderEpoch requests sent
         self.truncations_on_fetch = 0  # diverging epochs answered by the leader's Fetch
 
@@ -428,21 +429,35 @@ class ReplicaFetcher:
 
     def _build_fetch(self) -> dict[TopicPartition, FetchPartitionRequest]:
         requests: dict[TopicPartition, FetchPartitionRequest] = {}
+        now = self._now()
+        quota = self.quota
+        max_bytes = self.config.fetch_max_bytes
+        # An idle partition's request is the one of the last round (same object: the fetch
+        # session's comparison is then an identity check); 10,000 partitions each round
+        # otherwise built as many new ones.
+        last = self._last_requests
         for tp, st in list(self.states.items()):
-            if st.is_truncating or not self._ready(st):
+            if st.state == TRUNCATING or st.delayed_until > now:
                 continue
-            if self.quota is not None and should_follower_throttle(
-                    self.quota, tp[0], tp[1], st.lag is not None and st.lag <= 0):
+            if quota is not None and should_follower_throttle(
+                    quota, tp[0], tp[1], st.lag is not None and st.lag <= 0):
                 continue  # KIP-73: over the follower quota, fetched in a later round
             partition = self.partition_of(tp)
             if partition is None:
                 self._mark_failed(tp, "no local partition")
                 continue
             epoch = st.last_fetched_epoch
-            requests[tp] = FetchPartitionRequest(
-                st.fetch_offset, st.current_leader_epoch,
-                UNDEFINED_EPOCH if epoch is None else epoch, partition.log_start_offset,
-                self.config.fetch_max_bytes)
+            epoch = UNDEFINED_EPOCH if epoch is None else epoch
+            start = partition.log_start_offset
+            prev = last.get(tp)
+            if prev is None or prev.fetch_offset != st.fetch_offset \
+                    or prev.current_leader_epoch != st.current_leader_epoch \
+                    or prev.last_fetched_epoch != epoch or prev.log_start_offset != start \
+                    or prev.max_bytes != max_bytes:
+                prev = FetchPartitionRequest(st.fetch_offset, st.current_leader_epoch, epoch,
+                                             start, max_bytes)
+            requests[tp] = prev
+        self._last_requests = requests
         return requests
 
     async def _idle(self) -> None:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -272,6 +272,17 @@ class DelayedDeleteRecords(DelayedOperation):
             self.future.set_result(self.results)
 
 
+@dataclass(frozen=True, slots=True)
+class FollowerFetchKey:
+    """The one purgatory key a follower's waiting fetch is watched under (a `TopicPartition`
+    key per partition meant registering and dropping ~3,333 keys per idle fetch at 10,000
+    partitions). Whatever moves a partition's state checks the waiting fetches of every
+    fetching replica for that partition (`ReplicaManager._check_fetches`); each looks at it
+    only if it fetches it."""
+
+    replica_id: int
+
+
 class DelayedFetch(DelayedOperation):
     """Waits until min_bytes are readable across the fetched partitions, or max_wait passes."""
 
@@ -294,6 +305,10 @@ class DelayedFetch(DelayedOperation):
         # one partition (try_complete_for) updates only its entry
         self._available: dict[TopicPartition, int] | None = None
         self._total = 0
+        # a follower's empty first read (result, partition object), kept for the timeout's
+        # answer, and the partitions re-checked since (read again then)
+        self._first_read: Mapping[TopicPartition, FetchResult] | None = None
+        self._moved: set[TopicPartition] = set()
 
     def _readable(self, tp: TopicPartition, req: FetchRequestPartition) -> int | None:
         """Bytes readable for `tp` now; None when the fetch must be answered at once (an
@@ -323,13 +338,46 @@ class DelayedFetch(DelayedOperation):
         self._available, self._total = per_partition, available
         return False
 
+    def seed(self, results: Mapping[TopicPartition, FetchResult]) -> None:
+        """The bytes readable per partition as the read that made this fetch wait found them
+        (with `try_complete_else_watch(tried=True)`: no second and third whole check). A
+        follower's fetch that found nothing keeps that read for its timeout's answer."""
+        available = {tp: 0 for tp in self.requests}
+        total = 0
+        for tp, r in results.items():
+            if tp in available:
+                available[tp] = r.size
+                total += r.size
+        self._available, self._total = available, total
+        if self.replica_id >= 0 and total == 0 and len(results) == len(self.requests):
+            self._first_read = results  # (the caller's, not used after it is seeded)
+
+    def _still(self, tp: TopicPartition, r: FetchResult) -> bool:
+        """A follower's first, empty read of `tp` still stands: still leader in the epoch
+        asked, the same HW, log start and log end offsets (the last stable offset moves only
+        with an append or the HW; a partition replaced or stopped is notified)."""
+        p = self.manager.partitions.get(tp)
+        if p is None or r.error != ErrorCode.none or not p.is_leader:
+            return False
+        req = self.requests[tp]
+        log_ = p.log
+        return (p.high_watermark == r.high_watermark
+                and log_.log_end_offset == r.leader_end_offset
+                and log_.log_start_offset == r.log_start_offset
+                and (req.current_leader_epoch < 0
+                     or req.current_leader_epoch == p.leader_epoch))
+
     def try_complete_for(self, key: Hashable) -> bool:
         # Only `key` moved: re-checking every partition for each of thousands of partition
         # changes (a LeaderAndIsr, ISR updates) made a follower's fetch quadratic.
         available = self._available
         tp: Any = key
         req = self.requests.get(tp)
-        if available is None or req is None or tp not in available:
+        if req is None:  # (a follower's fetch, told of a partition it does not fetch)
+            return False
+        if self._first_read is not None:
+            self._moved.add(tp)
+        if available is None or tp not in available:
             return self.try_complete()
         n = self._readable(tp, req)
         if n is None:
@@ -341,10 +389,54 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
-        if not self.future.done():
+        if self.future.done():
+            return
+        first = self._first_read
+        if first is None or not self.timed_out:
             self.future.set_result(self.manager.read_from_local_log(
                 self.replica_id, self.max_bytes, self.requests, self.isolation_level,
                 self.client_metadata))
+            return
+        # A follower's idle fetch timing out (twice a second per fetcher at 10,000
+        # partitions): read again only the partitions that moved since the first read, and
+        # those whose offsets no longer match it; the others' answer is that read's.
+        moved, offline = self._moved, self.manager.offline_partitions
+        again = {tp: req for tp, req in self.requests.items()
+                 if tp in moved or (offline and tp in offline)
+                 or not self._still(tp, first[tp])}
+        fresh = self.manager.read_from_local_log(
+            self.replica_id, self.max_bytes, again, self.isolation_level,
+            self.client_metadata) if again else {}
+        self.future.set_result({tp: fresh[tp] if tp in again else first[tp]
+                                for tp in self.requests})
+
+
+class _FetcherChanges:
+    """The replica fetcher changes of one LeaderAndIsr request, told to the fetcher manager
+    at its end: the partitions to stop fetching, then those to (re)start, each in one call.
+    `pending`: a partition's last change (its initial fetch state, or None: removed)."""
+
+    __slots__ = ("pending", "removed")
+
+    def __init__(self) -> None:
+        self.removed: list[TopicPartition] = []
+        self.pending: dict[TopicPartition, InitialFetchState | None] = {}
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.removed.append(tp)
+        self.pending[tp] = None
+
+    def add(self, tp: TopicPartition, init: InitialFetchState) -> None:
+        self.pending[tp] = init
+
+    def apply(self, manager: ReplicaFetcherManager | None) -> None:
+        if manager is None:
+            return
+        if self.removed:
+            manager.remove_fetcher_for_partitions(self.removed)
+        added = {tp: init for tp, init in self.pending.items() if init is not None}
+        if added:
+            manager.add_fetcher_for_partitions(added)
 
 
 def fetch_limit(partition: Partition, replica_id: int, isolation_level: int) -> int:
@@ -395,6 +487,10 @@ class ReplicaManager:
             DelayedOperationPurgatory("Produce", Timer())
         self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
             DelayedOperationPurgatory("Fetch", Timer())
+        # the purgatory key of each replica that has fetched from this leader (a handful)
+        self._follower_fetch_keys: dict[int, FollowerFetchKey] = {}
+        # while a LeaderAndIsr is applied: the fetcher changes told at its end, at once
+        self._fetcher_changes: _FetcherChanges | None = None
         self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
             DelayedOperationPurgatory("DeleteRecords", Timer())
         self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
@@ -635,6 +731,23 @@ class ReplicaManager:
                  f"{req.controller_id})"
         errors: list[tuple[TopicPartition, ErrorCode]] = []
         topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
+        # The fetcher manager is told once for the whole request, as Kafka's
+        # removeFetcherForPartitions / addFetcherForPartitions with a map (once per partition
+        # it was ~10,000 calls, log lines and fetcher scans per failover).
+        self._fetcher_changes = changes = _FetcherChanges()
+        try:
+            # the leader-epoch checkpoints of the request go in one or a few batches
+            with self.log_manager.checkpoint_writer.hold():
+                self._apply_partition_states(req, live_leaders, topic_ids, origin, errors)
+        finally:
+            self._fetcher_changes = None
+            changes.apply(self.fetcher_manager)
+        return ErrorCode.none, errors
+
+    def _apply_partition_states(self, req: ib.LeaderAndIsrRequest,
+                                live_leaders: dict[int, tuple[str, int]],
+                                topic_ids: dict[str, uuid.UUID], origin: str,
+                                errors: list[tuple[TopicPartition, ErrorCode]]) -> None:
         for s in req.partition_states():
             tp = TopicPartition(s.topic_name, s.partition_index)
             before = self._role(tp)
@@ -653,7 +766,20 @@ class ReplicaManager:
                     f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}: "
                     f"{code.name.upper()}"), logging.WARNING)
             errors.append((tp, code))
-        return ErrorCode.none, errors
+
+    def _remove_fetcher(self, tp: TopicPartition) -> None:
+        changes = self._fetcher_changes
+        if changes is not None:
+            changes.remove(tp)
+        elif self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([tp])
+
+    def _is_fetching(self, tp: TopicPartition) -> bool:
+        assert self.fetcher_manager is not None
+        changes = self._fetcher_changes
+        if changes is not None and tp in changes.pending:
+            return changes.pending[tp] is not None
+        return self.fetcher_manager.is_fetching(tp)
 
     def stop_replicas(self, controller_id: int, controller_epoch: int,
                       partitions: list[tuple[TopicPartition, int, bool]]
@@ -768,7 +894,7 @@ class ReplicaManager:
                 current.isr, current.zk_version = list(isr), partition_epoch
                 current.abort_isr_update()  # an ISR write in flight now fails its check
             if leader != self.broker_id and self.fetcher_manager is not None \
-                    and not self.fetcher_manager.is_fetching(tp):
+                    and not self._is_fetching(tp):
                 self.start_fetching(current, leader_endpoint)
             return ErrorCode.none
         # Kafka's makeLeader answers whether this replica *became* leader: the coordinators
@@ -784,16 +910,14 @@ class ReplicaManager:
             return ErrorCode.inconsistent_topic_id
         self.alter_log_dirs.maybe_resume(tp)  # a move interrupted by a restart goes on
         if leader == self.broker_id:
-            if self.fetcher_manager is not None:
-                self.fetcher_manager.remove_fetcher_for_partitions([tp])
+            self._remove_fetcher(tp)
             p.make_leader(leader_epoch, isr, replicas, self.clock())
             p.zk_version = partition_epoch
         else:
             changed = p.make_follower(leader, leader_epoch, isr, replicas)
             p.zk_version = partition_epoch
-            if self.fetcher_manager is not None and (
-                    changed or not self.fetcher_manager.is_fetching(tp)):
-                self.fetcher_manager.remove_fetcher_for_partitions([tp])
+            if self.fetcher_manager is not None and (changed or not self._is_fetching(tp)):
+                self._remove_fetcher(tp)
                 self.start_fetching(p, leader_endpoint)
         listener = self.role_listeners.get(tp[0])
         if listener is not None and not (leader == self.broker_id and was_leader):
@@ -828,8 +952,13 @@ class ReplicaManager:
                        ) -> None:
         """(Re)start fetching a follower partition from its leader, Truncating first."""
         assert self.fetcher_manager is not None
-        self.fetcher_manager.add_fetcher_for_partitions({(p.topic, p.index): InitialFetchState(
-            p.leader_id, leader_endpoint, p.leader_epoch, initial_fetch_offset(p))})
+        tp = (p.topic, p.index)
+        init = InitialFetchState(p.leader_id, leader_endpoint, p.leader_epoch,
+                                 initial_fetch_offset(p))
+        if self._fetcher_changes is not None:
+            self._fetcher_changes.add(tp, init)
+        else:
+            self.fetcher_manager.add_fetcher_for_partitions({tp: init})
 
     def stop_replica_request(self, tp: TopicPartition, leader_epoch: int,
                              delete: bool) -> ErrorCode:
@@ -861,9 +990,9 @@ class ReplicaManager:
             p.abort_isr_update()
         if p is not None and (listener := self.role_listeners.get(topic)) is not None:
             listener(index, False, -1)
-        for purgatory in (self.produce_purgatory, self.fetch_purgatory,
-                          self.delete_records_purgatory):
+        for purgatory in (self.produce_purgatory, self.delete_records_purgatory):
             purgatory.check_and_complete((topic, index))
+        self._check_fetches((topic, index))
         if delete:
             self.log_manager.delete_log(topic, index)
             self._forget_topic_metrics(topic)
@@ -998,8 +1127,17 @@ class ReplicaManager:
                              info.log_append_time, partition.log_start_offset)
 
     def _after_append(self, tp: TopicPartition) -> None:
-        self.fetch_purgatory.check_and_complete(tp)
+        self._check_fetches(tp)
         self.produce_purgatory.check_and_complete(tp)
+
+    def _check_fetches(self, tp: TopicPartition) -> None:
+        """`tp`'s state moved: waiting consumer fetches of it (keyed by partition) and every
+        follower's waiting fetch (keyed by replica; one that does not fetch `tp` ignores it)
+        re-check it."""
+        purgatory = self.fetch_purgatory
+        purgatory.check_and_complete(tp)
+        for key in self._follower_fetch_keys.values():
+            purgatory.check_and_complete(key, tp)
 
     # -- DeleteRecords ----------------------------------------------------------------------
     def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int]
@@ -1093,7 +1231,15 @@ class ReplicaManager:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future,
                           isolation_level, client_metadata)
-        self.fetch_purgatory.try_complete_else_watch(op, list(requests))
+        # The read above is this fetch's first check (nothing can move before it is watched).
+        op.seed(results)
+        if replica_id >= 0:  # a follower: one key, checked for each partition that moves
+            key = self._follower_fetch_keys.get(replica_id)
+            if key is None:
+                key = self._follower_fetch_keys[replica_id] = FollowerFetchKey(replica_id)
+            self.fetch_purgatory.try_complete_else_watch(op, [key], tried=True)
+        else:
+            self.fetch_purgatory.try_complete_else_watch(op, list(requests), tried=True)
         return future
 
     def _update_follower_fetch_states(self, replica_id: int,
@@ -1129,8 +1275,9 @@ class ReplicaManager:
                 self._after_append(tp)
             if outcome.log_start_moved:
                 self.delete_records_purgatory.check_and_complete(tp)
-            result.high_watermark = partition.high_watermark
-            result.last_stable_offset = partition.last_stable_offset
+            if result.high_watermark != partition.high_watermark:  # (the LSO moves with it)
+                result.high_watermark = partition.high_watermark
+                result.last_stable_offset = partition.last_stable_offset
 
     def _preferred_read_replica(self, partition: Partition, client: ClientMetadata,
                                 fetch_offset: int) -> int:
@@ -1184,7 +1331,14 @@ class ReplicaManager:
                         ErrorCode.none, partition.high_watermark, partition.log_start_offset,
                         [], 0, partition.log_end_offset, lso, preferred_read_replica=preferred)
                     continue
-            if req.last_fetched_epoch >= 0:  # KIP-320: does the fetcher's log diverge?
+            log_ = partition.log
+            fetch_offset = req.fetch_offset
+            # KIP-320: does the fetcher's log diverge? Not if its last fetched epoch is our
+            # latest and it fetches within our log (the check would answer "read": an idle
+            # follower's case, thousands of times a second at 10,000 partitions).
+            if req.last_fetched_epoch >= 0 and not (
+                    req.last_fetched_epoch == log_.latest_epoch
+                    and log_.log_start_offset <= fetch_offset <= log_.log_end_offset):
                 check = check_last_fetched_epoch(
                     req.last_fetched_epoch, req.fetch_offset, partition.log_start_offset,
                     partition.log.end_offset_for_epoch)
@@ -1201,9 +1355,17 @@ class ReplicaManager:
                                               partition.log_start_offset, [], 0,
                                               partition.log_end_offset, lso)
                     continue
-                data = partition.log.read(req.fetch_offset, min(req.max_bytes, remaining),
-                                          max_offset=limit, min_one_message=min_one,
-                                          include_aborted_txns=committed)
+                if fetch_offset == limit and log_.log_start_offset <= fetch_offset \
+                        <= log_.log_end_offset:
+                    # nothing new (what `read` answers at its limit), without a read
+                    results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
+                                              log_.log_start_offset, [], 0,
+                                              log_.log_end_offset, lso,
+                                              [] if committed else None)
+                    continue
+                data = log_.read(fetch_offset, min(req.max_bytes, remaining),
+                                 max_offset=limit, min_one_message=min_one,
+                                 include_aborted_txns=committed)
             except Exception as exc:
                 code = _error_for(exc)
                 if code == ErrorCode.unknown_server_error:
@@ -1211,7 +1373,8 @@ class ReplicaManager:
                 results[tp] = FetchResult(code, partition.high_watermark,
                                           partition.log_start_offset, last_stable_offset=lso)
                 continue
-            size = sum(r.size for r in data.regions)
+            regions = data.regions
+            size = regions[0].size if len(regions) == 1 else sum(r.size for r in regions)
             if size and replica_id >= 0 and self.leader_quota.is_throttled(*tp):
                 self.leader_quota.record(size)
             if size:

@@ -12,7 +12,14 @@ manager:
   order submitted; each write goes through ``write_atomically`` (tmp + fsync + rename + dir
   fsync), so a crash at any moment leaves either the previous or a newer complete
   checkpoint, never a torn one; a few threads write different files concurrently (their
-  fsyncs share journal commits);
+  fsyncs share journal commits). Where Linux's syncfs(2) exists, a thread takes every file
+  queued (up to ``BATCH_SIZE``; ``hold()`` lets a LeaderAndIsr queue all of its files
+  first) and, from ``checkpoint_sync_process.MIN_FILES`` files on, a helper process writes
+  them with ``write_atomically_batch``: all the ``.tmp`` files, one syncfs, all the
+  renames, one more syncfs -- the same crash guarantee with two syncs per batch instead of
+  two fsyncs per file (~3,300 files per LeaderAndIsr in a 10,000-partition failover), and
+  no GIL hand-offs with the busy loop. syncfs also flushes other dirty data of that
+  filesystem (segments written since the last writeback), which the answer then waits for;
 * **awaitable**: ``await flush()`` returns once everything submitted before the call is on
   disk -- the LeaderAndIsr handler answers only then, as Kafka answers after
   ``LeaderEpochFileCache.assign``'s flush;
@@ -31,15 +38,21 @@ import itertools
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checkpoints import write_atomically
+from .checkpoint_sync_process import BatchWriteProcess
+from .checkpoints import syncfs_available, write_atomically
 
 log = logging.getLogger("odradek.checkpoint_writer")
 
+#: writes many (path, content) pairs; returns the ones that failed, with their errors
+BatchWrite = Callable[[list[tuple[Path, bytes]]], dict[Path, OSError]]
+
 DEFAULT_THREADS = 8  # concurrent checkpoint writes per log manager
+BATCH_SIZE = 2048  # files one thread writes per batch (two syncfs calls each)
+BATCH_THREADS = 2  # threads when writing in batches
 SWITCH_INTERVAL_S = 0.0005  # see lower_switch_interval
 
 
@@ -96,6 +109,13 @@ class CoalescingQueue:
         self._advance()
         return self.done
 
+    def written_all(self, paths: list[Path]) -> int:
+        """``written`` for each of `paths` (a batch), moving the watermark once."""
+        for path in paths:
+            del self.in_flight[path]
+        self._advance()
+        return self.done
+
     def forget(self, directory: Path) -> int:
         """Drop every pending file inside `directory`; returns how many."""
         doomed = [p for p in self._pending if p.parent == directory]
@@ -122,11 +142,23 @@ class CheckpointWriter:
 
     def __init__(self, name: str = "checkpoint-writer",
                  write: Callable[[Path, bytes], None] = write_atomically,
-                 threads: int = DEFAULT_THREADS) -> None:
+                 threads: int = DEFAULT_THREADS,
+                 write_batch: BatchWrite | bool | None = True) -> None:
         if threads < 1:
             raise ValueError(f"a checkpoint writer needs at least one thread, not {threads}")
         self.name = name
         self._write = write
+        # Batches (write_atomically_batch: two syncfs calls per batch instead of two fsyncs
+        # per file, ~3,300 leader-epoch checkpoints per LeaderAndIsr of a 10,000-partition
+        # failover) when syncfs exists and the default per-file write is used; True: that
+        # choice, None/False: per file, a callable: that batch writer.
+        if write_batch is True:  # large batches in a helper process (no GIL convoy)
+            write_batch = (BatchWriteProcess()
+                           if write is write_atomically and syncfs_available() else None)
+        self._write_batch = write_batch or None
+        self.batches = 0
+        if self._write_batch is not None:  # one batch in the syncs, the next one forming
+            threads = min(threads, BATCH_THREADS)
         self._queue = CoalescingQueue()
         self._cond = threading.Condition()  # guards _queue, _waiters, _stopping
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -135,6 +167,7 @@ class CheckpointWriter:
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._abandon = False
+        self._held = 0  # hold() depth
         self.files_written = 0
         self.write_errors = 0
         # told of every failed write (the log manager: its dir goes offline, KIP-112)
@@ -153,6 +186,21 @@ class CheckpointWriter:
                 self._threads.append(thread)
                 thread.start()
             self._cond.notify()
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """While held (a LeaderAndIsr being applied), a batch writer starts no batch: the
+        files submitted meanwhile go in one or a few batches once released, instead of a
+        batch of one or two files each as the writer thread wakes (each batch costs two
+        syncfs calls). A per-file writer writes on meanwhile."""
+        with self._cond:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._held -= 1
+                self._cond.notify_all()
 
     @property
     def pending(self) -> int:
@@ -199,25 +247,59 @@ class CheckpointWriter:
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(timeout)
+        close = getattr(self._write_batch, "close", None)
+        if close is not None:
+            close()
         self._wake_waiters()
 
     # -- writer thread --------------------------------------------------------------------------
 
     def _run(self) -> None:
+        batched = self._write_batch is not None
         while True:
             with self._cond:
                 while True:
                     if self._stopping and (self._abandon or not len(self._queue)):
                         return
-                    item = self._queue.pop()
+                    item = None if batched and self._held and not self._stopping \
+                        else self._queue.pop()
                     if item is not None:
                         break
                     self._cond.wait()
-            self._write_one(*item)
+                items = [item]
+                while batched and len(items) < BATCH_SIZE:
+                    more = self._queue.pop()
+                    if more is None:
+                        break
+                    items.append(more)
+            if batched:
+                self._write_many(items)
+            else:
+                self._write_one(*item)
             with self._cond:
-                self._queue.written(item[0])
+                self._queue.written_all([path for path, _ in items])
                 self._cond.notify_all()
             self._wake_waiters()
+
+    def _write_many(self, items: list[tuple[Path, bytes]]) -> None:
+        assert self._write_batch is not None
+        if len(items) < getattr(self._write_batch, "min_files", 1):
+            for item in items:  # a small batch: file by file, as without batches
+                self._write_one(*item)
+            return
+        try:
+            failed = self._write_batch(items)
+        except OSError as exc:
+            failed = {path: exc for path, _ in items}
+        self.batches += 1
+        self.files_written += len(items) - len(failed)
+        for path, exc in failed.items():
+            if isinstance(exc, FileNotFoundError):
+                continue  # the partition directory is gone (log deleted): nothing to keep
+            self.write_errors += 1
+            log.error("Error while writing checkpoint file %s: %s", path, exc)
+            if self.on_error is not None:
+                self.on_error(path, exc)
 
     def _write_one(self, path: Path, data: bytes) -> None:
         try:
