@@ -172,3 +172,18 @@ def test_a_frame_with_a_shared_body_is_the_frame_encoded_alone() -> None:
     shared = EncodedBody(STOP_REPLICA, 3, msg)
     assert ib.encode_request_frame(STOP_REPLICA, 3, msg, 7, "c", shared.get()) == \
         ib.encode_request_frame(STOP_REPLICA, 3, msg, 7, "c")
+
+
+@pytest.mark.parametrize("state", [
+    paths.LeaderIsrAndControllerEpoch(0, 0, (0, 1, 2), 1),
+    paths.LeaderIsrAndControllerEpoch(-1, 17, (), 3),
+    paths.LeaderIsrAndControllerEpoch(12, 2**31 - 1, (12,), 2**31 - 1),
+])
+def test_partition_state_json_is_what_json_dumps_gave(state: paths.LeaderIsrAndControllerEpoch
+                                                      ) -> None:
+    import json
+    expected = json.dumps({"controller_epoch": state.controller_epoch, "leader": state.leader,
+                           "version": 1, "leader_epoch": state.leader_epoch,
+                           "isr": list(state.isr)}, separators=(",", ":")).encode()
+    assert paths.encode_partition_state(state) == expected
+    assert paths.decode_partition_state(expected) == state

@@ -183,7 +183,7 @@ class ControllerChannelManager:
 
 
 def _ids(values: Iterable[int]) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+    return tuple(map(int, values))
 
 
 def _same_states(a: dict[TopicPartition, Any], b: dict[TopicPartition, Any]) -> bool:
@@ -219,12 +219,14 @@ class RequestBatch:
         for b in brokers:
             if b >= 0:
                 self.leader_and_isr[b][tp] = state
-        self.add_update_metadata(self.context.live_or_shutting_down_broker_ids, [tp])
+        self.add_update_metadata(self.context.live_brokers, [tp])  # live or shutting down
 
     def add_update_metadata(self, brokers: Iterable[int],
                             partitions: Iterable[TopicPartition] = ()) -> None:
         self.update_metadata_brokers.update(brokers)
         ctx = self.context
+        live = ctx.live_brokers
+        any_offline_dir = bool(ctx.replicas_on_offline_dirs)
         for tp in partitions:
             leadership = ctx.leader_and_isr(tp)
             if leadership is None:
@@ -237,8 +239,10 @@ class RequestBatch:
                 leader=-2 if deleting else leadership.leader,
                 leader_epoch=leadership.leader_epoch, isr=_ids(leadership.isr),
                 zk_version=leadership.zk_version, replicas=_ids(replicas),
-                offline_replicas=_ids(r for r in replicas if not ctx.is_replica_online(
-                    r, tp, include_shutting_down=True)))
+                offline_replicas=_ids(
+                    [r for r in replicas if not ctx.is_replica_online(
+                        r, tp, include_shutting_down=True)] if any_offline_dir
+                    else [r for r in replicas if r not in live]))
 
     def add_stop_replica(self, brokers: Iterable[int], tp: TopicPartition, delete: bool,
                          leader_epoch: int = -1) -> None:
