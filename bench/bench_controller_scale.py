@@ -71,8 +71,8 @@ class Recorder:
     def send(self, broker: int, api_key: int, version: int, message: Any,
              body: Any = None) -> asyncio.Future[Any]:
         t = time.perf_counter()
-        frame = ib.encode_request_frame(api_key, version, message, 1, "bench",
-                                        None if body is None else body.get())
+        frame = (ib.encode_request_frame(api_key, version, message, 1, "bench") if body is None
+                 else ib.encode_request_frame(api_key, version, message, 1, "bench", body.get()))
         self.encode_s += time.perf_counter() - t
         self.sent.append((time.perf_counter(), broker, api_key, message, len(frame)))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
