@@ -665,12 +665,13 @@ def test_controller_dies_before_a_removed_replica_is_deleted(tmp_path: Path) -> 
                 original = channel.send
                 dropped = asyncio.Event()
 
-                def send(broker_id: int, api_key: int, version: int, message: Any) -> Any:
+                def send(broker_id: int, api_key: int, version: int, message: Any,
+                         body: Any = None) -> Any:
                     if broker_id == 1 and api_key == STOP_REPLICA and any(
                             ps.delete_partition for _t, ps in message.partition_states()):
                         dropped.set()  # never delivered: the controller dies first
                         return asyncio.get_running_loop().create_future()
-                    return original(broker_id, api_key, version, message)
+                    return original(broker_id, api_key, version, message, body)
                 channel.send = send  # type: ignore[method-assign]
                 await admin.alter_partition_reassignments({("t", 0): [2, 3]})
                 await asyncio.wait_for(dropped.wait(), 60)

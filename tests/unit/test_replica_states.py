@@ -92,3 +92,14 @@ def test_offline_replica_cannot_come_back_through_new() -> None:
         states.transition(REPLICA, New)
     applied, rejected = states.transition_all([REPLICA], Online)
     assert len(applied) == 1 and not rejected
+
+
+def test_recorded_changes_are_bounded() -> None:
+    from odradek.controller.partition_states import MAX_RECORDED_CHANGES
+    states: ReplicaStates[PartitionAndReplica] = ReplicaStates()
+    states.transition(REPLICA, New)
+    for _ in range(MAX_RECORDED_CHANGES + 10):
+        states.transition(REPLICA, Online)
+    changes = states.drain_changes()
+    assert len(changes) == MAX_RECORDED_CHANGES
+    assert states.drain_changes() == []

@@ -570,22 +570,26 @@ class KafkaController:
                    if len(ctx.partition_replica_assignment(tp)) > 1
                    and ctx.leader_and_isr(tp) is not None
                    and not ctx.is_topic_queued_up_for_deletion(tp.topic)]
-        # Leaders first (Kafka's doControlledShutdown): leadership leaves the broker before the
-        # ISR shrinks of the partitions it only follows.
+        # Kafka's doControlledShutdown splits the partitions once, before anything moves:
+        # those the broker leads get a controlled-shutdown election (whose new ISR leaves the
+        # broker out, and which tells it to follow); those it only follows are stopped
+        # (StopReplica without delete) and shrink their ISR. Leaders first.
         # Each phase's state znode writes are pipelined (KAFKA-5642).
+        led = [tp for tp in movable if ctx.leader_and_isr(tp).leader == b]  # type: ignore
+        led_set = set(led)
+        followed = [tp for tp in movable if tp not in led_set]
+
         async def move_leadership(tp: TopicPartition) -> None:
-            if ctx.leader_and_isr(tp).leader == b:  # type: ignore[union-attr]
-                await self.partition_state_machine.elect_leader(tp, batch,
-                                                                "controlled_shutdown", {b})
+            await self.partition_state_machine.elect_leader(tp, batch, "controlled_shutdown",
+                                                            {b})
 
         async def leave_isr(tp: TopicPartition) -> None:
-            if ctx.leader_and_isr(tp).leader != b:  # type: ignore[union-attr]
-                batch.add_stop_replica([b], tp, delete=False)
-                self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
-                await self.replica_state_machine.remove_replica_from_isr(tp, b, batch)
+            batch.add_stop_replica([b], tp, delete=False)
+            self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
+            await self.replica_state_machine.remove_replica_from_isr(tp, b, batch)
 
-        await run_bounded(movable, move_leadership, STATE_WRITE_WINDOW)
-        await run_bounded(movable, leave_isr, STATE_WRITE_WINDOW)
+        await run_bounded(led, move_leadership, STATE_WRITE_WINDOW)
+        await run_bounded(followed, leave_isr, STATE_WRITE_WINDOW)
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, ctx.partitions_on_broker(b))
         assert self.channel is not None
         self.requests.send(batch)

@@ -499,16 +499,12 @@ class LeaderIsrAndControllerEpoch:
 
 
 def encode_partition_state(state: LeaderIsrAndControllerEpoch) -> bytes:
-    """JSON for ``/brokers/topics/<t>/partitions/<p>/state`` (version 1)."""
-    return _dumps(
-        {
-            "controller_epoch": state.controller_epoch,
-            "leader": state.leader,
-            "version": 1,
-            "leader_epoch": state.leader_epoch,
-            "isr": [int(r) for r in state.isr],
-        }
-    )
+    """JSON for ``/brokers/topics/<t>/partitions/<p>/state`` (version 1), byte for byte what
+    ``_dumps`` of the dict in Kafka's key order gives, formatted directly: the controller writes
+    thousands per broker failure and json.dumps was a fifth of its election loop."""
+    isr = ",".join([str(int(r)) for r in state.isr])
+    return (f'{{"controller_epoch":{int(state.controller_epoch)},"leader":{int(state.leader)},'
+            f'"version":1,"leader_epoch":{int(state.leader_epoch)},"isr":[{isr}]}}').encode()
 
 
 def decode_partition_state(data: bytes | None) -> LeaderIsrAndControllerEpoch | None:

@@ -1055,9 +1055,10 @@ _REQUEST_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
 
 
 def encode_request_frame(api_key: int, version: int, msg: Any, correlation_id: int,
-                         client_id: str) -> bytes:
+                         client_id: str, body: bytes | None = None) -> bytes:
     """A whole request frame: size prefix, request header (v0/v1/v2 by API and version, no
-    tagged fields), then the body."""
+    tagged fields), then the body (`body`: `msg` already encoded by :func:`encode_request`,
+    when one message goes to several brokers)."""
     header = bytearray(_REQUEST_HEADER.pack(api_key, version, correlation_id))
     hv = request_header_version(api_key, version)
     if hv >= 1:
@@ -1065,7 +1066,7 @@ def encode_request_frame(api_key: int, version: int, msg: Any, correlation_id: i
         header += _I16.pack(len(cid)) + cid
     if hv >= 2:
         header += b"\x00"  # no tagged fields
-    body = encode_request(api_key, version, msg)
+    body = encode_request(api_key, version, msg) if body is None else body
     return _I32.pack(len(header) + len(body)) + bytes(header) + body
 
 
