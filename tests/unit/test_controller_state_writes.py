@@ -10,11 +10,15 @@ from typing import Any
 import pytest
 
 from odradek.common.topic_partition import TopicPartition
-from odradek.controller.context import ControllerContext, LeaderAndIsr
+from odradek.controller.channel import RequestBatch
+from odradek.controller.context import BrokerEndpoint, ControllerContext, LeaderAndIsr
 from odradek.controller.events import ControllerMovedError
+from odradek.controller.partition_states import PartitionState
+from odradek.controller.state_machines import PartitionStateMachine, ReplicaStateMachine
 from odradek.controller.zk_client import ControllerZkClient
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedStore, EmbeddedZooKeeper
+from odradek.state_change import StateChangeLogger
 
 PARTITIONS = 120
 
@@ -88,4 +92,82 @@ def test_a_moved_controller_fails_every_write() -> None:
         assert all(isinstance(r, ControllerMovedError) for r in results)
         with pytest.raises(ControllerMovedError):
             await zk.write_leader_and_isr(tps[0], _moved(tps[0], zk))
+    asyncio.run(body())
+
+
+def test_bulk_writes_go_fifty_to_a_transaction() -> None:
+    async def body() -> None:
+        store, zk = await _setup()
+        tps = [TopicPartition("t", p) for p in range(PARTITIONS)]
+        stored = await zk.write_leader_and_isrs([(tp, _moved(tp, zk)) for tp in tps])
+        assert store.multis == 3
+        assert all(s is not None and s.leader == 2 and s.zk_version == 1 for s in stored)
+        assert all(zk.ctx.leader_and_isr(tp) == s for tp, s in zip(tps, stored, strict=True))
+        data, _ = await store.get(paths.partition_state_path("t", 119))
+        decoded = paths.decode_partition_state(data)
+        assert decoded is not None and decoded.leader == 2 and decoded.leader_epoch == 1
+    asyncio.run(body())
+
+
+def test_a_bulk_conflict_leaves_its_whole_transaction_unwritten_and_no_other() -> None:
+    async def body() -> None:
+        store, zk = await _setup()
+        tps = [TopicPartition("t", p) for p in range(PARTITIONS)]
+        stale = tps[60]  # in the second transaction (50..99)
+        await store.set(paths.partition_state_path(stale.topic, stale.partition),
+                        b'{"controller_epoch":0,"leader":1,"version":1,'
+                        b'"leader_epoch":0,"isr":[1,2]}')
+        stored = await zk.write_leader_and_isrs([(tp, _moved(tp, zk)) for tp in tps])
+        assert [i for i, s in enumerate(stored) if s is None] == list(range(50, 100))
+        for i in (49, 50, 100):
+            _data, stat = await store.get(paths.partition_state_path("t", i))
+            assert stat.version == (0 if i == 50 else 1)
+            assert zk.ctx.leader_and_isr(tps[i]).leader == (1 if i == 50 else 2)  # type: ignore
+    asyncio.run(body())
+
+
+def test_bulk_writes_of_a_deposed_controller_fail_on_the_epoch() -> None:
+    async def body() -> None:
+        store, zk = await _setup()
+        await store.set(paths.CONTROLLER_EPOCH, b"2")  # a successor's epoch
+        tps = [TopicPartition("t", p) for p in range(10)]
+        with pytest.raises(ControllerMovedError):
+            await zk.write_leader_and_isrs([(tp, _moved(tp, zk)) for tp in tps])
+    asyncio.run(body())
+
+
+def test_elections_at_once_fall_back_to_one_by_one_for_a_moved_node() -> None:
+    """PartitionStateMachine.elect_leaders: broker 1 died leading every partition; partition
+    60's node moved behind the controller's back (leader epoch 5). Every partition gets a leader
+    from broker 2, the moved one decided again from what it re-read."""
+    async def body() -> None:
+        store, zk = await _setup()
+        ctx = zk.ctx
+        ctx.epoch = 1
+        for b in (2, 3):
+            ctx.add_live_broker(b, BrokerEndpoint("localhost", 9090 + b))
+        tps = [TopicPartition("t", p) for p in range(PARTITIONS)]
+        ctx.set_topic_assignment("t", {p: [1, 2, 3] for p in range(PARTITIONS)})
+        for tp in tps:
+            ctx.partition_states.put(tp, PartitionState.OfflinePartition)
+        await store.set(paths.partition_state_path("t", 60),
+                        b'{"controller_epoch":0,"leader":1,"version":1,'
+                        b'"leader_epoch":5,"isr":[1,2]}')
+        sc = StateChangeLogger(0)
+        psm = PartitionStateMachine(ctx, zk, ReplicaStateMachine(ctx, zk, sc), sc,
+                                    lambda _topic: False)
+        batch = RequestBatch(0, 1, ctx)
+        elected = await psm.elect_leaders(tps, batch, "offline")
+        assert elected == set(tps)
+        # 3 transactions, then the 50 of the failed one one by one (coalesced again: that
+        # transaction fails, each goes alone), partition 60 again after its re-read
+        assert store.multis == 3 + 1 + 50 + 1
+        for tp in tps:
+            assert psm.state(tp) is PartitionState.OnlinePartition
+            stored = ctx.leader_and_isr(tp)
+            assert stored is not None and stored.leader == 2
+            assert (stored.leader_epoch, stored.isr) == ((6, (2,)) if tp.partition == 60
+                                                         else (1, (2,)))
+            assert batch.leader_and_isr[2][tp].leader_epoch == stored.leader_epoch
+            assert batch.leader_and_isr[3][tp].partition_epoch == stored.zk_version
     asyncio.run(body())

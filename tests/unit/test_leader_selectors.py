@@ -7,6 +7,7 @@ from odradek.controller.leader_selectors import (
     ElectionResult,
     apply_election,
     controlled_shutdown_leader,
+    decide_election,
     new_partition_leader,
     offline_partition_leader,
     preferred_replica_leader,
@@ -141,3 +142,20 @@ def test_remove_replica_from_isr() -> None:
     assert remove_replica_from_isr(lai, 3) is None
     last = LeaderAndIsr(leader=1, leader_epoch=3, isr=(1,))
     assert remove_replica_from_isr(last, 1) == LeaderAndIsr(NO_LEADER, 4, (1,), 0)
+
+
+def test_decide_election_picks_the_selector_of_the_strategy() -> None:
+    # assignment [1, 2, 3], ISR [1, 3], broker 2 alive only: a clean election finds nobody
+    clean = decide_election("offline", [1, 2, 3], [1, 3], {2}, False, {2}, set())
+    assert clean.leader is None
+    unclean_topic = decide_election("offline", [1, 2, 3], [1, 3], {2}, True, {2}, set())
+    assert unclean_topic == ElectionResult(2, (2,), (2,), unclean=True)
+    elect_leaders_unclean = decide_election("unclean", [1, 2, 3], [1, 3], {2}, False, {2}, set())
+    assert elect_leaders_unclean.leader == 2 and elect_leaders_unclean.unclean
+    # preferred: the head of the assignment only
+    assert decide_election("preferred", [3, 1], [1, 3], {1, 3}, True, {1, 3}, set()).leader == 3
+    assert decide_election("preferred", [3, 1], [1], {1, 3}, True, {1, 3}, set()).leader is None
+    # controlled shutdown of 1: live_or_shutting_down counts, not the live replicas
+    shutdown = decide_election("controlled_shutdown", [1, 2, 3], [1, 2, 3], {2, 3}, False,
+                               {1, 2, 3}, {1})
+    assert shutdown == ElectionResult(2, (2, 3), (1, 2, 3))

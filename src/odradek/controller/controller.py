@@ -574,21 +574,18 @@ class KafkaController:
         # those the broker leads get a controlled-shutdown election (whose new ISR leaves the
         # broker out, and which tells it to follow); those it only follows are stopped
         # (StopReplica without delete) and shrink their ISR. Leaders first.
-        # Each phase's state znode writes are pipelined (KAFKA-5642).
+        # The elections are decided at once and written in transactions of many; the ISR
+        # shrinks' state znode writes are pipelined (KAFKA-5642).
         led = [tp for tp in movable if ctx.leader_and_isr(tp).leader == b]  # type: ignore
         led_set = set(led)
         followed = [tp for tp in movable if tp not in led_set]
-
-        async def move_leadership(tp: TopicPartition) -> None:
-            await self.partition_state_machine.elect_leader(tp, batch, "controlled_shutdown",
-                                                            {b})
 
         async def leave_isr(tp: TopicPartition) -> None:
             batch.add_stop_replica([b], tp, delete=False)
             self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
             await self.replica_state_machine.remove_replica_from_isr(tp, b, batch)
 
-        await run_bounded(led, move_leadership, STATE_WRITE_WINDOW)
+        await self.partition_state_machine.elect_leaders(led, batch, "controlled_shutdown", {b})
         await run_bounded(followed, leave_isr, STATE_WRITE_WINDOW)
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, ctx.partitions_on_broker(b))
         assert self.channel is not None

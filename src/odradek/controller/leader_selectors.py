@@ -23,6 +23,7 @@ __all__ = [
     "LeaderElectionStrategy",
     "apply_election",
     "controlled_shutdown_leader",
+    "decide_election",
     "new_partition_leader",
     "offline_partition_leader",
     "preferred_replica_leader",
@@ -133,6 +134,23 @@ def controlled_shutdown_leader(assignment: Sequence[int], isr: Sequence[int],
         return ElectionResult(None, tuple(isr), recipients)
     new_isr = tuple(r for r in isr if r not in shutting_down)
     return ElectionResult(leader, new_isr, recipients)
+
+
+def decide_election(strategy: str, assignment: Sequence[int], isr: Sequence[int],
+                    live_replicas: Collection[int], unclean_enabled: bool,
+                    live_or_shutting_down: Collection[int],
+                    shutting_down: Collection[int]) -> ElectionResult:
+    """One election by strategy name (Kafka's ``PartitionLeaderElectionStrategy``):
+    ``"offline"`` and ``"unclean"`` (ElectLeaders UNCLEAN: unclean whatever the topic says)
+    take the offline selector over ``live_replicas`` (live brokers whose replica is online),
+    ``"preferred"`` the preferred-replica one, anything else the controlled-shutdown one over
+    ``live_or_shutting_down`` and ``shutting_down``."""
+    if strategy in ("offline", "unclean"):
+        return offline_partition_leader(assignment, isr, live_replicas,
+                                        strategy == "unclean" or unclean_enabled)
+    if strategy == "preferred":
+        return preferred_replica_leader(assignment, isr, live_replicas)
+    return controlled_shutdown_leader(assignment, isr, live_or_shutting_down, shutting_down)
 
 
 def apply_election(current: LeaderAndIsr, result: ElectionResult) -> LeaderAndIsr | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..metrics.stats import ControllerStats
@@ -139,19 +139,13 @@ class PartitionStateMachine:
         ctx = self.ctx
         candidates = sorted(ctx.all_partitions() if only is None else only)
 
-        async def online(tp: TopicPartition) -> None:
-            if ctx.is_topic_queued_up_for_deletion(tp.topic):
-                return
-            state = self.state(tp)
-            if state is P.NewPartition:
-                await self.initialize_leadership(tp, batch)
-            elif state is P.OfflinePartition:
-                await self.elect_leader(tp, batch, "offline")
-
-        # the state znode writes are pipelined (KAFKA-5642), each partition's steps in order
-        await run_bounded([tp for tp in candidates
-                           if self.state(tp) in (P.NewPartition, P.OfflinePartition)],
-                          online, STATE_WRITE_WINDOW)
+        movable = [tp for tp in candidates if not ctx.is_topic_queued_up_for_deletion(tp.topic)]
+        # Kafka's handleStateChanges order: new partitions' initial leaders, then the
+        # elections. The state znode writes are pipelined (KAFKA-5642).
+        await run_bounded([tp for tp in movable if self.state(tp) is P.NewPartition],
+                          lambda tp: self.initialize_leadership(tp, batch), STATE_WRITE_WINDOW)
+        await self.elect_leaders([tp for tp in movable if self.state(tp) is P.OfflinePartition],
+                                 batch, "offline")
 
     async def initialize_leadership(self, tp: TopicPartition, batch: RequestBatch) -> None:
         """NewPartition -> OnlinePartition: create the state node with the first live replica
@@ -176,6 +170,61 @@ class PartitionStateMachine:
         batch.add_leader_and_isr(result.recipients or result.isr, tp, stored, replicas,
                                  is_new=True)
 
+    async def elect_leaders(self, partitions: Sequence[TopicPartition], batch: RequestBatch,
+                            strategy: ElectionStrategy,
+                            shutting_down: set[int] | None = None) -> set[TopicPartition]:
+        """The elections of many partitions (one controller event's) at once: each decided
+        from the context's leadership by the pure selectors, the state nodes written in
+        fenced, version-checked transactions of many (:meth:`ControllerZkClient.
+        write_leader_and_isrs`), then the transitions, state-change lines and LeaderAndIsr
+        requests, as :meth:`elect_leader` does for one. A partition whose transaction failed
+        on a version (its node moved, or a neighbour's did) goes through :meth:`elect_leader`,
+        which reads it again and decides again. Returns the partitions given a leader."""
+        ctx = self.ctx
+        started = time.perf_counter()
+        shutting = shutting_down or set()
+        live_ids = ctx.live_broker_ids
+        live_or_shutting_down = ctx.live_or_shutting_down_broker_ids
+        any_offline_dir = any(ctx.replicas_on_offline_dirs.values())
+        unclean_of: dict[str, bool] = {}
+        decided: list[tuple[TopicPartition, LeaderAndIsr, sel.ElectionResult]] = []
+        writes: list[tuple[TopicPartition, LeaderAndIsr]] = []
+        retry: list[TopicPartition] = []
+        for tp in partitions:
+            current = ctx.leader_and_isr(tp)
+            if current is None:
+                retry.append(tp)  # elect_leader finds nothing to elect from, as before
+                continue
+            replicas = ctx.partition_replica_assignment(tp)
+            live = ({r for r in live_ids if ctx.is_replica_online(r, tp)} if any_offline_dir
+                    else live_ids)
+            if strategy == "offline" and tp.topic not in unclean_of:
+                unclean_of[tp.topic] = self.unclean_leader_election_enable(tp.topic)
+            unclean = unclean_of.get(tp.topic, False)
+            result = sel.decide_election(strategy, replicas, current.isr, live, unclean,
+                                         live_or_shutting_down, shutting)
+            new = sel.apply_election(current, result)
+            if new is None:
+                self._log_no_leader(tp, strategy, replicas, current, live)
+                continue
+            decided.append((tp, current, result))
+            writes.append((tp, new))
+        elected: set[TopicPartition] = set()
+        stored_values = await self.zk.write_leader_and_isrs(writes)
+        for (tp, current, result), stored in zip(decided, stored_values, strict=True):
+            if stored is None:
+                retry.append(tp)
+            else:
+                self._elected(tp, current, result, stored, batch, started)
+                elected.add(tp)
+
+        async def one(tp: TopicPartition) -> None:
+            if await self.elect_leader(tp, batch, strategy, shutting_down):
+                elected.add(tp)
+
+        await run_bounded(retry, one, STATE_WRITE_WINDOW)
+        return elected
+
     async def elect_leader(self, tp: TopicPartition, batch: RequestBatch,
                            strategy: ElectionStrategy,
                            shutting_down: set[int] | None = None) -> bool:
@@ -189,21 +238,13 @@ class PartitionStateMachine:
             replicas = ctx.partition_replica_assignment(tp)
             # live brokers whose replica of tp is not in an offline log dir (KIP-112)
             live = {r for r in ctx.live_broker_ids if ctx.is_replica_online(r, tp)}
-            if strategy in ("offline", "unclean"):  # unclean: ElectLeaders UNCLEAN (S-6.1)
-                unclean = strategy == "unclean" or self.unclean_leader_election_enable(tp.topic)
-                result = sel.offline_partition_leader(replicas, current.isr, live, unclean)
-            elif strategy == "preferred":
-                result = sel.preferred_replica_leader(replicas, current.isr, live)
-            else:
-                result = sel.controlled_shutdown_leader(replicas, current.isr,
-                                                        ctx.live_or_shutting_down_broker_ids,
-                                                        shutting_down or set())
+            unclean = strategy == "offline" and self.unclean_leader_election_enable(tp.topic)
+            result = sel.decide_election(strategy, replicas, current.isr, live, unclean,
+                                         ctx.live_or_shutting_down_broker_ids,
+                                         shutting_down or set())
             new = sel.apply_election(current, result)
             if new is None:
-                self.sc.controller(ctx.epoch, (
-                    f"No leader could be elected for partition {tp} ({strategy} election): "
-                    f"assigned replicas {replicas}, isr {list(current.isr)}, live brokers "
-                    f"{sorted(live)}; it stays {self.state(tp)}"), logging.ERROR)
+                self._log_no_leader(tp, strategy, replicas, current, live)
             elections.append((current, result))
             return new
 
@@ -211,6 +252,21 @@ class PartitionStateMachine:
         if stored is None:
             return False
         current, result = elections[-1]
+        self._elected(tp, current, result, stored, batch, started)
+        return True
+
+    def _log_no_leader(self, tp: TopicPartition, strategy: ElectionStrategy,
+                       replicas: Sequence[int], current: LeaderAndIsr,
+                       live: Iterable[int]) -> None:
+        self.sc.controller(self.ctx.epoch, (
+            f"No leader could be elected for partition {tp} ({strategy} election): "
+            f"assigned replicas {replicas}, isr {list(current.isr)}, live brokers "
+            f"{sorted(live)}; it stays {self.state(tp)}"), logging.ERROR)
+
+    def _elected(self, tp: TopicPartition, current: LeaderAndIsr, result: sel.ElectionResult,
+                 stored: LeaderAndIsr, batch: RequestBatch, started: float) -> None:
+        """After an election's state node was written: metrics, transition, requests."""
+        ctx = self.ctx
         self.stats.record_election((time.perf_counter() - started) * 1000, result.unclean)
         if result.unclean:
             self.sc.controller(ctx.epoch, (
@@ -221,4 +277,3 @@ class PartitionStateMachine:
         replicas = ctx.partition_replica_assignment(tp)
         batch.add_leader_and_isr([r for r in result.recipients if r in ctx.live_brokers],
                                  tp, stored, replicas)
-        return True

@@ -34,6 +34,7 @@ from ..coordination.store import (
 )
 from .context import ControllerContext, LeaderAndIsr
 from .events import ControllerMovedError
+from .pipeline import run_bounded
 
 __all__ = ["DELETE_NODE", "ControllerZkClient"]
 
@@ -42,6 +43,7 @@ DELETE_NODE = b"\x00delete"
 
 _MAX_OPS = 1000  # znodes per transaction of a recursive delete (ZooKeeper's 1 MB request cap)
 _STATE_WRITES_PER_TXN = 50  # state node writes coalesced into one fenced transaction
+_BULK_TXNS_IN_FLIGHT = 8  # transactions in flight of write_leader_and_isrs
 
 _PendingWrite = tuple[str, bytes, int, "asyncio.Future[Stat]"]
 
@@ -160,6 +162,39 @@ class ControllerZkClient:
                               self.ctx.epoch)
         self.ctx.put_leader_and_isr(tp, stored)
         return stored
+
+    async def write_leader_and_isrs(self, items: Sequence[tuple[TopicPartition, LeaderAndIsr]]
+                                    ) -> list[LeaderAndIsr | None]:
+        """Many :meth:`write_leader_and_isr` (no create) decided beforehand: the version-checked
+        SetData ops go ``_STATE_WRITES_PER_TXN`` to a fenced transaction, a few transactions
+        in flight. Returns the stored values in the order of ``items`` (also put in the
+        context); None for every item of a transaction that failed on a node's version or a
+        gone node (nothing of it was applied: the caller takes those partitions one by one).
+        A failed epoch check raises :class:`ControllerMovedError`."""
+        epoch = self.ctx.epoch
+        encode = paths.encode_partition_state
+        state = paths.LeaderIsrAndControllerEpoch
+        ops = [SetDataOp(paths.partition_state_path(tp.topic, tp.partition),
+                         encode(state(new.leader, new.leader_epoch, tuple(new.isr), epoch)),
+                         new.zk_version) for tp, new in items]
+        out: list[LeaderAndIsr | None] = [None] * len(items)
+
+        async def chunk(start: int) -> None:
+            end = min(start + _STATE_WRITES_PER_TXN, len(items))
+            try:
+                stats = await self.fenced(ops[start:end])
+            except (BadVersionError, NoNodeError):
+                return  # none applied: these stay None
+            for i, stat in zip(range(start, end), stats, strict=True):
+                tp, new = items[i]
+                stored = LeaderAndIsr(new.leader, new.leader_epoch, tuple(new.isr),
+                                      stat.version, epoch)
+                self.ctx.put_leader_and_isr(tp, stored)
+                out[i] = stored
+
+        await run_bounded(range(0, len(items), _STATE_WRITES_PER_TXN), chunk,
+                          _BULK_TXNS_IN_FLIGHT)
+        return out
 
     async def _set_state_node(self, path: str, data: bytes, version: int) -> Stat:
         """The fenced, version-checked SetData of one state node, coalesced with the other
