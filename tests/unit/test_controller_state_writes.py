@@ -171,3 +171,32 @@ def test_elections_at_once_fall_back_to_one_by_one_for_a_moved_node() -> None:
             assert batch.leader_and_isr[2][tp].leader_epoch == stored.leader_epoch
             assert batch.leader_and_isr[3][tp].partition_epoch == stored.zk_version
     asyncio.run(body())
+
+
+def test_isr_shrinks_at_once_fall_back_to_one_by_one_for_a_moved_node() -> None:
+    """ReplicaStateMachine.remove_replicas_from_isr: broker 2 leaves every ISR (1, 2); the
+    node of partition 7 moved meanwhile (ISR 1, 2, 3 now) and is decided again from it."""
+    async def body() -> None:
+        store, zk = await _setup()
+        ctx = zk.ctx
+        ctx.epoch = 1
+        for b in (1, 3):
+            ctx.add_live_broker(b, BrokerEndpoint("localhost", 9090 + b))
+        tps = [TopicPartition("t", p) for p in range(PARTITIONS)]
+        ctx.set_topic_assignment("t", {p: [1, 2, 3] for p in range(PARTITIONS)})
+        await store.set(paths.partition_state_path("t", 7),
+                        b'{"controller_epoch":0,"leader":1,"version":1,'
+                        b'"leader_epoch":3,"isr":[1,2,3]}')
+        batch = RequestBatch(0, 1, ctx)
+        await ReplicaStateMachine(ctx, zk, StateChangeLogger(0)).remove_replicas_from_isr(
+            tps, 2, batch)
+        for tp in tps:
+            stored = ctx.leader_and_isr(tp)
+            assert stored is not None and stored.leader == 1
+            assert (stored.leader_epoch, stored.isr) == ((4, (1, 3)) if tp.partition == 7
+                                                         else (1, (1,)))
+            assert tuple(batch.leader_and_isr[3][tp].isr) == stored.isr
+            data, _ = await store.get(paths.partition_state_path(tp.topic, tp.partition))
+            decoded = paths.decode_partition_state(data)
+            assert decoded is not None and tuple(decoded.isr) == stored.isr
+    asyncio.run(body())

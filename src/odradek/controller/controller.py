@@ -544,13 +544,11 @@ class KafkaController:
         await self._trigger_online_partitions(led)
         batch = self.requests.new_batch()
 
-        async def offline_replicas(tp: TopicPartition) -> None:
-            for b in dead:
-                if b in ctx.partition_replica_assignment(tp):
-                    self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
-                    await self.replica_state_machine.remove_replica_from_isr(tp, b, batch)
-
-        await run_bounded(sorted(hosted), offline_replicas, STATE_WRITE_WINDOW)  # pipelined
+        for b in sorted(dead):  # ISR shrinks decided at once, written in transactions of many
+            on_b = [tp for tp in sorted(hosted) if b in ctx.partition_replica_assignment(tp)]
+            for tp in on_b:
+                self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
+            await self.replica_state_machine.remove_replicas_from_isr(on_b, b, batch)
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, hosted | led)
         self.requests.send(batch)
 
@@ -574,19 +572,17 @@ class KafkaController:
         # those the broker leads get a controlled-shutdown election (whose new ISR leaves the
         # broker out, and which tells it to follow); those it only follows are stopped
         # (StopReplica without delete) and shrink their ISR. Leaders first.
-        # The elections are decided at once and written in transactions of many; the ISR
-        # shrinks' state znode writes are pipelined (KAFKA-5642).
+        # The elections and the ISR shrinks are each decided at once and written in
+        # transactions of many.
         led = [tp for tp in movable if ctx.leader_and_isr(tp).leader == b]  # type: ignore
         led_set = set(led)
         followed = [tp for tp in movable if tp not in led_set]
 
-        async def leave_isr(tp: TopicPartition) -> None:
+        await self.partition_state_machine.elect_leaders(led, batch, "controlled_shutdown", {b})
+        for tp in followed:
             batch.add_stop_replica([b], tp, delete=False)
             self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
-            await self.replica_state_machine.remove_replica_from_isr(tp, b, batch)
-
-        await self.partition_state_machine.elect_leaders(led, batch, "controlled_shutdown", {b})
-        await run_bounded(followed, leave_isr, STATE_WRITE_WINDOW)
+        await self.replica_state_machine.remove_replicas_from_isr(followed, b, batch)
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, ctx.partitions_on_broker(b))
         assert self.channel is not None
         self.requests.send(batch)

@@ -80,8 +80,36 @@ class ReplicaStateMachine:
             return sel.remove_replica_from_isr(current, replica)
 
         stored = await self.zk.update_leader_and_isr(tp, compute)
-        if stored is None:
-            return
+        if stored is not None:
+            self._removed(tp, replica, stored, batch)
+
+    async def remove_replicas_from_isr(self, partitions: Sequence[TopicPartition],
+                                       replica: int, batch: RequestBatch) -> None:
+        """:meth:`remove_replica_from_isr` of many partitions at once: each decided from the
+        context's leadership, the state nodes written in fenced, version-checked
+        transactions of many (:meth:`ControllerZkClient.write_leader_and_isrs`); a partition
+        whose transaction failed on a version goes through :meth:`remove_replica_from_isr`,
+        which reads it again and decides again."""
+        ctx = self.ctx
+        writes: list[tuple[TopicPartition, LeaderAndIsr]] = []
+        for tp in partitions:
+            current = ctx.leader_and_isr(tp)
+            new = None if current is None else sel.remove_replica_from_isr(current, replica)
+            if new is not None:
+                writes.append((tp, new))
+        retry: list[TopicPartition] = []
+        for (tp, _new), stored in zip(writes, await self.zk.write_leader_and_isrs(writes),
+                                      strict=True):
+            if stored is None:
+                retry.append(tp)
+            else:
+                self._removed(tp, replica, stored, batch)
+        await run_bounded(retry, lambda tp: self.remove_replica_from_isr(tp, replica, batch),
+                          STATE_WRITE_WINDOW)
+
+    def _removed(self, tp: TopicPartition, replica: int, stored: LeaderAndIsr,
+                 batch: RequestBatch) -> None:
+        """After an ISR shrink's state node was written: the state-change line, requests."""
         self.sc.controller(self.ctx.epoch, (
             f"Removed replica {replica} from the ISR of partition {tp}: "
             f"{leadership_text(stored.leader, stored.leader_epoch, stored.isr)}"))
