@@ -6,6 +6,10 @@ objects apply transitions (checked against the tables and written to ``state-cha
 do the coordination-store half of them: initial leadership for new partitions, leader
 elections and ISR shrinks, each a fenced optimistic update of the partition state node
 (zk_client.py), with the LeaderAndIsr requests they imply added to the caller's batch.
+An event's many elections or ISR shrinks (a broker failure, a controlled shutdown) are decided
+together from the context and written in transactions of many, as Kafka's
+``doElectLeaderForPartitions`` decides a batch and writes it with one ``updateLeaderAndIsr``;
+only the partitions whose node moved meanwhile take the one-by-one optimistic update.
 """
 
 from __future__ import annotations
