@@ -461,3 +461,39 @@ def test_follower_catches_up_when_one_fetch_holds_more_than_a_segment(tmp_path: 
         finally:
             await cluster.stop()
     run(body, 60)
+
+
+def test_a_replica_stopped_without_delete_keeps_its_high_watermark_checkpointed(
+        tmp_path: Path) -> None:
+    # Kafka keeps a partition stopped without delete (a controlled shutdown's StopReplica for
+    # a follower) and goes on checkpointing its HW; a clean stop must not drop it from
+    # replication-offset-checkpoint
+    from odradek.storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+
+    async def body() -> None:
+        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
+        await cluster.start()
+        try:
+            await create(cluster)
+            leader = state(cluster)["leader"]
+            follower = next(b for b in range(3) if b != leader)
+            c = await client(cluster, leader)
+            for i in range(5):
+                assert (await send(c, batch([b"v%d" % i]))).error_code == ErrorCode.none
+            await c.close()
+            await cluster.wait_for(lambda: partition(cluster, follower).high_watermark == 5,
+                                   what="follower HW")
+            broker = cluster.brokers[follower]
+            log_dir = partition(cluster, follower).log.dir.parent
+            broker.replica_manager.stop_replica(TP[0], TP[1], delete=False)
+            checkpoint = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+            broker.checkpoint_high_watermarks()  # written by the checkpoint writer's threads
+            await cluster.wait_for(lambda: checkpoint.read().get(TP) == 5,
+                                   what="the stopped replica's HW checkpointed")
+            broker.replica_manager.stop_replica(TP[0], TP[1], delete=True)
+            broker.checkpoint_high_watermarks()
+            await cluster.wait_for(lambda: TP not in checkpoint.read(),
+                                   what="a deleted replica's HW gone")
+        finally:
+            await cluster.stop()
+    run(body, 60)

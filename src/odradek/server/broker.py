@@ -580,8 +580,7 @@ class Broker:
     def checkpoint_high_watermarks(self) -> None:
         if self.log_manager is None or self.replica_manager is None:
             return
-        self.log_manager.write_high_watermarks(
-            {tp: p.high_watermark for tp, p in self.replica_manager.partitions.items()})
+        self.log_manager.write_high_watermarks(self.replica_manager.high_watermarks())
 
     async def stop(self) -> None:
         """Clean shutdown: leadership moves away first (controlled shutdown, S-4.4), then

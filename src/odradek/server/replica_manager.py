@@ -981,6 +981,13 @@ class ReplicaManager:
         self.stop_replica(tp[0], tp[1], delete)
         return ErrorCode.none
 
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """What replication-offset-checkpoint holds: the hosted partitions' HWs, and those of
+        logs not (or no longer) hosted as partitions (read at start-up, or stopped without
+        delete), so a clean stop keeps them as Kafka's checkpoint of all its partitions does."""
+        return {**self._checkpointed_hw,
+                **{tp: p.high_watermark for tp, p in self.partitions.items()}}
+
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
         self.alter_log_dirs.remove(TopicPartition(topic, index))
         if self.fetcher_manager is not None:
@@ -988,12 +995,15 @@ class ReplicaManager:
         p = self.partitions.pop((topic, index), None)
         if p is not None:
             p.abort_isr_update()
+            if not delete:  # Kafka keeps a stopped partition and checkpoints its HW
+                self._checkpointed_hw[(topic, index)] = p.high_watermark
         if p is not None and (listener := self.role_listeners.get(topic)) is not None:
             listener(index, False, -1)
         for purgatory in (self.produce_purgatory, self.delete_records_purgatory):
             purgatory.check_and_complete((topic, index))
         self._check_fetches((topic, index))
         if delete:
+            self._checkpointed_hw.pop((topic, index), None)
             self.log_manager.delete_log(topic, index)
             self._forget_topic_metrics(topic)
         elif p is not None:
