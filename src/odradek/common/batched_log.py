@@ -60,6 +60,16 @@ class _Batching:
         finally:
             handler.release()
 
+    def flush(self) -> None:
+        """What is pending, then the stream's own flush (the handler's lock held)."""
+        handler: Any = self
+        handler.acquire()
+        try:
+            self._write_pending()
+            super().flush()  # type: ignore[misc]
+        finally:
+            handler.release()
+
     def _write_pending(self) -> None:
         stream = self.stream
         if not self._pending or stream is None:
@@ -85,14 +95,6 @@ class BatchedStreamHandler(_Batching, logging.StreamHandler):  # type: ignore[ty
     def emit(self, record: logging.LogRecord) -> None:
         self._queue(record)
 
-    def flush(self) -> None:
-        self.acquire()
-        try:
-            self._write_pending()
-            super().flush()
-        finally:
-            self.release()
-
 
 class BatchedFileHandler(_Batching, logging.FileHandler):
     """``FileHandler`` writing once per loop iteration (a broker's state-change.log)."""
@@ -106,14 +108,6 @@ class BatchedFileHandler(_Batching, logging.FileHandler):
             self.stream = self._open()
         if self.stream is not None:
             self._queue(record)
-
-    def flush(self) -> None:
-        self.acquire()
-        try:
-            self._write_pending()
-            super().flush()
-        finally:
-            self.release()
 
     def close(self) -> None:
         self.flush()
