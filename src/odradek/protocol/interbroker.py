@@ -248,6 +248,16 @@ class LeaderAndIsrRequest:
         """Every partition state with ``topic_name`` filled, whatever the layout."""
         return _ungrouped(self.ungrouped_partition_states, self.topic_states)
 
+    def partition_count(self) -> int:
+        """How many partition states the request holds (without copying them)."""
+        return len(self.ungrouped_partition_states) + sum(
+            len(ts.partition_states) for ts in self.topic_states)
+
+    def topic_names(self) -> set[str]:
+        """The topics of the request's partition states (without copying them)."""
+        return ({ps.topic_name for ps in self.ungrouped_partition_states}
+                | {ts.topic_name for ts in self.topic_states})
+
     def for_version(self, version: int,
                     topic_ids: Mapping[str, uuid.UUID] | None = None) -> LeaderAndIsrRequest:
         """The same request laid out for ``version`` (ungrouped for v0-1, by topic for v2+)."""

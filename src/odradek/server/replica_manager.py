@@ -735,6 +735,12 @@ class ReplicaManager:
         # removeFetcherForPartitions / addFetcherForPartitions with a map (once per partition
         # it was ~10,000 calls, log lines and fetcher scans per failover).
         self._fetcher_changes = changes = _FetcherChanges()
+        started = time.monotonic()
+        # Kafka's two INFO lines around the request (ReplicaManager.becomeLeaderOrFollower)
+        self.state_change.broker(req.controller_epoch, (
+            f"Handling LeaderAndIsr request correlationId {correlation_id} from controller "
+            f"{req.controller_id} epoch {req.controller_epoch} for {req.partition_count()} "
+            "partitions"))
         try:
             # the leader-epoch checkpoints of the request go in one or a few batches
             with self.log_manager.checkpoint_writer.hold():
@@ -742,6 +748,10 @@ class ReplicaManager:
         finally:
             self._fetcher_changes = None
             changes.apply(self.fetcher_manager)
+        self.state_change.broker(req.controller_epoch, (
+            f"Finished LeaderAndIsr request in {(time.monotonic() - started) * 1000:.0f}ms "
+            f"correlationId {correlation_id} from controller {req.controller_id} epoch "
+            f"{req.controller_epoch} for {len(errors)} partitions"))
         return ErrorCode.none, errors
 
     def _apply_partition_states(self, req: ib.LeaderAndIsrRequest,

@@ -68,8 +68,7 @@ class InterBrokerApis:
 
     async def _leader_and_isr(self, key: int, version: int, cid: int, req: Any) -> bytes:
         # A broker needs a topic's config overrides before it creates the topic's first log.
-        await self.topic_config_manager.ensure_loaded(
-            {s.topic_name for s in req.partition_states()})
+        await self.topic_config_manager.ensure_loaded(req.topic_names())
         partitions_before = len(self.replica_manager.partitions)
         response = self.leader_and_isr(req, cid, version)
         freeze_long_lived(len(self.replica_manager.partitions) - partitions_before,
