@@ -74,10 +74,12 @@ from common import (
 )
 
 TOPIC_SIZE = 1000
+STEPS = ("idle", "shutdown", "kill", "restart", "load")
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
 NOTES_BEGIN, NOTES_END = "<!-- scale-notes:begin -->", "<!-- scale-notes:end -->"
 LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
 LOADED = re.compile(r"Loaded (\d+) logs .* in ([\d.]+) s")
+FINISHED_LAI = re.compile(r"Finished LeaderAndIsr request in (\d+)ms .* for (\d+) partitions")
 
 
 # -- brokers -----------------------------------------------------------------------------------
@@ -89,6 +91,7 @@ class Broker:
     zk: str
     root: Path
     overrides: dict[str, str]
+    extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     bootstrap: str = ""
     port: int = 0
@@ -118,6 +121,7 @@ class Broker:
         cmd.append("broker")
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
+        cmd += self.extra_args
         err = open(self.stderr_path, "wb")  # noqa: SIM115 (the child holds it)
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
@@ -153,13 +157,22 @@ class Broker:
 
     def log_time(self, needle: str) -> float | None:
         """Epoch seconds of the first log line of this run containing `needle`."""
-        with contextlib.suppress(OSError):
-            for line in self.stderr_path.read_text(errors="replace").splitlines():
-                if needle in line and (m := LOG_TIME.match(line)):
-                    dt = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
-                    return dt.replace(tzinfo=datetime.UTC).timestamp() if time.timezone == 0 \
-                        else dt.timestamp()
+        for when, line in self.log_lines(self.stderr_path):
+            if needle in line:
+                return when
         return None
+
+    @staticmethod
+    def log_lines(path: Path, after: float = 0.0) -> list[tuple[float, str]]:
+        """(epoch seconds, line) of a log file's lines stamped at or after `after`."""
+        out: list[tuple[float, str]] = []
+        with contextlib.suppress(OSError):
+            for line in path.read_text(errors="replace").splitlines():
+                if (m := LOG_TIME.match(line)):
+                    when = _log_epoch(m.group(1))
+                    if when >= after:
+                        out.append((when, line))
+        return out
 
     def log_match(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
         with contextlib.suppress(OSError):
@@ -180,6 +193,48 @@ class Broker:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
         return time.perf_counter() - t0
+
+
+def _log_epoch(stamp: str) -> float:
+    dt = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+    return dt.replace(tzinfo=datetime.UTC).timestamp() if time.timezone == 0 else dt.timestamp()
+
+
+# the brokers' request log (kafka.request.logger at DEBUG, on stderr) for --timeline
+REQUEST_LOG_CONFIG = {"version": 1, "incremental": True,
+                      "loggers": {"kafka.request.logger": {"level": "DEBUG"}}}
+INTERBROKER_KEYS = {4: "LeaderAndIsr", 6: "UpdateMetadata", 5: "StopReplica"}
+
+
+def kill_timeline(expired: float, controller: Broker, survivors: list[Broker]) -> str:
+    """What the controller and each survivor logged from the session expiry (epoch seconds)
+    on: the controller's failure callback, each inter-broker request a survivor received and
+    answered (its request log), and each LeaderAndIsr's apply ("Finished LeaderAndIsr request
+    in ...", state-change.log); seconds from the expiry."""
+    parts: list[str] = []
+    for t, line in controller.log_lines(controller.stderr_path, expired - 1):
+        if "Broker failure callback" in line:
+            parts.append(f"controller {controller.broker_id}'s failure callback {t - expired:.2f}")
+            break
+    for b in survivors:
+        events: list[str] = []
+        for t, line in b.log_lines(b.stderr_path, expired - 1):
+            if "Completed request:" not in line:
+                continue
+            desc = json.loads(line.split("Completed request:", 1)[1].rsplit(" (", 1)[0])
+            name = INTERBROKER_KEYS.get(desc["requestHeader"].get("requestApiKey"))
+            if name is None:
+                continue
+            start = t - desc["totalTimeMs"] / 1000
+            if start < expired - 0.5:
+                continue
+            events.append(f"{name} in {start - expired:.2f} out {t - expired:.2f}")
+        for t, line in b.log_lines(b.log_dir / "state-change.log", expired - 0.5):
+            if (m := FINISHED_LAI.search(line)):
+                events.append(f"LeaderAndIsr of {m.group(2)} applied in "
+                              f"{int(m.group(1)) / 1000:.2f} by {t - expired:.2f}")
+        parts.append(f"broker {b.broker_id}: " + ("; ".join(events) or "nothing logged"))
+    return " | ".join(parts)
 
 
 # -- the Kafka protocol, raw (Metadata v1, CreateTopics v7) ------------------------------------
@@ -427,11 +482,19 @@ async def scenario(a: argparse.Namespace, res: Results, root: Path) -> None:
     rf, n = a.rf, a.partitions
     overrides = {"zookeeper.session.timeout.ms": str(a.session_timeout_ms), **dict(
         kv.split("=", 1) for kv in a.override)}
+    extra: list[str] = []
+    if a.timeline:
+        (root / "request-log.json").write_text(json.dumps(REQUEST_LOG_CONFIG))
+        extra = ["--log-config", str(root / "request-log.json")]
+    steps = set(a.steps.split(","))
+    unknown = steps - set(STEPS)
+    if unknown:
+        raise SystemExit(f"--steps: unknown {sorted(unknown)}; known: {','.join(STEPS)}")
     try:
         progress("starting ZooKeeper")
         zk.start()
         for i in range(a.brokers):
-            b = Broker(i, zk.connect_string, root, overrides)
+            b = Broker(i, zk.connect_string, root, overrides, extra)
             brokers.append(b)
             b.start(a.timeout)
         kz = KazooClient(hosts=zk.connect_string)
@@ -463,144 +526,155 @@ async def scenario(a: argparse.Namespace, res: Results, root: Path) -> None:
                 "trip incl. this script's decode (ms; the caches are polled one topic at a time)",
                 f"{all_ms:.0f} / {(time.perf_counter() - t1) / 5 * 1000:.0f}")
 
-        # 1. idle
-        await asyncio.sleep(2)
-        res.load("idle")
-        pids = [b.pid for b in brokers]
-        c0 = _proc_cpu(pids)
-        zc0 = cpu_seconds(zk.pid) if zk.pid else 0.0
-        t1 = time.perf_counter()
-        await asyncio.sleep(a.idle_seconds)
-        wall = time.perf_counter() - t1
-        cpu = [x - y for x, y in zip(_proc_cpu(pids), c0, strict=True)]
-        zcpu = (cpu_seconds(zk.pid) if zk.pid else 0.0) - zc0
-        res.add(f"idle cluster, CPU per broker over {wall:.0f} s (% of one core)",
-                " / ".join(f"{100 * x / wall:.0f}%" for x in cpu)
-                + f" (ZooKeeper {100 * zcpu / wall:.0f}%)", "little (fetch sessions)")
-        rss = [rss_kb(p) for p in pids]
-        res.add("RSS per broker, empty / with the partitions (MiB)",
-                " / ".join(f"{e // 1024}->{r // 1024}" for e, r in zip(empty_rss, rss,
-                                                                        strict=True)))
-        per = [(r - e) * 1024 / n for e, r in zip(empty_rss, rss, strict=True)]
-        res.add("RSS per hosted partition (KiB, grown since empty / partitions hosted)",
-                " / ".join(f"{x / 1024:.1f}" for x in per), "recorded")
-        if a.profile:  # a separate window: the sampler costs CPU too
-            spies = start_spies(a, root, "idle", brokers[:1])
-            await asyncio.sleep(10)
-            stop_spies(res, spies, "idle, 10 s", -1, 10)
-
-        # 2. controlled shutdown
-        controller, view = await view_of(brokers[0].port)
         alive = [b.broker_id for b in brokers]
-        v = _victim(view, controller, alive)
-        victim = brokers[v]
-        theirs = {tp for tp, (ld, _) in view.items() if ld == v}
-        survivors = [b for b in brokers if b.broker_id != v]
-        res.load("controlled shutdown")
-        progress(f"controlled shutdown of broker {v} (leads {len(theirs)}; controller "
-                 f"{controller})")
-        spies = start_spies(a, root, "cs", survivors)
-        await asyncio.sleep(1 if spies else 0)
-        t0 = time.perf_counter()
-        w0 = time.time()
-        victim.signal(signal.SIGTERM)
-        exited: list[float] = []
-        proc = victim.proc
-        assert proc is not None
-        waiter = threading.Thread(target=lambda: (proc.wait(), exited.append(
-            time.perf_counter() - t0)), daemon=True)
-        waiter.start()
-        moved, _ = await wait_moved([s.port for s in survivors], theirs, v, a.timeout,
-                                    a.poll_interval, t0)
-        stop_spies(res, spies, "SIGTERM of the victim until the caches are done", controller,
-                   moved)
-        victim.wait_exit(a.timeout)
-        waiter.join(10)
-        answered = victim.log_time("Controlled shutdown succeeded")
-        completed = victim.log_time("shut down completed")
-        res.add(f"controlled shutdown of a broker leading {fmt_int(len(theirs))}: "
-                "ControlledShutdown answered (s)",
-                f"{answered - w0:.2f}" if answered else "not logged", "< 3 s")
-        res.add("controlled shutdown: survivors' caches name the new leaders / victim logged "
-                "\"shut down completed\" / its process exited (s)",
-                f"{moved:.2f} / " + (f"{completed - w0:.2f}" if completed else "?") + " / "
-                + (f"{exited[0]:.2f}" if exited else "?"))
+        if "idle" in steps:
+            # 1. idle
+            await asyncio.sleep(2)
+            res.load("idle")
+            pids = [b.pid for b in brokers]
+            c0 = _proc_cpu(pids)
+            zc0 = cpu_seconds(zk.pid) if zk.pid else 0.0
+            t1 = time.perf_counter()
+            await asyncio.sleep(a.idle_seconds)
+            wall = time.perf_counter() - t1
+            cpu = [x - y for x, y in zip(_proc_cpu(pids), c0, strict=True)]
+            zcpu = (cpu_seconds(zk.pid) if zk.pid else 0.0) - zc0
+            res.add(f"idle cluster, CPU per broker over {wall:.0f} s (% of one core)",
+                    " / ".join(f"{100 * x / wall:.0f}%" for x in cpu)
+                    + f" (ZooKeeper {100 * zcpu / wall:.0f}%)", "little (fetch sessions)")
+            rss = [rss_kb(p) for p in pids]
+            res.add("RSS per broker, empty / with the partitions (MiB)",
+                    " / ".join(f"{e // 1024}->{r // 1024}" for e, r in zip(empty_rss, rss,
+                                                                            strict=True)))
+            per = [(r - e) * 1024 / n for e, r in zip(empty_rss, rss, strict=True)]
+            res.add("RSS per hosted partition (KiB, grown since empty / partitions hosted)",
+                    " / ".join(f"{x / 1024:.1f}" for x in per), "recorded")
+            if a.profile:  # a separate window: the sampler costs CPU too
+                spies = start_spies(a, root, "idle", brokers[:1])
+                await asyncio.sleep(10)
+                stop_spies(res, spies, "idle, 10 s", -1, 10)
 
-        # 3. clean start-up
-        res.load("clean start-up")
-        took = victim.start(a.timeout)
-        m = victim.log_match(LOADED)
-        res.add(f"start-up with {fmt_int(n)} partition dirs after a clean shutdown: ready / "
-                "logs loaded (s)", f"{took:.1f} / {m.group(2) if m else '?'}", "seconds")
-        full, _ = await wait_view(ports, lambda vw: all(k == rf for _, k in vw.values()),
-                                  a.timeout, 1.0)
-        progress(f"every ISR full again after {full:.1f} s")
-        await asyncio.sleep(2)
+        if "shutdown" in steps:
+            # 2. controlled shutdown
+            controller, view = await view_of(brokers[0].port)
+            v = _victim(view, controller, alive)
+            victim = brokers[v]
+            theirs = {tp for tp, (ld, _) in view.items() if ld == v}
+            survivors = [b for b in brokers if b.broker_id != v]
+            res.load("controlled shutdown")
+            progress(f"controlled shutdown of broker {v} (leads {len(theirs)}; controller "
+                     f"{controller})")
+            spies = start_spies(a, root, "cs", survivors)
+            await asyncio.sleep(1 if spies else 0)
+            t0 = time.perf_counter()
+            w0 = time.time()
+            victim.signal(signal.SIGTERM)
+            exited: list[float] = []
+            proc = victim.proc
+            assert proc is not None
+            waiter = threading.Thread(target=lambda: (proc.wait(), exited.append(
+                time.perf_counter() - t0)), daemon=True)
+            waiter.start()
+            moved, _ = await wait_moved([s.port for s in survivors], theirs, v, a.timeout,
+                                        a.poll_interval, t0)
+            stop_spies(res, spies, "SIGTERM of the victim until the caches are done", controller,
+                       moved)
+            victim.wait_exit(a.timeout)
+            waiter.join(10)
+            answered = victim.log_time("Controlled shutdown succeeded")
+            completed = victim.log_time("shut down completed")
+            res.add(f"controlled shutdown of a broker leading {fmt_int(len(theirs))}: "
+                    "ControlledShutdown answered (s)",
+                    f"{answered - w0:.2f}" if answered else "not logged", "< 3 s")
+            res.add("controlled shutdown: survivors' caches name the new leaders / victim logged "
+                    "\"shut down completed\" / its process exited (s)",
+                    f"{moved:.2f} / " + (f"{completed - w0:.2f}" if completed else "?") + " / "
+                    + (f"{exited[0]:.2f}" if exited else "?"))
 
-        # 4. kill -9 and session expiry
-        controller, view = await view_of(brokers[0].port)
-        v = _victim(view, controller, alive)
-        victim = brokers[v]
-        theirs = {tp for tp, (ld, _) in view.items() if ld == v}
-        survivors = [b for b in brokers if b.broker_id != v]
-        gone = threading.Event()
-        gone_at: list[float] = []
+            # 3. clean start-up
+            res.load("clean start-up")
+            took = victim.start(a.timeout)
+            m = victim.log_match(LOADED)
+            res.add(f"start-up with {fmt_int(n)} partition dirs after a clean shutdown: ready / "
+                    "logs loaded (s)", f"{took:.1f} / {m.group(2) if m else '?'}", "seconds")
+            full, _ = await wait_view(ports, lambda vw: all(k == rf for _, k in vw.values()),
+                                      a.timeout, 1.0)
+            progress(f"every ISR full again after {full:.1f} s")
+            await asyncio.sleep(2)
 
-        def on_change(ev: Any) -> None:
-            if ev.type == "DELETED" and not gone_at:
-                gone_at.append(time.perf_counter())
-                gone.set()
-        if kz.exists(f"/brokers/ids/{v}", watch=on_change) is None:
-            raise RuntimeError(f"/brokers/ids/{v} missing before the kill")
-        res.load("kill -9")
-        progress(f"kill -9 broker {v} (leads {len(theirs)}; controller {controller}); "
-                 f"session timeout {a.session_timeout_ms} ms")
-        tk = time.perf_counter()
-        victim.signal(signal.SIGKILL)
-        victim.wait_exit(10)
-        loop = asyncio.get_running_loop()
-        if not await loop.run_in_executor(None, gone.wait, a.timeout):
-            raise TimeoutError("the victim's session did not expire")
-        te = gone_at[0]
-        spies = start_spies(a, root, "kill", survivors)  # from the expiry (attaching ~0.1 s)
-        moved, each = await wait_moved([s.port for s in survivors], theirs, v, a.timeout,
-                                       a.poll_interval, te)
-        stop_spies(res, spies, "session expiry until the caches are done", controller,
-                   moved)
-        res.add(f"kill -9 of a broker leading {fmt_int(len(theirs))}: its session expired after "
-                "(s)", f"{te - tk:.2f}")
-        res.add("kill -9: from the session expiry until every survivor's metadata cache names "
-                "the new leaders (s)",
-                f"**{moved:.2f}** (" + ", ".join(
-                    f"broker {b.broker_id} {each[b.port]:.2f}" for b in survivors) + ")",
-                "< 2 s")
+        if "kill" in steps:
+            # 4. kill -9 and session expiry
+            controller, view = await view_of(brokers[0].port)
+            v = _victim(view, controller, alive)
+            victim = brokers[v]
+            theirs = {tp for tp, (ld, _) in view.items() if ld == v}
+            survivors = [b for b in brokers if b.broker_id != v]
+            gone = threading.Event()
+            gone_at: list[float] = []
+            gone_wall: list[float] = []
 
-        # 5. start-up after kill -9
-        res.load("start-up after kill -9")
-        took = victim.start(a.timeout)
-        m = victim.log_match(LOADED)
-        res.add(f"start-up with {fmt_int(n)} partition dirs after kill -9 (recovery): ready / "
-                "logs loaded (s)", f"{took:.1f} / {m.group(2) if m else '?'}", "seconds")
-        src_dir = brokers[0].log_dir
-        for b in brokers[1:]:  # only broker 0's dir is used below: the others need no flush
-            b.signal(signal.SIGKILL)
-            b.wait_exit(a.timeout)
-        brokers[0].signal(signal.SIGTERM)
-        brokers[0].wait_exit(a.timeout)
-        # 6. in-process load of one log dir
-        copy = root / "copy"
-        shutil.copytree(src_dir, copy, symlinks=True)
-        for marker in (".lock",):
-            (copy / marker).unlink(missing_ok=True)
-        out = subprocess.run([sys.executable, __file__, "load-worker", str(copy)],
-                             capture_output=True, text=True, timeout=a.timeout)
-        if out.returncode != 0:
-            raise RuntimeError(f"load worker failed: {out.stderr[-2000:]}")
-        w = json.loads(out.stdout.strip().splitlines()[-1])
-        res.add(f"LogManager alone opening {fmt_int(w['logs'])} logs, clean (s)",
-                f"{w['seconds']:.2f}")
-        res.add("tracemalloc: Python bytes per loaded log (LogManager only)",
-                f"{w['bytes_per_log']:.0f}")
+            def on_change(ev: Any) -> None:
+                if ev.type == "DELETED" and not gone_at:
+                    gone_at.append(time.perf_counter())
+                    gone_wall.append(time.time())
+                    gone.set()
+            if kz.exists(f"/brokers/ids/{v}", watch=on_change) is None:
+                raise RuntimeError(f"/brokers/ids/{v} missing before the kill")
+            res.load("kill -9")
+            progress(f"kill -9 broker {v} (leads {len(theirs)}; controller {controller}); "
+                     f"session timeout {a.session_timeout_ms} ms")
+            tk = time.perf_counter()
+            victim.signal(signal.SIGKILL)
+            victim.wait_exit(10)
+            loop = asyncio.get_running_loop()
+            if not await loop.run_in_executor(None, gone.wait, a.timeout):
+                raise TimeoutError("the victim's session did not expire")
+            te, te_wall = gone_at[0], gone_wall[0]
+            spies = start_spies(a, root, "kill", survivors)  # from the expiry (attaching ~0.1 s)
+            moved, each = await wait_moved([s.port for s in survivors], theirs, v, a.timeout,
+                                           a.poll_interval, te)
+            stop_spies(res, spies, "session expiry until the caches are done", controller,
+                       moved)
+            res.add(f"kill -9 of a broker leading {fmt_int(len(theirs))}: its session expired "
+                    "after (s)", f"{te - tk:.2f}")
+            res.add("kill -9: from the session expiry until every survivor's metadata cache names "
+                    "the new leaders (s)",
+                    f"**{moved:.2f}** (" + ", ".join(
+                        f"broker {b.broker_id} {each[b.port]:.2f}" for b in survivors) + ")",
+                    "< 2 s")
+            if a.timeline:
+                res.add("kill -9: timeline from the session expiry (s; request log and "
+                        "state-change.log)", kill_timeline(
+                            te_wall, brokers[controller], survivors))
+
+        if "kill" in steps and "restart" in steps:
+            # 5. start-up after kill -9
+            res.load("start-up after kill -9")
+            took = victim.start(a.timeout)
+            m = victim.log_match(LOADED)
+            res.add(f"start-up with {fmt_int(n)} partition dirs after kill -9 (recovery): ready / "
+                    "logs loaded (s)", f"{took:.1f} / {m.group(2) if m else '?'}", "seconds")
+        if "load" in steps:
+            src_dir = brokers[0].log_dir
+            for b in brokers[1:]:  # only broker 0's dir is used below: the others need no flush
+                b.signal(signal.SIGKILL)
+                b.wait_exit(a.timeout)
+            brokers[0].signal(signal.SIGTERM)
+            brokers[0].wait_exit(a.timeout)
+            # 6. in-process load of one log dir
+            copy = root / "copy"
+            shutil.copytree(src_dir, copy, symlinks=True)
+            for marker in (".lock",):
+                (copy / marker).unlink(missing_ok=True)
+            out = subprocess.run([sys.executable, __file__, "load-worker", str(copy)],
+                                 capture_output=True, text=True, timeout=a.timeout)
+            if out.returncode != 0:
+                raise RuntimeError(f"load worker failed: {out.stderr[-2000:]}")
+            w = json.loads(out.stdout.strip().splitlines()[-1])
+            res.add(f"LogManager alone opening {fmt_int(w['logs'])} logs, clean (s)",
+                    f"{w['seconds']:.2f}")
+            res.add("tracemalloc: Python bytes per loaded log (LogManager only)",
+                    f"{w['bytes_per_log']:.0f}")
     finally:
         if kz is not None:
             with contextlib.suppress(Exception):
@@ -692,6 +766,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds between the Metadata polls of the survivors' caches")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--profile", action="store_true", help="py-spy on the survivors (kill -9)")
+    ap.add_argument("--steps", default=",".join(STEPS),
+                    help="steps to run after the create, comma-separated (default: all): "
+                         "idle, shutdown (controlled shutdown and clean start-up), kill, "
+                         "restart (after kill -9), load")
+    ap.add_argument("--timeline", action="store_true",
+                    help="the brokers log their requests (kafka.request.logger at DEBUG); a row "
+                         "lists what the controller and the survivors did after the expiry")
     ap.add_argument("--override", action="append", default=[], metavar="K=V",
                     help="broker config for all three (repeatable)")
     add_section_options(ap, "scale:begin/end")
