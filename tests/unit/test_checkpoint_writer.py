@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -207,7 +208,10 @@ def test_batch_write_replaces_every_file_and_reports_a_gone_directory(tmp_path: 
                                     + [(gone, b"x")])
     assert list(failed) == [gone] and isinstance(failed[gone], FileNotFoundError)
     assert [p.read_bytes() for p in paths] == [b"new %d" % i for i in range(20)]
-    assert not list(tmp_path.glob("*/*.tmp"))
+    # exchanged where the filesystem can: each .tmp is the old content, the next write's spare
+    from odradek.storage.checkpoints import spare_exchange_available
+    spares = [p.read_bytes() for p in sorted(tmp_path.glob("*/*.tmp"))]
+    assert spares == ([b"old"] * 20 if spare_exchange_available() else [])
 
 
 @needs_syncfs
@@ -321,3 +325,62 @@ def test_large_batches_go_to_the_helper_process(tmp_path: Path) -> None:
     finally:
         helper.close()
     assert proc.poll() is not None
+
+
+@needs_syncfs
+def test_helper_process_reports_files_left_without_a_spare(tmp_path: Path) -> None:
+    from odradek.storage.checkpoint_sync_process import BatchWriteProcess
+    from odradek.storage.checkpoints import spare_exchange_available
+    helper = BatchWriteProcess(min_files=2)
+    try:
+        paths = [tmp_path / f"t-{i}" / "leader-epoch-checkpoint" for i in range(3)]
+        for p in paths:
+            p.parent.mkdir()
+        paths[0].write_bytes(b"0\n0\n")
+        without: list[Path] = []
+        assert helper([(p, b"0\n0\n") for p in paths], without) == {}
+        assert helper.batches_in_helper == 1
+        expected = paths[1:] if spare_exchange_available() else paths
+        assert sorted(without) == sorted(expected)
+    finally:
+        helper.close()
+
+
+def test_writer_prepares_spares_when_idle_and_after_a_first_write(tmp_path: Path) -> None:
+    """prepare() makes the file (empty) and its spare off the hot path; a first write that
+    had to rename gets a new spare; once a file has one, writes exchange and create nothing."""
+    from odradek.storage.checkpoints import spare_exchange_available
+    if not spare_exchange_available():
+        pytest.skip("no renameat2(RENAME_EXCHANGE) here")
+    writer = CheckpointWriter()
+    try:
+        dirs = [tmp_path / f"t-{i}" for i in range(5)]
+        for d in dirs:
+            d.mkdir()
+        LeaderEpochFileCache(dirs[0], writer=writer)  # prepare()s its checkpoint
+        fresh = LeaderEpochFileCache(dirs[1], load=False, writer=None)
+        fresh_writer_path = dirs[1] / "leader-epoch-checkpoint"
+        deadline = time.monotonic() + 10
+        while writer.spares_made < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(p.name for p in dirs[0].iterdir()) == [
+            "leader-epoch-checkpoint", "leader-epoch-checkpoint.tmp"]
+        assert (dirs[0] / "leader-epoch-checkpoint").read_bytes() == b""  # no entries
+        assert fresh.entries() == []
+        writer.submit(fresh_writer_path, b"0\n1\n0 0\n")  # a first write: renamed
+        assert writer.flush_blocking(10)
+        deadline = time.monotonic() + 10
+        while not fresh_writer_path.with_name("leader-epoch-checkpoint.tmp").exists() \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fresh_writer_path.with_name("leader-epoch-checkpoint.tmp").exists()
+        made = writer.spares_made
+        writer.submit(fresh_writer_path, b"0\n1\n5 50\n")
+        assert writer.flush_blocking(10)
+        assert fresh_writer_path.read_bytes() == b"0\n1\n5 50\n"
+        assert fresh_writer_path.with_name("leader-epoch-checkpoint.tmp").read_bytes() == \
+            b"0\n1\n0 0\n"  # exchanged: the old content is the spare
+        time.sleep(0.05)
+        assert writer.spares_made == made
+    finally:
+        writer.close()

@@ -10,7 +10,10 @@ from odradek.storage.checkpoints import (
     CheckpointError,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
+    make_spare,
+    spare_exchange_available,
     write_atomically,
+    write_atomically_batch,
 )
 
 
@@ -72,7 +75,61 @@ def test_writes_replace_atomically(tmp_path: Path) -> None:
     cp.write({("a", 0): 1})
     cp.write({("a", 0): 2, ("b", 1): 3})
     assert cp.read() == {("a", 0): 2, ("b", 1): 3}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cp"]  # no .tmp left behind
+    # the first write renamed its .tmp; the second exchanged it, so the old content stays
+    # behind as the next write's .tmp (the spare), where the filesystem can exchange
+    names = sorted(p.name for p in tmp_path.iterdir())
+    if spare_exchange_available():
+        assert names == ["cp", "cp.tmp"]
+        assert OffsetCheckpointFile(tmp_path / "cp.tmp").read() == {("a", 0): 1}
+    else:
+        assert names == ["cp"]
+
+
+needs_exchange = pytest.mark.skipif(not spare_exchange_available(),
+                                    reason="no renameat2(RENAME_EXCHANGE) here")
+
+
+@needs_exchange
+def test_a_spare_is_overwritten_in_place_and_keeps_its_inode(tmp_path: Path) -> None:
+    """Once a file has a spare, writes create no inode: the file and its .tmp swap inodes, and
+    a shorter content truncates the longer old one."""
+    path = tmp_path / "leader-epoch-checkpoint"
+    cp = LeaderEpochCheckpointFile(path)
+    cp.write([(0, 0), (1, 10), (2, 20)])
+    cp.write([(0, 0)])  # creates the spare (exchange)
+    inodes = {path.stat().st_ino, (tmp_path / "leader-epoch-checkpoint.tmp").stat().st_ino}
+    for epoch in range(3, 9):
+        entries = [(0, 0)] if epoch % 2 else [(0, 0), (epoch, epoch * 100)]
+        cp.write(entries)
+        assert cp.read() == entries
+        assert {path.stat().st_ino,
+                (tmp_path / "leader-epoch-checkpoint.tmp").stat().st_ino} == inodes
+    assert path.read_text() == "0\n2\n0 0\n8 800\n"
+
+
+@needs_exchange
+def test_batch_writes_report_the_files_left_without_a_spare(tmp_path: Path) -> None:
+    first = tmp_path / "a" / "leader-epoch-checkpoint"
+    second = tmp_path / "b" / "leader-epoch-checkpoint"
+    for p in (first, second):
+        p.parent.mkdir()
+    second.write_bytes(b"0\n0\n")
+    without: list[Path] = []
+    assert write_atomically_batch([(first, b"0\n1\n0 0\n"), (second, b"0\n1\n3 7\n")],
+                                  without) == {}
+    assert without == [first]  # renamed: no spare; `second` was exchanged
+    assert (second.with_name(second.name + ".tmp")).read_bytes() == b"0\n0\n"
+    assert not first.with_name(first.name + ".tmp").exists()
+
+
+def test_make_spare_creates_only_what_is_missing(tmp_path: Path) -> None:
+    path = tmp_path / "leader-epoch-checkpoint"
+    assert make_spare(path) == 2  # the empty file (no entries, as Kafka creates it) and .tmp
+    assert LeaderEpochCheckpointFile(path).read() == []
+    LeaderEpochCheckpointFile(path).write([(4, 40)])
+    assert make_spare(path) == (0 if spare_exchange_available() else 1)
+    assert LeaderEpochCheckpointFile(path).read() == [(4, 40)]  # never clobbered
+    assert make_spare(tmp_path / "gone" / "leader-epoch-checkpoint") == 0
 
 
 def test_a_stale_tmp_file_does_not_matter(tmp_path: Path) -> None:

@@ -52,17 +52,19 @@ def _write_frame(stream: IO[bytes], payload: bytes) -> None:
     stream.flush()
 
 
-def _encode_failures(failed: dict[Path, OSError]) -> bytes:
-    return marshal.dumps([(str(p), exc.errno or 0, str(exc),
-                           isinstance(exc, FileNotFoundError)) for p, exc in failed.items()])
+def _encode_answer(failed: dict[Path, OSError], without_spare: list[Path]) -> bytes:
+    return marshal.dumps(([(str(p), exc.errno or 0, str(exc),
+                            isinstance(exc, FileNotFoundError)) for p, exc in failed.items()],
+                          [str(p) for p in without_spare]))
 
 
-def _decode_failures(payload: bytes) -> dict[Path, OSError]:
+def _decode_answer(payload: bytes) -> tuple[dict[Path, OSError], list[Path]]:
+    failures, without_spare = marshal.loads(payload)
     out: dict[Path, OSError] = {}
-    for path, errno, text, not_found in marshal.loads(payload):
+    for path, errno, text, not_found in failures:
         out[Path(path)] = (FileNotFoundError(errno, text) if not_found
                            else OSError(errno, text))
-    return out
+    return out, [Path(p) for p in without_spare]
 
 
 class BatchWriteProcess:
@@ -77,9 +79,10 @@ class BatchWriteProcess:
         self._broken = False
         self.batches_in_helper = 0
 
-    def __call__(self, items: list[tuple[Path, bytes]]) -> dict[Path, OSError]:
+    def __call__(self, items: list[tuple[Path, bytes]],
+                 without_spare: list[Path] | None = None) -> dict[Path, OSError]:
         if len(items) < self.min_files or self._broken:
-            return write_atomically_batch(items)
+            return write_atomically_batch(items, without_spare)
         with self._lock:
             try:
                 proc = self._start()
@@ -89,13 +92,16 @@ class BatchWriteProcess:
                 if answer is None:
                     raise OSError("the checkpoint helper process exited")
                 self.batches_in_helper += 1
-                return _decode_failures(answer)
+                failed, renamed = _decode_answer(answer)
+                if without_spare is not None:
+                    without_spare.extend(renamed)
+                return failed
             except (OSError, ValueError, EOFError) as exc:
                 log.warning("Checkpoint helper process failed (%s): writing checkpoints in the "
                             "broker process from now on", exc)
                 self._broken = True
                 self._stop()
-        return write_atomically_batch(items)  # (rewriting a file is harmless)
+        return write_atomically_batch(items, without_spare)  # (rewriting a file is harmless)
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
@@ -135,7 +141,9 @@ def main() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while (frame := _read_frame(stdin)) is not None:
         items = [(Path(p), d) for p, d in marshal.loads(frame)]
-        _write_frame(stdout, _encode_failures(write_atomically_batch(items)))
+        without_spare: list[Path] = []
+        failed = write_atomically_batch(items, without_spare)
+        _write_frame(stdout, _encode_answer(failed, without_spare))
 
 
 if __name__ == "__main__":

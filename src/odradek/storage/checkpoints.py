@@ -8,17 +8,32 @@
   ``replication-offset-checkpoint`` (high watermarks), one per log dir: ``topic partition offset``.
 * ``leader-epoch-checkpoint``, one per partition dir: ``epoch startOffset``.
 
-Writes are atomic: a ``.tmp`` sibling is written and fsynced, renamed over the file, and the
+Writes are atomic: a ``.tmp`` sibling is written and fsynced, moved over the file, and the
 directory is fsynced, so a crash leaves either the old or the new content. A file that does not
 parse raises ``CheckpointError`` naming the file and the bad line. A missing or empty file reads
 as no entries (Kafka creates empty checkpoint files on start).
+
+**The spare.** Creating a file is the expensive part of such a write: on this project's test
+machine 0.2-0.4 ms of kernel time (a new inode, then the old one freed by the rename), against
+~30 µs for everything else. So where Linux's ``renameat2(RENAME_EXCHANGE)`` works, the ``.tmp``
+is *exchanged* with the file instead of renamed over it: afterwards ``.tmp`` holds the previous
+content and is the next write's ``.tmp``, overwritten in place (a write at offset 0 and a
+truncate: no inode made or freed). The crash guarantee is unchanged: the new content is durable
+before the exchange, and a crash while the spare is being overwritten tears only the spare, which
+nothing reads. A file without a spare yet (its first write, or a filesystem without the exchange)
+is renamed as before; ``make_spare`` creates an empty spare ahead of time, and the file itself
+(empty) if it is missing (the checkpoint writer does that off the hot path for every leader
+epoch checkpoint, so a failover's first write of a partition's file is cheap too). A stale
+``.tmp`` left by a crash is likewise just a spare.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -65,20 +80,97 @@ def fsync_dir(path: Path) -> None:
         fsync_path(path, getattr(os, "O_DIRECTORY", 0))
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a fsynced ``.tmp`` file and a rename."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+def tmp_path(path: Path) -> Path:
+    """The ``.tmp`` sibling a checkpoint is written through (and its spare, see module doc)."""
+    return path.with_name(path.name + ".tmp")
+
+
+def _write_tmp(tmp: Path, data: bytes, *, sync: bool) -> None:
+    """Put `data` in `tmp`: the spare's inode overwritten in place if there is one (no O_TRUNC:
+    a write at offset 0, then a truncate to the new length), else a new file."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
         view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        offset = 0
+        while offset < len(view):
+            offset += os.pwrite(fd, view[offset:], offset)
+        os.ftruncate(fd, len(data))
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _libc_renameat2() -> Callable[[bytes, bytes], int] | None:
+    """Linux's renameat2(2) with RENAME_EXCHANGE through libc (glibc 2.28+), or None: the
+    callable returns 0 or the errno."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    at_fdcwd, rename_exchange = -100, 2
+
+    def exchange(a: bytes, b: bytes) -> int:
+        return 0 if fn(at_fdcwd, a, at_fdcwd, b, rename_exchange) == 0 \
+            else ctypes.get_errno() or -1
+    return exchange
+
+
+_EXCHANGE = _libc_renameat2() if sys.platform.startswith("linux") else None
+
+
+def replace_keeping_spare(tmp: Path, path: Path) -> bool:
+    """Move the written `tmp` over `path` atomically: exchanged with it when `path` exists and
+    the filesystem can (`tmp` then holds the old content: the spare; True), else renamed
+    (False: no spare left)."""
+    global _EXCHANGE
+    if _EXCHANGE is not None:
+        err = _EXCHANGE(os.fsencode(tmp), os.fsencode(path))
+        if err == 0:
+            return True
+        if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP):
+            _EXCHANGE = None  # not on this filesystem or kernel: rename from now on
+        elif err != errno.ENOENT:  # (ENOENT: no file yet, renamed below)
+            raise OSError(err, f"exchanging {tmp} with {path}: {os.strerror(err)}")
     os.replace(tmp, path)
+    return False
+
+
+def spare_exchange_available() -> bool:
+    return _EXCHANGE is not None
+
+
+def make_spare(path: Path) -> int:
+    """Create what `path` lacks of itself (empty: no entries, as Kafka creates its checkpoint
+    files) and its ``.tmp`` spare, so that its next write is an exchange and creates no file.
+    O_EXCL: an existing file, being written or not, is left alone; a directory gone meanwhile is
+    passed over. Returns how many files were created."""
+    made = 0
+    for target in (Path(path), tmp_path(Path(path))):
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                             | getattr(os, "O_CLOEXEC", 0), 0o644))
+        except FileExistsError:
+            continue
+        except (FileNotFoundError, NotADirectoryError):
+            return made
+        made += 1
+    return made
+
+
+def write_atomically(path: Path, data: bytes) -> bool:
+    """Write `data` to `path` through a fsynced ``.tmp`` file (the spare, if any) moved over it,
+    then fsync the directory. True if a spare is left (see ``replace_keeping_spare``)."""
+    path = Path(path)
+    tmp = tmp_path(path)
+    _write_tmp(tmp, data, sync=True)
+    kept = replace_keeping_spare(tmp, path)
     fsync_dir(path.parent)
+    return kept
 
 
 def _libc_syncfs() -> Callable[[int], int] | None:
@@ -125,27 +217,21 @@ def syncfs_dirs(dirs: Iterable[Path]) -> None:
             raise OSError(err, f"syncfs of {d} failed: {os.strerror(err) if err > 0 else err}")
 
 
-def write_atomically_batch(items: Iterable[tuple[Path, bytes]]
-                           ) -> dict[Path, OSError]:
+def write_atomically_batch(items: Iterable[tuple[Path, bytes]],
+                           without_spare: list[Path] | None = None) -> dict[Path, OSError]:
     """``write_atomically`` for many files with two syncfs(2) calls instead of two fsyncs
     each: every ``.tmp`` written, one syncfs per filesystem (their contents are durable),
     every rename, one more syncfs (the renames are). A crash at any moment leaves each file
     with its old or its new complete content, never a torn one -- the guarantee of
     ``write_atomically``. Returns the files that failed, with their errors (FileNotFoundError: the
-    partition directory is gone); the others are on disk when it returns."""
+    partition directory is gone); the others are on disk when it returns. Files renamed rather
+    than exchanged (no spare left, see the module doc) are appended to `without_spare`."""
     failed: dict[Path, OSError] = {}
     renames: list[tuple[Path, Path]] = []
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
     for path, data in items:
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = tmp_path(path)
         try:
-            fd = os.open(tmp, flags, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+            _write_tmp(tmp, data, sync=False)
         except OSError as exc:
             failed[path] = exc
             continue
@@ -161,7 +247,8 @@ def write_atomically_batch(items: Iterable[tuple[Path, bytes]]
     renamed: list[Path] = []
     for tmp, path in renames:
         try:
-            os.replace(tmp, path)
+            if not replace_keeping_spare(tmp, path) and without_spare is not None:
+                without_spare.append(path)
         except OSError as exc:
             failed[path] = exc
             continue

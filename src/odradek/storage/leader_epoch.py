@@ -42,6 +42,8 @@ class LeaderEpochFileCache:
         if load and self._checkpoint is not None:
             for epoch, offset in self._checkpoint.read():
                 self._assign(epoch, offset)
+        if writer is not None and self._checkpoint is not None:
+            writer.prepare(self._checkpoint.path)  # its spare, made when the writer is idle
 
     # -- reading --------------------------------------------------------------------------------
 
