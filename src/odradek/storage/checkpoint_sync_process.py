@@ -52,19 +52,20 @@ def _write_frame(stream: IO[bytes], payload: bytes) -> None:
     stream.flush()
 
 
-def _encode_answer(failed: dict[Path, OSError], without_spare: list[Path]) -> bytes:
+def _encode_answer(failed: dict[Path, OSError], without_spare: list[Path],
+                   phases: list[float]) -> bytes:
     return marshal.dumps(([(str(p), exc.errno or 0, str(exc),
                             isinstance(exc, FileNotFoundError)) for p, exc in failed.items()],
-                          [str(p) for p in without_spare]))
+                          [str(p) for p in without_spare], phases))
 
 
-def _decode_answer(payload: bytes) -> tuple[dict[Path, OSError], list[Path]]:
-    failures, without_spare = marshal.loads(payload)
+def _decode_answer(payload: bytes) -> tuple[dict[Path, OSError], list[Path], list[float]]:
+    failures, without_spare, phases = marshal.loads(payload)
     out: dict[Path, OSError] = {}
     for path, errno, text, not_found in failures:
         out[Path(path)] = (FileNotFoundError(errno, text) if not_found
                            else OSError(errno, text))
-    return out, [Path(p) for p in without_spare]
+    return out, [Path(p) for p in without_spare], list(phases)
 
 
 class BatchWriteProcess:
@@ -80,9 +81,10 @@ class BatchWriteProcess:
         self.batches_in_helper = 0
 
     def __call__(self, items: list[tuple[Path, bytes]],
-                 without_spare: list[Path] | None = None) -> dict[Path, OSError]:
+                 without_spare: list[Path] | None = None,
+                 phases: list[float] | None = None) -> dict[Path, OSError]:
         if len(items) < self.min_files or self._broken:
-            return write_atomically_batch(items, without_spare)
+            return write_atomically_batch(items, without_spare, phases)
         with self._lock:
             try:
                 proc = self._start()
@@ -92,16 +94,18 @@ class BatchWriteProcess:
                 if answer is None:
                     raise OSError("the checkpoint helper process exited")
                 self.batches_in_helper += 1
-                failed, renamed = _decode_answer(answer)
+                failed, renamed, took = _decode_answer(answer)
                 if without_spare is not None:
                     without_spare.extend(renamed)
+                if phases is not None:
+                    phases.extend(took)
                 return failed
             except (OSError, ValueError, EOFError) as exc:
                 log.warning("Checkpoint helper process failed (%s): writing checkpoints in the "
                             "broker process from now on", exc)
                 self._broken = True
                 self._stop()
-        return write_atomically_batch(items, without_spare)  # (rewriting a file is harmless)
+        return write_atomically_batch(items, without_spare, phases)  # (rewriting is harmless)
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
@@ -142,8 +146,9 @@ def main() -> None:
     while (frame := _read_frame(stdin)) is not None:
         items = [(Path(p), d) for p, d in marshal.loads(frame)]
         without_spare: list[Path] = []
-        failed = write_atomically_batch(items, without_spare)
-        _write_frame(stdout, _encode_answer(failed, without_spare))
+        phases: list[float] = []
+        failed = write_atomically_batch(items, without_spare, phases)
+        _write_frame(stdout, _encode_answer(failed, without_spare, phases))
 
 
 if __name__ == "__main__":

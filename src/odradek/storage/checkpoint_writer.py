@@ -45,6 +45,7 @@ import itertools
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,10 @@ log = logging.getLogger("odradek.checkpoint_writer")
 BatchWrite = Callable[[list[tuple[Path, bytes]]], dict[Path, OSError]]
 
 DEFAULT_THREADS = 8  # concurrent checkpoint writes per log manager
-BATCH_SIZE = 2048  # files one thread writes per batch (two syncfs calls each)
+# files one thread writes per batch (two syncfs calls each): a whole failover's LeaderAndIsr
+# in one (the helper process writes one batch at a time; two of 2,048 and 1,282 files took
+# 0.50 s + 0.12 s, one after the other, on this project's test machine)
+BATCH_SIZE = 16384
 BATCH_THREADS = 2  # threads when writing in batches
 SPARE_CHUNK = 64  # spares a thread makes before looking for writes again
 SWITCH_INTERVAL_S = 0.0005  # see lower_switch_interval
@@ -340,13 +344,20 @@ class CheckpointWriter:
             for item in items:  # a small batch: file by file, as without batches
                 self._write_one(*item, without_spare)
             return
+        phases: list[float] = []
+        started = time.perf_counter()
         try:
             if self._spares_on:
-                failed = self._write_batch(items, without_spare)  # type: ignore[call-arg]
+                failed = self._write_batch(items, without_spare, phases)  # type: ignore[call-arg]
             else:
                 failed = self._write_batch(items)
         except OSError as exc:
             failed = {path: exc for path, _ in items}
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("Wrote a batch of %d checkpoint files in %.3f s (%s)", len(items),
+                      time.perf_counter() - started,
+                      "writes, syncfs, moves, syncfs: " + " ".join(f"{x:.3f}" for x in phases)
+                      if phases else "phases not timed")
         self.batches += 1
         self.files_written += len(items) - len(failed)
         for path, exc in failed.items():

@@ -34,6 +34,7 @@ import errno
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -218,14 +219,19 @@ def syncfs_dirs(dirs: Iterable[Path]) -> None:
 
 
 def write_atomically_batch(items: Iterable[tuple[Path, bytes]],
-                           without_spare: list[Path] | None = None) -> dict[Path, OSError]:
+                           without_spare: list[Path] | None = None,
+                           phases: list[float] | None = None) -> dict[Path, OSError]:
     """``write_atomically`` for many files with two syncfs(2) calls instead of two fsyncs
     each: every ``.tmp`` written, one syncfs per filesystem (their contents are durable),
     every rename, one more syncfs (the renames are). A crash at any moment leaves each file
     with its old or its new complete content, never a torn one -- the guarantee of
     ``write_atomically``. Returns the files that failed, with their errors (FileNotFoundError: the
     partition directory is gone); the others are on disk when it returns. Files renamed rather
-    than exchanged (no spare left, see the module doc) are appended to `without_spare`."""
+    than exchanged (no spare left, see the module doc) are appended to `without_spare`; the
+    seconds of the four phases (writes, syncfs, moves, syncfs) to `phases`."""
+    clock = time.perf_counter
+    started = clock()
+    marks: list[float] = []
     failed: dict[Path, OSError] = {}
     renames: list[tuple[Path, Path]] = []
     for path, data in items:
@@ -236,6 +242,7 @@ def write_atomically_batch(items: Iterable[tuple[Path, bytes]],
             failed[path] = exc
             continue
         renames.append((tmp, path))
+    marks.append(clock())
     try:
         syncfs_dirs({path.parent for _, path in renames})
     except OSError as exc:  # contents not known durable: rename nothing
@@ -244,6 +251,7 @@ def write_atomically_batch(items: Iterable[tuple[Path, bytes]],
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         return failed
+    marks.append(clock())
     renamed: list[Path] = []
     for tmp, path in renames:
         try:
@@ -253,11 +261,15 @@ def write_atomically_batch(items: Iterable[tuple[Path, bytes]],
             failed[path] = exc
             continue
         renamed.append(path)
+    marks.append(clock())
     try:
         syncfs_dirs({path.parent for path in renamed})
     except OSError as exc:
         for path in renamed:
             failed[path] = exc
+    marks.append(clock())
+    if phases is not None:
+        phases.extend(b - a for a, b in zip([started, *marks], marks, strict=False))
     return failed
 
 
