@@ -202,7 +202,11 @@ def _log_epoch(stamp: str) -> float:
 
 # the brokers' request log (kafka.request.logger at DEBUG, on stderr) for --timeline
 REQUEST_LOG_CONFIG = {"version": 1, "incremental": True,
-                      "loggers": {"kafka.request.logger": {"level": "DEBUG"}}}
+                      "loggers": {"kafka.request.logger": {"level": "DEBUG"},
+                                  "odradek.checkpoint_writer": {"level": "DEBUG"},
+                                  "odradek.apis.interbroker": {"level": "DEBUG"}}}
+CHECKPOINTS_WAITED = re.compile(r"checkpoints were on disk ([\d.]+) s after")
+CHECKPOINT_BATCH = re.compile(r"Wrote a batch of (\d+) checkpoint files in ([\d.]+) s \(([^)]*)\)")
 INTERBROKER_KEYS = {4: "LeaderAndIsr", 6: "UpdateMetadata", 5: "StopReplica"}
 
 
@@ -229,6 +233,12 @@ def kill_timeline(expired: float, controller: Broker, survivors: list[Broker]) -
             if start < expired - 0.5:
                 continue
             events.append(f"{name} in {start - expired:.2f} out {t - expired:.2f}")
+        for t, line in b.log_lines(b.stderr_path, expired - 0.5):
+            if (m := CHECKPOINTS_WAITED.search(line)):
+                events.append(f"its checkpoints waited for {float(m.group(1)):.2f}")
+            elif (m := CHECKPOINT_BATCH.search(line)):
+                events.append(f"checkpoint batch of {m.group(1)} files {float(m.group(2)):.2f} "
+                              f"by {t - expired:.2f} ({m.group(3)})")
         for t, line in b.log_lines(b.log_dir / "state-change.log", expired - 0.5):
             if (m := FINISHED_LAI.search(line)):
                 events.append(f"LeaderAndIsr of {m.group(2)} applied in "
