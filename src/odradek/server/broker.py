@@ -53,6 +53,7 @@ from .client_quota_manager import QuotaManagers
 from .config import ConfigError, KafkaConfig, parse_http_listener
 from .console_api import LocalReplica, with_http_endpoint
 from .credential_cache import CredentialCache
+from .dynamic_config_manager import DynamicConfigManager
 from .gc_freeze import freeze_long_lived, process_owned
 from .http_listener import (
     AdminAccess,
@@ -113,6 +114,7 @@ class Broker:
         self.credential_cache: CredentialCache | None = None
         self.client_quotas: QuotaManagers | None = None  # KIP-219 client quotas
         self.quota_configs: ClientQuotaConfigManager | None = None
+        self.dynamic_configs: DynamicConfigManager | None = None  # watches /config/changes
         self.socket_server: SocketServer | None = None
         self.bound_ports: list[int] = []  # in the order of `listeners`
         self.listener_ports: dict[str, int] = {}  # listener name -> bound port
@@ -237,8 +239,7 @@ class Broker:
         broker_configs = self.broker_configs = BrokerConfigManager(
             self.broker_id, cfg, store, log_configs, rm, self._enable_unclean_leader_election)
         topic_configs = self.topic_configs = TopicConfigManager(
-            self.broker_id, store, log_configs, rm, broker_configs,
-            self._enable_unclean_leader_election)
+            self.broker_id, store, log_configs, rm, self._enable_unclean_leader_election)
         admin = self.admin = AdminManager(cfg, store, cache, log_configs, topic_configs,
                                           broker_configs)
         self.producer_ids = ProducerIdManager(self.broker_id, store)
@@ -265,12 +266,27 @@ class Broker:
         if self.authorizer.enabled:
             await self.authorizer.start()  # type: ignore[attr-defined]
         credentials = self.credential_cache = CredentialCache(store)  # SCRAM users (SB)
-        await credentials.start()
         quotas = self.client_quotas = QuotaManagers(
             cfg["quota.window.num"], cfg["quota.window.size.seconds"],
             cfg["quota.producer.default"], cfg["quota.consumer.default"])
-        self.quota_configs = ClientQuotaConfigManager(store, quotas)
-        await self.quota_configs.start()
+        quota_configs = self.quota_configs = ClientQuotaConfigManager(store, quotas)
+
+        async def broker_config_changed(entity: str) -> None:  # Kafka's BrokerConfigHandler
+            if broker_configs.on_change(entity):
+                await broker_configs.reload()
+
+        # one watcher of /config/changes, dispatching to each entity type's handlers; the
+        # notifications present now are taken as seen BEFORE the loads below, and the ones
+        # written meanwhile are processed when it starts, after them
+        dynamic_configs = self.dynamic_configs = DynamicConfigManager(store, {
+            "topics": topic_configs.reload,
+            "brokers": broker_config_changed,
+            "users": (credentials.on_user_config_change, quota_configs.on_user_config_change),
+            "clients": quota_configs.on_client_config_change,
+        })
+        await dynamic_configs.skip_existing()
+        await credentials.start()
+        await quota_configs.start()
         self.apis = KafkaApis(
             broker_id=self.broker_id, config=cfg, replica_manager=rm, metadata_cache=cache,
             group_coordinator=coordinator, txn_coordinator=txn_coordinator, admin_manager=admin,
@@ -297,7 +313,7 @@ class Broker:
             self.bound_ports.append(port)
             self.listener_ports[ep.listener] = port
         await broker_configs.start()
-        await topic_configs.start()
+        await dynamic_configs.start()  # the initial state is loaded: changes from now on
         await self._start_http_listener()  # before registering: its address is registered
         await self._register()
         await socket_server.start_serving()  # registered: clients and controllers may come
@@ -685,12 +701,8 @@ class Broker:
         if self.controller is not None:
             await self.controller.shutdown()
             self.controller = None
-        if self.topic_configs is not None:
-            self.topic_configs.stop()
-        if self.credential_cache is not None:
-            self.credential_cache.stop()
-        if self.quota_configs is not None:
-            self.quota_configs.stop()
+        if self.dynamic_configs is not None:
+            self.dynamic_configs.stop()
 
 
 def _new_cluster_id() -> str:

@@ -8,8 +8,9 @@ Layout (names sanitized as Kafka's Sanitizer does; `<default>` as is):
   /config/clients/<client>
 
 Each change writes a `/config/changes/config_change_<seq>` notification whose entity_path is
-`users/<u>`, `clients/<c>` or `users/<u>/clients/<c>`; every broker's
-ClientQuotaConfigManager reloads that entity into its quota managers.
+`users/<u>`, `clients/<c>` or `users/<u>/clients/<c>`; every broker's DynamicConfigManager
+(server/dynamic_config_manager.py) hands it to the ClientQuotaConfigManager, which reloads that
+entity into its quota managers.
 
 The request-side rules (pure) are ZkAdminManager's: an entity has a user, a client id or both
 (a null name is the default); a key must be a quota config; producer_byte_rate and
@@ -18,17 +19,14 @@ consumer_byte_rate must be whole numbers; anything else is INVALID_REQUEST with 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ..common.java_double import java_double
 from ..common.sanitizer import desanitize_user, sanitize_user
 from ..coordination import paths
-from ..coordination.admin_zk import new_config_changes
 from ..coordination.store import CoordinationStore, NodeExistsError, NoNodeError
 from .client_quota_manager import DEFAULT, QUOTA_CONFIG_TYPES, QuotaEntity, QuotaManagers
 
@@ -263,46 +261,35 @@ async def write_entity_config(store: CoordinationStore, entity: QuotaEntity,
 
 
 class ClientQuotaConfigManager:
-    """Loads every quota entity at start-up and reloads the ones change notifications name."""
+    """Loads every quota entity at start-up and reloads the ones change notifications name
+    (Kafka's UserConfigHandler and ClientIdConfigHandler, for quotas)."""
 
     def __init__(self, store: CoordinationStore, quotas: QuotaManagers) -> None:
         self.store = store
         self.quotas = quotas
-        self._seen_changes: set[str] = set()
-        self._watch: Any = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        store = self.store
-        await store.ensure_path(paths.CONFIG_CHANGES)
-        self._seen_changes = set(await store.get_children(paths.CONFIG_CHANGES))
-        self._watch = await store.watch_children(paths.CONFIG_CHANGES, self._on_changes)
-        for name, props in (await all_quota_entities(store)).items():
+        """Load every quota entity (the broker has the DynamicConfigManager take the existing
+        notifications as seen before, so no change is missed)."""
+        for name, props in (await all_quota_entities(self.store)).items():
             self.quotas.apply_entity(name.quota_entity, props)
-
-    def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
-        for t in list(self._tasks):
-            t.cancel()
 
     async def reload(self, entity: QuotaEntity) -> None:
         props = await read_entity_config(self.store, entity_path(entity))
         self.quotas.apply_entity(entity, props)
 
-    def _on_changes(self, _event: Any) -> None:
-        task = asyncio.ensure_future(self._process_changes())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def on_user_config_change(self, name: str) -> None:
+        """The `users` handler of the DynamicConfigManager (`alice`, `alice/clients/app`)."""
+        await self._on_change("users", name)
 
-    async def _process_changes(self) -> None:
-        async with self._lock:
-            children, changes = await new_config_changes(self.store, self._seen_changes)
-            for kind, name in changes:
-                entity = entity_of_notification(kind, name)
-                if entity is not None:
-                    log.info("Processing quota override for entity path %s/%s", kind, name)
-                    await self.reload(entity)
-            self._seen_changes = children
+    async def on_client_config_change(self, name: str) -> None:
+        """The `clients` handler of the DynamicConfigManager (`app`, `<default>`)."""
+        await self._on_change("clients", name)
+
+    async def _on_change(self, kind: str, name: str) -> None:
+        entity = entity_of_notification(kind, name)
+        if entity is None:
+            log.warning("Ignoring the quota change notification of %s/%s: not a quota entity",
+                        kind, name)
+            return
+        await self.reload(entity)

@@ -1,10 +1,11 @@
-"""Topic config overrides on every broker (Kafka's DynamicConfigManager for topics).
+"""Topic config overrides on every broker (Kafka's TopicConfigHandler).
 
 Overrides live in `/config/topics/<t>` (`{"version":1,"config":{...}}`). A broker loads a topic's
 overrides before it first hosts one of its partitions, and reloads them when a change
 notification `/config/changes/config_change_<seq>` (`{"version":2,"entity_path":"topics/<t>"}`)
-names the topic. Notifications naming `brokers/<default>` or `brokers/<id>` go to the broker's
-BrokerConfigManager (dynamic broker configs, KIP-226).
+names the topic: the broker's DynamicConfigManager (server/dynamic_config_manager.py) watches
+the notifications and calls :meth:`TopicConfigManager.reload` (whether or not this broker
+hosts the topic, as Kafka's TopicConfigHandler).
 
 The KIP-73 lists `leader.replication.throttled.replicas` / `follower.replication.throttled.replicas`
 of each loaded topic mark its throttled partitions in the replica manager's quotas.
@@ -12,16 +13,12 @@ of each loaded topic mark its throttled partitions in the replica manager's quot
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..coordination import paths
-from ..coordination.admin_zk import new_config_changes
 from ..coordination.store import CoordinationStore
-from .broker_config_manager import BrokerConfigManager
 from .replica_manager import ReplicaManager
 from .replication_quota import throttled_partitions
 from .topic_configs import TopicConfigs
@@ -38,24 +35,8 @@ class TopicConfigManager:
     store: CoordinationStore
     topic_configs: TopicConfigs
     replica_manager: ReplicaManager
-    broker_configs: BrokerConfigManager
     on_unclean_leader_election_enabled: Callable[[str], None]
     loaded: set[str] = field(init=False, default_factory=set)
-    _seen_changes: set[str] = field(init=False, default_factory=set)
-    _watch: Any = field(init=False, default=None)
-    _tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
-
-    async def start(self) -> None:
-        store = self.store
-        self._seen_changes = set(await store.get_children(paths.CONFIG_CHANGES))
-        self._watch = await store.watch_children(paths.CONFIG_CHANGES, self._on_changes)
-
-    def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            self._watch = None
-        for t in self._tasks:
-            t.cancel()
 
     async def ensure_loaded(self, topics: Iterable[str]) -> None:
         for topic in topics:
@@ -94,20 +75,3 @@ class TopicConfigManager:
             log.warning("Ignoring the throttled replicas of topic %s: %s", topic, exc)
             return
         rm.update_throttled_replicas(topic, leader, follower)
-
-    def _on_changes(self, _event: Any) -> None:
-        task = asyncio.ensure_future(self._process_changes())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _process_changes(self) -> None:
-        children, changes = await new_config_changes(self.store, self._seen_changes)
-        for kind, name in changes:
-            entity = f"{kind}/{name}"
-            if kind == "topics" and name:
-                log.info("Processing override for entity path %s", entity)
-                await self.reload(name)
-            elif kind == "brokers" and self.broker_configs.on_change(name):
-                log.info("Processing override for entity path %s", entity)
-                await self.broker_configs.reload()
-        self._seen_changes = children
