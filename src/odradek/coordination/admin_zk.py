@@ -175,23 +175,3 @@ async def write_user_config(store: CoordinationStore, user: str, config: dict[st
     await store.create(paths.config_change_path(),
                        paths.encode_config_change(f"users/{sanitize_user(user)}"),
                        sequence=True, makepath=True)
-
-
-async def new_config_changes(store: CoordinationStore, seen: set[str]
-                             ) -> tuple[set[str], list[tuple[str, str]]]:
-    """The `/config/changes` notifications not in `seen` (Kafka's ZkNodeChangeNotificationListener):
-    the children now present, and (entity type, name) of each new notification in order, e.g.
-    ("topics", "t") or ("users", "alice" sanitized). Unreadable or vanished ones are skipped."""
-    children = set(await store.get_children(paths.CONFIG_CHANGES))
-    changes: list[tuple[str, str]] = []
-    for child in sorted(children - seen):
-        found = await store.get_or_none(f"{paths.CONFIG_CHANGES}/{child}")
-        if found is None:
-            continue
-        try:
-            entity = paths.decode_config_change(found[0])
-        except ValueError:
-            continue
-        kind, _, name = entity.partition("/")
-        changes.append((kind, name))
-    return children, changes
