@@ -384,3 +384,21 @@ def test_writer_prepares_spares_when_idle_and_after_a_first_write(tmp_path: Path
         assert writer.spares_made == made
     finally:
         writer.close()
+
+
+def test_helper_process_makes_spares(tmp_path: Path) -> None:
+    from odradek.storage.checkpoint_sync_process import BatchWriteProcess
+    helper = BatchWriteProcess(min_files=2)
+    try:
+        paths = [tmp_path / f"t-{i}" / "leader-epoch-checkpoint" for i in range(3)]
+        for p in paths:
+            p.parent.mkdir()
+        paths[0].write_bytes(b"0\n1\n2 20\n")
+        gone = tmp_path / "gone" / "leader-epoch-checkpoint"
+        assert helper.make_spares([*paths, gone]) == 5  # 3 spares + 2 missing files
+        assert helper._proc is not None and helper._proc.poll() is None  # (in the helper)
+        assert paths[0].read_bytes() == b"0\n1\n2 20\n"  # never clobbered
+        assert all(p.with_name(p.name + ".tmp").exists() for p in paths)
+        assert helper.make_spares(paths) == 0
+    finally:
+        helper.close()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, fields, replace
 from functools import cache
 from typing import Any, ClassVar, Literal, TypeVar
@@ -247,6 +247,15 @@ class LeaderAndIsrRequest:
     def partition_states(self) -> list[LeaderAndIsrPartitionState]:
         """Every partition state with ``topic_name`` filled, whatever the layout."""
         return _ungrouped(self.ungrouped_partition_states, self.topic_states)
+
+    def named_partition_states(self) -> Iterator[tuple[str, LeaderAndIsrPartitionState]]:
+        """(topic, state) for every partition state, whatever the layout, without copying the
+        states (in the grouped layout their ``topic_name`` is empty)."""
+        for ps in self.ungrouped_partition_states:
+            yield ps.topic_name, ps
+        for ts in self.topic_states:
+            for ps in ts.partition_states:
+                yield ts.topic_name, ps
 
     def partition_count(self) -> int:
         """How many partition states the request holds (without copying them)."""
@@ -531,6 +540,15 @@ class UpdateMetadataRequest:
     def partition_states(self) -> list[UpdateMetadataPartitionState]:
         """Every partition state with ``topic_name`` filled, whatever the layout."""
         return _ungrouped(self.ungrouped_partition_states, self.topic_states)
+
+    def named_partition_states(self) -> Iterator[tuple[str, UpdateMetadataPartitionState]]:
+        """(topic, state) for every partition state without copying the states (see
+        ``LeaderAndIsrRequest.named_partition_states``)."""
+        for ps in self.ungrouped_partition_states:
+            yield ps.topic_name, ps
+        for ts in self.topic_states:
+            for ps in ts.partition_states:
+                yield ts.topic_name, ps
 
     def for_version(self, version: int,
                     topic_ids: Mapping[str, uuid.UUID] | None = None) -> UpdateMetadataRequest:

@@ -758,13 +758,13 @@ class ReplicaManager:
                                 live_leaders: dict[int, tuple[str, int]],
                                 topic_ids: dict[str, uuid.UUID], origin: str,
                                 errors: list[tuple[TopicPartition, ErrorCode]]) -> None:
-        for s in req.partition_states():
-            tp = TopicPartition(s.topic_name, s.partition_index)
+        for topic, s in req.named_partition_states():
+            tp = TopicPartition(topic, s.partition_index)
             before = self._role(tp)
             code = self.become_leader_or_follower(
                 tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas), s.partition_epoch,
                 live_leaders.get(s.leader), is_new=bool(getattr(s, "is_new", True)),
-                topic_id=topic_ids.get(s.topic_name))
+                topic_id=topic_ids.get(topic))
             if code == ErrorCode.none:
                 self.state_change.partition_change(
                     req.controller_epoch, tp, before, self._role(tp),
@@ -825,20 +825,22 @@ class ReplicaManager:
             brokers[b.id] = BrokerInfo.from_update_metadata(b)  # every listener's endpoint
         cache.brokers = brokers
         topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
-        states = req.partition_states()
-        for s in states:
+        count = 0
+        no_id = uuid.UUID(int=0)
+        for topic, s in req.named_partition_states():
+            count += 1
             if s.leader == LEADER_DURING_DELETE:
-                cache.remove_partition(s.topic_name, s.partition_index)
+                cache.remove_partition(topic, s.partition_index)
                 continue
             cache.update_partition(
-                s.topic_name, topic_ids.get(s.topic_name, uuid.UUID(int=0)), s.partition_index,
+                topic, topic_ids.get(topic, no_id), s.partition_index,
                 PartitionInfo(s.leader, s.leader_epoch, list(s.replicas), list(s.isr),
                               list(s.offline_replicas), s.zk_version, s.controller_epoch),
-                internal=s.topic_name.startswith("__"))
+                internal=topic.startswith("__"))
         # Kafka traces this per partition; one line per request says the same at DEBUG.
         self.state_change.broker(req.controller_epoch, (
             f"Cached live brokers {sorted(brokers)} and the leadership of "
-            f"{len(states)} partitions (UpdateMetadata correlationId "
+            f"{count} partitions (UpdateMetadata correlationId "
             f"{correlation_id} from controller {req.controller_id})"), logging.DEBUG)
         cache.initialized.set()
         if self.delete_records_purgatory.delayed():  # a dead follower no longer holds them

@@ -7,7 +7,8 @@ time: right after a 10,000-partition LeaderAndIsr, with the loop running the fet
 rounds, 2,048 files took ~1 s per batch in the writer threads, ~0.45 ms a file. A helper
 process has its own interpreter: the writer thread hands it the whole batch through a pipe
 (marshal, a few system calls) and waits for the answer, and the helper does the writes and the
-two syncfs calls. The crash guarantee is ``write_atomically_batch``'s (it is what the helper
+two syncfs calls. It also makes the files' spares (``checkpoints.make_spare``) the writer asks
+for when idle. The crash guarantee is ``write_atomically_batch``'s (it is what the helper
 runs); if the broker dies the helper finishes its batch and exits at the end of its input.
 
 Batches below ``MIN_FILES`` are written file by file by the writer thread
@@ -28,11 +29,12 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from .checkpoints import write_atomically_batch
+from .checkpoints import make_spare, write_atomically_batch
 
 log = logging.getLogger("odradek.checkpoint_writer")
 
 MIN_FILES = 256  # smaller batches are written in the calling thread
+SPARES = "spares"  # a frame (SPARES, [path, ...]) asks for make_spare of each
 _LEN = struct.Struct(">I")
 
 
@@ -107,6 +109,30 @@ class BatchWriteProcess:
                 self._stop()
         return write_atomically_batch(items, without_spare, phases)  # (rewriting is harmless)
 
+    def make_spares(self, paths: list[Path]) -> int:
+        """``checkpoints.make_spare`` for each path, in the helper process when it runs (no
+        GIL hand-offs with the loop for ~2 system calls a file); returns the files made."""
+        if self._broken or len(paths) < 2:
+            return sum(make_spare(p) for p in paths)
+        with self._lock:
+            try:
+                proc = self._start()
+                assert proc.stdin is not None and proc.stdout is not None
+                _write_frame(proc.stdin, marshal.dumps((SPARES, [str(p) for p in paths])))
+                answer = _read_frame(proc.stdout)
+                if answer is None:
+                    raise OSError("the checkpoint helper process exited")
+                made = marshal.loads(answer)
+                if not isinstance(made, int):
+                    raise ValueError(f"unexpected answer {made!r}")
+                return made
+            except (OSError, ValueError, EOFError) as exc:
+                log.warning("Checkpoint helper process failed (%s): writing checkpoints in the "
+                            "broker process from now on", exc)
+                self._broken = True
+                self._stop()
+        return sum(make_spare(p) for p in paths)
+
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
@@ -144,7 +170,11 @@ def main() -> None:
     end of its input."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while (frame := _read_frame(stdin)) is not None:
-        items = [(Path(p), d) for p, d in marshal.loads(frame)]
+        request = marshal.loads(frame)
+        if isinstance(request, tuple) and request[:1] == (SPARES,):
+            _write_frame(stdout, marshal.dumps(sum(make_spare(Path(p)) for p in request[1])))
+            continue
+        items = [(Path(p), d) for p, d in request]
         without_spare: list[Path] = []
         phases: list[float] = []
         failed = write_atomically_batch(items, without_spare, phases)

@@ -28,10 +28,11 @@ manager:
 * **spares** (storage/checkpoints.py): where the ``.tmp`` can be exchanged with the file, a
   write leaves the old content behind as the next write's ``.tmp``, so only a file's first
   write creates one. ``prepare(path)`` asks for an empty spare ahead of time and a first write
-  asks for a new one; the threads create them, a few at a time, only when no write is pending
-  or held (``make_spare``: O_EXCL, so a spare being written is left alone, and a directory gone
-  meanwhile is passed over). A failover's ~3,300 checkpoint writes then create no file: 0.74 s
-  of kernel time on this project's test machine became ~0.05 s (docs/performance.md).
+  asks for a new one; the threads create them (through the helper process when there is one),
+  ``SPARE_CHUNK`` at a time and at most ``SPARES_PER_SECOND``, only when no write is pending or
+  held (``make_spare``: O_EXCL, so a spare being written is left alone, and a directory gone
+  meanwhile is passed over). A failover's thousands of leader epoch checkpoint writes then
+  create and free no inode (docs/performance.md, "10,000 partitions").
 
 Without a running writer (tools, unit tests) the caches write synchronously as before.
 """
@@ -64,7 +65,10 @@ DEFAULT_THREADS = 8  # concurrent checkpoint writes per log manager
 # 0.50 s + 0.12 s, one after the other, on this project's test machine)
 BATCH_SIZE = 16384
 BATCH_THREADS = 2  # threads when writing in batches
-SPARE_CHUNK = 64  # spares a thread makes before looking for writes again
+SPARE_CHUNK = 256  # spares a thread makes before looking for writes again
+# spares made per second at most: a new 10,000-partition broker makes its 20,000 files over
+# ~5-10 s instead of competing at once with the topic creation for the cores
+SPARES_PER_SECOND = 2000
 SWITCH_INTERVAL_S = 0.0005  # see lower_switch_interval
 
 
@@ -172,6 +176,7 @@ class CheckpointWriter:
         self._spares_on = write is write_atomically and spare_exchange_available() and (
             self._write_batch is None or isinstance(self._write_batch, BatchWriteProcess))
         self._spares: dict[Path, None] = {}  # paths wanting a spare, oldest first
+        self._spares_not_before = 0.0  # (time.monotonic) pacing, SPARES_PER_SECOND
         self.spares_made = 0
         self.batches = 0
         if self._write_batch is not None:  # one batch in the syncs, the next one forming
@@ -199,7 +204,11 @@ class CheckpointWriter:
             self._queue.submit(Path(path), data)
             if len(self._threads) < min(self._n_threads, len(self._queue)):
                 self._start_thread()
-            self._cond.notify()
+            if not (self._held and self._write_batch is not None):
+                # (while held, a batch writer's threads could only wake to wait again, each
+                # wake-up taking the GIL from the loop applying the LeaderAndIsr; the release
+                # wakes them all)
+                self._cond.notify()
 
     def prepare(self, path: Path) -> None:
         """Make `path` an empty ``.tmp`` spare when the writer is idle (see module doc), so its
@@ -304,13 +313,18 @@ class CheckpointWriter:
                     if item is not None:
                         items.append(item)
                         break
+                    wait: float | None = None
                     if self._spares and not self._held and not len(self._queue):
-                        while self._spares and len(spares) < SPARE_CHUNK:
-                            spare = next(iter(self._spares))
-                            del self._spares[spare]
-                            spares.append(spare)
-                        break
-                    self._cond.wait()
+                        wait = self._spares_not_before - time.monotonic()
+                        if wait <= 0:
+                            while self._spares and len(spares) < SPARE_CHUNK:
+                                spare = next(iter(self._spares))
+                                del self._spares[spare]
+                                spares.append(spare)
+                            self._spares_not_before = time.monotonic() + \
+                                len(spares) / SPARES_PER_SECOND
+                            break
+                    self._cond.wait(wait)
                 while items and batched and len(items) < BATCH_SIZE:
                     more = self._queue.pop()
                     if more is None:
@@ -332,11 +346,14 @@ class CheckpointWriter:
             self._wake_waiters()
 
     def _make_spares(self, paths: list[Path]) -> None:
-        for path in paths:
-            try:
+        try:
+            if isinstance(self._write_batch, BatchWriteProcess):
+                self.spares_made += self._write_batch.make_spares(paths)
+                return
+            for path in paths:
                 self.spares_made += make_spare(path)
-            except OSError as exc:  # (e.g. a full disk: the next write creates its .tmp)
-                log.debug("No spare for checkpoint file %s: %s", path, exc)
+        except OSError as exc:  # (e.g. a full disk: the next write creates its .tmp)
+            log.debug("No spares for %d checkpoint files: %s", len(paths), exc)
 
     def _write_many(self, items: list[tuple[Path, bytes]], without_spare: list[Path]) -> None:
         assert self._write_batch is not None
