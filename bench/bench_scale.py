@@ -25,9 +25,12 @@ every partition. Then, in this order:
    ``LogManager`` alone, timed, then again under ``tracemalloc`` (Python bytes per loaded log).
 
 ``--profile`` attaches ``py-spy record --idle`` to both survivors during step 4 and summarises
-where their loops went. Caches are polled with Metadata requests (v1) of one topic each, a waiting
-topic every ``--poll-interval`` per survivor and the other topics at once when one has moved;
-the table says what one such request costs the broker (with this script's decode).
+where their loops went. Caches are polled with Metadata requests (v1) of one topic each, each
+survivor on its own: a waiting topic every ``--poll-interval``, and once one has moved, every
+other waiting topic at once, each on its own connection; the table says what one such request
+costs the broker (with this script's decode). ``--timeline`` adds what the brokers logged
+after the expiry: the controller's failure callback, each survivor's LeaderAndIsr and
+UpdateMetadata requests (in, answered), the apply and the checkpoint batches.
 
     python bench/bench_scale.py                      # 10,000 partitions, markdown on stdout
     python bench/bench_scale.py --partitions 2000 --idle-seconds 5    # quicker
@@ -354,47 +357,47 @@ async def wait_view(ports: list[int], ok: Any, timeout: float, interval: float,
 async def wait_moved(ports: list[int], theirs: set[tuple[str, int]], victim: int,
                      timeout: float, interval: float, t0: float) -> tuple[float, dict[int, float]]:
     """Until every port's cache names a live leader (not `victim`, not -1) for every partition
-    in `theirs`. Polls one topic at a time (a 1,000-partition answer costs the broker ~1/10th
-    of a whole-cluster one): a waiting topic every `interval`; once one topic has moved, the
-    other waiting topics of that broker at once, back to back (one UpdateMetadata usually
-    moves them all). Returns the time (from `t0`) the last port was done, and each port's."""
+    in `theirs`. Each port is polled on its own, concurrently: one waiting topic (rotating) every
+    `interval` (a 1,000-partition answer costs the broker ~1/10th of a whole-cluster one); once
+    it has moved, every other waiting topic of that port is asked at once, each on its own
+    connection (one UpdateMetadata usually moves them all), so the time recorded -- when the
+    last of those answers came back -- trails the cache by about one round trip. Returns the
+    time (from `t0`) the last port was done, and each port's."""
     by_topic: dict[str, set[tuple[str, int]]] = {}
     for tp in theirs:
         by_topic.setdefault(tp[0], set()).add(tp)
-    pending = {p: sorted(by_topic) for p in ports}
-    done: dict[int, float] = {}
-    conns = {p: Conn(p) for p in ports}
     deadline = time.perf_counter() + timeout
+    done: dict[int, float] = {}
 
-    async def moved(port: int, topic: str) -> bool:
+    async def moved(conn: Conn, topic: str) -> bool:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
-            _, view = partition_view(await conns[port].call(metadata_request([topic]), 30))
+            _, view = partition_view(await conn.call(metadata_request([topic]), 30))
             return all(view.get(tp, (victim, 0))[0] not in (victim, -1)
                        for tp in by_topic[topic])
         return False
-    try:
-        while len(done) < len(ports):
-            for p in ports:
-                if p in done:
-                    continue
-                waiting = pending[p]
-                if await moved(p, waiting[0]):
+
+    async def one_port(port: int) -> None:
+        waiting = sorted(by_topic)
+        conns = {topic: Conn(port) for topic in waiting}
+        try:
+            while waiting:
+                if await moved(conns[waiting[0]], waiting[0]):
                     waiting.pop(0)
-                    for topic in list(waiting):
-                        if await moved(p, topic):
-                            waiting.remove(topic)
+                    results = await asyncio.gather(*(moved(conns[t], t) for t in waiting))
+                    waiting = [t for t, ok in zip(waiting, results, strict=True) if not ok]
                     if not waiting:
-                        done[p] = time.perf_counter() - t0
+                        done[port] = time.perf_counter() - t0
+                        return
                 else:
                     waiting.append(waiting.pop(0))  # rotate
-            if time.perf_counter() > deadline:
-                raise TimeoutError(f"leaders not moved within {timeout} s on "
-                                   f"{sorted(set(ports) - set(done))}")
-            if len(done) < len(ports):
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"leaders not moved within {timeout} s on {port}")
                 await asyncio.sleep(interval)
-    finally:
-        for c in conns.values():
-            c.close()
+        finally:
+            for c in conns.values():
+                c.close()
+
+    await asyncio.gather(*(one_port(p) for p in ports))
     return max(done.values()), done
 
 
