@@ -233,7 +233,7 @@ class RequestBatch:
             leadership = ctx.leader_and_isr(tp)
             if leadership is None:
                 continue
-            replicas = ctx.partition_replica_assignment(tp)
+            replicas = ctx.replicas_of(tp)
             deleting = ctx.is_topic_queued_up_for_deletion(tp.topic)
             self.update_metadata_partitions[tp] = ib.UpdateMetadataPartitionState(
                 topic_name=tp.topic, partition_index=tp.partition,
@@ -309,11 +309,12 @@ class RequestBatch:
                         (e.listener_name, e.host, e.port, e.security_protocol),))),
                     rack=e.rack)
                 for b, e in sorted(ctx.live_brokers.items()))
+            ums = self.update_metadata_partitions
             msg_um = ib.UpdateMetadataRequest(
                 controller_id=self.controller_id, controller_epoch=self.epoch,
                 topic_states=ib.group_topic_states(
                     ib.UpdateMetadataTopicState,
-                    ((tp.topic, s) for tp, s in sorted(self.update_metadata_partitions.items())),
+                    ((tp.topic, ums[tp]) for tp in sorted(ums)),
                     ctx.topic_ids),
                 live_brokers=brokers)
             body = EncodedBody(UPDATE_METADATA, UPDATE_METADATA_VERSION, msg_um)

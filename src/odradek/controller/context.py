@@ -11,7 +11,7 @@ the small value types everybody shares: :class:`TopicPartition`, :class:`Partiti
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
@@ -88,11 +88,15 @@ class LeaderAndIsr:
 
     def new_leader(self, leader: int) -> LeaderAndIsr:
         """Same ISR, another leader, leader epoch + 1 (Kafka's ``newLeader``)."""
-        return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1)
+        return LeaderAndIsr(leader, self.leader_epoch + 1, self.isr, self.zk_version,
+                            self.controller_epoch)
 
     def new_leader_and_isr(self, leader: int, isr: Iterable[int]) -> LeaderAndIsr:
-        """New leader and ISR, leader epoch + 1 (Kafka's ``newLeaderAndIsr``)."""
-        return replace(self, leader=leader, isr=tuple(isr), leader_epoch=self.leader_epoch + 1)
+        """New leader and ISR, leader epoch + 1 (Kafka's ``newLeaderAndIsr``). Built directly:
+        ``dataclasses.replace`` cost ~5 us each, 10,000 times in a broker failure."""
+        return LeaderAndIsr(leader, self.leader_epoch + 1,
+                            isr if type(isr) is tuple else tuple(isr), self.zk_version,
+                            self.controller_epoch)
 
     def new_epoch(self) -> LeaderAndIsr:
         """Same leader and ISR with leader epoch + 1 (reassignment bumps it, S-6.2)."""
@@ -184,9 +188,16 @@ class ControllerContext:
     # ---- assignments ---------------------------------------------------------------------
 
     def partition_replica_assignment(self, partition: TopicPartition) -> list[int]:
-        """AR of ``partition`` ([] if unknown)."""
-        return list(self.partition_assignments.get(partition.topic, {}).get(partition.partition,
-                                                                               []))
+        """AR of ``partition`` ([] if unknown), a copy."""
+        return list(self.replicas_of(partition))
+
+    def replicas_of(self, partition: TopicPartition) -> Sequence[int]:
+        """AR of ``partition`` (() if unknown) as stored, not copied: for reading only (the
+        elections and requests of a 10,000-partition failover ask ~50,000 times)."""
+        parts = self.partition_assignments.get(partition.topic)
+        if parts is None:
+            return ()
+        return parts.get(partition.partition, ())
 
     def update_partition_replica_assignment(self, partition: TopicPartition,
                                             replicas: Iterable[int]) -> None:

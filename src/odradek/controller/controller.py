@@ -545,7 +545,7 @@ class KafkaController:
         batch = self.requests.new_batch()
 
         for b in sorted(dead):  # ISR shrinks decided at once, written in transactions of many
-            on_b = [tp for tp in sorted(hosted) if b in ctx.partition_replica_assignment(tp)]
+            on_b = [tp for tp in sorted(hosted) if b in ctx.replicas_of(tp)]
             for tp in on_b:
                 self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
             await self.replica_state_machine.remove_replicas_from_isr(on_b, b, batch)

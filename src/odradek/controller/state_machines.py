@@ -227,7 +227,7 @@ class PartitionStateMachine:
             if current is None:
                 retry.append(tp)  # elect_leader finds nothing to elect from, as before
                 continue
-            replicas = ctx.partition_replica_assignment(tp)
+            replicas = ctx.replicas_of(tp)
             live = ({r for r in live_ids if ctx.is_replica_online(r, tp)} if any_offline_dir
                     else live_ids)
             if strategy == "offline" and tp.topic not in unclean_of:
@@ -306,6 +306,6 @@ class PartitionStateMachine:
                 f"outside the ISR {list(current.isr)} became leader; data may be lost"),
                 logging.WARNING)
         self.transition(tp, P.OnlinePartition, stored)
-        replicas = ctx.partition_replica_assignment(tp)
+        replicas = ctx.replicas_of(tp)
         batch.add_leader_and_isr([r for r in result.recipients if r in ctx.live_brokers],
                                  tp, stored, replicas)
