@@ -36,3 +36,43 @@ def test_freeze_moves_tracked_objects_to_the_permanent_generation(
         assert gc.get_freeze_count() >= len(kept)
     finally:
         gc.unfreeze()
+
+
+def test_paused_gc_only_in_an_owned_process_and_nested_pauses_leave_it_to_the_outermost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from odradek.server.gc_freeze import paused_gc
+    assert gc.isenabled()
+    monkeypatch.setattr(gc_freeze, "_process_owned", False)
+    with paused_gc():
+        assert gc.isenabled()  # a user's process: untouched
+    monkeypatch.setattr(gc_freeze, "_process_owned", True)
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pause did not re-enable it
+    assert gc.isenabled()
+    with pytest.raises(ValueError), paused_gc():
+        raise ValueError("an exception still re-enables it")
+    assert gc.isenabled()
+
+
+def test_an_awaiting_pause_gets_the_gc_back_after_its_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from odradek.server.gc_freeze import paused_gc
+    monkeypatch.setattr(gc_freeze, "_process_owned", True)
+
+    async def stuck() -> list[bool]:
+        seen = []
+        with paused_gc(limit_s=0.05):
+            seen.append(gc.isenabled())
+            await asyncio.sleep(0.2)  # (a controller event waiting on ZooKeeper)
+            seen.append(gc.isenabled())
+        seen.append(gc.isenabled())
+        return seen
+    try:
+        assert asyncio.run(stuck()) == [False, True, True]
+    finally:
+        gc.enable()

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -130,8 +131,11 @@ class KafkaController:
     def __init__(self, store: CoordinationStore, broker_id: int, config: ControllerConfig,
                  metadata_cache: ControllerIdHolder, topic_configs: TopicConfigLoader,
                  topic_config: Callable[[str], TopicElectionConfig], *,
-                 stats: ControllerStats | None = None) -> None:
+                 stats: ControllerStats | None = None,
+                 gc_pause: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
         self.store = store
+        # wraps each event: the broker pauses the cyclic GC during one (server/gc_freeze.py)
+        self.gc_pause = gc_pause
         self.broker_id = broker_id
         self.config = config
         self.metadata_cache = metadata_cache
@@ -226,7 +230,8 @@ class KafkaController:
     # -- event dispatch -------------------------------------------------------------------------
     async def _process(self, event: ControllerEvent) -> None:
         try:
-            await self._dispatch(event)
+            with self.gc_pause():
+                await self._dispatch(event)
         except ControllerMovedError:
             log.info("[Controller id=%d] Controller moved to another broker; resigning",
                      self.broker_id)

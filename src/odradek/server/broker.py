@@ -54,7 +54,7 @@ from .config import ConfigError, KafkaConfig, parse_http_listener
 from .console_api import LocalReplica, with_http_endpoint
 from .credential_cache import CredentialCache
 from .dynamic_config_manager import DynamicConfigManager
-from .gc_freeze import freeze_long_lived, process_owned
+from .gc_freeze import freeze_long_lived, paused_gc, process_owned
 from .http_listener import (
     AdminAccess,
     FaultActions,
@@ -261,7 +261,7 @@ class Broker:
         self.controller = KafkaController(
             store, self.broker_id, dataclasses.replace(
                 ControllerConfig.from_broker_config(cfg), connector=self.connector), cache,
-            topic_configs, log_configs.config, stats=metrics.controller)
+            topic_configs, log_configs.config, stats=metrics.controller, gc_pause=paused_gc)
         self.authorizer = authorizer_from_config(cfg, store, self.broker_id, log_dirs[0])
         if self.authorizer.enabled:
             await self.authorizer.start()  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ from ...controller.events import ControlledShutdown, ControllerMovedError
 from ...protocol import interbroker as ib
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
-from ..gc_freeze import freeze_long_lived
+from ..gc_freeze import freeze_long_lived, paused_gc
 from ..metadata_cache import MetadataCache
 from ..network import CloseConnection, Connection
 from ..replica_manager import ReplicaManager
@@ -48,7 +48,8 @@ class InterBrokerApis:
 
     def handle(self, conn: Connection, payload: bytes) -> Any:
         try:
-            key, version, cid, msg = ib.decode_request_frame(payload)
+            with paused_gc():  # (10,000 partition states decoded: no collection midway)
+                key, version, cid, msg = ib.decode_request_frame(payload)
         except ib.DecodeError as exc:
             raise CloseConnection(str(exc)) from None
         if self.authorizer.enabled and not allowed(
@@ -64,14 +65,16 @@ class InterBrokerApis:
         if key == 5:
             return ib.encode_response_frame(key, version, cid, self.stop_replica(msg))
         if key == 6:
-            return ib.encode_response_frame(key, version, cid, self.update_metadata(msg, cid))
+            with paused_gc():
+                return ib.encode_response_frame(key, version, cid, self.update_metadata(msg, cid))
         return self._controlled_shutdown(key, version, cid, msg)
 
     async def _leader_and_isr(self, key: int, version: int, cid: int, req: Any) -> bytes:
         # A broker needs a topic's config overrides before it creates the topic's first log.
         await self.topic_config_manager.ensure_loaded(req.topic_names())
         partitions_before = len(self.replica_manager.partitions)
-        response = self.leader_and_isr(req, cid, version)
+        with paused_gc():
+            response = self.leader_and_isr(req, cid, version)
         freeze_long_lived(len(self.replica_manager.partitions) - partitions_before,
                           collect=False, reason="LeaderAndIsr")  # many new partitions: long-lived
         # The new leader epochs are in the caches already; their leader-epoch-checkpoint files
