@@ -370,11 +370,11 @@ def test_writer_prepares_spares_when_idle_and_after_a_first_write(tmp_path: Path
         writer.submit(fresh_writer_path, b"0\n1\n0 0\n")  # a first write: renamed
         assert writer.flush_blocking(10)
         deadline = time.monotonic() + 10
-        while not fresh_writer_path.with_name("leader-epoch-checkpoint.tmp").exists() \
-                and time.monotonic() < deadline:
+        while writer.spares_made < 3 and time.monotonic() < deadline:  # (counted once made)
             time.sleep(0.01)
         assert fresh_writer_path.with_name("leader-epoch-checkpoint.tmp").exists()
         made = writer.spares_made
+        assert made == 3
         writer.submit(fresh_writer_path, b"0\n1\n5 50\n")
         assert writer.flush_blocking(10)
         assert fresh_writer_path.read_bytes() == b"0\n1\n5 50\n"
@@ -402,3 +402,27 @@ def test_helper_process_makes_spares(tmp_path: Path) -> None:
         assert helper.make_spares(paths) == 0
     finally:
         helper.close()
+
+
+def test_yielding_hands_the_loop_back_every_n_items() -> None:
+    import asyncio
+
+    from odradek.controller.pipeline import yielding
+
+    async def run() -> tuple[list[int], list[int]]:
+        seen: list[int] = []
+        ticks: list[int] = []
+
+        async def ticker() -> None:
+            while True:
+                ticks.append(len(seen))
+                await asyncio.sleep(0)
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        async for i in yielding(range(10), every=4):
+            seen.append(i)
+        task.cancel()
+        return seen, ticks
+    seen, ticks = asyncio.run(run())
+    assert seen == list(range(10))
+    assert ticks[:3] == [0, 4, 8]  # the other task ran after items 4 and 8

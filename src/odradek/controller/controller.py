@@ -62,7 +62,7 @@ from .events import (
 )
 from .partition_states import PartitionState
 from .pipeline import DEFAULT_WINDOW as STATE_WRITE_WINDOW
-from .pipeline import run_bounded
+from .pipeline import run_bounded, yielding
 from .preferred_election import FIRST_AUTO_REBALANCE_DELAY_S, ReplicaElectionManager
 from .reassignment import ReassignmentManager
 from .replica_states import ReplicaState
@@ -551,7 +551,7 @@ class KafkaController:
 
         for b in sorted(dead):  # ISR shrinks decided at once, written in transactions of many
             on_b = [tp for tp in sorted(hosted) if b in ctx.replicas_of(tp)]
-            for tp in on_b:
+            async for tp in yielding(on_b):  # (the survivors' UpdateMetadata goes meanwhile)
                 self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
             await self.replica_state_machine.remove_replicas_from_isr(on_b, b, batch)
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, hosted | led)
@@ -584,7 +584,7 @@ class KafkaController:
         followed = [tp for tp in movable if tp not in led_set]
 
         await self.partition_state_machine.elect_leaders(led, batch, "controlled_shutdown", {b})
-        for tp in followed:
+        async for tp in yielding(followed):
             batch.add_stop_replica([b], tp, delete=False)
             self.replica_state_machine.transition(tp, [b], R.OfflineReplica)
         await self.replica_state_machine.remove_replicas_from_isr(followed, b, batch)

@@ -26,7 +26,7 @@ from .channel import RequestBatch
 from .context import ControllerContext, LeaderAndIsr, PartitionAndReplica, TopicPartition
 from .partition_states import IllegalStateTransition, PartitionState
 from .pipeline import DEFAULT_WINDOW as STATE_WRITE_WINDOW
-from .pipeline import run_bounded
+from .pipeline import run_bounded, yielding
 from .replica_states import ReplicaState
 from .zk_client import ControllerZkClient
 
@@ -102,8 +102,8 @@ class ReplicaStateMachine:
             if new is not None:
                 writes.append((tp, new))
         retry: list[TopicPartition] = []
-        for (tp, _new), stored in zip(writes, await self.zk.write_leader_and_isrs(writes),
-                                      strict=True):
+        stored_values = await self.zk.write_leader_and_isrs(writes)
+        async for (tp, _new), stored in yielding(zip(writes, stored_values, strict=True)):
             if stored is None:
                 retry.append(tp)
             else:
