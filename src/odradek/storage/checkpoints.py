@@ -86,7 +86,7 @@ def tmp_path(path: Path) -> Path:
     return path.with_name(path.name + ".tmp")
 
 
-def _write_tmp(tmp: Path, data: bytes, *, sync: bool) -> None:
+def _write_tmp(tmp: Path | bytes, data: bytes, *, sync: bool) -> None:
     """Put `data` in `tmp`: the spare's inode overwritten in place if there is one (no O_TRUNC:
     a write at offset 0, then a truncate to the new length), else a new file."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -124,7 +124,7 @@ def _libc_renameat2() -> Callable[[bytes, bytes], int] | None:
 _EXCHANGE = _libc_renameat2() if sys.platform.startswith("linux") else None
 
 
-def replace_keeping_spare(tmp: Path, path: Path) -> bool:
+def replace_keeping_spare(tmp: Path | bytes, path: Path | bytes) -> bool:
     """Move the written `tmp` over `path` atomically: exchanged with it when `path` exists and
     the filesystem can (`tmp` then holds the old content: the spare; True), else renamed
     (False: no spare left)."""
@@ -197,13 +197,13 @@ def syncfs_available() -> bool:
     return _SYNCFS is not None
 
 
-def syncfs_dirs(dirs: Iterable[Path]) -> None:
+def syncfs_dirs(dirs: Iterable[Path | bytes]) -> None:
     """syncfs(2) the filesystems of these directories, once each (every dirty page and
     metadata change on them reaches the disk); raises OSError if one fails or syncfs is
     missing."""
     if _SYNCFS is None:
         raise OSError("syncfs is not available")
-    one_per_fs: dict[int, Path] = {}
+    one_per_fs: dict[int, Path | bytes] = {}
     for d in dirs:
         with contextlib.suppress(FileNotFoundError):  # (a log deleted meanwhile)
             one_per_fs.setdefault(os.stat(d).st_dev, d)
@@ -215,7 +215,8 @@ def syncfs_dirs(dirs: Iterable[Path]) -> None:
         finally:
             os.close(fd)
         if err:
-            raise OSError(err, f"syncfs of {d} failed: {os.strerror(err) if err > 0 else err}")
+            raise OSError(err, f"syncfs of {os.fsdecode(d)} failed: "
+                               f"{os.strerror(err) if err > 0 else err}")
 
 
 def write_atomically_batch(items: Iterable[tuple[Path, bytes]],
@@ -233,39 +234,41 @@ def write_atomically_batch(items: Iterable[tuple[Path, bytes]],
     started = clock()
     marks: list[float] = []
     failed: dict[Path, OSError] = {}
-    renames: list[tuple[Path, Path]] = []
+    # byte paths in the loops: pathlib's with_name/parent cost more than the system calls
+    renames: list[tuple[bytes, bytes, Path]] = []
     for path, data in items:
-        tmp = tmp_path(path)
+        target = os.fsencode(path)
+        tmp = target + b".tmp"
         try:
             _write_tmp(tmp, data, sync=False)
         except OSError as exc:
             failed[path] = exc
             continue
-        renames.append((tmp, path))
+        renames.append((tmp, target, path))
     marks.append(clock())
     try:
-        syncfs_dirs({path.parent for _, path in renames})
+        syncfs_dirs({os.path.dirname(target) for _, target, _ in renames})
     except OSError as exc:  # contents not known durable: rename nothing
-        for tmp, path in renames:
+        for tmp, _, path in renames:
             failed[path] = exc
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         return failed
     marks.append(clock())
-    renamed: list[Path] = []
-    for tmp, path in renames:
+    renamed: list[tuple[bytes, Path]] = []
+    for tmp, target, path in renames:
         try:
-            if not replace_keeping_spare(tmp, path) and without_spare is not None:
+            if not replace_keeping_spare(tmp, target) and without_spare is not None:
                 without_spare.append(path)
         except OSError as exc:
             failed[path] = exc
             continue
-        renamed.append(path)
+        renamed.append((target, path))
     marks.append(clock())
     try:
-        syncfs_dirs({path.parent for path in renamed})
+        syncfs_dirs({os.path.dirname(target) for target, _ in renamed})
     except OSError as exc:
-        for path in renamed:
+        for _, path in renamed:
             failed[path] = exc
     marks.append(clock())
     if phases is not None:
