@@ -110,7 +110,7 @@ def test_throttled_consumer_runs_at_its_quota(broker: object) -> None:
     create_topic(bootstrap, topic, partitions=1)
     # batches well under what one quota window allows (a batch is never split)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16 * 1024})
-    for _ in range(1500):
+    for _ in range(2200):
         p.produce(topic, b"c" * 2048)
         p.poll(0)
     assert p.flush(15) == 0
@@ -126,16 +126,43 @@ def test_throttled_consumer_runs_at_its_quota(broker: object) -> None:
     got: list[tuple[float, int]] = []
     start = time.monotonic()
     try:
-        while time.monotonic() - start < 6.0:
+        while time.monotonic() - start < 10.0:
             msg = c.poll(0.1)
             if msg is not None and msg.error() is None:
                 got.append((time.monotonic(), len(msg.value())))
     finally:
         c.close()
-    t0, t1 = start + 2.5, start + 6.0
-    rate = sum(n for t, n in got if t0 <= t <= t1) / (t1 - t0)
-    print(f"throttled consumer: {rate:.0f} B/s in steady state, quota {quota}")
-    assert 0.7 * quota <= rate <= 1.3 * quota, f"{rate:.0f} B/s against a quota of {quota}"
+    rate, span = _steady_rate(got)
+    print(f"throttled consumer: {rate:.0f} B/s over {span:.1f} s after the first burst, "
+          f"quota {quota}")
+    assert span >= 4.0, f"too little throttled consumption to measure ({span:.1f} s)"
+    # A throttled fetch is answered empty and unrecorded (Kafka 2.8's KafkaApis), so a fetch
+    # goes through only while the windowed rate stays within the quota; but the samples kept
+    # span up to `num` windows while the rate counts at least `num - 1`, so as the oldest one
+    # ages out a little more goes through: with num = 3 here the long-run rate measured
+    # 1.21x (steady, three runs); with Kafka's default of 11 the bound is 1.1x.
+    num = int(QUOTA_OVERRIDES["quota.window.num"])
+    assert 0.8 * quota <= rate <= quota * num / (num - 1), \
+        f"{rate:.0f} B/s against a quota of {quota}"
+
+
+def _steady_rate(got: list[tuple[float, int]], gap: float = 0.3) -> tuple[float, float]:
+    """A throttled consumer's rate in bytes/s, over whole throttle periods.
+
+    A fresh client may take (quota.window.num - 1) windows' worth at once (Kafka's Rate counts
+    at least that many windows), and a throttled one then receives in bursts: each throttle
+    lets the window's rate fall under the quota, a few fetches go through, and the next is
+    throttled again. So the rate is measured from the first delivery after the first pause
+    of `gap` s (the initial burst is over) to the last delivery, counting the bytes delivered
+    in between, not those of that last delivery: with bursts at the start of each period this
+    spans whole periods, with smooth delivery it is the plain average. Returns (rate, span)."""
+    times = [t for t, _ in got]
+    first = next((i for i in range(1, len(times)) if times[i] - times[i - 1] >= gap), None)
+    if first is None or first >= len(times) - 1:
+        return 0.0, 0.0
+    t_a, t_b = times[first], times[-1]
+    delivered = sum(n for t, n in got[first:] if t < t_b)
+    return delivered / (t_b - t_a), t_b - t_a
 
 
 def test_kafka_python_alter_and_describe_client_quotas(broker: object) -> None:
