@@ -445,6 +445,14 @@ def _victim(view: dict[tuple[str, int], tuple[int, int]], controller: int,
     return max((b for b in alive if b != controller), key=lambda b: counts.get(b, 0))
 
 
+async def pick_victim(brokers: list[Broker], alive: list[int]
+                      ) -> tuple[int, int, set[tuple[str, int]]]:
+    """(controller, the non-controller broker leading the most partitions, those partitions)."""
+    controller, view = await view_of(brokers[0].port)
+    v = _victim(view, controller, alive)
+    return controller, v, {tp for tp, (ld, _) in view.items() if ld == v}
+
+
 def _pyspy() -> str | None:
     local = Path.home() / ".local" / "bin" / "py-spy"  # `pip install --user py-spy`
     return shutil.which("py-spy") or (str(local) if local.exists() else None)
@@ -569,10 +577,8 @@ async def scenario(a: argparse.Namespace, res: Results, root: Path) -> None:
 
         if "shutdown" in steps:
             # 2. controlled shutdown
-            controller, view = await view_of(brokers[0].port)
-            v = _victim(view, controller, alive)
+            controller, v, theirs = await pick_victim(brokers, alive)
             victim = brokers[v]
-            theirs = {tp for tp, (ld, _) in view.items() if ld == v}
             survivors = [b for b in brokers if b.broker_id != v]
             res.load("controlled shutdown")
             progress(f"controlled shutdown of broker {v} (leads {len(theirs)}; controller "
@@ -617,10 +623,8 @@ async def scenario(a: argparse.Namespace, res: Results, root: Path) -> None:
 
         if "kill" in steps:
             # 4. kill -9 and session expiry
-            controller, view = await view_of(brokers[0].port)
-            v = _victim(view, controller, alive)
+            controller, v, theirs = await pick_victim(brokers, alive)
             victim = brokers[v]
-            theirs = {tp for tp, (ld, _) in view.items() if ld == v}
             survivors = [b for b in brokers if b.broker_id != v]
             gone = threading.Event()
             gone_at: list[float] = []

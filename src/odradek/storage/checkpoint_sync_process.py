@@ -26,8 +26,9 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .checkpoints import make_spare, write_atomically_batch
 
@@ -70,6 +71,13 @@ def _decode_answer(payload: bytes) -> tuple[dict[Path, OSError], list[Path], lis
     return out, [Path(p) for p in without_spare], list(phases)
 
 
+def _decode_count(payload: bytes) -> int:
+    made = marshal.loads(payload)
+    if not isinstance(made, int):
+        raise ValueError(f"unexpected answer {made!r}")
+    return made
+
+
 class BatchWriteProcess:
     """A ``BatchWrite`` (storage/checkpoint_writer.py) that hands batches of at least
     ``min_files`` files to a helper process, started at the first one; thread-safe (one batch
@@ -85,53 +93,47 @@ class BatchWriteProcess:
     def __call__(self, items: list[tuple[Path, bytes]],
                  without_spare: list[Path] | None = None,
                  phases: list[float] | None = None) -> dict[Path, OSError]:
-        if len(items) < self.min_files or self._broken:
-            return write_atomically_batch(items, without_spare, phases)
-        with self._lock:
-            try:
-                proc = self._start()
-                assert proc.stdin is not None and proc.stdout is not None
-                _write_frame(proc.stdin, marshal.dumps([(str(p), d) for p, d in items]))
-                answer = _read_frame(proc.stdout)
-                if answer is None:
-                    raise OSError("the checkpoint helper process exited")
+        if len(items) >= self.min_files and not self._broken:
+            answer = self._ask(marshal.dumps([(str(p), d) for p, d in items]), _decode_answer)
+            if answer is not None:
                 self.batches_in_helper += 1
-                failed, renamed, took = _decode_answer(answer)
+                failed, renamed, took = answer
                 if without_spare is not None:
                     without_spare.extend(renamed)
                 if phases is not None:
                     phases.extend(took)
                 return failed
-            except (OSError, ValueError, EOFError) as exc:
-                log.warning("Checkpoint helper process failed (%s): writing checkpoints in the "
-                            "broker process from now on", exc)
-                self._broken = True
-                self._stop()
         return write_atomically_batch(items, without_spare, phases)  # (rewriting is harmless)
 
     def make_spares(self, paths: list[Path]) -> int:
         """``checkpoints.make_spare`` for each path, in the helper process when it runs (no
         GIL hand-offs with the loop for ~2 system calls a file); returns the files made."""
-        if self._broken or len(paths) < 2:
-            return sum(make_spare(p) for p in paths)
+        if len(paths) >= 2 and not self._broken:
+            made = self._ask(marshal.dumps((SPARES, [str(p) for p in paths])), _decode_count)
+            if made is not None:
+                return made
+        return sum(make_spare(p) for p in paths)
+
+    def _ask(self, request: bytes, decode: Callable[[bytes], Any]) -> Any:
+        """One request to the helper and its answer, decoded by `decode`; None once the helper
+        failed (it is not asked again: the caller does the work itself)."""
         with self._lock:
+            if self._broken:
+                return None
             try:
                 proc = self._start()
                 assert proc.stdin is not None and proc.stdout is not None
-                _write_frame(proc.stdin, marshal.dumps((SPARES, [str(p) for p in paths])))
+                _write_frame(proc.stdin, request)
                 answer = _read_frame(proc.stdout)
                 if answer is None:
                     raise OSError("the checkpoint helper process exited")
-                made = marshal.loads(answer)
-                if not isinstance(made, int):
-                    raise ValueError(f"unexpected answer {made!r}")
-                return made
+                return decode(answer)
             except (OSError, ValueError, EOFError) as exc:
                 log.warning("Checkpoint helper process failed (%s): writing checkpoints in the "
                             "broker process from now on", exc)
                 self._broken = True
                 self._stop()
-        return sum(make_spare(p) for p in paths)
+        return None
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
