@@ -25,8 +25,11 @@ def test_replicas_span_the_racks(tmp_path: Path) -> None:
             Admin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
         admin.create_topic("spread", num_partitions=8, replication_factor=2)
         admin.create_partitions({"spread": 12})
-        cluster.wait_for(lambda: len(admin.describe_topics(["spread"])["spread"].partitions)
-                         == 12, what="12 partitions")
+        # every broker's cache (the tool below asks its bootstrap broker, which may hear of
+        # the new partitions after the broker the admin client asked)
+        cluster.wait_for(lambda: all(
+            len(getattr(b.metadata_cache.topic("spread"), "partitions", ())) == 12
+            for b in cluster.brokers.values()), what="12 partitions in every cache")
         parts = admin.describe_topics(["spread"])["spread"].partitions
         for p in parts:
             assert {racks[b] for b in p.replicas} == {"rack-a", "rack-b"}, (p.partition,

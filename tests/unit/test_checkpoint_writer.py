@@ -395,7 +395,9 @@ def test_helper_process_makes_spares(tmp_path: Path) -> None:
             p.parent.mkdir()
         paths[0].write_bytes(b"0\n1\n2 20\n")
         gone = tmp_path / "gone" / "leader-epoch-checkpoint"
-        assert helper.make_spares([*paths, gone]) == 5  # 3 spares + 2 missing files
+        assert helper.make_spares(paths[:1]) == 1  # below min_files: in this process
+        assert helper._proc is None
+        assert helper.make_spares([*paths, gone]) == 4  # 2 spares + 2 missing files
         assert helper._proc is not None and helper._proc.poll() is None  # (in the helper)
         assert paths[0].read_bytes() == b"0\n1\n2 20\n"  # never clobbered
         assert all(p.with_name(p.name + ".tmp").exists() for p in paths)

@@ -106,9 +106,12 @@ class BatchWriteProcess:
         return write_atomically_batch(items, without_spare, phases)  # (rewriting is harmless)
 
     def make_spares(self, paths: list[Path]) -> int:
-        """``checkpoints.make_spare`` for each path, in the helper process when it runs (no
-        GIL hand-offs with the loop for ~2 system calls a file); returns the files made."""
-        if len(paths) >= 2 and not self._broken:
+        """``checkpoints.make_spare`` for each path, in the helper process (no GIL hand-offs
+        with the loop for ~2 system calls a file) when it runs already or the chunk is as large
+        as a batch it would be started for; returns the files made. A small broker (a test's
+        embedded cluster) thus starts no process for its spares."""
+        running = self._proc is not None and self._proc.poll() is None
+        if (running or len(paths) >= self.min_files) and not self._broken:
             made = self._ask(marshal.dumps((SPARES, [str(p) for p in paths])), _decode_count)
             if made is not None:
                 return made
