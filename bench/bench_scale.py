@@ -247,7 +247,7 @@ def kill_timeline(expired: float, controller: Broker, survivors: list[Broker]) -
                 events.append(f"LeaderAndIsr of {m.group(2)} applied in "
                               f"{int(m.group(1)) / 1000:.2f} by {t - expired:.2f}")
         parts.append(f"broker {b.broker_id}: " + ("; ".join(events) or "nothing logged"))
-    return " | ".join(parts)
+    return " — ".join(parts)  # (no "|": it is a markdown table cell)
 
 
 # -- the Kafka protocol, raw (Metadata v1, CreateTopics v7) ------------------------------------
