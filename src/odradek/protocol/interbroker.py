@@ -251,11 +251,7 @@ class LeaderAndIsrRequest:
     def named_partition_states(self) -> Iterator[tuple[str, LeaderAndIsrPartitionState]]:
         """(topic, state) for every partition state, whatever the layout, without copying the
         states (in the grouped layout their ``topic_name`` is empty)."""
-        for ps in self.ungrouped_partition_states:
-            yield ps.topic_name, ps
-        for ts in self.topic_states:
-            for ps in ts.partition_states:
-                yield ts.topic_name, ps
+        return _named(self.ungrouped_partition_states, self.topic_states)
 
     def partition_count(self) -> int:
         """How many partition states the request holds (without copying them)."""
@@ -544,11 +540,7 @@ class UpdateMetadataRequest:
     def named_partition_states(self) -> Iterator[tuple[str, UpdateMetadataPartitionState]]:
         """(topic, state) for every partition state without copying the states (see
         ``LeaderAndIsrRequest.named_partition_states``)."""
-        for ps in self.ungrouped_partition_states:
-            yield ps.topic_name, ps
-        for ts in self.topic_states:
-            for ps in ts.partition_states:
-                yield ts.topic_name, ps
+        return _named(self.ungrouped_partition_states, self.topic_states)
 
     def for_version(self, version: int,
                     topic_ids: Mapping[str, uuid.UUID] | None = None) -> UpdateMetadataRequest:
@@ -642,6 +634,16 @@ def group_topic_states(cls: Callable[..., _T], states: Iterable[tuple[str, Any]]
         return tuple(cls(topic_name=t, partition_states=tuple(ps)) for t, ps in grouped.items())
     return tuple(cls(topic_name=t, topic_id=topic_ids.get(t, ZERO_UUID),
                      partition_states=tuple(ps)) for t, ps in grouped.items())
+
+
+def _named(ungrouped: tuple[_T, ...], topic_states: Iterable[Any]) -> Iterator[tuple[str, _T]]:
+    """(topic, state) of both layouts, the states as they are (``_ungrouped`` copies them to
+    fill ``topic_name``)."""
+    for ps in ungrouped:
+        yield ps.topic_name, ps  # type: ignore[attr-defined]
+    for ts in topic_states:
+        for ps in ts.partition_states:
+            yield ts.topic_name, ps
 
 
 def _ungrouped(ungrouped: tuple[_T, ...], topic_states: Iterable[Any]) -> list[_T]:

@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..common import TopicPartition
 
@@ -102,23 +102,32 @@ def _write_tmp(tmp: Path | bytes, data: bytes, *, sync: bool) -> None:
         os.close(fd)
 
 
-def _libc_renameat2() -> Callable[[bytes, bytes], int] | None:
-    """Linux's renameat2(2) with RENAME_EXCHANGE through libc (glibc 2.28+), or None: the
-    callable returns 0 or the errno."""
+def _libc_call(name: str, argtypes: list[Any]) -> Callable[..., int] | None:
+    """A libc function through ctypes that returns 0 or the errno (-1 if errno is unset), or
+    None where libc lacks it (syncfs and renameat2 have no wrapper in Python's os module)."""
     try:
         import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.argtypes = argtypes
     fn.restype = ctypes.c_int
-    at_fdcwd, rename_exchange = -100, 2
 
-    def exchange(a: bytes, b: bytes) -> int:
-        return 0 if fn(at_fdcwd, a, at_fdcwd, b, rename_exchange) == 0 \
-            else ctypes.get_errno() or -1
-    return exchange
+    def call(*args: Any) -> int:
+        return 0 if fn(*args) == 0 else ctypes.get_errno() or -1
+    return call
+
+
+def _libc_renameat2() -> Callable[[bytes, bytes], int] | None:
+    """Linux's renameat2(2) with RENAME_EXCHANGE (glibc 2.28+), or None: the callable returns
+    0 or the errno."""
+    import ctypes
+    fn = _libc_call("renameat2", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                  ctypes.c_uint])
+    if fn is None:
+        return None
+    at_fdcwd, rename_exchange = -100, 2
+    return lambda a, b: fn(at_fdcwd, a, at_fdcwd, b, rename_exchange)
 
 
 _EXCHANGE = _libc_renameat2() if sys.platform.startswith("linux") else None
@@ -176,18 +185,8 @@ def write_atomically(path: Path, data: bytes) -> bool:
 
 def _libc_syncfs() -> Callable[[int], int] | None:
     """Linux's syncfs(2) through libc (Python's os module has none), or None."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-
-    def syncfs(fd: int) -> int:
-        return 0 if fn(fd) == 0 else ctypes.get_errno() or -1
-    return syncfs
+    import ctypes
+    return _libc_call("syncfs", [ctypes.c_int])
 
 
 _SYNCFS = _libc_syncfs() if os.name == "posix" else None
