@@ -13,7 +13,9 @@ read_committed consumer.
 
 Errors: an abortable one (``txn_requires_abort``) aborts and rewinds; a retriable commit is
 retried; a fatal one (fenced: a newer process with the same transactional id) ends the process
-with exit status 3. SIGTERM ends it after the current transaction. One progress line per
+with exit status 3; a loop turn stalled past STALL_EXIT_S dumps every thread's stack and ends it
+with status 1 (see IDLE_CLOSE_MS for the stall librdkafka is known for). SIGTERM ends it after
+the current transaction. One progress line per
 transaction goes to stdout (``committed <records> <total>`` / ``aborted <records>`` for a
 deliberate abort / ``aborted after error``, each ending in `` @<unix time>``), so the harness
 can count. ``--hold`` keeps each
@@ -32,12 +34,34 @@ from typing import Any
 
 ABORT_MARKER = "ABORTED-"
 EXIT_FATAL = 3
-STALL_DUMP_S = 75.0  # a transaction's calls are bounded by 30 s each; two of them at most
+# A loop turn that takes longer than this dumps every thread's stack to stderr and ends the
+# process (status 1); the harness restarts it and its successor fences it. Each client call
+# below is bounded by 30 s, but librdkafka's send_offsets_to_transaction is known to block past
+# its timeout (confluentinc/librdkafka#5456) and a crash-only restart is what an application
+# can do about a call it cannot cancel.
+STALL_EXIT_S = 150.0
+# librdkafka (2.16 here) caches the group coordinator; when that broker dies and leaves the
+# cluster's metadata, librdkafka drops the broker's handle but not the cache entry, and a
+# TxnOffsetCommit waits for that handle to come up until some OTHER broker connection changes
+# state (confluentinc/librdkafka#5511, open; fix proposed in #5512). Closing idle connections
+# makes such a change happen within this many milliseconds of the stall, so the coordinator is
+# looked up again. Kafka's brokers too list only live brokers in Metadata: it is a client bug.
+IDLE_CLOSE_MS = 5000
 
 
 def transform(value: bytes) -> bytes:
     """The pipeline's transformation: ``v17`` -> ``out:v17``."""
     return b"out:" + value
+
+
+def producer_config(bootstrap: str, transactional_id: str,
+                    transaction_timeout_ms: int = 20000) -> dict[str, Any]:
+    """The pipeline's transactional producer (confluent-kafka), with librdkafka #5511 worked
+    around (IDLE_CLOSE_MS)."""
+    return {"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+            "transaction.timeout.ms": transaction_timeout_ms, "linger.ms": 5,
+            "message.timeout.ms": transaction_timeout_ms,
+            "connections.max.idle.ms": IDLE_CLOSE_MS}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -70,10 +94,8 @@ class Pipeline:
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "session.timeout.ms": 10000,
             "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000})
-        self.producer = Producer({
-            "bootstrap.servers": a.bootstrap, "transactional.id": a.transactional_id,
-            "transaction.timeout.ms": a.transaction_timeout_ms, "linger.ms": 5,
-            "message.timeout.ms": a.transaction_timeout_ms})
+        self.producer = Producer(producer_config(a.bootstrap, a.transactional_id,
+                                                 a.transaction_timeout_ms))
         self.txns = 0
         self.committed = 0
 
@@ -104,10 +126,9 @@ class Pipeline:
         self.consumer.subscribe([self.a.input])
         self.say("ready")
         while not self.stopping:
-            # A loop turn that takes longer than this dumps every thread's stack to stderr
-            # (each call below is bounded by 30 s): where a stalled pipeline waits shows in
-            # pipeline-N.err. Re-arming cancels the previous timer.
-            faulthandler.dump_traceback_later(STALL_DUMP_S, repeat=True)
+            # Where a stalled pipeline waited shows in pipeline-N.err. Re-arming cancels the
+            # previous timer.
+            faulthandler.dump_traceback_later(STALL_EXIT_S, exit=True)
             msgs = [m for m in self.consumer.consume(self.a.batch, 0.5) if m.error() is None]
             if not msgs:
                 continue
