@@ -128,6 +128,9 @@ def test_brokers_on_zookeeper_with_only_sasl_ssl_and_zk_acls(
             "log.dirs": str(tmp_path / f"b{i}"),
             "zookeeper.connect": zookeeper_connect, "zookeeper.set.acl": "true",
             "java.security.auth.login.config": str(jaas),
+            # the last broker's controlled shutdown cannot move its leaders: 3 retries of 0.2 s
+            # (odradek.cluster's value), not Kafka's 5 s
+            "controlled.shutdown.retry.backoff.ms": "200",
             **security_broker_props(security, files)}))
 
     async def body() -> None:
