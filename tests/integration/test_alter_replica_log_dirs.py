@@ -16,6 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.cluster import AsyncCluster
+from odradek.storage.partition_metadata import read_partition_metadata
 from tests.integration.broker_harness import req_module, run
 from tests.integration.disk_support import describe_log_dirs, produce_values, records_of
 from tests.wire import WireClient
@@ -157,6 +158,9 @@ def test_move_replicas_between_log_dirs_while_producing(tmp_path: Path) -> None:
                 assert lg is not None and lg.dir == dest[p] / f"{TOPIC}-{p}"
                 assert rm.partitions[(TOPIC, p)].log is lg
                 assert not [e for e in sources[p].iterdir() if e.name.startswith(f"{TOPIC}-{p}")]
+                # the topic id moved with the log (Kafka's future log is created with it)
+                assert read_partition_metadata(lg.dir) == rm.partitions[(TOPIC, p)].topic_id
+                assert rm.partitions[(TOPIC, p)].topic_id is not None
                 got = records_of(lg)
                 assert [o for o, _ in got] == list(range(len(got)))  # nothing lost or doubled
                 by_offset = dict(got)

@@ -40,6 +40,7 @@ from ..common import TopicPartition
 from ..storage.errors import KafkaStorageError
 from ..storage.log import Log
 from ..storage.log_manager import LogDirNotFoundError, LogManager
+from ..storage.partition_metadata import write_partition_metadata
 from .partition import Partition
 from .replication_quota import ReplicationQuotaManager
 
@@ -128,7 +129,11 @@ class ReplicaAlterLogDirsManager:
                         else ErrorCode.unknown_topic_or_partition)
             if p.log.dir.parent == dest:
                 return ErrorCode.none
-            lm.create_future_log(tp[0], tp[1], dest)
+            future = lm.create_future_log(tp[0], tp[1], dest)
+            if p.topic_id is not None:
+                # Kafka creates the future log with the partition's topic id: its
+                # partition.metadata moves with the swap.
+                write_partition_metadata(future.dir, p.topic_id)
             self.add(tp)
             return ErrorCode.none
         except LogDirNotFoundError as exc:
