@@ -132,8 +132,13 @@ class ReplicaAlterLogDirsManager:
             future = lm.create_future_log(tp[0], tp[1], dest)
             if p.topic_id is not None:
                 # Kafka creates the future log with the partition's topic id: its
-                # partition.metadata moves with the swap.
-                write_partition_metadata(future.dir, p.topic_id)
+                # partition.metadata moves with the swap. A failed write is only logged, as the
+                # replica manager's is: after a restart the controller's LeaderAndIsr writes it.
+                try:
+                    write_partition_metadata(future.dir, p.topic_id)
+                except OSError as exc:
+                    log.warning("Error writing the partition metadata file of %s-%d: %s",
+                                tp[0], tp[1], exc)
             self.add(tp)
             return ErrorCode.none
         except LogDirNotFoundError as exc:
