@@ -6,8 +6,9 @@ broker's handle (it left the Metadata response, as a dead broker does in Kafka),
 that handle to come up until another broker connection changes state: confluentinc/librdkafka
 #5511. odradek's exactly-once pipeline (odradek.tools.txn_pipeline.producer_config) closes idle
 connections after 5 s, which makes such a change happen. This test pins that: the same steps
-with `connections.max.idle.ms` 0 (librdkafka's default) block in send_offsets_to_transaction
-past its 30 s timeout (also a librdkafka bug, #5456)."""
+with `connections.max.idle.ms` 0 (librdkafka's default) blocked in send_offsets_to_transaction
+past its 30 s timeout (also a librdkafka bug, #5456) in one of two runs: the hang depends on
+whether librdkafka dropped the handle before the TxnOffsetCommit."""
 
 from __future__ import annotations
 
