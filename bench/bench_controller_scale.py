@@ -259,8 +259,8 @@ class _Broker:
     """What ReplicaManager.maybe_update_metadata_cache reads of its broker."""
 
     def __init__(self) -> None:
+        from odradek.common.state_change import StateChangeLogger
         from odradek.server.metadata_cache import MetadataCache
-        from odradek.state_change import StateChangeLogger
         self.metadata_cache = MetadataCache()
         self.state_change = StateChangeLogger(1)
         self.delete_records_purgatory = _Purgatory()
@@ -273,7 +273,7 @@ class _Broker:
 async def apply_update_metadata(msg: Any, a: argparse.Namespace,
                                 profiles: dict[str, cProfile.Profile]) -> None:
     """Decode the request as the broker does, then apply it to an empty cache and again."""
-    from odradek.server.replica_manager import ReplicaManager
+    from odradek.server.replication.replica_manager import ReplicaManager
     n = sum(len(ts.partition_states) for ts in msg.topic_states)
     frame = ib.encode_request_frame(6, 7, msg, 1, "bench")
     t = time.perf_counter()

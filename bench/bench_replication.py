@@ -579,7 +579,7 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("follower: fetcher round trip (encode the Fetch request with kio, read and decode the "
      "response)", ("RemoteLeaderEndpoint.",)),
     ("follower: fetcher bookkeeping (build the request, process partition data, HW)",
-     ("(odradek/server/fetcher.py)",)),
+     ("(odradek/server/replication/fetcher.py)",)),
     ("leader: follower LEO and HW advance (update_follower_fetch_state, "
      "maybe_increment_high_watermark)",
      ("update_follower_fetch_state ", "maybe_increment_high_watermark ",
@@ -600,7 +600,8 @@ CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("(odradek/protocol/framing.py)", "(odradek/protocol/codec.py)",
       "Connection.data_received ", "_read_ready", "StreamReader.")),
     ("ISR manager, controller, coordination (ZooKeeper via kazoo)",
-     ("(odradek/server/isr.py)", "(odradek/controller/", "(odradek/coordination/", "kazoo/")),
+     ("(odradek/server/replication/isr.py)", "(odradek/controller/", "(odradek/coordination/",
+      "kazoo/")),
 )
 
 

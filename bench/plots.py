@@ -1,4 +1,5 @@
-"""The benchmarks' plots: the numbers of a docs/performance.md table in, SVG out (odradek.plot).
+"""The benchmarks' plots: the numbers of a docs/performance.md table in, SVG out
+(odradek.common.plot).
 
 Each bench script calls these with the figures it puts in its table and links the file from its
 section (`figure()` writes docs/img/<name>.svg and returns the markdown image line);
@@ -25,7 +26,7 @@ def _load_plot() -> ModuleType:
     """The working tree's src/odradek/plot.py, loaded by path: it imports nothing from the
     package, and BENCH_REV may put an older odradek (without it) first on sys.path."""
     spec = importlib.util.spec_from_file_location("odradek_bench_plot",
-                                                  REPO / "src" / "odradek" / "plot.py")
+                                                  REPO / "src" / "odradek" / "common/plot.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

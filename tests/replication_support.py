@@ -9,14 +9,14 @@ from collections.abc import Mapping
 from kio.schema.errors import ErrorCode
 
 from odradek.common import TopicPartition
-from odradek.server.fetcher import FetcherConfig
-from odradek.server.leader_endpoint import (
+from odradek.server.replication.fetcher import FetcherConfig
+from odradek.server.replication.leader_endpoint import (
     EpochEndOffset,
     FetchedPartition,
     FetchPartitionRequest,
     LeaderOffsetError,
 )
-from odradek.server.replica_manager import FetchRequestPartition, ReplicaManager
+from odradek.server.replication.replica_manager import FetchRequestPartition, ReplicaManager
 
 
 class LocalLeaderEndpoint:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .common.properties import parse_properties
-from .server.config import ConfigError, KafkaConfig
+from .server.configs.config import ConfigError, KafkaConfig
 
 
 def _setup_logging(level: str, log_config: str | None = None) -> None:
@@ -203,29 +203,30 @@ def cmd_zookeeper(args: argparse.Namespace) -> int:
     return int(zk_server.main(argv) or 0)
 
 
-# Each tool module under odradek/tools exposes add_parser(subparsers), which registers its
-# subcommand (named after Kafka's tool) with set_defaults(func=...).
+# Each tool module (Kafka's tools under odradek/tools, the chaos kit's commands under
+# odradek/chaos) exposes add_parser(subparsers), which registers its subcommand (named after
+# Kafka's tool) with set_defaults(func=...).
 TOOL_MODULES = [
-    "dump_log",
-    "chaos_command",
-    "console_producer",
-    "console_consumer",
-    "topics",
-    "configs",
-    "acls",
-    "consumer_groups",
-    "transactions",
-    "leader_election",
-    "reassign_partitions",
-    "replica_verification",
-    "state_change_log",
-    "broker_api_versions",
-    "get_offsets",
-    "producer_perf_test",
-    "consumer_perf_test",
-    "delete_records",
-    "log_dirs",
-    "disk_faults",
+    "tools.dump_log",
+    "chaos.command",
+    "tools.console_producer",
+    "tools.console_consumer",
+    "tools.topics",
+    "tools.configs",
+    "tools.acls",
+    "tools.consumer_groups",
+    "tools.transactions",
+    "tools.leader_election",
+    "tools.reassign_partitions",
+    "tools.replica_verification",
+    "tools.state_change_log",
+    "tools.broker_api_versions",
+    "tools.get_offsets",
+    "tools.producer_perf_test",
+    "tools.consumer_perf_test",
+    "tools.delete_records",
+    "tools.log_dirs",
+    "chaos.environment.disk_faults",
 ]
 
 
@@ -305,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_zookeeper)
 
     for name in TOOL_MODULES:
-        importlib.import_module(f".tools.{name}", __package__).add_parser(sub)
+        importlib.import_module(f".{name}", __package__).add_parser(sub)
     return parser
 
 

@@ -54,7 +54,7 @@ from .faults.network import (
 from .faults.proxy import FaultNetwork, LinkProxy
 from .security.connector import ClientSecurity, Connector, open_connection
 from .server.broker import Broker
-from .server.config import KafkaConfig
+from .server.configs.config import KafkaConfig
 
 T = TypeVar("T")
 

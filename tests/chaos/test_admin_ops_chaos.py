@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from odradek.tools.chaos import (
+from odradek.chaos.environment.processes import ProcessCluster, _odradek_command, wait_until
+from odradek.chaos.scenarios.replication import (
     ChaosConfig,
     ChaosReport,
     ProducerStats,
@@ -38,7 +39,6 @@ from odradek.tools.chaos import (
     client_logger,
     consume_all,
 )
-from odradek.tools.processes import ProcessCluster, _odradek_command, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.tools.processes import BrokerProcess, free_ports
+from odradek.chaos.environment.processes import BrokerProcess, free_ports
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 

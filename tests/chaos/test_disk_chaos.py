@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from odradek.chaos.environment import disk_faults
+from odradek.chaos.scenarios.disk import DiskChaosConfig, format_disk_report, run_disk_chaos
 from odradek.common.fault_log import read_fault_events
-from odradek.tools import disk_faults
-from odradek.tools.chaos_disk import DiskChaosConfig, format_disk_report, run_disk_chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 

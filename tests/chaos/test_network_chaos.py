@@ -1,7 +1,8 @@
 """Network faults between processes (issue 15, item 2): Linux network namespaces, one per broker
 and per ZooKeeper server, on a bridge; the Kafka clients in the root namespace.
 
-1. The faults of odradek.tools.netns really cut what they say (a TCP listener in a namespace,
+1. The faults of odradek.chaos.environment.netns really cut what they say (a TCP listener in a
+namespace,
    connections from another namespace and from the root namespace), and heal.
 2. A short `odradek chaos --network` run on a ZooKeeper ensemble of three: the classic case
    (the leader of a partition loses ZooKeeper and its followers while its clients still reach
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.tools.netns import CLIENTS, Network, netns_problem
+from odradek.chaos.environment.netns import CLIENTS, Network, netns_problem
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
@@ -121,7 +122,7 @@ def test_cuts_isolation_and_one_way_drops_block_what_they_say(network: Network) 
 
 def test_the_classic_partition_and_zookeeper_faults_keep_acks_all_writes(
         namespaces: None, tmp_path: Path) -> None:
-    from odradek.tools.chaos_network import (
+    from odradek.chaos.scenarios.network import (
         NetChaosConfig,
         format_network_report,
         run_network_chaos,

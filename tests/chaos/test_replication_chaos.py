@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from odradek.common.fault_log import FAULT_LOG_NAME, fault_spans, read_fault_events
-from odradek.tools.chaos import (
+from odradek.chaos.checker.history import History
+from odradek.chaos.scenarios.replication import (
     FAULT_KINDS,
     HISTORY_NAME,
     ChaosConfig,
@@ -23,7 +23,7 @@ from odradek.tools.chaos import (
     plot_report,
     run_chaos,
 )
-from odradek.tools.history import History
+from odradek.common.fault_log import FAULT_LOG_NAME, fault_spans, read_fault_events
 
 # 360 s: the run records and checks its whole history (the checker, issue 15) on top of the
 # replication checks; on a loaded machine the faults heal slowly.

@@ -12,7 +12,7 @@ acknowledged value is read back over SASL_SSL at its offset, the replicas' logs 
 below the high watermark, and a ZooKeeper client without the brokers' identity cannot change
 /brokers, /controller or /kafka-acl, nor read /config/users, while the identity can.
 
-The workload, the faults and the checks are `odradek.tools.chaos`'s (the same as
+The workload, the faults and the checks are `odradek.chaos.scenarios.replication`'s (the same as
 test_replication_chaos.py), given the client user's SASL_SSL settings.
 """
 
@@ -27,9 +27,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from odradek.cli import main
-from odradek.security.zk_auth import LOGIN_CONFIG_KEY
-from odradek.tools.chaos import (
+from odradek.chaos.environment.processes import ProcessCluster
+from odradek.chaos.scenarios.replication import (
     ChaosConfig,
     ChaosReport,
     FaultInjector,
@@ -42,7 +41,8 @@ from odradek.tools.chaos import (
     stderr_progress,
     stop_and_compare_replicas,
 )
-from odradek.tools.processes import ProcessCluster
+from odradek.cli import main
+from odradek.security.zk_auth import LOGIN_CONFIG_KEY
 from tests.security_support import scram_jaas, zookeeper_client_jaas
 from tests.tls_certs import make_certs
 

@@ -1,6 +1,7 @@
 """Exactly-once under faults (issue 13): three `odradek broker` processes on a real ZooKeeper,
 RF 3, min.insync.replicas 2 (the transaction log and the offsets topic too). Two
-consume-transform-produce processes (odradek.tools.txn_pipeline: confluent-kafka, one consumer
+consume-transform-produce processes (odradek.chaos.scenarios.txn_pipeline: confluent-kafka, one
+consumer
 group, each its own stable transactional.id, send_offsets_to_transaction in every transaction,
 every 5th transaction aborted on purpose with marker values) copy 3,000 unique input values to an
 output topic while these faults happen one at a time, each healed before the next: kill -9 of the
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from odradek.tools.chaos_transactions import (
+from odradek.chaos.scenarios.transactions import (
     TXN_FAULT_KINDS,
     TxnChaosConfig,
     format_txn_report,

@@ -1,7 +1,7 @@
 """Broker processes on a real ZooKeeper, inspected with kazoo: the chaos layer's cluster, now
-`odradek.tools.processes.ProcessCluster` (re-exported under its former name)."""
+`odradek.chaos.environment.processes.ProcessCluster` (re-exported under its former name)."""
 
-from odradek.tools.processes import ProcessCluster, free_ports, wait_until
+from odradek.chaos.environment.processes import ProcessCluster, free_ports, wait_until
 
 ZkCluster = ProcessCluster
 

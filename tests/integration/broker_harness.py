@@ -16,7 +16,7 @@ from kio.static.constants import EntityType
 from odradek.protocol.codec import make
 from odradek.protocol.records import build_batch
 from odradek.server.broker import Broker
-from odradek.server.config import KafkaConfig
+from odradek.server.configs.config import KafkaConfig
 from tests.wire import WireClient
 
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.server.broker import Broker
-from odradek.server.config import KafkaConfig
+from odradek.server.configs.config import KafkaConfig
 from odradek.server.metadata_cache import MetadataCache
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '

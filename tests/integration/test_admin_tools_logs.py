@@ -15,7 +15,7 @@ import pytest
 from odradek.cli import main
 from odradek.client import Admin, Producer
 from odradek.cluster import Cluster
-from odradek.state_change import LINE_RE
+from odradek.common.state_change import LINE_RE
 from odradek.tools.state_change_log import line_time
 
 pytestmark = pytest.mark.timeout(240)

@@ -282,7 +282,7 @@ def test_controlled_shutdown_request_needs_the_controller(tmp_path: Path) -> Non
 
 
 def test_every_broker_writes_a_parseable_state_change_log(tmp_path: Path) -> None:
-    from odradek.state_change import LINE_RE, PARTITION_RE
+    from odradek.common.state_change import LINE_RE, PARTITION_RE
 
     async def body() -> None:
         cluster = AsyncCluster(3, data_dir=tmp_path)

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from odradek.server.connection_quotas import ConnectionQuotas
 from odradek.server.network import Connection, Listener, SocketServer
+from odradek.server.quotas.connection_quotas import ConnectionQuotas
 
 
 def _echo(conn: Connection, payload: bytes) -> bytes:

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from odradek.cli import main
 from odradek.client import Admin, Consumer, Producer, TopicPartition
 from odradek.cluster import Cluster
-from odradek.server.partition import Partition
+from odradek.server.replication.partition import Partition
 from tests.integration.cluster_fixtures import module_admin, module_cluster
 from tests.wire import WireClient
 

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cluster import AsyncCluster
 from odradek.protocol.codec import make
-from odradek.server.leader_endpoint import RemoteLeaderEndpoint
+from odradek.server.replication.leader_endpoint import RemoteLeaderEndpoint
 from tests.integration.broker_harness import (
     batch,
     client_for,

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from odradek.client import Admin, NewTopic, Producer
 from odradek.cluster import Cluster
 from odradek.common import TopicPartition
-from odradek.server.console_api import CSRF_HEADER
-from odradek.server.http_listener import MAX_CONNECTIONS
+from odradek.console.console_api import CSRF_HEADER
+from odradek.console.http_listener import MAX_CONNECTIONS
 
 
 def http(url: str, method: str = "GET", body: Any = None,

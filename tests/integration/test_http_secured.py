@@ -12,7 +12,7 @@ import pytest
 
 from odradek.client import Admin, NewTopic
 from odradek.cluster import Cluster, ClusterAcl, ClusterSecurity
-from odradek.server.console_api import CSRF_HEADER
+from odradek.console.console_api import CSRF_HEADER
 from tests.integration.test_http_listener import http
 from tests.security_support import secure_cluster  # noqa: F401  (a fixture)
 

@@ -26,14 +26,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.records import Codec, build_batch, decode_records, iter_headers
-from odradek.server.fetcher import (
+from odradek.server.replication.fetcher import (
     FetcherConfig,
     InitialFetchState,
     ReplicaFetcher,
     initial_fetch_offset,
 )
-from odradek.server.partition import Partition
-from odradek.server.replica_manager import ReplicaManager
+from odradek.server.replication.partition import Partition
+from odradek.server.replication.replica_manager import ReplicaManager
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 from tests.replication_support import LocalLeaderEndpoint
@@ -129,7 +129,7 @@ async def acked(outcome: Any) -> bool:
 def fetch_arrives(leader: Replica, follower: Replica, offset: int) -> None:
     """A follower's Fetch reaches the leader (the leader records the follower's LEO and moves
     its HW); the response never reaches the follower, which crashes first."""
-    from odradek.server.replica_manager import FetchRequestPartition
+    from odradek.server.replication.replica_manager import FetchRequestPartition
     leader.rm.fetch_messages(follower.id, 0, 1, 1 << 20, {
         TP: FetchRequestPartition(offset, 1 << 20, leader.p.leader_epoch, 0)})
 

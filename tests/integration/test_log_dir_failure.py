@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
+from odradek.chaos.environment import disk_faults
 from odradek.cluster import AsyncCluster
 from odradek.coordination import paths
 from odradek.protocol.records import iter_headers
-from odradek.tools import disk_faults
 from tests.integration.broker_harness import fetch, metadata, req_module, run
 from tests.integration.disk_support import (
     describe_log_dirs,

@@ -16,8 +16,8 @@ from odradek.cluster import AsyncCluster
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedZooKeeper
 from odradek.protocol.records import decode_records, iter_headers
-from odradek.server.partition import Partition
-from odradek.server.replica_manager import ReplicaManager
+from odradek.server.replication.partition import Partition
+from odradek.server.replication.replica_manager import ReplicaManager
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 from tests.integration.broker_harness import (
@@ -394,7 +394,7 @@ def test_deposed_leader_never_acknowledges(tmp_path: Path) -> None:
         lm = LogManager([tmp_path / "logs"], lock_dirs=False)
         rm = ReplicaManager(1, lm, lambda _t: LogConfig(), replica_lag_time_max_ms=200)
         rm.start()
-        from odradek.server.config import KafkaConfig
+        from odradek.server.configs.config import KafkaConfig
         config = KafkaConfig.from_properties({
             "broker.id": "1", "log.dirs": str(tmp_path / "logs"),
             "replica.lag.time.max.ms": "200"})

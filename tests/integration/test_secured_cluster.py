@@ -26,7 +26,7 @@ from odradek.cluster import (
     scram_user_znodes,
     security_broker_props,
 )
-from odradek.server.config import KafkaConfig
+from odradek.server.configs.config import KafkaConfig
 from tests.integration.broker_harness import run
 from tests.security_support import (
     require_secured_brokers,

@@ -40,7 +40,7 @@ from kio.schema.errors import ErrorCode
 from odradek.protocol.codec import encode_request, make
 from odradek.security.sasl_client import authenticate
 from odradek.server.broker import Broker
-from odradek.server.config import KafkaConfig
+from odradek.server.configs.config import KafkaConfig
 from tests.integration.broker_harness import batch, list_offsets, metadata, produce, req_module, run
 from tests.integration.sasl_support import sasl_broker
 from tests.tls_certs import Certs, make_certs

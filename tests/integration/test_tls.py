@@ -21,7 +21,7 @@ from odradek.client.errors import KafkaError
 from odradek.client.types import NewTopic
 from odradek.cluster import AsyncCluster
 from odradek.server.broker import Broker
-from odradek.server.config import KafkaConfig
+from odradek.server.configs.config import KafkaConfig
 from odradek.server.network import Connection
 from tests.integration.broker_harness import run
 from tests.tls_certs import Certs, make_certs

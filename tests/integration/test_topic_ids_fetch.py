@@ -234,8 +234,11 @@ def test_delayed_fetch_by_id_and_diverging_epoch_over_the_wire(tmp_path: Path) -
     OffsetForLeaderEpoch and Fetch are answered or fenced by their current leader epoch, and a
     follower's Fetch (RemoteLeaderEndpoint, v12) with last fetched epoch 0 at offset 4 is told
     its log diverges at (0, 3), with no records."""
-    from odradek.server.fetcher import FetcherConfig
-    from odradek.server.leader_endpoint import FetchPartitionRequest, RemoteLeaderEndpoint
+    from odradek.server.replication.fetcher import FetcherConfig
+    from odradek.server.replication.leader_endpoint import (
+        FetchPartitionRequest,
+        RemoteLeaderEndpoint,
+    )
 
     async def body() -> None:
         async with running_broker(tmp_path) as broker, client_for(broker) as c, \

@@ -171,7 +171,7 @@ def test_kafka_python_alter_configs(broker: BrokerProcess) -> None:
 
 
 def configs_tool(*args: str) -> subprocess.CompletedProcess[str]:
-    from odradek.tools.processes import _odradek_command
+    from odradek.chaos.environment.processes import _odradek_command
 
     return subprocess.run([*_odradek_command(), "configs", *args], capture_output=True,
                           text=True, timeout=60)

@@ -4,7 +4,8 @@ between two transactions: the next send_offsets_to_transaction must reach the ne
 librdkafka (2.16 here) keeps the dead coordinator in its coordinator cache after dropping the
 broker's handle (it left the Metadata response, as a dead broker does in Kafka), and waits for
 that handle to come up until another broker connection changes state: confluentinc/librdkafka
-#5511. odradek's exactly-once pipeline (odradek.tools.txn_pipeline.producer_config) closes idle
+#5511. odradek's exactly-once pipeline (odradek.chaos.scenarios.txn_pipeline.producer_config)
+# closes idle
 connections after 5 s, which makes such a change happen. This test pins that: the same steps
 with `connections.max.idle.ms` 0 (librdkafka's default) blocked in send_offsets_to_transaction
 past its 30 s timeout (also a librdkafka bug, #5456) in one of two runs: the hang depends on
@@ -20,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from odradek.chaos.scenarios.txn_pipeline import IDLE_CLOSE_MS, producer_config
 from odradek.cluster import Cluster
 from odradek.coordinator.offsets import partition_for
-from odradek.tools.txn_pipeline import IDLE_CLOSE_MS, producer_config
 
 pytestmark = pytest.mark.timeout(180)
 

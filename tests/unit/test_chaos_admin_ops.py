@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import random
 
+from odradek.chaos.scenarios.replication import (
+    ProducerStats,
+    in_sync,
+    random_target,
+    throughput_series,
+)
 from odradek.controller.context import TopicPartition
 from odradek.controller.reassignment import stray_replicas
-from odradek.tools.chaos import ProducerStats, in_sync, random_target, throughput_series
 
 
 def test_stray_replicas_skip_partitions_assigned_to_the_broker_again() -> None:

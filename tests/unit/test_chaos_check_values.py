@@ -4,7 +4,12 @@ proved written), and such a value counts as delivered if it is in its partition.
 
 from __future__ import annotations
 
-from odradek.tools.chaos import ChaosConfig, ChaosReport, ProducerStats, check_values
+from odradek.chaos.scenarios.replication import (
+    ChaosConfig,
+    ChaosReport,
+    ProducerStats,
+    check_values,
+)
 
 
 def _report(acked: dict[str, tuple[int, int | None]],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from odradek.cli import _setup_logging
-from odradek.state_change import LOGGER_NAME
+from odradek.common.state_change import LOGGER_NAME
 
 
 def test_state_change_lines_do_not_reach_the_root_handlers() -> None:

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from odradek.protocol.codec import decode_response, encode_response, make, request_class
 from odradek.protocol.codec import response_class as response_cls_of
 from odradek.protocol.produce_response import encode_produce_response
-from odradek.server.client_quota_manager import (
+from odradek.server.quotas.client_quota_manager import (
     DEFAULT,
     LONG_MAX,
     ClientQuotaManager,
@@ -23,12 +23,12 @@ from odradek.server.client_quota_manager import (
     quota_limit,
     quota_metric_tags,
 )
-from odradek.server.connection_quotas import (
+from odradek.server.quotas.connection_quotas import (
     ConnectionQuotas,
     TooManyConnections,
     parse_overrides,
 )
-from odradek.server.quota_config import (
+from odradek.server.quotas.quota_config import (
     EntityName,
     FilterComponent,
     InvalidQuotaRequest,
@@ -41,8 +41,8 @@ from odradek.server.quota_config import (
     notification_entity,
     parse_entity,
 )
-from odradek.server.quota_sensor import QuotaRate, record_and_throttle, throttle_time_ms
-from odradek.server.request_throttler import (
+from odradek.server.quotas.quota_sensor import QuotaRate, record_and_throttle, throttle_time_ms
+from odradek.server.quotas.request_throttler import (
     response_size,
     throttle_offset,
     with_throttle_time,
@@ -326,7 +326,7 @@ def test_fetch_throttle_time_is_read_and_patched_in_place(version: int) -> None:
     # the request quota patches a Fetch answer after the fact; a bandwidth-throttled answer
     # (already carrying its time, from the Fetch API's session step) is left alone
     from odradek.protocol.fetch_response import encode_fetch_response
-    from odradek.server.request_throttler import _throttle_time
+    from odradek.server.quotas.request_throttler import _throttle_time
 
     original = encode_fetch_response(version, 9, [], error_code=0, session_id=55)
     assert _throttle_time(version, original) == 0
@@ -401,7 +401,7 @@ def test_counts_stay_consistent(events: list[tuple[str, str, bool]]) -> None:
 def test_every_served_api_with_a_throttle_field_can_carry_it() -> None:
     """Kafka throttles every client API; odradek must find the field in each response."""
     from odradek.server.apis import APIS
-    from odradek.server.request_throttler import throttle_field
+    from odradek.server.quotas.request_throttler import throttle_field
 
     missing = []
     for key, (name, lo, hi) in APIS.items():

@@ -1,4 +1,5 @@
-"""Broker configuration (odradek.server.config): server.properties parsing, Kafka's defaults and
+"""Broker configuration (odradek.server.configs.config): server.properties parsing, Kafka's
+defaults and
 precedence rules, validation errors naming the key, and topic-level defaults."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.server.config import (
+from odradek.server.configs.config import (
     DEFS,
     IGNORED,
     LONG_MAX,

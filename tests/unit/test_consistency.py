@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from odradek.chaos.checker.consistency import Guarantees, check
+from odradek.chaos.checker.history import History
+from odradek.chaos.checker.report import checker_svg, per_second
 from odradek.common.fault_log import FaultEvent
-from odradek.tools.checker_report import checker_svg, per_second
-from odradek.tools.consistency import Guarantees, check
-from odradek.tools.history import History
 
 SAFE = Guarantees(acks="all", min_insync_replicas=2, unclean_leader_election=False,
                   idempotent=True)

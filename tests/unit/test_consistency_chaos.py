@@ -3,7 +3,9 @@ losses fail the run and which are expected, the table in the report (pure parts)
 
 from __future__ import annotations
 
-from odradek.tools.chaos import (
+from odradek.chaos.checker.consistency import Guarantees
+from odradek.chaos.checker.history import History
+from odradek.chaos.scenarios.replication import (
     RUN_GUARANTEES,
     ChaosConfig,
     ChaosReport,
@@ -11,8 +13,6 @@ from odradek.tools.chaos import (
     check_consistency,
     format_report,
 )
-from odradek.tools.consistency import Guarantees
-from odradek.tools.history import History
 
 
 def _report(config: ChaosConfig) -> ChaosReport:

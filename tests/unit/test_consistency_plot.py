@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from odradek.plot import line_chart, stack, timeline
+from odradek.common.plot import line_chart, stack, timeline
 
 NS = "{http://www.w3.org/2000/svg}"
 

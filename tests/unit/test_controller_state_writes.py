@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from odradek.common.state_change import StateChangeLogger
 from odradek.common.topic_partition import TopicPartition
 from odradek.controller.channel import RequestBatch
 from odradek.controller.context import BrokerEndpoint, ControllerContext, LeaderAndIsr
@@ -18,7 +19,6 @@ from odradek.controller.state_machines import PartitionStateMachine, ReplicaStat
 from odradek.controller.zk_client import ControllerZkClient
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedStore, EmbeddedZooKeeper
-from odradek.state_change import StateChangeLogger
 
 PARTITIONS = 120
 

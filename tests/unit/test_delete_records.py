@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.records import build_batch, validate_batches
-from odradek.server.partition import NotLeaderError, Partition, PolicyViolationError
+from odradek.server.replication.partition import NotLeaderError, Partition, PolicyViolationError
 from odradek.storage.errors import OffsetOutOfRangeError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig

@@ -21,7 +21,7 @@ from odradek.server.admin_manager import (
     topic_config_entries,
 )
 from odradek.server.apis.alter_configs import error_for
-from odradek.server.broker_config_manager import (
+from odradek.server.configs.broker_config_manager import (
     DYNAMIC_BROKER_CONFIGS,
     NonDynamicConfigError,
     UnknownConfigError,
@@ -29,8 +29,8 @@ from odradek.server.broker_config_manager import (
     merge_dynamic,
     validate_dynamic_broker_configs,
 )
-from odradek.server.config import ConfigError, KafkaConfig
-from odradek.server.config_ops import (
+from odradek.server.configs.config import ConfigError, KafkaConfig
+from odradek.server.configs.config_ops import (
     APPEND,
     DELETE,
     SET,

@@ -1,4 +1,4 @@
-"""The one `/config/changes` watcher (server/dynamic_config_manager.py, Kafka's
+"""The one `/config/changes` watcher (server/configs/dynamic_config_manager.py, Kafka's
 DynamicConfigManager and ZkNodeChangeNotificationListener) on the embedded coordination store:
 each notification is processed once and in order and goes to every handler of its entity type,
 an unknown type is skipped, a failing handler does not stop the others, stop() cancels, and
@@ -17,9 +17,7 @@ from odradek.coordination import paths
 from odradek.coordination.admin_zk import write_user_config
 from odradek.coordination.embedded import EmbeddedStore, EmbeddedZooKeeper
 from odradek.security.scram import credential_from_password
-from odradek.server.client_quota_manager import QuotaEntity, QuotaManagers
-from odradek.server.credential_cache import CredentialCache
-from odradek.server.dynamic_config_manager import (
+from odradek.server.configs.dynamic_config_manager import (
     CHANGE_EXPIRATION_MS,
     DynamicConfigManager,
     expired_notifications,
@@ -27,7 +25,9 @@ from odradek.server.dynamic_config_manager import (
     new_notifications,
     split_entity_path,
 )
-from odradek.server.quota_config import ClientQuotaConfigManager, write_entity_config
+from odradek.server.credential_cache import CredentialCache
+from odradek.server.quotas.client_quota_manager import QuotaEntity, QuotaManagers
+from odradek.server.quotas.quota_config import ClientQuotaConfigManager, write_entity_config
 
 
 def run(fn: Callable[[EmbeddedZooKeeper], Awaitable[Any]],

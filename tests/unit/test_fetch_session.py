@@ -384,7 +384,7 @@ def test_an_idle_followers_requests_are_reused_round_to_round() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from odradek.server.fetcher import (
+    from odradek.server.replication.fetcher import (
         FETCHING,
         FetcherConfig,
         PartitionFetchState,

@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from odradek.tools.history import History, Op
+from odradek.chaos.checker.history import History, Op
 
 
 def test_invoke_and_completions_inherit_the_invoke() -> None:

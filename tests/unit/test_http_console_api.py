@@ -1,4 +1,4 @@
-"""The console's JSON documents and request decisions (server/console_api.py), the
+"""The console's JSON documents and request decisions (console/console_api.py), the
 http.listener config key, the request log line and the logging config file."""
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from odradek.client.types import (
 )
 from odradek.common import TopicPartition
 from odradek.common.log_config import KAFKA_LOGGERS, LogConfigError, alias_kafka_loggers, configure
-from odradek.server import console_api, request_log
-from odradek.server.config import ConfigError, KafkaConfig, parse_http_listener
+from odradek.console import console_api
+from odradek.server import request_log
+from odradek.server.configs.config import ConfigError, KafkaConfig, parse_http_listener
 
 
 def _topic(name: str, *parts: tuple[int, int, list[int], list[int]],

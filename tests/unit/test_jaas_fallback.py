@@ -1,4 +1,5 @@
-"""The brokers' own SASL login from a JAAS file (server/config.py `inter_broker_login`): as in
+"""The brokers' own SASL login from a JAAS file (server/configs/config.py `inter_broker_login`): as
+in
 Kafka's JaasContext, `listener.name.<l>.<mechanism>.sasl.jaas.config`, else the file's
 `<l>.KafkaServer` section, else its `KafkaServer` section; the config is refused at start when
 none gives the mechanism's login module a username and password."""
@@ -12,7 +13,7 @@ import pytest
 
 from odradek.security.protocol import SecurityProtocol
 from odradek.security.sasl_server import PlainServer, SaslServerConfig
-from odradek.server.config import ConfigError, KafkaConfig
+from odradek.server.configs.config import ConfigError, KafkaConfig
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"

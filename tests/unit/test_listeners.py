@@ -14,7 +14,7 @@ from odradek.protocol.codec import request_class
 from odradek.security.connector import ClientSecurity
 from odradek.security.protocol import SecurityProtocol
 from odradek.server.apis.metadata import build_response
-from odradek.server.config import ConfigError, Endpoint, KafkaConfig
+from odradek.server.configs.config import ConfigError, Endpoint, KafkaConfig
 from odradek.server.metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
 from tests.tls_certs import Certs, make_certs
 

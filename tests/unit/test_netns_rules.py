@@ -1,4 +1,5 @@
-"""The decisions of the network faults (odradek.tools.netns, tools.chaos_network): which
+"""The decisions of the network faults
+(odradek.chaos.environment.netns, chaos.scenarios.network): which
 filter rules, blackhole routes and shaping each fault needs in which namespace, as pure
 functions; no namespace is created here."""
 
@@ -8,14 +9,7 @@ import random
 
 import pytest
 
-from odradek.tools.chaos_network import (
-    NETWORK_FAULT_KINDS,
-    NetChaosConfig,
-    classic_cut,
-    fault_schedule,
-    quorum_loss_victims,
-)
-from odradek.tools.netns import (
+from odradek.chaos.environment.netns import (
     CLIENTS,
     NFT_TABLE,
     LinkFault,
@@ -24,6 +18,13 @@ from odradek.tools.netns import (
     nft_script,
     pick_subnet,
     shaping,
+)
+from odradek.chaos.scenarios.network import (
+    NETWORK_FAULT_KINDS,
+    NetChaosConfig,
+    classic_cut,
+    fault_schedule,
+    quorum_loss_victims,
 )
 
 ADDR = {CLIENTS: "10.77.5.1", "broker-0": "10.77.5.10", "broker-1": "10.77.5.11",
@@ -162,8 +163,8 @@ def test_fault_schedule_covers_every_kind_in_each_round() -> None:
 
 
 def test_classic_summary_counts_what_the_cut_off_leader_acknowledged() -> None:
-    from odradek.tools.chaos_network import Cycle, classic_summary
-    from odradek.tools.history import History
+    from odradek.chaos.checker.history import History
+    from odradek.chaos.scenarios.network import Cycle, classic_summary
 
     h = History()
     ops = {}

@@ -10,16 +10,16 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.records import build_batch, validate_batches
-from odradek.server.fetcher import TruncationState, truncation_state
-from odradek.server.leader_endpoint import EpochEndOffset
-from odradek.server.partition import (
+from odradek.server.replication.fetcher import TruncationState, truncation_state
+from odradek.server.replication.leader_endpoint import EpochEndOffset
+from odradek.server.replication.partition import (
     Partition,
     ReplicaState,
     can_join_isr,
     high_watermark_candidate,
     out_of_sync_replicas,
 )
-from odradek.server.replica_manager import ReplicaManager
+from odradek.server.replication.replica_manager import ReplicaManager
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
@@ -272,7 +272,7 @@ def test_truncation_state(reply: EpochEndOffset, ours: tuple[int, int] | None, l
 def test_isr_change_notifications_are_batched_by_linger_and_max_delay() -> None:
     from odradek.coordination import paths
     from odradek.coordination.embedded import EmbeddedZooKeeper
-    from odradek.server.isr import IsrChangeManager
+    from odradek.server.replication.isr import IsrChangeManager
 
     async def body() -> None:
         zk = EmbeddedZooKeeper()
@@ -321,7 +321,7 @@ def test_a_stale_isr_write_does_not_abort_a_newer_proposal_of_the_same_isr(tmp_p
     give up without aborting the new proposal, which then lands in the store and in memory."""
     from odradek.coordination import paths
     from odradek.coordination.embedded import EmbeddedZooKeeper
-    from odradek.server.isr import IsrChangeManager
+    from odradek.server.replication.isr import IsrChangeManager
 
     class Replicas:
         def __init__(self) -> None:

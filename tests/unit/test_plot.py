@@ -1,4 +1,5 @@
-"""odradek.plot: dependency-free SVG charts (pure; parsed back with xml.etree, no display)."""
+"""odradek.common.plot: dependency-free SVG charts (pure; parsed back with xml.etree, no
+display)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.plot import bar_chart, human, line_chart, nice_ticks, timeline, write_svg
+from odradek.common.plot import bar_chart, human, line_chart, nice_ticks, timeline, write_svg
 
 NS = "{http://www.w3.org/2000/svg}"
 NUM = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
@@ -307,7 +308,7 @@ def test_timeline_fixed_colours() -> None:
 
 @given(st.lists(st.tuples(st.floats(0, 900), st.floats(5, 200)), max_size=40))
 def test_marker_labels_never_overlap(labels: list[tuple[float, float]]) -> None:
-    from odradek.plot import MARKER_LABEL_GAP, place_marker_labels
+    from odradek.common.plot import MARKER_LABEL_GAP, place_marker_labels
 
     xs = [x for x, _ in labels]
     lengths = [n for _, n in labels]

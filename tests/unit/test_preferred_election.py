@@ -214,6 +214,7 @@ def test_auto_rebalance_timer_puts_the_event_and_is_cancelled_on_resign() -> Non
     """The timer half of auto.leader.rebalance.enable, on a real event manager."""
     import asyncio
 
+    from odradek.common.state_change import StateChangeLogger
     from odradek.controller.context import ControllerContext
     from odradek.controller.events import (
         AutoPreferredReplicaLeaderElection,
@@ -221,7 +222,6 @@ def test_auto_rebalance_timer_puts_the_event_and_is_cancelled_on_resign() -> Non
         ControllerEventManager,
     )
     from odradek.controller.preferred_election import ReplicaElectionManager
-    from odradek.state_change import StateChangeLogger
 
     def manager(events: ControllerEventManager, enabled: bool) -> ReplicaElectionManager:
         return ReplicaElectionManager(

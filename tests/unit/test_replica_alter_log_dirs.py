@@ -12,8 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from odradek.common import TopicPartition
 from odradek.protocol.records import build_batch, iter_headers, validate_batches
-from odradek.server.partition import Partition
-from odradek.server.replica_alter_log_dirs import (
+from odradek.server.replication.partition import Partition
+from odradek.server.replication.replica_alter_log_dirs import (
     MoveStep,
     ReplicaAlterLogDirsManager,
     next_step,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from odradek.server.replica_selector import (
+from odradek.server.replication.replica_selector import (
     NO_PREFERRED_REPLICA,
     RACK_AWARE,
     ReplicaView,
@@ -49,7 +49,7 @@ def test_without_a_selector_the_leader_serves() -> None:
 def test_an_unknown_selector_class_is_a_config_error() -> None:
     import pytest
 
-    from odradek.server.config import ConfigError, KafkaConfig
+    from odradek.server.configs.config import ConfigError, KafkaConfig
 
     with pytest.raises(ConfigError, match=r"replica\.selector\.class"):
         KafkaConfig.from_properties({"broker.id": "0",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from odradek.server.replication_quota import (
+from odradek.server.quotas.replication_quota import (
     ALL_REPLICAS,
     LONG_MAX,
     Rate,

@@ -12,8 +12,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.common.topic_id import topic_id_to_text
-from odradek.server.diverging_epoch import READ, check_last_fetched_epoch
-from odradek.server.fetch_topic_ids import (
+from odradek.server.replication.diverging_epoch import READ, check_last_fetched_epoch
+from odradek.server.replication.fetch_topic_ids import (
     ZERO_ID,
     has_consistent_topic_id,
     replica_id_of,

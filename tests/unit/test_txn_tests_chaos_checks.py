@@ -1,4 +1,4 @@
-"""The verdicts of `odradek chaos --transactions` (tools/chaos_transactions.py): the coordinator
+"""The verdicts of `odradek chaos --transactions` (chaos/scenarios/transactions.py): the coordinator
 partition the fault injector kills is the one the brokers use, and the output check catches
 every way an exactly-once pipeline can go wrong."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from odradek.coordinator.offsets import java_string_hashcode, kafka_abs
-from odradek.coordinator.transaction_state import partition_for
-from odradek.tools.chaos_transactions import (
+from odradek.chaos.scenarios.transactions import (
     TxnChaosConfig,
     TxnChaosReport,
     check_output,
     coordinator_partition,
 )
+from odradek.coordinator.offsets import java_string_hashcode, kafka_abs
+from odradek.coordinator.transaction_state import partition_for
 
 
 @pytest.mark.parametrize("key", ["txn-pipeline-0", "txn-pipeline-1", "txn-pipeline", "", "a",
@@ -75,8 +75,8 @@ def test_commit_times_and_the_commits_chart(tmp_path: pytest.TempPathFactory) ->
     one without a time, are skipped); --plot draws commits per second with the faults marked."""
     from pathlib import Path
 
-    from odradek.tools.chaos import FaultRecord
-    from odradek.tools.chaos_transactions import PipelineProcess, plot_txn_report
+    from odradek.chaos.scenarios.replication import FaultRecord
+    from odradek.chaos.scenarios.transactions import PipelineProcess, plot_txn_report
 
     work = Path(str(tmp_path))
     pl = PipelineProcess(0, work, [])

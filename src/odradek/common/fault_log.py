@@ -117,6 +117,12 @@ class FaultSpan:
     end: float | None
 
 
+def fault_label(span: FaultSpan) -> str:
+    """A span's label in the timelines: kind, targets and detail."""
+    targets = ",".join(span.targets)
+    return f"{span.kind} {targets}".strip() + (f" ({span.detail})" if span.detail else "")
+
+
 def fault_spans(events: Iterable[FaultEvent]) -> list[FaultSpan]:
     """Pairs starts with ends by fault id; instants become spans of zero length."""
     open_: dict[int, FaultEvent] = {}

@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 
 
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the key (Kafka's ConfigException)."""
+
+
 def parse_properties(text: str) -> dict[str, str]:
     """Java .properties, the subset Kafka configs use: `key=value` or `key: value`, # and !
     comments, trailing-backslash continuation lines."""

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..common.state_change import StateChangeLogger
 from ..common.topic_id import topic_id_from_text
 from ..coordination import paths
 from ..coordination.store import (
@@ -36,7 +37,6 @@ from ..coordination.store import (
 )
 from ..metrics.stats import ControllerStats
 from ..security.protocol import SecurityProtocol
-from ..state_change import StateChangeLogger
 from .channel import LEADER_AND_ISR, ControllerChannelManager, RequestSender
 from .context import BrokerEndpoint, ControllerContext, LeaderAndIsr, TopicPartition
 from .events import (

@@ -28,9 +28,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
+from ..common.state_change import StateChangeLogger
 from ..coordination import paths
 from ..coordination.store import CoordinationError, DeleteOp
-from ..state_change import StateChangeLogger
 from . import leader_selectors as sel
 from .channel import RequestSender
 from .context import NO_LEADER, ControllerContext, LeaderAndIsr, TopicPartition

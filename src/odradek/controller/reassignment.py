@@ -47,9 +47,9 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.state_change import StateChangeLogger, leadership_text
 from ..coordination import paths
 from ..coordination.admin_zk import Reassignment
-from ..state_change import StateChangeLogger, leadership_text
 from . import leader_selectors as sel
 from .channel import RequestBatch, RequestSender
 from .context import ControllerContext, LeaderAndIsr, TopicPartition

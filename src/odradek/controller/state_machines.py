@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..common.state_change import StateChangeLogger, leadership_text
 from ..metrics.stats import ControllerStats
-from ..state_change import StateChangeLogger, leadership_text
 from . import leader_selectors as sel
 from .channel import RequestBatch
 from .context import ControllerContext, LeaderAndIsr, PartitionAndReplica, TopicPartition

@@ -21,18 +21,18 @@ from ..common.topic_id import topic_id_to_text
 from ..coordination import paths
 from ..coordination.store import CoordinationStore, NodeExistsError
 from ..storage.log_config import LogConfig
-from .broker_config_manager import (
+from .configs.broker_config_manager import (
     DEFAULT_ENTITY,
     DYNAMIC_BROKER_CONFIGS,
     BrokerConfigManager,
     broker_config_path,
     validate_dynamic_broker_configs,
 )
-from .config import DEFS, SENSITIVE, TOPIC_CONFIG_SYNONYMS, KafkaConfig
-from .config_ops import ConfigOp, InvalidRequestError, UnknownTopicError, apply_incremental
+from .configs.config import DEFS, SENSITIVE, TOPIC_CONFIG_SYNONYMS, KafkaConfig
+from .configs.config_ops import ConfigOp, InvalidRequestError, UnknownTopicError, apply_incremental
+from .configs.topic_config_manager import TopicConfigManager
+from .configs.topic_configs import TopicConfigs
 from .metadata_cache import MetadataCache
-from .topic_config_manager import TopicConfigManager
-from .topic_configs import TopicConfigs
 from .topic_names import INTERNAL_TOPICS, validate_topic_name
 
 log = logging.getLogger("odradek.admin")

@@ -50,7 +50,7 @@ from ..security.acl import (
     parse_super_users,
 )
 from ..security.authorizer import ALLOW_ALL, Authorizer
-from .config import ConfigError
+from .configs.config import ConfigError
 
 log = logging.getLogger("odradek.authorizer")
 AUTHORIZER_LOGGER = "kafka.authorizer.logger"
@@ -75,7 +75,7 @@ class AclError(Exception):
 
 def _setting(config: Any, key: str, default: Any) -> Any:
     """A broker setting, whether or not the config knows the key (its definition belongs to
-    server/config.py; until then the raw text is read)."""
+    server/configs/config.py; until then the raw text is read)."""
     values = getattr(config, "values", {})
     if key in values and values[key] is not None:
         return values[key]

@@ -19,8 +19,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .. import state_change
-from ..common import TopicPartition
+from ..common import TopicPartition, state_change
+from ..console.console_api import LocalReplica, with_http_endpoint
+from ..console.http_listener import (
+    AdminAccess,
+    FaultActions,
+    HttpListener,
+    console_static_dir,
+    registered_http_endpoints,
+)
 from ..controller.controller import ControllerConfig, KafkaController
 from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
@@ -44,31 +51,23 @@ from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
 from ..storage.log_dir_failure_channel import LogDirFailureChannel
 from ..storage.log_manager import LogManager
-from . import connection_quotas
 from .admin_manager import AdminManager
 from .apis import KafkaApis
 from .authorizer import authorizer_from_config
-from .broker_config_manager import BrokerConfigManager
-from .client_quota_manager import QuotaManagers
-from .config import ConfigError, KafkaConfig, parse_http_listener
-from .console_api import LocalReplica, with_http_endpoint
+from .configs.broker_config_manager import BrokerConfigManager
+from .configs.config import ConfigError, KafkaConfig, parse_http_listener
+from .configs.dynamic_config_manager import DynamicConfigManager
+from .configs.topic_config_manager import TopicConfigManager
+from .configs.topic_configs import TopicConfigs
 from .credential_cache import CredentialCache
-from .dynamic_config_manager import DynamicConfigManager
 from .gc_freeze import freeze_long_lived, paused_gc, process_owned
-from .http_listener import (
-    AdminAccess,
-    FaultActions,
-    HttpListener,
-    console_static_dir,
-    registered_http_endpoints,
-)
 from .metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
 from .network import Listener, SocketServer
 from .producer_id_manager import ProducerIdManager
-from .quota_config import ClientQuotaConfigManager
-from .replica_manager import ReplicaManager
-from .topic_config_manager import TopicConfigManager
-from .topic_configs import TopicConfigs
+from .quotas import connection_quotas
+from .quotas.client_quota_manager import QuotaManagers
+from .quotas.quota_config import ClientQuotaConfigManager
+from .replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("odradek.broker")
 

@@ -3,7 +3,7 @@ DynamicConfigManager's user config handler).
 
 At start-up every `/config/users/<user>` is read; afterwards a change notification
 `/config/changes/config_change_<seq>` with entity_path `users/<user>` reloads that user (the
-broker's DynamicConfigManager, server/dynamic_config_manager.py, calls
+broker's DynamicConfigManager, server/configs/dynamic_config_manager.py, calls
 :meth:`CredentialCache.on_user_config_change`), so a credential added or deleted with
 AlterUserScramCredentials or `odradek configs --zookeeper` is in force on all brokers without a
 restart. Lookups are synchronous (a dict), as the SASL exchange needs them.

@@ -41,7 +41,7 @@ from ..protocol.framing import FrameDecoder, FrameError
 from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, ssl_principal
 from ..security.protocol import SecurityProtocol
 from . import request_log
-from .connection_quotas import ConnectionQuotas, TooManyConnections, normalize_ip
+from .quotas.connection_quotas import ConnectionQuotas, TooManyConnections, normalize_ip
 
 log = logging.getLogger("odradek.network")
 

@@ -10,7 +10,8 @@
   on an event loop (removing a 440 MB partition took 0.1-0.9 s); leftover ``-delete``
   directories (a crash in between) are removed at start-up.
 * Future logs (JBOD, KIP-113): ``create_future_log`` makes ``<topic>-<p>.<uuid>-future`` in
-  another log dir; the ReplicaAlterLogDirs mover (server/replica_alter_log_dirs.py) copies the
+  another log dir; the ReplicaAlterLogDirs mover (server/replication/replica_alter_log_dirs.py)
+  copies the
   current log into it and ``replace_current_with_future_log`` swaps them. Future logs are
   loaded at start-up (the move resumes) and checkpointed with their dir's logs.
   ``preferred_log_dirs`` remembers where AlterReplicaLogDirs wants a partition not yet hosted.

@@ -22,7 +22,7 @@ inputs, then by line order, in both engines, so both print the same lines in the
 Lines without a timestamp (stack traces) are skipped, and lines naming no partition are kept
 only when no --topic is given, as Kafka's merger does.
 
-`--plot FILE.svg` (local engine) also draws the merged lines as a timeline (`odradek.plot`):
+`--plot FILE.svg` (local engine) also draws the merged lines as a timeline (`odradek.common.plot`):
 one lane per partition (the first 40 by name; the title says when there were more), spans
 coloured by the leader while the partition is online and by the controller's partition state
 (NewPartition, OfflinePartition, NonExistentPartition) otherwise, replica state changes as
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.fault_log import FAULT_LOG_NAME, FaultEvent, fault_spans, read_fault_events
-from ..state_change import LINE_RE, PARTITION_RE
+from ..common.state_change import LINE_RE, PARTITION_RE
 from .command import Subcommands, ToolError, prefixed, run_tool
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%f"  # Kafka's "yyyy-MM-dd HH:mm:ss,SSS"
@@ -473,7 +473,7 @@ def fault_rows(events: Iterable[FaultEvent], t0_epoch: float, end: float
     """The faults (epoch times) on the plot's time axis (seconds since `t0_epoch`): a lane per
     target ("fault broker-1") with spans named by kind, and the bands to shade (start, end,
     "kind targets"); a fault still active at the end lasts to `end`."""
-    from .checker_report import fault_label
+    from ..common.fault_log import fault_label
 
     lanes: dict[str, list[tuple[float, float, str]]] = {}
     bands: list[tuple[float, float, str]] = []
@@ -502,7 +502,7 @@ def state_change_plot(changes: Iterable[Change], max_lanes: int = MAX_LANES,
     """The SVG timeline of the partitions' states and leaders (`--plot`), with their ISR sizes
     and offline periods under it when the lines state ISRs; `faults` (the events of a fault
     log) are drawn on both."""
-    from ..plot import stack, timeline
+    from ..common.plot import stack, timeline
 
     changes = list(changes)
     rows, total, first = timeline_rows(changes, max_lanes)
@@ -612,7 +612,7 @@ def _merge_to_output(args: argparse.Namespace, files: Sequence[Path], criteria: 
             out.write(line + "\n")
         out.flush()
     if args.plot:
-        from ..plot import write_svg
+        from ..common.plot import write_svg
 
         path = write_svg(args.plot, state_change_plot(changes, faults=faults))
         print(f"Plot of {len({c.partition for c in changes})} partition(s) written to {path}",

@@ -26,15 +26,15 @@ from ...protocol import interbroker as ib
 from ...protocol.codec import MalformedRequest, UnsupportedVersion, decode_request, peek_api
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..admin_manager import AdminManager
-from ..client_quota_manager import QuotaManagers
-from ..config import KafkaConfig
+from ..configs.config import KafkaConfig
+from ..configs.topic_config_manager import TopicConfigManager
 from ..credential_cache import CredentialCache
 from ..metadata_cache import MetadataCache
 from ..network import CloseConnection, Connection, Response
 from ..producer_id_manager import ProducerIdManager
-from ..replica_manager import ReplicaManager
-from ..request_throttler import RequestThrottler
-from ..topic_config_manager import TopicConfigManager
+from ..quotas.client_quota_manager import QuotaManagers
+from ..quotas.request_throttler import RequestThrottler
+from ..replication.replica_manager import ReplicaManager
 from .acls import AclApis
 from .admin import AdminApis
 from .alter_configs import AlterConfigsApis

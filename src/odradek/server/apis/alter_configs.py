@@ -24,8 +24,14 @@ from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ...storage.log_config import InvalidConfigError
 from ..admin_manager import AdminManager
-from ..broker_config_manager import NonDynamicConfigError, UnknownConfigError
-from ..config_ops import SET, ConfigOp, InvalidRequestError, UnknownTopicError, check_duplicates
+from ..configs.broker_config_manager import NonDynamicConfigError, UnknownConfigError
+from ..configs.config_ops import (
+    SET,
+    ConfigOp,
+    InvalidRequestError,
+    UnknownTopicError,
+    check_duplicates,
+)
 from ..network import Connection
 from .authz import allowed
 

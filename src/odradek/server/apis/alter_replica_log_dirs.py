@@ -5,7 +5,8 @@ v1's schema, ``codec.V0_SAME_WIRE_AS_V1``): move replicas of this broker to othe
 
 Kafka's ``handleAlterReplicaLogDirsRequest``: ALTER on the CLUSTER is required (without it
 every partition answers CLUSTER_AUTHORIZATION_FAILED); the rest is
-``ReplicaAlterLogDirsManager.alter_replica_log_dirs`` (server/replica_alter_log_dirs.py):
+``ReplicaAlterLogDirsManager.alter_replica_log_dirs``
+(server/replication/replica_alter_log_dirs.py):
 LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR, REPLICA_NOT_AVAILABLE or NONE per partition. A
 partition named under two dirs goes to the last one (Kafka builds a map)."""
 
@@ -20,7 +21,7 @@ from ...protocol.codec import encode_response, make, response_module
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
-from ..replica_manager import ReplicaManager
+from ..replication.replica_manager import ReplicaManager
 from .authz import allowed
 
 

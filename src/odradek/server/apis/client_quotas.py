@@ -6,7 +6,7 @@ request), Alter needs ALTER_CONFIGS (else CLUSTER_AUTHORIZATION_FAILED for each 
 filter (a duplicate or empty entity type, ip with user or client-id) is INVALID_REQUEST, a custom
 entity type UNSUPPORTED_VERSION; a bad entity or op (unknown key, a fractional byte rate, a
 negative or non-finite value) is INVALID_REQUEST for that entry only. With validate_only nothing
-is written. Entities are read from and written to ZooKeeper (server/quota_config.py).
+is written. Entities are read from and written to ZooKeeper (server/quotas/quota_config.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from ...coordination.store import CoordinationError, CoordinationStore
 from ...protocol.codec import encode_response, make, response_module
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
-from ..client_quota_manager import DEFAULT
 from ..network import Connection
-from ..quota_config import (
+from ..quotas.client_quota_manager import DEFAULT
+from ..quotas.quota_config import (
     CLIENT_ID,
     IP,
     USER,

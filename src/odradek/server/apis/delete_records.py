@@ -20,7 +20,7 @@ from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..metadata_cache import MetadataCache
 from ..network import Connection
-from ..replica_manager import DeleteRecordsResult, ReplicaManager
+from ..replication.replica_manager import DeleteRecordsResult, ReplicaManager
 from .authz import allowed_names
 
 

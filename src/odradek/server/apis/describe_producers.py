@@ -23,7 +23,7 @@ from ...security.authorizer import ALLOW_ALL, Authorizer
 from ...storage.producer_state import ProducerStateEntry
 from ..metadata_cache import MetadataCache
 from ..network import Connection
-from ..replica_manager import ReplicaManager
+from ..replication.replica_manager import ReplicaManager
 from ..topic_names import validate_topic_name
 from .authz import allowed_names
 

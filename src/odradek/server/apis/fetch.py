@@ -11,7 +11,8 @@ incremental answer holds only the partitions with news) -> encode. The response 
 hand so record data goes from the log files with sendfile.
 
 From v13 topics are named by id (KIP-516): the decode step resolves them against the metadata
-cache (server/fetch_topic_ids.py; an unknown id is answered UNKNOWN_TOPIC_ID), everything after
+cache (server/replication/fetch_topic_ids.py; an unknown id is answered UNKNOWN_TOPIC_ID),
+everything after
 works on names, and the encode step names topics by their ids again. A v12+ fetch's
 `last_fetched_epoch` lets the replica answer `diverging_epoch` (KIP-320); from v16, partitions
 answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH name the current leader, and the
@@ -45,15 +46,15 @@ from ..fetch_session import (
     FetchSessionCache,
     new_context,
 )
-from ..fetch_topic_ids import ZERO_ID, ResolvedTopics, replica_id_of, resolve_topics
 from ..network import Connection, Response
-from ..replica_manager import (
+from ..replication.fetch_topic_ids import ZERO_ID, ResolvedTopics, replica_id_of, resolve_topics
+from ..replication.replica_manager import (
     EXPECTED_ERRORS,
     FetchRequestPartition,
     FetchResult,
     ReplicaManager,
 )
-from ..replica_selector import ClientMetadata
+from ..replication.replica_selector import ClientMetadata
 from .authz import allowed, allowed_names
 
 TopicPartition = tuple[str, int]

@@ -23,11 +23,11 @@ from ...controller.events import ControlledShutdown, ControllerMovedError
 from ...protocol import interbroker as ib
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
+from ..configs.topic_config_manager import TopicConfigManager
 from ..gc_freeze import freeze_long_lived, paused_gc
 from ..metadata_cache import MetadataCache
 from ..network import CloseConnection, Connection
-from ..replica_manager import ReplicaManager
-from ..topic_config_manager import TopicConfigManager
+from ..replication.replica_manager import ReplicaManager
 from .authz import allowed
 
 log = logging.getLogger("odradek.apis.interbroker")

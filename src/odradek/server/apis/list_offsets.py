@@ -13,8 +13,8 @@ from ...protocol.codec import encode_response, make, response_module
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
-from ..partition import Partition
-from ..replica_manager import READ_COMMITTED, READ_UNCOMMITTED, ReplicaManager
+from ..replication.partition import Partition
+from ..replication.replica_manager import READ_COMMITTED, READ_UNCOMMITTED, ReplicaManager
 from .authz import allowed_names
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3

@@ -16,7 +16,7 @@ from ...protocol.codec import encode_response, make, response_module
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
-from ..replica_manager import ReplicaManager
+from ..replication.replica_manager import ReplicaManager
 from .authz import allowed, allowed_names
 
 

@@ -1,0 +1,1419 @@
+"""The replica manager: this broker's partitions, appends, reads, and their purgatories.
+
+Produce: validate each partition's record set by batch headers and CRC (records only for a
+compacted topic, whose records need keys: Kafka's LogValidator.validateKey), append on the
+leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
+(S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO (followers); if
+fewer than min_bytes are ready, wait in the fetch purgatory until an append or HW move completes
+the DelayedFetch, or max_wait passes.
+
+Replication (S-3.2 - S-3.4, S-3.7): a follower's fetch records its LEO on the leader, which may
+move the HW (completing waiting produces and fetches at once) and expand the ISR; LeaderAndIsr
+starts (`fetcher.ReplicaFetcherManager`) or stops the replica fetchers; `isr.IsrChangeManager`
+shrinks ISRs of lagging followers and writes every ISR change to the partition state node.
+Partitions start with the HW of `replication-offset-checkpoint`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from ...common import TopicPartition
+from ...common.state_change import StateChangeLogger, leadership_text
+from ...common.topic_id import topic_id_to_text
+from ...coordination import paths
+from ...metrics.stats import IsrStats, TopicStats
+from ...protocol import interbroker as ib
+from ...protocol import records as rb
+from ...runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
+from ...runtime.timer import AsyncTimerDriver, Timer
+from ...storage.append_origin import AppendOrigin
+from ...storage.errors import KafkaStorageError
+from ...storage.log import Log
+from ...storage.log_config import LogConfig
+from ...storage.log_manager import LogManager
+from ...storage.log_validator import RecordValidationError, validate_record_keys
+from ...storage.partition_metadata import (
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from ..metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
+from ..quotas.replication_quota import ReplicationQuotaManager, should_leader_throttle
+from ..topic_names import INTERNAL_TOPICS
+from .diverging_epoch import READ as EPOCH_READ
+from .diverging_epoch import check_last_fetched_epoch
+from .fetch_topic_ids import has_consistent_topic_id
+from .fetcher import (
+    FetcherConfig,
+    InitialFetchState,
+    ReplicaFetcherManager,
+    initial_fetch_offset,
+)
+from .isr import IsrChangeManager
+from .leader_endpoint import EpochEndOffset
+from .partition import (
+    DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    Partition,
+    UnknownLeaderEpochError,
+)
+from .replica_alter_log_dirs import ReplicaAlterLogDirsManager
+from .replica_selector import (
+    NO_PREFERRED_REPLICA,
+    ClientMetadata,
+    ReplicaView,
+    preferred_read_replica,
+)
+
+if TYPE_CHECKING:
+    from ...coordination.store import CoordinationStore
+
+log = logging.getLogger("odradek.replica_manager")
+
+# Kafka's FetchRequest.DEBUGGING_CONSUMER_ID: a consumer fetch (below the HW) that followers
+# answer too (replica-verification, S-6.4).
+DEBUGGING_CONSUMER_ID = -2
+
+# UpdateMetadata's leader of a partition whose topic is being deleted (Kafka's
+# LeaderAndIsr.LeaderDuringDelete).
+LEADER_DURING_DELETE = -2
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    last_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    # KIP-467 (Produce v8+): (batch index, message) of the records that failed the batch
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+
+
+@dataclass(slots=True)
+class FetchRequestPartition:
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    log_start_offset: int = -1
+    last_fetched_epoch: int = -1  # Fetch v12+ (KIP-320): -1 when the fetcher has none
+    topic_id: uuid.UUID | None = None  # Fetch v13+ (KIP-516): the id the request named
+
+
+READ_UNCOMMITTED = 0  # Fetch / ListOffsets isolation levels (KIP-98)
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class FetchResult:
+    error: ErrorCode = ErrorCode.none
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    regions: list[Any] = field(default_factory=list)
+    size: int = 0
+    leader_end_offset: int = -1  # the leader's LEO when the data was read
+    last_stable_offset: int = -1
+    # read_committed: (producer id, first offset) of the aborted transactions in the data;
+    # None (null in the response) for read_uncommitted and followers, as Kafka
+    aborted_transactions: list[tuple[int, int]] | None = None
+    # KIP-392: the follower this consumer should fetch the partition from (no data then)
+    preferred_read_replica: int = NO_PREFERRED_REPLICA
+    # KIP-320: (epoch, end offset) where the fetcher's log diverges from ours (no data then)
+    diverging_epoch: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirPartition:
+    """One partition of a DescribeLogDirs result."""
+
+    index: int
+    size: int
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of a DescribeLogDirs result: topic -> its partitions here."""
+
+    log_dir: str
+    error: ErrorCode
+    topics: dict[str, list[LogDirPartition]]
+
+
+def _error_for(exc: Exception) -> ErrorCode:
+    from ...storage import producer_state
+    from ...storage.errors import OffsetOutOfRangeError
+
+    mapping: list[tuple[type[BaseException], ErrorCode]] = [
+        (NotLeaderError, ErrorCode.not_leader_or_follower),
+        (NotEnoughReplicasError, ErrorCode.not_enough_replicas),
+        (FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
+        (UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
+        (rb.CorruptRecordError, ErrorCode.corrupt_message),
+        (rb.InvalidRecordError, ErrorCode.invalid_record),
+        (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+        (producer_state.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+        (producer_state.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
+        (producer_state.InvalidTxnStateError, ErrorCode.invalid_txn_state),
+        (producer_state.TransactionCoordinatorFencedError,
+         ErrorCode.transaction_coordinator_fenced),
+    ]
+    for cls, code in mapping:
+        if isinstance(exc, cls):
+            return code
+    code = getattr(exc, "error_code", None)  # storage errors carry Kafka's code
+    if isinstance(code, int) and code > 0:
+        return ErrorCode(code)
+    return ErrorCode.unknown_server_error
+
+
+class DelayedProduce(DelayedOperation):
+    """acks=all: completes when every partition's HW reached its last appended offset + 1 (with
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR that has it is smaller than
+    min.insync.replicas), or the leader lost leadership (Kafka's DelayedProduce and
+    checkEnoughReplicasReachOffset). A deposed leader never acknowledges: it answers
+    NOT_LEADER_OR_FOLLOWER or the request times out."""
+
+    def __init__(self, timeout_ms: int, manager: ReplicaManager,
+                 pending: dict[TopicPartition, ProduceResult],
+                 future: asyncio.Future[dict[TopicPartition, ProduceResult]]) -> None:
+        super().__init__(timeout_ms)
+        self.manager = manager
+        self.pending = pending
+        self.future = future
+        self.waiting = {tp for tp, r in pending.items() if r.error == ErrorCode.none}
+
+    def try_complete(self) -> bool:
+        for tp in list(self.waiting):
+            partition = self.manager.partitions.get(tp)
+            result = self.pending[tp]
+            if partition is None or not partition.is_leader:
+                result.error = (ErrorCode.kafka_storage_error
+                                if tp in self.manager.offline_partitions
+                                else ErrorCode.not_leader_or_follower)
+                self.waiting.discard(tp)
+            elif partition.high_watermark > result.last_offset:
+                if len(partition.maximal_isr) < self.manager.min_insync_replicas(tp[0]):
+                    result.error = ErrorCode.not_enough_replicas_after_append
+                self.waiting.discard(tp)
+        return not self.waiting and self.force_complete()
+
+    def on_complete(self) -> None:
+        if self.timed_out:
+            for tp in self.waiting:
+                self.pending[tp].error = ErrorCode.request_timed_out
+        if not self.future.done():
+            self.future.set_result(self.pending)
+
+
+@dataclass(slots=True)
+class DeleteRecordsResult:
+    """One partition of a DeleteRecords answer (Kafka's DeleteRecordsPartitionStatus)."""
+
+    error: ErrorCode = ErrorCode.none
+    low_watermark: int = -1
+    requested_offset: int = -1
+
+
+class DelayedDeleteRecords(DelayedOperation):
+    """Kafka's DelayedDeleteRecords: completes when, for every partition, the low watermark
+    (the smallest log start offset of the leader and its followers on live brokers) reached
+    the offset asked for, or the partition failed (no longer led here). Partitions still
+    waiting at the timeout answer REQUEST_TIMED_OUT with the low watermark first seen."""
+
+    def __init__(self, timeout_ms: int, manager: ReplicaManager,
+                 results: dict[TopicPartition, DeleteRecordsResult],
+                 future: asyncio.Future[dict[TopicPartition, DeleteRecordsResult]]) -> None:
+        super().__init__(timeout_ms)
+        self.manager = manager
+        self.results = results
+        self.future = future
+        self.waiting = {tp for tp, r in results.items() if r.error == ErrorCode.none}
+
+    def try_complete(self) -> bool:
+        for tp in list(self.waiting):
+            partition = self.manager.partitions.get(tp)
+            result = self.results[tp]
+            if partition is None or not partition.is_leader:
+                result.error = (ErrorCode.unknown_topic_or_partition if partition is None
+                                else ErrorCode.not_leader_or_follower)
+                result.low_watermark = -1
+                self.waiting.discard(tp)
+                continue
+            low = partition.low_watermark(self.manager.is_broker_alive)
+            if low >= result.requested_offset:
+                result.low_watermark = low
+                self.waiting.discard(tp)
+        return not self.waiting and self.force_complete()
+
+    def on_complete(self) -> None:
+        if self.timed_out:
+            for tp in self.waiting:
+                self.results[tp].error = ErrorCode.request_timed_out
+        if not self.future.done():
+            self.future.set_result(self.results)
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerFetchKey:
+    """The one purgatory key a follower's waiting fetch is watched under (a `TopicPartition`
+    key per partition meant registering and dropping ~3,333 keys per idle fetch at 10,000
+    partitions). Whatever moves a partition's state checks the waiting fetches of every
+    fetching replica for that partition (`ReplicaManager._check_fetches`); each looks at it
+    only if it fetches it."""
+
+    replica_id: int
+
+
+class DelayedFetch(DelayedOperation):
+    """Waits until min_bytes are readable across the fetched partitions, or max_wait passes."""
+
+    def __init__(self, max_wait_ms: int, manager: ReplicaManager, replica_id: int,
+                 min_bytes: int, max_bytes: int,
+                 requests: dict[TopicPartition, FetchRequestPartition],
+                 future: asyncio.Future[dict[TopicPartition, FetchResult]],
+                 isolation_level: int = READ_UNCOMMITTED,
+                 client_metadata: ClientMetadata | None = None) -> None:
+        super().__init__(max_wait_ms)
+        self.manager = manager
+        self.isolation_level = isolation_level
+        self.client_metadata = client_metadata  # a consumer that may read from a follower
+        self.replica_id = replica_id
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.requests = requests
+        self.future = future
+        # bytes readable per partition at the last whole check, and their sum: a re-check for
+        # one partition (try_complete_for) updates only its entry
+        self._available: dict[TopicPartition, int] | None = None
+        self._total = 0
+        # a follower's empty first read (result, partition object), kept for the timeout's
+        # answer, and the partitions re-checked since (read again then)
+        self._first_read: Mapping[TopicPartition, FetchResult] | None = None
+        self._moved: set[TopicPartition] = set()
+
+    def _readable(self, tp: TopicPartition, req: FetchRequestPartition) -> int | None:
+        """Bytes readable for `tp` now; None when the fetch must be answered at once (an
+        error to report)."""
+        partition = self.manager.partitions.get(tp)
+        if partition is None or (not partition.is_leader and self.client_metadata is None):
+            return None
+        end = fetch_limit(partition, self.replica_id, self.isolation_level)
+        if req.fetch_offset > end or req.fetch_offset < partition.log_start_offset:
+            return None
+        if req.fetch_offset < end and not self.manager.should_leader_throttle(
+                partition, self.replica_id):  # KIP-73: throttled bytes do not count
+            return self.manager.bytes_between(partition, req.fetch_offset, end, req.max_bytes)
+        return 0
+
+    def try_complete(self) -> bool:
+        available = 0
+        per_partition: dict[TopicPartition, int] = {}
+        for tp, req in self.requests.items():
+            n = self._readable(tp, req)
+            if n is None:
+                return self.force_complete()
+            per_partition[tp] = n
+            available += n
+            if available >= self.min_bytes:
+                return self.force_complete()
+        self._available, self._total = per_partition, available
+        return False
+
+    def seed(self, results: Mapping[TopicPartition, FetchResult]) -> None:
+        """The bytes readable per partition as the read that made this fetch wait found them
+        (with `try_complete_else_watch(tried=True)`: no second and third whole check). A
+        follower's fetch that found nothing keeps that read for its timeout's answer."""
+        available = {tp: 0 for tp in self.requests}
+        total = 0
+        for tp, r in results.items():
+            if tp in available:
+                available[tp] = r.size
+                total += r.size
+        self._available, self._total = available, total
+        if self.replica_id >= 0 and total == 0 and len(results) == len(self.requests):
+            self._first_read = results  # (the caller's, not used after it is seeded)
+
+    def _still(self, tp: TopicPartition, r: FetchResult) -> bool:
+        """A follower's first, empty read of `tp` still stands: still leader in the epoch
+        asked, the same HW, log start and log end offsets (the last stable offset moves only
+        with an append or the HW; a partition replaced or stopped is notified)."""
+        p = self.manager.partitions.get(tp)
+        if p is None or r.error != ErrorCode.none or not p.is_leader:
+            return False
+        req = self.requests[tp]
+        log_ = p.log
+        return (p.high_watermark == r.high_watermark
+                and log_.log_end_offset == r.leader_end_offset
+                and log_.log_start_offset == r.log_start_offset
+                and (req.current_leader_epoch < 0
+                     or req.current_leader_epoch == p.leader_epoch))
+
+    def try_complete_for(self, key: Hashable) -> bool:
+        # Only `key` moved: re-checking every partition for each of thousands of partition
+        # changes (a LeaderAndIsr, ISR updates) made a follower's fetch quadratic.
+        available = self._available
+        tp: Any = key
+        req = self.requests.get(tp)
+        if req is None:  # (a follower's fetch, told of a partition it does not fetch)
+            return False
+        if self._first_read is not None:
+            self._moved.add(tp)
+        if available is None or tp not in available:
+            return self.try_complete()
+        n = self._readable(tp, req)
+        if n is None:
+            return self.force_complete()
+        self._total += n - available[tp]
+        available[tp] = n
+        if self._total >= self.min_bytes:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        if self.future.done():
+            return
+        first = self._first_read
+        if first is None or not self.timed_out:
+            self.future.set_result(self.manager.read_from_local_log(
+                self.replica_id, self.max_bytes, self.requests, self.isolation_level,
+                self.client_metadata))
+            return
+        # A follower's idle fetch timing out (twice a second per fetcher at 10,000
+        # partitions): read again only the partitions that moved since the first read, and
+        # those whose offsets no longer match it; the others' answer is that read's.
+        moved, offline = self._moved, self.manager.offline_partitions
+        again = {tp: req for tp, req in self.requests.items()
+                 if tp in moved or (offline and tp in offline)
+                 or not self._still(tp, first[tp])}
+        fresh = self.manager.read_from_local_log(
+            self.replica_id, self.max_bytes, again, self.isolation_level,
+            self.client_metadata) if again else {}
+        self.future.set_result({tp: fresh[tp] if tp in again else first[tp]
+                                for tp in self.requests})
+
+
+class _FetcherChanges:
+    """The replica fetcher changes of one LeaderAndIsr request, told to the fetcher manager
+    at its end: the partitions to stop fetching, then those to (re)start, each in one call.
+    `pending`: a partition's last change (its initial fetch state, or None: removed)."""
+
+    __slots__ = ("pending", "removed")
+
+    def __init__(self) -> None:
+        self.removed: list[TopicPartition] = []
+        self.pending: dict[TopicPartition, InitialFetchState | None] = {}
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.removed.append(tp)
+        self.pending[tp] = None
+
+    def add(self, tp: TopicPartition, init: InitialFetchState) -> None:
+        self.pending[tp] = init
+
+    def apply(self, manager: ReplicaFetcherManager | None) -> None:
+        if manager is None:
+            return
+        if self.removed:
+            manager.remove_fetcher_for_partitions(self.removed)
+        added = {tp: init for tp, init in self.pending.items() if init is not None}
+        if added:
+            manager.add_fetcher_for_partitions(added)
+
+
+def fetch_limit(partition: Partition, replica_id: int, isolation_level: int) -> int:
+    """Where a fetch stops (Kafka's FetchIsolation): the LEO for followers, the last stable
+    offset for read_committed consumers, the high watermark for the others."""
+    if replica_id >= 0:
+        return partition.log_end_offset
+    if isolation_level == READ_COMMITTED:
+        return partition.last_stable_offset
+    return partition.high_watermark
+
+
+#: Errors Kafka's appendToLocalLog and readFromLocalLog answer without marking the failed
+#: produce / fetch meters (a client's stale metadata, a retry, a deleted topic).
+EXPECTED_ERRORS = frozenset({
+    ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
+    ErrorCode.offset_out_of_range, ErrorCode.message_too_large,
+    ErrorCode.record_list_too_large, ErrorCode.corrupt_message,
+    ErrorCode.kafka_storage_error})
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, log_manager: LogManager,
+                 topic_config: Callable[[str], LogConfig],
+                 clock: Callable[[], int] = _now_ms,
+                 replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS, *,
+                 metadata_cache: MetadataCache | None = None,
+                 topic_stats: TopicStats | None = None,
+                 isr_stats: IsrStats | None = None,
+                 replica_selector: str | None = None) -> None:
+        self.broker_id = broker_id
+        # replica.selector.class (KIP-392): None, or the rack-aware selector
+        self.replica_selector = replica_selector
+        # BrokerTopicMetrics (messages and bytes in per topic) and the ISR meters (metrics/)
+        self.topic_stats = topic_stats if topic_stats is not None else TopicStats()
+        self.isr_stats = isr_stats if isr_stats is not None else IsrStats()
+        self.log_manager = log_manager
+        self.topic_config = topic_config
+        self.metadata_cache = metadata_cache if metadata_cache is not None else MetadataCache()
+        # The newest controller epoch seen in LeaderAndIsr/StopReplica/UpdateMetadata (S-5.3).
+        self.controller_epoch = 0
+        self.state_change = StateChangeLogger(broker_id)
+        self.clock = clock
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = \
+            DelayedOperationPurgatory("Produce", Timer())
+        self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
+            DelayedOperationPurgatory("Fetch", Timer())
+        # the purgatory key of each replica that has fetched from this leader (a handful)
+        self._follower_fetch_keys: dict[int, FollowerFetchKey] = {}
+        # while a LeaderAndIsr is applied: the fetcher changes told at its end, at once
+        self._fetcher_changes: _FetcherChanges | None = None
+        self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
+            DelayedOperationPurgatory("DeleteRecords", Timer())
+        self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
+                         AsyncTimerDriver(self.fetch_purgatory.timer),
+                         AsyncTimerDriver(self.delete_records_purgatory.timer)]
+        self._log_start_checkpoint_due = False
+        self._shut_down = False
+        self.fetcher_manager: ReplicaFetcherManager | None = None
+        self.isr_manager: IsrChangeManager | None = None
+        self._checkpointed_hw: dict[TopicPartition, int] = {}
+        # topic -> f(partition, is_leader, leader_epoch): told when this broker becomes leader or
+        # follower of one of the topic's partitions, and (False, -1) when it stops hosting one.
+        # The group coordinator listens for __consumer_offsets (load / unload its groups).
+        self.role_listeners: dict[str, Callable[[int, bool, int], None]] = {}
+        # KIP-73 replication quotas: bytes this leader sends to followers, and bytes this
+        # follower fetches, for throttled partitions (rates set by dynamic broker configs).
+        self.leader_quota = ReplicationQuotaManager("LeaderReplication")
+        self.follower_quota = ReplicationQuotaManager("FollowerReplication")
+        # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline);
+        # they answer KAFKA_STORAGE_ERROR until the broker restarts
+        self.offline_partitions: set[TopicPartition] = set()
+        # KIP-113: replicas moving between this broker's log dirs (AlterReplicaLogDirs)
+        self.alter_log_dirs = ReplicaAlterLogDirsManager(
+            log_manager, self.partitions.get, lambda tp: tp in self.offline_partitions,
+            lambda tp: self.metadata_cache.partition(tp[0], tp[1]) is not None)
+        # called when every log dir is offline (the broker must stop, as Kafka halts)
+        self.on_all_log_dirs_offline: Callable[[], None] | None = None
+        self._store: Callable[[], CoordinationStore | None] = lambda: None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._log_dir_tasks: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        """Start the purgatories' timers and read replication-offset-checkpoint: partitions
+        created from now on start with the HW they had (S-3.3, S-2.5). From now on a log dir
+        reported offline is handled on this loop (``handle_log_dir_failure``)."""
+        self._checkpointed_hw = self.log_manager.read_high_watermarks()
+        for d in self._drivers:
+            d.start()
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        channel = self.log_manager.failure_channel
+        channel.add_listener(self._on_log_dir_offline)
+        for log_dir in channel.offline_log_dirs():  # failed at start-up (Kafka's queue)
+            self._on_log_dir_offline(log_dir)
+
+    def _on_log_dir_offline(self, log_dir: Path) -> None:
+        """The failure channel's listener (any thread): handled on the broker's loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            if asyncio.get_running_loop() is loop:
+                loop.call_soon(self.handle_log_dir_failure, log_dir)
+                return
+        except RuntimeError:
+            pass
+        loop.call_soon_threadsafe(self.handle_log_dir_failure, log_dir)
+
+    def handle_log_dir_failure(self, log_dir: Path, send_notification: bool = True) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure: the dir's partitions stop fetching and
+        go offline (KAFKA_STORAGE_ERROR from now on), the log manager closes their logs, the
+        controller is told with a ``/log_dir_event_notification`` node (it moves leadership
+        away), and waiting produces and fetches of those partitions complete. Every log dir
+        offline: ``on_all_log_dirs_offline`` (the broker stops)."""
+        log_dir = Path(log_dir).absolute()
+        in_dir = [tp for tp, p in self.partitions.items() if p.log.dir.parent == log_dir]
+        for tp in list(self.alter_log_dirs.moving):  # moves from or into the failed dir stop
+            if tp in in_dir or self.alter_log_dirs.future_dir(tp) == log_dir:
+                self.alter_log_dirs.remove(tp)
+        log.warning("[ReplicaManager broker=%d] Stopping serving replicas in dir %s",
+                    self.broker_id, log_dir)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions(in_dir)
+        for tp in in_dir:
+            p = self.partitions.pop(tp)
+            p.abort_isr_update()
+            self.offline_partitions.add(tp)
+            if (listener := self.role_listeners.get(tp[0])) is not None:
+                listener(tp[1], False, -1)
+        try:
+            closed = self.log_manager.handle_log_dir_failure(log_dir)
+        except KafkaStorageError:
+            log.error("[ReplicaManager broker=%d] Shutting down the broker: every log dir "
+                      "of %s has failed", self.broker_id, self.log_manager.log_dirs)
+            if self.on_all_log_dirs_offline is not None:
+                self.on_all_log_dirs_offline()
+            return
+        self.offline_partitions.update(closed)
+        for tp in in_dir:
+            self._after_append(tp)
+        log.warning("[ReplicaManager broker=%d] Partitions %s are offline due to the failure "
+                    "of log dir %s", self.broker_id,
+                    ", ".join(f"{t}-{i}" for t, i in sorted(self.offline_partitions)), log_dir)
+        if send_notification:
+            task = asyncio.ensure_future(self._propagate_log_dir_event())
+            self._log_dir_tasks.add(task)
+            task.add_done_callback(self._log_dir_tasks.discard)
+
+    async def _propagate_log_dir_event(self) -> None:
+        """Kafka's propagateLogDirEvent: a sequential ``log_dir_event_<seq>`` node naming
+        this broker; retried while the store is unreachable."""
+        delay = 0.1
+        while True:
+            store = self._store()
+            if store is not None:
+                try:
+                    await store.create(paths.log_dir_event_path(),
+                                       paths.encode_log_dir_event(self.broker_id),
+                                       sequence=True)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("[ReplicaManager broker=%d] Could not write the log dir event "
+                                "notification: %s; retrying", self.broker_id, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def start_replication(self, config: Any,
+                          store: Callable[[], CoordinationStore | None],
+                          broker_endpoint: Callable[[int], tuple[str, int] | None]
+                          = lambda _b: None, connector: Any = None) -> None:
+        """Start the replica fetchers (driven by LeaderAndIsr) and the ISR tasks: the shrink
+        check every replica.lag.time.max.ms / 2 and the ISR change notifications."""
+        self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"]
+        self._store = store
+        for p in self.partitions.values():
+            p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
+        self.alter_log_dirs.chunk_bytes = max(1, config["replica.fetch.max.bytes"])
+        for quota in (self.leader_quota, self.follower_quota, self.alter_log_dirs.quota):
+            quota.configure_window(config["replication.quota.window.num"],
+                                   config["replication.quota.window.size.seconds"])
+        self.fetcher_manager = ReplicaFetcherManager(
+            self.broker_id, self.partitions.get, FetcherConfig.from_config(config),
+            broker_endpoint, quota=self.follower_quota,
+            **({"connector": connector} if connector is not None else {}))
+        self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock,
+                                            isr_stats=self.isr_stats)
+        self.isr_manager.start()
+
+    def shutdown(self) -> None:
+        self.log_manager.failure_channel.remove_listener(self._on_log_dir_offline)
+        for task in list(self._log_dir_tasks):
+            task.cancel()
+        self.alter_log_dirs.shutdown()
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.shutdown()
+        if self.isr_manager is not None:
+            self.isr_manager.shutdown()
+        for d in self._drivers:
+            d.stop()
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()
+        self.delete_records_purgatory.shutdown()
+        self._shut_down = True  # the log manager writes its own checkpoints at shutdown
+
+    def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle: a follower's fetch of a throttled partition gets no
+        data while the leader quota is exceeded, unless the follower is in the ISR."""
+        return replica_id >= 0 and should_leader_throttle(
+            self.leader_quota, partition.topic, partition.index, replica_id in partition.isr)
+
+    def update_throttled_replicas(self, topic: str, leader: str | frozenset[int],
+                                  follower: str | frozenset[int]) -> None:
+        """The topic's throttled partitions on this broker (from its
+        leader/follower.replication.throttled.replicas configs)."""
+        self.leader_quota.mark_throttled(topic, leader)
+        self.follower_quota.mark_throttled(topic, follower)
+
+    def min_insync_replicas(self, topic: str) -> int:
+        return self.topic_config(topic).min_insync_replicas
+
+    # -- partition lifecycle (LeaderAndIsr / StopReplica) -------------------------------------
+    def get_or_create_partition(self, topic: str, index: int, is_new: bool = True
+                                ) -> Partition:
+        """The hosted partition, created with its log if needed. With a log dir offline, a
+        partition that is not new and has no log here may have had it in that dir: refused
+        with KafkaStorageError (Kafka's getOrCreateLog), as is an offline partition."""
+        tp = (topic, index)
+        p = self.partitions.get(tp)
+        if p is None:
+            if tp in self.offline_partitions:
+                raise KafkaStorageError(f"partition {topic}-{index} is in an offline log dir")
+            if not is_new and self.log_manager.offline_dirs \
+                    and self.log_manager.get_log(topic, index) is None:
+                raise KafkaStorageError(
+                    f"cannot create the log of {topic}-{index}: log dirs "
+                    f"{sorted(map(str, self.log_manager.offline_dirs))} are offline")
+            log_: Log = self.log_manager.get_or_create_log(topic, index)
+            p = Partition(topic, index, log_, self.broker_id,
+                          replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                          clock=self.clock)
+            p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
+            try:  # KIP-516: the topic id this log was written for, if recorded
+                p.topic_id = read_partition_metadata(log_.dir)
+            except (OSError, PartitionMetadataError) as exc:
+                log.warning("Ignoring the partition metadata file of %s-%d: %s", topic, index,
+                            exc)
+            p.log_start_listener = self._on_log_start_moved
+            self.partitions[tp] = p
+        return p
+
+    def make_leader(self, topic: str, index: int, leader_epoch: int, isr: list[int],
+                    replicas: list[int]) -> Partition:
+        p = self.get_or_create_partition(topic, index)
+        p.make_leader(leader_epoch, isr, replicas, self.clock())
+        return p
+
+    # -- controller requests (LeaderAndIsr, StopReplica, UpdateMetadata) -----------------------
+    def _is_stale(self, controller_id: int, epoch: int, what: str) -> bool:
+        """S-5.3: a request from a controller older than the newest seen is refused
+        (STALE_CONTROLLER_EPOCH), so a deposed controller cannot move leadership."""
+        if epoch < self.controller_epoch:
+            self.state_change.broker(epoch, (
+                f"Ignoring {what} request from controller {controller_id} with epoch {epoch} "
+                f"since its epoch is older than the current controller epoch "
+                f"{self.controller_epoch}"), logging.WARNING)
+            return True
+        self.controller_epoch = epoch
+        return False
+
+    def _role(self, tp: TopicPartition) -> str:
+        p = self.partitions.get(tp)
+        if p is None:
+            return "NonExistent"
+        return "Leader" if p.is_leader else "Follower"
+
+    def become_leader_or_followers(self, req: ib.LeaderAndIsrRequest, correlation_id: int
+                                   ) -> tuple[ErrorCode, list[tuple[TopicPartition, ErrorCode]]]:
+        """Kafka's becomeLeaderOrFollower: the request's error (STALE_CONTROLLER_EPOCH from an
+        older controller) and each partition's, in the request's order."""
+        if self._is_stale(req.controller_id, req.controller_epoch, "LeaderAndIsr"):
+            return ErrorCode.stale_controller_epoch, []
+        live_leaders = {ll.broker_id: (ll.host_name, ll.port) for ll in req.live_leaders}
+        origin = f"(LeaderAndIsr correlationId {correlation_id} from controller " \
+                 f"{req.controller_id})"
+        errors: list[tuple[TopicPartition, ErrorCode]] = []
+        topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
+        # The fetcher manager is told once for the whole request, as Kafka's
+        # removeFetcherForPartitions / addFetcherForPartitions with a map (once per partition
+        # it was ~10,000 calls, log lines and fetcher scans per failover).
+        self._fetcher_changes = changes = _FetcherChanges()
+        started = time.monotonic()
+        # Kafka's two INFO lines around the request (ReplicaManager.becomeLeaderOrFollower)
+        self.state_change.broker(req.controller_epoch, (
+            f"Handling LeaderAndIsr request correlationId {correlation_id} from controller "
+            f"{req.controller_id} epoch {req.controller_epoch} for {req.partition_count()} "
+            "partitions"))
+        try:
+            # the leader-epoch checkpoints of the request go in one or a few batches
+            with self.log_manager.checkpoint_writer.hold():
+                self._apply_partition_states(req, live_leaders, topic_ids, origin, errors)
+        finally:
+            self._fetcher_changes = None
+            changes.apply(self.fetcher_manager)
+        self.state_change.broker(req.controller_epoch, (
+            f"Finished LeaderAndIsr request in {(time.monotonic() - started) * 1000:.0f}ms "
+            f"correlationId {correlation_id} from controller {req.controller_id} epoch "
+            f"{req.controller_epoch} for {len(errors)} partitions"))
+        return ErrorCode.none, errors
+
+    def _apply_partition_states(self, req: ib.LeaderAndIsrRequest,
+                                live_leaders: dict[int, tuple[str, int]],
+                                topic_ids: dict[str, uuid.UUID], origin: str,
+                                errors: list[tuple[TopicPartition, ErrorCode]]) -> None:
+        for topic, s in req.named_partition_states():
+            tp = TopicPartition(topic, s.partition_index)
+            before = self._role(tp)
+            code = self.become_leader_or_follower(
+                tp, s.leader, s.leader_epoch, list(s.isr), list(s.replicas), s.partition_epoch,
+                live_leaders.get(s.leader), is_new=bool(getattr(s, "is_new", True)),
+                topic_id=topic_ids.get(topic))
+            if code == ErrorCode.none:
+                self.state_change.partition_change(
+                    req.controller_epoch, tp, before, self._role(tp),
+                    f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}",
+                    actor="Broker")
+            else:
+                self.state_change.broker(req.controller_epoch, (
+                    f"Ignored the state of partition {tp} with "
+                    f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}: "
+                    f"{code.name.upper()}"), logging.WARNING)
+            errors.append((tp, code))
+
+    def _remove_fetcher(self, tp: TopicPartition) -> None:
+        changes = self._fetcher_changes
+        if changes is not None:
+            changes.remove(tp)
+        elif self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([tp])
+
+    def _is_fetching(self, tp: TopicPartition) -> bool:
+        assert self.fetcher_manager is not None
+        changes = self._fetcher_changes
+        if changes is not None and tp in changes.pending:
+            return changes.pending[tp] is not None
+        return self.fetcher_manager.is_fetching(tp)
+
+    def stop_replicas(self, controller_id: int, controller_epoch: int,
+                      partitions: list[tuple[TopicPartition, int, bool]]
+                      ) -> tuple[ErrorCode, list[tuple[TopicPartition, ErrorCode]]]:
+        """Kafka's stopReplicas: (partition, leader epoch, delete) from a StopReplica; a deleted
+        partition leaves the metadata cache too. The request's error (STALE_CONTROLLER_EPOCH)
+        and each partition's."""
+        if self._is_stale(controller_id, controller_epoch, "StopReplica"):
+            return ErrorCode.stale_controller_epoch, []
+        errors: list[tuple[TopicPartition, ErrorCode]] = []
+        for tp, epoch, delete in partitions:
+            before = self._role(tp)
+            code = self.stop_replica_request(tp, epoch, delete)
+            self.state_change.partition_change(
+                controller_epoch, tp, before, "Deleted" if delete else "Stopped",
+                f"StopReplica (delete={str(delete).lower()}) from controller {controller_id}: "
+                f"{code.name.upper()}", actor="Broker")
+            if delete and code == ErrorCode.none:
+                self.metadata_cache.remove_partition(tp.topic, tp.partition)
+            errors.append((tp, code))
+        return ErrorCode.none, errors
+
+    def maybe_update_metadata_cache(self, req: ib.UpdateMetadataRequest,
+                                    correlation_id: int = -1) -> ErrorCode:
+        """Kafka's maybeUpdateMetadataCache: live brokers, controller and partition leadership
+        from an UpdateMetadata (STALE_CONTROLLER_EPOCH from an older controller)."""
+        if self._is_stale(req.controller_id, req.controller_epoch, "UpdateMetadata"):
+            return ErrorCode.stale_controller_epoch
+        cache = self.metadata_cache
+        cache.controller_id = req.controller_id
+        brokers: dict[int, BrokerInfo] = {}
+        for b in req.live_brokers:
+            brokers[b.id] = BrokerInfo.from_update_metadata(b)  # every listener's endpoint
+        cache.brokers = brokers
+        topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
+        count = 0
+        no_id = uuid.UUID(int=0)
+        for topic, s in req.named_partition_states():
+            count += 1
+            if s.leader == LEADER_DURING_DELETE:
+                cache.remove_partition(topic, s.partition_index)
+                continue
+            cache.update_partition(
+                topic, topic_ids.get(topic, no_id), s.partition_index,
+                PartitionInfo(s.leader, s.leader_epoch, list(s.replicas), list(s.isr),
+                              list(s.offline_replicas), s.zk_version, s.controller_epoch),
+                internal=topic.startswith("__"))
+        # Kafka traces this per partition; one line per request says the same at DEBUG.
+        self.state_change.broker(req.controller_epoch, (
+            f"Cached live brokers {sorted(brokers)} and the leadership of "
+            f"{count} partitions (UpdateMetadata correlationId "
+            f"{correlation_id} from controller {req.controller_id})"), logging.DEBUG)
+        cache.initialized.set()
+        if self.delete_records_purgatory.delayed():  # a dead follower no longer holds them
+            for tp in [tp for tp, p in self.partitions.items() if p.is_leader]:
+                self.delete_records_purgatory.check_and_complete(tp)
+        return ErrorCode.none
+
+    # -- leadership -----------------------------------------------------------------------------
+    def leader_partition_or_error(self, tp: TopicPartition, current_leader_epoch: int = -1, *,
+                                  require_leader: bool = True
+                                  ) -> tuple[Partition | None, ErrorCode]:
+        """Kafka's getPartitionOrError + localLeaderOrException: the hosted partition and
+        ErrorCode.none if this broker leads it (or, without `require_leader`, hosts it) in the
+        request's current leader epoch (-1: any); else the error to answer (the partition, if
+        hosted, for the response's offsets). Not hosted: NOT_LEADER_OR_FOLLOWER if its log is
+        here or the metadata cache knows the partition (Kafka: the client's metadata is stale),
+        else UNKNOWN_TOPIC_OR_PARTITION."""
+        tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:
+            return None, ErrorCode.kafka_storage_error
+        p = self.partitions.get(tp)
+        if p is None:
+            return None, (ErrorCode.not_leader_or_follower
+                          if self.log_manager.get_log(*tp) is not None
+                          or self.metadata_cache.partition(*tp) is not None
+                          else ErrorCode.unknown_topic_or_partition)
+        if require_leader and not p.is_leader:
+            return p, ErrorCode.not_leader_or_follower
+        try:
+            p.check_leader_epoch(current_leader_epoch)
+        except FencedLeaderEpochError:
+            return p, ErrorCode.fenced_leader_epoch
+        except UnknownLeaderEpochError:
+            return p, ErrorCode.unknown_leader_epoch
+        return p, ErrorCode.none
+
+    def become_leader_or_follower(self, tp: TopicPartition, leader: int, leader_epoch: int,
+                                  isr: list[int], replicas: list[int], partition_epoch: int,
+                                  leader_endpoint: tuple[str, int] | None = None, *,
+                                  is_new: bool = True, topic_id: uuid.UUID | None = None
+                                  ) -> ErrorCode:
+        """Apply one partition state of a LeaderAndIsr request (Kafka's
+        becomeLeaderOrFollower): an older leader epoch is refused (STALE_CONTROLLER_EPOCH, as
+        Kafka 2.x answers), the same epoch only refreshes ISR and replicas, and only from a
+        state node version newer than the one this replica holds (a leader's own ISR writes
+        are newer than what a controller that has not yet seen them sends). A new leader stops
+        fetching; a follower of a new leader or epoch (re)starts its fetcher, which truncates
+        by leader epoch before fetching (S-3.7)."""
+        if self.broker_id not in replicas:
+            return ErrorCode.unknown_topic_or_partition
+        tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:  # KIP-112: the controller moves it away
+            return ErrorCode.kafka_storage_error
+        current = self.partitions.get(tp)
+        if current is not None and not self._assign_topic_id(current, topic_id):
+            return ErrorCode.inconsistent_topic_id
+        if current is not None and leader_epoch < current.leader_epoch:
+            return ErrorCode.stale_controller_epoch
+        if current is not None and leader_epoch == current.leader_epoch \
+                and current.leader_id == leader and not current.fenced:
+            current.replicas = list(replicas)
+            if partition_epoch > current.zk_version:
+                current.isr, current.zk_version = list(isr), partition_epoch
+                current.abort_isr_update()  # an ISR write in flight now fails its check
+            if leader != self.broker_id and self.fetcher_manager is not None \
+                    and not self._is_fetching(tp):
+                self.start_fetching(current, leader_endpoint)
+            return ErrorCode.none
+        # Kafka's makeLeader answers whether this replica *became* leader: the coordinators
+        # load their partition then, not on a new epoch of a leadership they already hold (a
+        # follower's failure bumps the leader epoch of every partition it followed).
+        was_leader = current is not None and current.is_leader and not current.fenced
+        try:
+            p = self.get_or_create_partition(*tp, is_new=is_new)
+        except KafkaStorageError as exc:
+            log.warning("[ReplicaManager broker=%d] %s", self.broker_id, exc)
+            return ErrorCode.kafka_storage_error
+        if current is None and not self._assign_topic_id(p, topic_id):
+            return ErrorCode.inconsistent_topic_id
+        self.alter_log_dirs.maybe_resume(tp)  # a move interrupted by a restart goes on
+        if leader == self.broker_id:
+            self._remove_fetcher(tp)
+            p.make_leader(leader_epoch, isr, replicas, self.clock())
+            p.zk_version = partition_epoch
+        else:
+            changed = p.make_follower(leader, leader_epoch, isr, replicas)
+            p.zk_version = partition_epoch
+            if self.fetcher_manager is not None and (changed or not self._is_fetching(tp)):
+                self._remove_fetcher(tp)
+                self.start_fetching(p, leader_endpoint)
+        listener = self.role_listeners.get(tp[0])
+        if listener is not None and not (leader == self.broker_id and was_leader):
+            listener(tp[1], leader == self.broker_id, leader_epoch)
+        # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
+        self._after_append(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
+        return ErrorCode.none
+
+    def _assign_topic_id(self, p: Partition, topic_id: uuid.UUID | None) -> bool:
+        """Kafka's LeaderAndIsr topic id check (KIP-516): False if the partition's log holds
+        another topic id than the controller's (a log of a deleted topic of the same name);
+        a log without one takes the controller's, recorded in its partition.metadata."""
+        if topic_id is None or not topic_id.int:
+            return True
+        if p.topic_id is not None:
+            if p.topic_id != topic_id:
+                self.state_change.broker(self.controller_epoch, (
+                    f"Topic ID in memory: {topic_id_to_text(p.topic_id)} does not match the "
+                    f"topic ID for partition {p} received: {topic_id_to_text(topic_id)}."),
+                    logging.ERROR)
+                return False
+            return True
+        p.topic_id = topic_id
+        try:
+            write_partition_metadata(p.log.dir, topic_id)
+        except OSError as exc:
+            log.warning("Error writing the partition metadata file of %s: %s", p, exc)
+        return True
+
+    def start_fetching(self, p: Partition, leader_endpoint: tuple[str, int] | None = None
+                       ) -> None:
+        """(Re)start fetching a follower partition from its leader, Truncating first."""
+        assert self.fetcher_manager is not None
+        tp = (p.topic, p.index)
+        init = InitialFetchState(p.leader_id, leader_endpoint, p.leader_epoch,
+                                 initial_fetch_offset(p))
+        if self._fetcher_changes is not None:
+            self._fetcher_changes.add(tp, init)
+        else:
+            self.fetcher_manager.add_fetcher_for_partitions({tp: init})
+
+    def stop_replica_request(self, tp: TopicPartition, leader_epoch: int,
+                             delete: bool) -> ErrorCode:
+        """StopReplica from the controller (leader epoch -2: the topic is being deleted)."""
+        tp = (tp[0], tp[1])
+        if tp in self.offline_partitions:
+            return ErrorCode.kafka_storage_error
+        p = self.partitions.get(tp)
+        if p is not None and 0 <= leader_epoch < p.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([tp])
+        if p is None:
+            self.alter_log_dirs.remove(TopicPartition(*tp))
+            if delete and self.log_manager.get_log(*tp) is not None:
+                self.log_manager.delete_log(*tp)
+            if delete:
+                self._forget_topic_metrics(tp[0])
+            return ErrorCode.none
+        self.stop_replica(tp[0], tp[1], delete)
+        return ErrorCode.none
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """What replication-offset-checkpoint holds: the hosted partitions' HWs, and those of
+        logs not (or no longer) hosted as partitions (read at start-up, or stopped without
+        delete), so a clean stop keeps them as Kafka's checkpoint of all its partitions does."""
+        return {**self._checkpointed_hw,
+                **{tp: p.high_watermark for tp, p in self.partitions.items()}}
+
+    def stop_replica(self, topic: str, index: int, delete: bool) -> None:
+        self.alter_log_dirs.remove(TopicPartition(topic, index))
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([(topic, index)])
+        p = self.partitions.pop((topic, index), None)
+        if p is not None:
+            p.abort_isr_update()
+            if not delete:  # Kafka keeps a stopped partition and checkpoints its HW
+                self._checkpointed_hw[(topic, index)] = p.high_watermark
+        if p is not None and (listener := self.role_listeners.get(topic)) is not None:
+            listener(index, False, -1)
+        for purgatory in (self.produce_purgatory, self.delete_records_purgatory):
+            purgatory.check_and_complete((topic, index))
+        self._check_fetches((topic, index))
+        if delete:
+            self._checkpointed_hw.pop((topic, index), None)
+            self.log_manager.delete_log(topic, index)
+            self._forget_topic_metrics(topic)
+        elif p is not None:
+            p.log.flush()
+
+    def _forget_topic_metrics(self, topic: str) -> None:
+        """Kafka's removeMetrics: a deleted topic's BrokerTopicMetrics go with its last
+        partition here."""
+        if not any(t == topic for t, _ in self.partitions):
+            self.topic_stats.remove_topic(topic)
+
+    # -- DescribeLogDirs (KIP-113 / KIP-112) ----------------------------------------------------
+    def describe_log_dirs(self, partitions: set[TopicPartition] | None = None
+                          ) -> list[LogDirDescription]:
+        """Kafka's describeLogDirs: every configured log dir with its logs (of `partitions`;
+        None: all) -- size, offset lag (HW - LEO, at least 0; -1 without a hosted replica; for
+        a future log being moved here, ``is_future`` and the current log's LEO - its LEO) --
+        or KAFKA_STORAGE_ERROR for an offline dir."""
+        lm = self.log_manager
+        out: list[LogDirDescription] = []
+        for log_dir in lm.log_dirs:
+            if log_dir in lm.offline_dirs:
+                out.append(LogDirDescription(str(log_dir), ErrorCode.kafka_storage_error, {}))
+                continue
+            topics: dict[str, list[LogDirPartition]] = {}
+            entries = [(tp, lg, False) for tp, lg in lm.logs_in_dir(log_dir).items()]
+            entries += [(tp, lg, True) for tp, lg in lm.logs_in_dir(log_dir, future=True).items()]
+            for (topic, index), lg, future in sorted(entries, key=lambda e: (e[0], e[2])):
+                parts = topics.setdefault(topic, [])  # Kafka lists the dir's topics
+                if partitions is not None and (topic, index) not in partitions:
+                    continue
+                p = self.partitions.get((topic, index))
+                if p is None:
+                    lag = -1
+                elif future:
+                    lag = p.log.log_end_offset - lg.log_end_offset
+                else:
+                    lag = max(p.high_watermark - lg.log_end_offset, 0)
+                parts.append(LogDirPartition(index, lg.size, lag, future))
+            out.append(LogDirDescription(str(log_dir), ErrorCode.none, topics))
+        return out
+
+    # -- ISR changes (called by isr.IsrChangeManager) -----------------------------------------
+    def on_high_watermark_moved(self, tp: TopicPartition) -> None:
+        """The HW or the ISR moved: waiting produces and consumer fetches re-check at once."""
+        self._after_append(tp)
+
+    def on_leadership_lost(self, tp: TopicPartition) -> None:
+        """The state node names another leader: answer waiting produces NOT_LEADER."""
+        self._after_append(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
+
+    # -- OffsetForLeaderEpoch (leader side) ---------------------------------------------------
+    def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
+                                     leader_epoch: int) -> EpochEndOffset:
+        """Kafka's lastOffsetForLeaderEpoch: the end offset of `leader_epoch` in the leader's
+        log (the start offset of the next larger epoch, or the LEO for the latest), with the
+        largest epoch <= the one asked. Only the leader answers."""
+        p, code = self.leader_partition_or_error(tp, current_leader_epoch)
+        if p is None or code != ErrorCode.none:
+            return EpochEndOffset(code)
+        found = p.log.end_offset_for_epoch(leader_epoch)
+        if found is None:
+            return EpochEndOffset(ErrorCode.none)
+        return EpochEndOffset(ErrorCode.none, found[0], found[1])
+
+    # -- produce ----------------------------------------------------------------------------
+    def append_records(self, acks: int, timeout_ms: int,
+                       entries: dict[TopicPartition, bytes | None], *,
+                       origin: AppendOrigin = AppendOrigin.CLIENT
+                       ) -> dict[TopicPartition, ProduceResult] | asyncio.Future[Any]:
+        """Append each partition's record set on its leader (Kafka's appendRecords). `origin`
+        decides the producer checks: CLIENT (Produce) epoch + sequence, control batches
+        refused; COORDINATOR (the group and transaction coordinators' writes, WriteTxnMarkers)
+        epoch only, control batches (transaction markers) allowed."""
+        now = self.clock()
+        results: dict[TopicPartition, ProduceResult] = {}
+        for tp, data in entries.items():
+            results[tp] = self._append_one(tp, data, acks, now, origin)
+        if acks != -1 or all(r.error != ErrorCode.none for r in results.values()):
+            return results
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        op = DelayedProduce(timeout_ms, self, results, future)
+        self.produce_purgatory.try_complete_else_watch(op, list(results))
+        return future
+
+    def _append_one(self, tp: TopicPartition, data: bytes | None, acks: int,
+                    now: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return ProduceResult(ErrorCode.kafka_storage_error if tp in self.offline_partitions
+                                 else ErrorCode.unknown_topic_or_partition)
+        config = self.topic_config(tp[0])
+        try:
+            if not data:
+                raise rb.InvalidRecordError("empty record set")
+            headers = rb.validate_batches(data,
+                                          allow_control=origin is AppendOrigin.COORDINATOR)
+            for h in headers:
+                if h.size > config.max_message_bytes:
+                    return ProduceResult(
+                        ErrorCode.message_too_large,
+                        message=f"batch of {h.size} bytes exceeds max.message.bytes "
+                                f"{config.max_message_bytes}")
+            if origin is AppendOrigin.CLIENT and partition.is_leader \
+                    and partition.log.config.compact:
+                # Kafka's validateKey (after the leader and size checks, as the Log's append
+                # runs it): the only records a produce request has read
+                validate_record_keys(data, headers, f"{tp[0]}-{tp[1]}")
+            buf = bytearray(data)
+            info = partition.append_records_to_leader(
+                buf, headers, acks, config.min_insync_replicas, now, origin)
+        except Exception as exc:  # every failure is a per-partition error code
+            code = _error_for(exc)
+            if code not in EXPECTED_ERRORS:  # Kafka marks FailedProduceRequestsPerSec so
+                self.topic_stats.record_failed_produce(tp[0])
+            if code == ErrorCode.unknown_server_error:
+                log.exception("Error appending to %s-%d", *tp)
+            else:
+                log.debug("Produce to %s-%d failed: %s", tp[0], tp[1], exc)
+            if isinstance(exc, RecordValidationError):
+                return ProduceResult(code, log_start_offset=partition.log_start_offset,
+                                     message=str(exc), record_errors=exc.record_errors)
+            return ProduceResult(code, message=str(exc))
+        if not getattr(info, "duplicate", False):
+            # counted from the batch headers: no record is parsed for the metrics
+            self.topic_stats.record_append(
+                tp[0], sum(h.last_offset_delta + 1 for h in headers), len(data))
+            self._after_append(tp)
+        return ProduceResult(ErrorCode.none, info.first_offset, info.last_offset,
+                             info.log_append_time, partition.log_start_offset)
+
+    def _after_append(self, tp: TopicPartition) -> None:
+        self._check_fetches(tp)
+        self.produce_purgatory.check_and_complete(tp)
+
+    def _check_fetches(self, tp: TopicPartition) -> None:
+        """`tp`'s state moved: waiting consumer fetches of it (keyed by partition) and every
+        follower's waiting fetch (keyed by replica; one that does not fetch `tp` ignores it)
+        re-check it."""
+        purgatory = self.fetch_purgatory
+        purgatory.check_and_complete(tp)
+        for key in self._follower_fetch_keys.values():
+            purgatory.check_and_complete(key, tp)
+
+    # -- DeleteRecords ----------------------------------------------------------------------
+    def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int]
+                       ) -> dict[TopicPartition, DeleteRecordsResult] | asyncio.Future[Any]:
+        """Kafka's deleteRecords: move each partition's log start offset up to the offset
+        asked for (-1: the high watermark) on its leader, then answer once every live
+        replica's log start offset (the low watermark) reached it (DelayedDeleteRecords):
+        followers take the leader's from their fetch responses. Errors per partition:
+        INVALID_TOPIC_EXCEPTION (internal topic), UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE (negative or beyond the high watermark),
+        POLICY_VIOLATION (cleanup.policy without delete)."""
+        results = {tp: self._delete_records_on_leader(tp, offset)
+                   for tp, offset in offsets.items()}
+        if not any(r.error == ErrorCode.none and r.low_watermark < r.requested_offset
+                   for r in results.values()):
+            return results
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        op = DelayedDeleteRecords(timeout_ms, self, results, future)
+        self.delete_records_purgatory.try_complete_else_watch(op, list(results))
+        return future
+
+    def _delete_records_on_leader(self, tp: TopicPartition, offset: int) -> DeleteRecordsResult:
+        if tp[0] in INTERNAL_TOPICS:
+            return DeleteRecordsResult(ErrorCode.invalid_topic_exception)
+        partition = self.partitions.get((tp[0], tp[1]))
+        if partition is None:
+            return DeleteRecordsResult(
+                ErrorCode.not_leader_or_follower
+                if self.metadata_cache.partition(tp[0], tp[1]) is not None
+                else ErrorCode.unknown_topic_or_partition)
+        try:
+            requested = partition.delete_records_on_leader(offset)
+        except Exception as exc:
+            code = _error_for(exc)
+            if code == ErrorCode.unknown_server_error:
+                log.exception("Error processing delete records operation on partition %s-%d",
+                              *tp)
+            else:
+                log.debug("DeleteRecords on %s-%d failed: %s", tp[0], tp[1], exc)
+            return DeleteRecordsResult(code)
+        return DeleteRecordsResult(ErrorCode.none,
+                                   partition.low_watermark(self.is_broker_alive), requested)
+
+    def is_broker_alive(self, broker_id: int) -> bool:
+        return broker_id in self.metadata_cache.brokers
+
+    def _on_log_start_moved(self, partition: Partition) -> None:
+        """A log start offset moved (DeleteRecords here or on the leader): write
+        log-start-offset-checkpoint soon (once for the moves of one loop iteration) rather
+        than at the next periodic checkpoint, so a crash does not bring deleted records
+        back."""
+        if self._log_start_checkpoint_due or self._shut_down:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a caller outside the broker): write it now
+            self._checkpoint_log_starts()
+            return
+        self._log_start_checkpoint_due = True
+        loop.call_soon(self._checkpoint_log_starts)
+
+    def _checkpoint_log_starts(self) -> None:
+        self._log_start_checkpoint_due = False
+        if self._shut_down:
+            return
+        try:
+            self.log_manager.checkpoint_recovery_points_and_log_start_offsets()
+        except Exception:
+            log.exception("Error writing the log start offset checkpoint")
+
+    # -- fetch ------------------------------------------------------------------------------
+    def fetch_messages(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
+                       requests: dict[TopicPartition, FetchRequestPartition],
+                       isolation_level: int = READ_UNCOMMITTED,
+                       client_metadata: ClientMetadata | None = None
+                       ) -> dict[TopicPartition, FetchResult] | asyncio.Future[Any]:
+        """Read the requested partitions (Kafka's fetchMessages); consumers read below the
+        HW, read_committed ones (`isolation_level` 1) below the last stable offset, with the
+        aborted transactions of what they read. A consumer with `client_metadata` (Fetch v11+,
+        KIP-392) may read from a follower, and a leader with a replica selector may send it to
+        one (`preferred_read_replica`, answered at once)."""
+        results = self.read_from_local_log(replica_id, max_bytes, requests, isolation_level,
+                                           client_metadata)
+        if replica_id >= 0:
+            self._update_follower_fetch_states(replica_id, requests, results)
+        total = sum(r.size for r in results.values())
+        errors = any(r.error != ErrorCode.none or r.preferred_read_replica >= 0
+                     or r.diverging_epoch is not None for r in results.values())
+        if max_wait_ms <= 0 or not requests or total >= min_bytes or errors:
+            return results
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future,
+                          isolation_level, client_metadata)
+        # The read above is this fetch's first check (nothing can move before it is watched).
+        op.seed(results)
+        if replica_id >= 0:  # a follower: one key, checked for each partition that moves
+            key = self._follower_fetch_keys.get(replica_id)
+            if key is None:
+                key = self._follower_fetch_keys[replica_id] = FollowerFetchKey(replica_id)
+            self.fetch_purgatory.try_complete_else_watch(op, [key], tried=True)
+        else:
+            self.fetch_purgatory.try_complete_else_watch(op, list(requests), tried=True)
+        return future
+
+    def _update_follower_fetch_states(self, replica_id: int,
+                                      requests: dict[TopicPartition, FetchRequestPartition],
+                                      results: dict[TopicPartition, FetchResult]) -> None:
+        """S-3.3/S-3.4 on the leader: a follower's fetch offset is its LEO; record it (and its
+        caught-up time), move the HW if it can (completing waiting produces and fetches), and
+        expand the ISR if the follower caught up. The response carries the HW after this
+        fetch, so the follower learns it without waiting for another round."""
+        now = self.clock()
+        for tp, result in results.items():
+            if result.error != ErrorCode.none or result.diverging_epoch is not None:
+                continue  # a diverging follower's fetch offset is not its position
+            partition = self.partitions.get(tp)
+            if partition is None:
+                continue
+            req = requests[tp]
+            outcome = partition.update_follower_fetch_state(
+                replica_id, req.fetch_offset, req.log_start_offset, now, result.leader_end_offset)
+            if not outcome.known:
+                log.warning("Leader %d failed to record follower %d's position %d for partition "
+                            "%s-%d since the replica is not recognized to be one of the assigned "
+                            "replicas %s. Empty records will be returned for this partition.",
+                            self.broker_id, replica_id, req.fetch_offset, tp[0], tp[1],
+                            partition.replicas)
+                results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
+                                          partition.log_start_offset,
+                                          last_stable_offset=partition.last_stable_offset)
+                continue
+            if outcome.expand_isr_to is not None and self.isr_manager is not None:
+                self.isr_manager.expand_isr(partition, outcome.expand_isr_to, replica_id)
+            if outcome.high_watermark_moved:
+                self._after_append(tp)
+            if outcome.log_start_moved:
+                self.delete_records_purgatory.check_and_complete(tp)
+            if result.high_watermark != partition.high_watermark:  # (the LSO moves with it)
+                result.high_watermark = partition.high_watermark
+                result.last_stable_offset = partition.last_stable_offset
+
+    def _preferred_read_replica(self, partition: Partition, client: ClientMetadata,
+                                fetch_offset: int) -> int:
+        """Kafka's findPreferredReadReplica: the views of the leader and its followers, racks
+        from the metadata cache, handed to the selector (server/replication/replica_selector.py)."""
+        now = self.clock()
+        brokers = self.metadata_cache.brokers
+
+        def rack(broker_id: int) -> str | None:
+            info = brokers.get(broker_id)
+            return info.rack if info is not None else None
+
+        followers = [ReplicaView(r.broker_id, rack(r.broker_id), r.log_end_offset,
+                                 now - r.last_caught_up_time_ms)
+                     for r in partition.remote.values() if r.broker_id in brokers]
+        leader = ReplicaView(self.broker_id, rack(self.broker_id), partition.log_end_offset)
+        return preferred_read_replica(
+            self.replica_selector, client.rack_id, leader, followers, fetch_offset,
+            {r.broker_id: r.log_start_offset for r in partition.remote.values()})
+
+    def read_from_local_log(self, replica_id: int, max_bytes: int,
+                            requests: dict[TopicPartition, FetchRequestPartition],
+                            isolation_level: int = READ_UNCOMMITTED,
+                            client_metadata: ClientMetadata | None = None
+                            ) -> dict[TopicPartition, FetchResult]:
+        committed = replica_id < 0 and isolation_level == READ_COMMITTED
+        # Kafka's fetchOnlyFromLeader: followers always, consumers without client metadata
+        from_follower_ok = replica_id == DEBUGGING_CONSUMER_ID or (
+            replica_id < 0 and client_metadata is not None)
+        results: dict[TopicPartition, FetchResult] = {}
+        remaining = max_bytes
+        min_one = True  # KIP-74: the first batch of the response is sent whole even if too large
+        for tp, req in requests.items():
+            partition, code = self.leader_partition_or_error(
+                tp, req.current_leader_epoch, require_leader=not from_follower_ok)
+            if partition is not None and not has_consistent_topic_id(req.topic_id,
+                                                                     partition.topic_id):
+                code = ErrorCode.inconsistent_topic_id  # KIP-516: another topic's log
+            if partition is None or code != ErrorCode.none:
+                results[tp] = (FetchResult(code) if partition is None else FetchResult(
+                    code, partition.high_watermark, partition.log_start_offset,
+                    last_stable_offset=partition.last_stable_offset))
+                continue
+            lso = partition.last_stable_offset
+            if client_metadata is not None and self.replica_selector is not None \
+                    and partition.is_leader:
+                preferred = self._preferred_read_replica(partition, client_metadata,
+                                                         req.fetch_offset)
+                if preferred >= 0:  # no read: the consumer goes to that replica
+                    results[tp] = FetchResult(
+                        ErrorCode.none, partition.high_watermark, partition.log_start_offset,
+                        [], 0, partition.log_end_offset, lso, preferred_read_replica=preferred)
+                    continue
+            log_ = partition.log
+            fetch_offset = req.fetch_offset
+            # KIP-320: does the fetcher's log diverge? Not if its last fetched epoch is our
+            # latest and it fetches within our log (the check would answer "read": an idle
+            # follower's case, thousands of times a second at 10,000 partitions).
+            if req.last_fetched_epoch >= 0 and not (
+                    req.last_fetched_epoch == log_.latest_epoch
+                    and log_.log_start_offset <= fetch_offset <= log_.log_end_offset):
+                check = check_last_fetched_epoch(
+                    req.last_fetched_epoch, req.fetch_offset, partition.log_start_offset,
+                    partition.log.end_offset_for_epoch)
+                if check is not EPOCH_READ:
+                    results[tp] = FetchResult(
+                        check.error, partition.high_watermark, partition.log_start_offset, [], 0,
+                        partition.log_end_offset, lso, diverging_epoch=check.diverging_epoch)
+                    continue
+            try:
+                limit = fetch_limit(partition, replica_id, isolation_level)
+                if self.should_leader_throttle(partition, replica_id):
+                    # KIP-73: left out of this response (no data, no error)
+                    results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
+                                              partition.log_start_offset, [], 0,
+                                              partition.log_end_offset, lso)
+                    continue
+                if fetch_offset == limit and log_.log_start_offset <= fetch_offset \
+                        <= log_.log_end_offset:
+                    # nothing new (what `read` answers at its limit), without a read
+                    results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
+                                              log_.log_start_offset, [], 0,
+                                              log_.log_end_offset, lso,
+                                              [] if committed else None)
+                    continue
+                data = log_.read(fetch_offset, min(req.max_bytes, remaining),
+                                 max_offset=limit, min_one_message=min_one,
+                                 include_aborted_txns=committed)
+            except Exception as exc:
+                code = _error_for(exc)
+                if code == ErrorCode.unknown_server_error:
+                    log.exception("Error reading %s-%d", *tp)
+                results[tp] = FetchResult(code, partition.high_watermark,
+                                          partition.log_start_offset, last_stable_offset=lso)
+                continue
+            regions = data.regions
+            size = regions[0].size if len(regions) == 1 else sum(r.size for r in regions)
+            if size and replica_id >= 0 and self.leader_quota.is_throttled(*tp):
+                self.leader_quota.record(size)
+            if size:
+                min_one = False
+                remaining = max(0, remaining - size)
+            aborted = data.aborted_transactions
+            results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
+                                      partition.log_start_offset, list(data.regions), size,
+                                      data.log_end_offset, lso,
+                                      None if aborted is None else
+                                      [(t.producer_id, t.first_offset) for t in aborted])
+        return results
+
+    def bytes_between(self, partition: Partition, start: int, end: int, cap: int) -> int:
+        """Bytes readable from `start` up to `end` (at most `cap`), for DelayedFetch."""
+        try:
+            data = partition.log.read(start, cap, max_offset=end, min_one_message=True)
+        except Exception:
+            return cap
+        return sum(r.size for r in data.regions)
