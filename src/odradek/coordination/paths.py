@@ -33,13 +33,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from odradek.common import TopicPartition
+from odradek.common.clock import now_ms
 from odradek.coordination.store import NodeExistsError
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ def _decode_partitions_list(obj: dict[str, Any], what: str) -> set[tuple[str, in
 
 
 def _now_ms_str() -> str:
-    return str(int(time.time() * 1000))
+    return str(now_ms())
 
 
 # ---------------------------------------------------------------------------------------------

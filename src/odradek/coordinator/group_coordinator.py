@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..common import replica_assignment as asg
+from ..common.clock import now_ms
 from ..coordination import paths
 from ..coordination.store import CoordinationStore, NodeExistsError
 from ..runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -76,9 +76,6 @@ _EMPTY_GROUP_ID_OK = {"OffsetCommit", "OffsetFetch", "DescribeGroups", "DeleteGr
 DEAD_GROUP = GroupSummary(Dead.value, "", "", [])
 EMPTY_SUMMARY = GroupSummary("", "", "", [])
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +145,7 @@ class GroupCoordinator:
 
     def __init__(self, broker_id: int, config: GroupConfig, replica_manager: ReplicaAccess,
                  store: CoordinationStore, live_brokers: Callable[[], Iterable[int]],
-                 create_topic: CreateTopic, clock: Callable[[], int] = _now_ms) -> None:
+                 create_topic: CreateTopic, clock: Callable[[], int] = now_ms) -> None:
         self.broker_id = broker_id
         self.config = config
         self.replica_manager = replica_manager

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
 from ..common import replica_assignment as asg
+from ..common.clock import now_ms
 from ..coordination import paths
 from ..coordination.store import CoordinationStore, NodeExistsError
 from ..protocol.records import NO_PRODUCER_ID
@@ -77,9 +77,6 @@ log = logging.getLogger("odradek.coordinator.transaction")
 CreateTopic = Callable[[str, dict[int, list[int]], dict[str, str], uuid.UUID], Awaitable[None]]
 ErrorCallback = Callable[[int], None]
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +269,7 @@ class TransactionCoordinator:
                  marker_channel: TransactionMarkerChannelManager,
                  next_producer_id: Callable[[], Awaitable[int]], store: CoordinationStore,
                  live_brokers: Callable[[], Iterable[int]], create_topic: CreateTopic,
-                 clock: Callable[[], int] = _now_ms) -> None:
+                 clock: Callable[[], int] = now_ms) -> None:
         self.broker_id = broker_id
         self.config = config
         self.txn_manager = txn_manager

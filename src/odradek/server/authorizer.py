@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..common import clock
 from ..coordination import paths
 from ..coordination.optimistic_update import VersionConflict, optimistic_update
 from ..coordination.store import (
@@ -270,7 +270,7 @@ class AclAuthorizer:
             children = set(await store.get_children(root))
         except NoNodeError:
             return
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         for child in sorted(children - self._seen[root]):
             path = f"{root}/{child}"
             found = await store.get_or_none(path)

@@ -27,11 +27,11 @@ import argparse
 import datetime
 import random
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.clock import now_ms
 from .command import Subcommands, ToolError, read_properties, run_tool
 from .producer_perf_test import MB, metrics_table
 
@@ -125,19 +125,15 @@ class Progress:
     nbytes: int = 0
     join_ms: int = 0
     round_join_ms: int = 0
-    join_start: int = field(default_factory=lambda: _wall_ms())
+    join_start: int = field(default_factory=now_ms)
 
     def assigned(self, _partitions: Any) -> None:
-        spent = _wall_ms() - self.join_start
+        spent = now_ms() - self.join_start
         self.join_ms += spent
         self.round_join_ms += spent
 
     def revoked(self, _partitions: Any) -> None:
-        self.join_start = _wall_ms()
-
-
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
+        self.join_start = now_ms()
 
 
 def consumer_props(args: argparse.Namespace) -> dict[str, Any]:
@@ -158,11 +154,11 @@ def consume(consumer: Any, args: argparse.Namespace, progress: Progress,
     """Kafka's ConsumerPerformance.consume: poll until --messages records or --timeout ms
     without any; a progress line per reporting interval with --show-detailed-stats."""
     consumer.subscribe([args.topic], on_assign=progress.assigned, on_revoke=progress.revoked)
-    now = last_report = last_consumed = _wall_ms()
+    now = last_report = last_consumed = now_ms()
     last_bytes = last_messages = 0
     while progress.messages < args.messages and now - last_consumed <= args.timeout:
         records = consumer.poll(0.1)
-        now = _wall_ms()
+        now = now_ms()
         if records:
             last_consumed = now
         for r in records:
@@ -202,10 +198,10 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
         raise ToolError(f"Invalid consumer configuration: {exc}") from None
     progress = Progress()
     try:
-        start_ms = _wall_ms()
+        start_ms = now_ms()
         progress.join_start = start_ms
         consume(consumer, args, progress, out)
-        end_ms = _wall_ms()
+        end_ms = now_ms()
     finally:
         consumer.close()
     if not args.show_detailed_stats:

@@ -46,7 +46,7 @@ PERCENTILES = (0.5, 0.95, 0.99, 0.999)
 MB = 1024.0 * 1024.0
 
 
-def _now_ms() -> int:
+def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
@@ -57,7 +57,7 @@ class Stats:
 
     def __init__(self, num_records: int, interval_ms: int = REPORTING_INTERVAL_MS,
                  out: Callable[[str], None] = print,
-                 clock: Callable[[], int] = _now_ms) -> None:
+                 clock: Callable[[], int] = _monotonic_ms) -> None:
         self.clock = clock
         self.out = out
         self.start = self.window_start = clock()
@@ -322,12 +322,12 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
         for i in range(args.num_records):
             if transactions and in_txn == 0:
                 client.p.begin_transaction()
-                txn_start = _now_ms()
+                txn_start = _monotonic_ms()
             if payloads:
                 payload = payloads[rng.randrange(len(payloads))]
             client.send(args.topic, payload, stats.next_completion(len(payload)))
             in_txn += 1
-            now = _now_ms()
+            now = _monotonic_ms()
             if transactions and args.transaction_duration_ms <= now - txn_start:
                 client.p.commit_transaction()
                 in_txn = 0

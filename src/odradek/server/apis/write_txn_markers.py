@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from ...common import TopicPartition
+from ...common.clock import now_ms
 from ...protocol.codec import encode_response, make, response_module
 from ...protocol.control_records import (
     ControlRecordType,
@@ -51,14 +51,11 @@ class TxnCompletionListener(Protocol):
                               is_commit: bool) -> None: ...
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 class WriteTxnMarkersApi:
     def __init__(self, replica_manager: ReplicaManager, group_coordinator: TxnCompletionListener,
                  request_timeout_ms: int, authorizer: Authorizer = ALLOW_ALL,
-                 clock: Callable[[], int] = _now_ms) -> None:
+                 clock: Callable[[], int] = now_ms) -> None:
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
         self.request_timeout_ms = request_timeout_ms

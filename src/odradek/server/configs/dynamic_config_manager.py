@@ -30,10 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ...common import clock
 from ...coordination import paths
 from ...coordination.store import CoordinationStore, NoNodeError, WatchHandle
 
@@ -44,10 +44,6 @@ CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 #: A ConfigHandler: called with the entity name of a notification (sanitized, as written).
 ConfigHandler = Callable[[str], Awaitable[None]]
-
-
-def _wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # -- decisions (pure) ----------------------------------------------------------------------------
@@ -91,7 +87,7 @@ class DynamicConfigManager:
     def __init__(self, store: CoordinationStore,
                  handlers: Mapping[str, ConfigHandler | Sequence[ConfigHandler]], *,
                  change_expiration_ms: int = CHANGE_EXPIRATION_MS,
-                 now_ms: Callable[[], int] = _wall_clock_ms) -> None:
+                 now_ms: Callable[[], int] = clock.now_ms) -> None:
         self.store = store
         self.handlers: dict[str, tuple[ConfigHandler, ...]] = {
             kind: (h,) if callable(h) else tuple(h) for kind, h in handlers.items()}
