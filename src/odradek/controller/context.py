@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
-from odradek.controller.partition_states import PartitionState, PartitionStates
+from odradek.controller.partition_states import PartitionStates
 from odradek.controller.replica_states import ReplicaStates
 
 from ..common import TopicPartition
@@ -82,10 +82,6 @@ class LeaderAndIsr:
         """The first leadership of a new partition (leader epoch 0, version 0)."""
         return cls(leader, INITIAL_LEADER_EPOCH, tuple(isr), 0, controller_epoch)
 
-    @property
-    def leader_opt(self) -> int | None:
-        return None if self.leader == NO_LEADER else self.leader
-
     def new_leader(self, leader: int) -> LeaderAndIsr:
         """Same ISR, another leader, leader epoch + 1 (Kafka's ``newLeader``)."""
         return LeaderAndIsr(leader, self.leader_epoch + 1, self.isr, self.zk_version,
@@ -101,12 +97,6 @@ class LeaderAndIsr:
     def new_epoch(self) -> LeaderAndIsr:
         """Same leader and ISR with leader epoch + 1 (reassignment bumps it, S-6.2)."""
         return replace(self, leader_epoch=self.leader_epoch + 1)
-
-    def with_zk_version(self, zk_version: int) -> LeaderAndIsr:
-        return replace(self, zk_version=zk_version)
-
-    def with_controller_epoch(self, controller_epoch: int) -> LeaderAndIsr:
-        return replace(self, controller_epoch=controller_epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,22 +210,6 @@ class ControllerContext:
         return {TopicPartition(t, p) for t, parts in self.partition_assignments.items()
                 for p, replicas in parts.items() if broker_id in replicas}
 
-    def replicas_on_brokers(self, broker_ids: Iterable[int]) -> set[PartitionAndReplica]:
-        ids = set(broker_ids)
-        return {PartitionAndReplica(TopicPartition(t, p), r)
-                for t, parts in self.partition_assignments.items()
-                for p, replicas in parts.items() for r in replicas if r in ids}
-
-    def replicas_for_topic(self, topic: str) -> set[PartitionAndReplica]:
-        return {PartitionAndReplica(TopicPartition(topic, p), r)
-                for p, replicas in self.partition_assignments.get(topic, {}).items()
-                for r in replicas}
-
-    def replicas_for_partitions(self, partitions: Iterable[TopicPartition]
-                                ) -> set[PartitionAndReplica]:
-        return {PartitionAndReplica(tp, r) for tp in partitions
-                for r in self.partition_replica_assignment(tp)}
-
     def live_replicas(self, partition: TopicPartition,
                       include_shutting_down: bool = False) -> list[int]:
         """AR filtered to live brokers, in assignment order."""
@@ -289,11 +263,6 @@ class ControllerContext:
                 if not self.is_replica_online(lai.leader, tp)
                 and tp.topic not in self.topics_to_be_deleted}
 
-    def partitions_in_states(self, states: Iterable[PartitionState],
-                             topic: str | None = None) -> set[TopicPartition]:
-        found = self.partition_states.in_states(states)
-        return found if topic is None else {tp for tp in found if tp.topic == topic}
-
     # ---- topic deletion ------------------------------------------------------------------
 
     def queue_topic_deletion(self, topics: Iterable[str]) -> None:
@@ -307,10 +276,6 @@ class ControllerContext:
 
     def is_topic_deletion_in_progress(self, topic: str) -> bool:
         return topic in self.topics_with_deletion_started
-
-    def is_topic_eligible_for_deletion(self, topic: str) -> bool:
-        return (topic in self.topics_to_be_deleted
-                and topic not in self.topics_ineligible_for_deletion)
 
     def remove_topic(self, topic: str) -> None:
         """Forget a deleted topic: assignments, leadership, states, deletion bookkeeping."""

@@ -174,9 +174,6 @@ class TableStates(Generic[K, S]):
     def remove(self, subject: K) -> None:
         self._states.pop(subject, None)
 
-    def can_transition(self, subject: K, target: S) -> bool:
-        return self.state(subject) in self._table[target]
-
     def transition(self, subject: K, target: S) -> StateChange[K, S]:
         """Move ``subject`` to ``target`` or raise :class:`IllegalStateTransition`."""
         current = self.state(subject)

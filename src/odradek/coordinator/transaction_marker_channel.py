@@ -212,9 +212,6 @@ class TransactionMarkerChannelManager:
     def num_txns_with_pending_markers(self) -> int:
         return len(self.transactions_with_pending_markers)
 
-    def queue_for_broker(self, broker_id: int) -> TxnMarkerQueue | None:
-        return self.markers_queue_per_broker.get(broker_id)
-
     # -- the sender -----------------------------------------------------------------------------
     def retry_log_appends(self) -> None:
         retries = list(self.txn_log_append_retry_queue)

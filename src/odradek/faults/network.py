@@ -122,18 +122,11 @@ class NetworkState:
     rules: Mapping[int, Rule] = field(default_factory=dict)
     paused: frozenset[Node] = frozenset()
 
-    def with_rule(self, fault_id: int, rule: Rule) -> NetworkState:
-        return NetworkState({**self.rules, fault_id: rule}, self.paused)
-
     def without(self, fault_id: int) -> NetworkState:
         return NetworkState({k: r for k, r in self.rules.items() if k != fault_id}, self.paused)
 
     def without_link_rules(self) -> NetworkState:
         return NetworkState({}, self.paused)
-
-    def with_paused(self, node: Node, paused: bool) -> NetworkState:
-        nodes = self.paused | {node} if paused else self.paused - {node}
-        return NetworkState(self.rules, frozenset(nodes))
 
 
 def blocked(state: NetworkState, src: Node, dst: Node) -> bool:

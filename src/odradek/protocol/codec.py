@@ -445,10 +445,6 @@ def make(cls: type, **kwargs: Any) -> Any:
     return cls(**out)
 
 
-def has_field(cls: type, name: str) -> bool:
-    return name in _field_kinds(cls)
-
-
 # ---------------------------------------------------------------------------------------------
 # `build()` is `make()` for messages given as nested data (the client's requests): nested
 # entities may be dicts (or lists of dicts), sequences become the tuples kio holds, fields a

@@ -505,9 +505,3 @@ class ProducerStateManager:
             if snapshot_offset < offset:
                 self._snapshot_path(snapshot_offset).unlink(missing_ok=True)
 
-    def delete_snapshots_after(self, offset: int) -> None:
-        for snapshot_offset in self.snapshot_offsets():
-            if snapshot_offset > offset:
-                self._snapshot_path(snapshot_offset).unlink(missing_ok=True)
-        if self.last_snapshot_offset > offset:
-            self.last_snapshot_offset = 0
