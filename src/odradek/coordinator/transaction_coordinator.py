@@ -43,6 +43,7 @@ from ..common.clock import now_ms
 from ..coordination import paths
 from ..coordination.store import CoordinationStore, NodeExistsError
 from ..protocol.records import NO_PRODUCER_ID
+from ..runtime.scheduler import schedule_periodically
 from .transaction_marker_channel import TransactionMarkerChannelManager
 from .transaction_state import (
     NO_PRODUCER_EPOCH,
@@ -319,15 +320,11 @@ class TransactionCoordinator:
         log.info("[TransactionCoordinator id=%d] Shutdown complete.", self.broker_id)
 
     def _every(self, name: str, interval_ms: int, fn: Callable[[], Any]) -> None:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000)
-                try:
-                    fn()
-                except Exception:
-                    log.exception("[TransactionCoordinator id=%d] %s failed", self.broker_id,
-                                  name)
-        self._tasks.append(asyncio.create_task(loop(), name=f"{name}-{self.broker_id}"))
+        task = schedule_periodically(
+            f"{name}-{self.broker_id}", interval_ms, fn, logger=log,
+            description=f"[TransactionCoordinator id={self.broker_id}] {name}")
+        if task is not None:
+            self._tasks.append(task)
 
     # -- leadership of __transaction_state -----------------------------------------------------
     def on_partition_role(self, partition: int, is_leader: bool, leader_epoch: int) -> None:

@@ -42,6 +42,7 @@ from ..coordinator.transaction_marker_channel import (
 from ..coordinator.transaction_state_manager import TransactionConfig, TransactionStateManager
 from ..metrics.history import MetricsHistory
 from ..metrics.registry import BrokerMetrics
+from ..runtime.scheduler import schedule_periodically
 from ..security import ssl_factory
 from ..security.authorizer import ALLOW_ALL, Authorizer
 from ..security.connector import Connector, open_connection
@@ -555,19 +556,10 @@ class Broker:
         assert lm is not None
 
         def every(name: str, interval_ms: int, fn: Any) -> None:
-            if interval_ms <= 0 or interval_ms >= 2**62:
-                return
-
-            async def loop() -> None:
-                while True:
-                    await asyncio.sleep(interval_ms / 1000)
-                    try:
-                        result = fn()
-                        if asyncio.iscoroutine(result):  # its blocking part runs off the loop
-                            await result
-                    except Exception:
-                        log.exception("Periodic task %s failed", name)
-            self._tasks.append(asyncio.create_task(loop(), name=f"broker-{self.broker_id}-{name}"))
+            task = schedule_periodically(f"broker-{self.broker_id}-{name}", interval_ms, fn,
+                                         logger=log, description=f"Periodic task {name}")
+            if task is not None:
+                self._tasks.append(task)
 
         self._tasks.append(asyncio.create_task(self.metrics.run_event_loop_probe(),
                                                name=f"broker-{self.broker_id}-eventloop-lag"))

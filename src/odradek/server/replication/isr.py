@@ -28,6 +28,7 @@ from ...common.state_change import StateChangeLogger
 from ...coordination import paths
 from ...coordination.store import BadVersionError, CoordinationError, NoNodeError
 from ...metrics.stats import IsrStats
+from ...runtime.scheduler import schedule_periodically
 from .partition import Partition, fmt_isr
 
 if TYPE_CHECKING:
@@ -84,14 +85,9 @@ class IsrChangeManager:
         ]
 
     def _every(self, name: str, interval_ms: int, fn: Callable[[], None]) -> asyncio.Task[None]:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000)
-                try:
-                    fn()
-                except Exception:
-                    log.exception("Periodic task %s failed", name)
-        return asyncio.create_task(loop(), name=name)
+        task = schedule_periodically(name, interval_ms, fn, logger=log)
+        assert task is not None, f"{name}: interval {interval_ms} ms"
+        return task
 
     def shutdown(self) -> None:
         for t in [*self._loops, *self._inflight]:
