@@ -24,6 +24,7 @@ import pytest
 import trustme
 
 from odradek.cluster import Cluster, ClusterSecurity
+from odradek.security.jaas import quote
 
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -36,30 +37,26 @@ SECURED_BROKER_MODULES = (
 )
 
 
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def scram_jaas(username: str, password: str) -> str:
     """A client's (or broker's) ``sasl.jaas.config`` for SCRAM-SHA-256/512."""
-    return f"{SCRAM_MODULE} required username={_quote(username)} password={_quote(password)};"
+    return f"{SCRAM_MODULE} required username={quote(username)} password={quote(password)};"
 
 
 def plain_jaas(username: str, password: str) -> str:
-    return f"{PLAIN_MODULE} required username={_quote(username)} password={_quote(password)};"
+    return f"{PLAIN_MODULE} required username={quote(username)} password={quote(password)};"
 
 
 def plain_server_jaas(username: str, password: str, users: Mapping[str, str]) -> str:
     """A broker listener's PLAIN login with its ``user_<name>`` entries."""
-    entries = " ".join(f"user_{u}={_quote(p)}" for u, p in users.items())
-    return (f"{PLAIN_MODULE} required username={_quote(username)} "
-            f"password={_quote(password)} {entries};")
+    entries = " ".join(f"user_{u}={quote(p)}" for u, p in users.items())
+    return (f"{PLAIN_MODULE} required username={quote(username)} "
+            f"password={quote(password)} {entries};")
 
 
 def zookeeper_client_jaas(username: str, password: str) -> str:
     """A JAAS file with the ``Client`` section of ZooKeeper's digest login."""
-    return (f"Client {{\n    {DIGEST_MODULE} required\n    username={_quote(username)}\n"
-            f"    password={_quote(password)};\n}};\n")
+    return (f"Client {{\n    {DIGEST_MODULE} required\n    username={quote(username)}\n"
+            f"    password={quote(password)};\n}};\n")
 
 
 class Certificates:

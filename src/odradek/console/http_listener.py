@@ -48,6 +48,7 @@ from ..common import TopicPartition
 from ..common.properties import ConfigError
 from ..coordination import paths
 from ..coordination.store import CoordinationError, CoordinationStore
+from ..security import jaas
 from ..security.connector import ClientSecurity, open_connection
 from ..security.errors import SaslError
 from ..security.sasl_server import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
@@ -104,13 +105,9 @@ class AdminAccess:
         if self.requires_auth and user is not None and self.sasl_mechanism is not None:
             module = PLAIN_LOGIN_MODULE if self.sasl_mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
             cfg["sasl.mechanism"] = self.sasl_mechanism
-            cfg["sasl.jaas.config"] = (f"{module} required username={_quote(user[0])} "
-                                       f"password={_quote(user[1])};")
+            cfg["sasl.jaas.config"] = (f"{module} required username={jaas.quote(user[0])} "
+                                       f"password={jaas.quote(user[1])};")
         return cfg
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 async def registered_http_endpoints(store: CoordinationStore) -> dict[int, str | None]:

@@ -36,6 +36,11 @@ class JaasEntry:
     options: Mapping[str, str] = field(default_factory=dict)
 
 
+def quote(value: str) -> str:
+    """``value`` as a JAAS quoted string (the inverse of the parser's quoted-string rule)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _tokens(text: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     pos = 0
