@@ -8,14 +8,11 @@ secure_cluster``).
   ``ssl.truststore.location``/``ssl.keystore.location`` with type PEM, librdkafka's
   ``ssl.ca.location``/``ssl.certificate.location``/``ssl.key.location``, Python's ``ssl``);
 * JAAS builders: ``scram_jaas``, ``plain_jaas``, ``plain_server_jaas``, ``zookeeper_client_jaas``;
-* :func:`require_secured_brokers`: skips a test when the modules a secured broker needs are not
-  in this tree yet;
 * ``secure_cluster``: a factory fixture starting `odradek.Cluster` with a `ClusterSecurity`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,11 +27,6 @@ SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 DIGEST_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
-#: What a secured broker and client need beyond this helper's part (SA's, SB's, SC's modules).
-SECURED_BROKER_MODULES = (
-    "odradek.security.protocol", "odradek.security.connector", "odradek.security.ssl_factory",
-    "odradek.security.scram", "odradek.security.sasl_client", "odradek.security.jaas",
-)
 
 
 def scram_jaas(username: str, password: str) -> str:
@@ -98,17 +90,6 @@ class Certificates:
         return props
 
 
-def missing_security_modules() -> list[str]:
-    return [m for m in SECURED_BROKER_MODULES if importlib.util.find_spec(m) is None]
-
-
-def require_secured_brokers() -> None:
-    """Skip the calling test when a secured broker cannot run in this tree yet."""
-    missing = missing_security_modules()
-    if missing:
-        pytest.skip(f"secured brokers need {', '.join(missing)} (not merged yet)")
-
-
 @pytest.fixture
 def certificates(tmp_path: Path) -> Certificates:
     return Certificates(tmp_path / "certs")
@@ -117,12 +98,11 @@ def certificates(tmp_path: Path) -> Certificates:
 @pytest.fixture
 def secure_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     """``secure_cluster(brokers=3, security=ClusterSecurity(...), **kwargs)`` -> a started
-    Cluster; skipped when the security modules are missing; all stopped at teardown."""
+    Cluster; all stopped at teardown."""
     started: list[Cluster] = []
 
     def make(brokers: int = 3, security: ClusterSecurity | None = None, **kwargs: Any
              ) -> Cluster:
-        require_secured_brokers()
         kwargs.setdefault("data_dir", tmp_path / f"secure-cluster-{len(started)}")
         cluster = Cluster(brokers, security=security or ClusterSecurity(), **kwargs)
         started.append(cluster)

@@ -29,7 +29,6 @@ from odradek.cluster import (
 from odradek.server.configs.config import KafkaConfig
 from tests.integration.broker_harness import run
 from tests.security_support import (
-    require_secured_brokers,
     secure_cluster,  # noqa: F401  (a fixture)
     zookeeper_client_jaas,
 )
@@ -109,7 +108,6 @@ def test_brokers_on_zookeeper_with_only_sasl_ssl_and_zk_acls(
     (with the brokers' ZooKeeper identity), then brokers with only SASL_SSL listeners and
     zookeeper.set.acl=true start; a ZooKeeper client without the identity cannot change
     /brokers, and may not read the credentials."""
-    require_secured_brokers()
     from odradek.coordination.zookeeper import ZooKeeperStore
     from odradek.security.zk_auth import ZkDigestIdentity, ZkSecurity
     from odradek.server.broker import Broker
@@ -184,7 +182,6 @@ def _create_topic(cfg: dict[str, str]) -> None:
 def test_odradek_cluster_command_secured(tmp_path: Path) -> None:
     """`odradek cluster --security-protocol SASL_SSL --user alice:...` prints the client
     properties files it wrote; a client configured from one produces."""
-    require_secured_brokers()
     import os
     import re
     import signal

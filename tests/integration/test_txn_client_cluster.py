@@ -249,8 +249,6 @@ def test_transactions_tool(cluster: Cluster, admin: Admin,
         # an ongoing transaction of a known transactional id is not hanging
         code, out, err = run_tool(capsys, *bs, "find-hanging", "--topic", name,
                                   "--max-transaction-timeout", "0")
-        if "DescribeProducers" in err or "does not support" in err:
-            pytest.skip("the brokers do not answer DescribeProducers (txn-cleaner not merged)")
         assert code == 0, err
         assert out == [out[0]]
         code, out, err = run_tool(capsys, *bs, "describe-producers", "--topic", name,

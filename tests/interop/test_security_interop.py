@@ -41,7 +41,6 @@ from tests.interop.security_clients import (
     kcat_args,
     rdkafka,
 )
-from tests.security_support import require_secured_brokers
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(180)]
 
@@ -66,7 +65,6 @@ USERS = {u: f"{u}-secret" for u in ("alice", "bob", "dave")}
 
 
 def _cluster(tmp: Path, brokers: int, security: ClusterSecurity) -> Cluster:
-    require_secured_brokers()
     return Cluster(brokers, security=security, data_dir=tmp,
                    overrides={"group.initial.rebalance.delay.ms": "0"}).start()
 
