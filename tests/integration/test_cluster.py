@@ -64,7 +64,7 @@ async def create_pinned(cluster: AsyncCluster, topic: str, replicas: tuple[int, 
         await c.close()
 
 
-def test_election_and_the_seeds_znode_layout(tmp_path: Path) -> None:
+def test_election_and_the_znode_layout(tmp_path: Path) -> None:
     async def body() -> None:
         cluster = AsyncCluster(3, data_dir=tmp_path)
         await cluster.start()

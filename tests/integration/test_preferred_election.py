@@ -8,7 +8,7 @@ their text says: partition p's preferred replica is broker p+1 (the original lea
 4 of partitions 0-3, and after the tool only partitions 1 and 3 are not led by their preferred
 replica, "because brokers 2 and 4 are not started"); with 1/2/4 down, partition 0 moves 1 -> 3,
 partition 1 moves 2 -> 5 and partition 3 moves 4 -> 7; broker 1 is in the ISR of partitions 0
-and 5. SEED_ASSIGNMENT satisfies all of that. The text also says partition 2 moved 3 -> 6, which
+and 5. EXAMPLE_ASSIGNMENT satisfies all of that. The text also says partition 2 moved 3 -> 6, which
 no assignment can produce with broker 3 alive (a clean controller never moves leadership off a
 live ISR leader): here partition 2 keeps leader 3, so after broker 1 returns brokers 3, 5 and 7
 (not 5, 6 and 7) lead two partitions each; every other statement of the text is asserted.
@@ -36,9 +36,9 @@ from odradek.tools.leader_election import write_election_znode
 from tests.integration.broker_harness import req_module, run
 from tests.wire import WireClient
 
-SEED_ASSIGNMENT = {0: [1, 2, 3], 1: [2, 4, 5], 2: [3, 6, 7], 3: [4, 7, 8],
+EXAMPLE_ASSIGNMENT = {0: [1, 2, 3], 1: [2, 4, 5], 2: [3, 6, 7], 3: [4, 7, 8],
                    4: [5, 8, 2], 5: [6, 1, 4], 6: [7, 3, 5], 7: [8, 5, 6]}
-PREFERRED = {p: r[0] for p, r in SEED_ASSIGNMENT.items()}
+PREFERRED = {p: r[0] for p, r in EXAMPLE_ASSIGNMENT.items()}
 # After brokers 1, 2, 4 stopped (and after broker 1 came back: nothing moves by itself).
 SKEWED = {0: 3, 1: 5, 2: 3, 3: 7, 4: 5, 5: 6, 6: 7, 7: 8}
 # After the first run of the tool: all preferred but partitions 1 and 3.
@@ -82,7 +82,8 @@ async def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, 
     return code, out, err
 
 
-def test_seed_000_worked_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stopped_brokers_skew_leaders_and_preferred_election_rebalances(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     async def body() -> None:
         cluster = AsyncCluster(9, data_dir=tmp_path,
                                overrides={"auto.leader.rebalance.enable": "false"})
@@ -90,7 +91,7 @@ def test_seed_000_worked_example(tmp_path: Path, capsys: pytest.CaptureFixture[s
         try:
             async with AsyncAdmin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
                 await admin.create_topics([NewTopic("topic1",
-                                                    replica_assignment=SEED_ASSIGNMENT)])
+                                                    replica_assignment=EXAMPLE_ASSIGNMENT)])
                 await admin.wait_for_topics(["topic1"], 60)
             assert leaders(cluster, "topic1", 8) == PREFERRED  # balanced: one leader each
 

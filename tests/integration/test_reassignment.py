@@ -167,7 +167,7 @@ async def wait_done(cluster: AsyncCluster, topic: str, target: list[int],
         timeout, what=f"reassignment of {topic}-0 to {target}")
 
 
-def test_seed_table_oar_123_to_rar_456(tmp_path: Path) -> None:
+def test_reassignment_oar_123_to_rar_456_steps(tmp_path: Path) -> None:
     """The example of S-6.2, through the admin node the tool writes: AR and leader/ISR in the
     coordination store go through the table's rows in order; at the end the data is on 4,5,6
     only, consumable, and the admin node is gone."""

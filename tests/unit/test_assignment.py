@@ -22,10 +22,10 @@ from odradek.common.replica_assignment import (
 )
 from odradek.controller.context import TopicPartition
 
-# ---- the formula of S-3.1 (default, algorithm "seed") -----------------------------------------
+# ---- the formula of S-3.1 (default, algorithm "consecutive") ----------------------------------
 
 
-def test_seed_formula_partition_i_replica_j_on_broker_i_plus_j_mod_n() -> None:
+def test_consecutive_formula_partition_i_replica_j_on_broker_i_plus_j_mod_n() -> None:
     brokers = [30, 10, 20, 40]  # sorted: 10 20 30 40
     a = assign_replicas_to_brokers(brokers, n_partitions=9, replication_factor=3)
     ordered = sorted(brokers)
@@ -41,7 +41,7 @@ def test_seed_formula_partition_i_replica_j_on_broker_i_plus_j_mod_n() -> None:
 def test_replicas_of_a_partition_are_distinct(brokers: set[int], n_partitions: int,
                                               data: st.DataObject) -> None:
     rf = data.draw(st.integers(1, len(brokers)))
-    for algorithm in ("seed", "kafka"):
+    for algorithm in ("consecutive", "kafka"):
         a = assign_replicas_to_brokers(brokers, n_partitions, rf, algorithm=algorithm,
                                        rng=random.Random(n_partitions))
         assert len(a) == n_partitions
@@ -129,7 +129,7 @@ def test_validate_manual_assignment() -> None:
 # ---- adding partitions -----------------------------------------------------------------------
 
 
-def test_add_partitions_continues_the_seed_round_robin() -> None:
+def test_add_partitions_continues_the_consecutive_assignment() -> None:
     existing = assign_replicas_to_brokers([1, 2, 3], 3, 2)
     new = add_partitions("t", existing, [1, 2, 3], 5)
     assert new == {3: [1, 2], 4: [2, 3]}

@@ -51,7 +51,7 @@ def seed() -> tuple[dict[TP, list[int]], dict[TP, LeaderAndIsr]]:
             {TP("topic1", p): v for p, v in SEED_SKEWED.items()})
 
 
-def test_preferred_plan_on_the_seed_example() -> None:
+def test_preferred_plan_on_the_eight_broker_example() -> None:
     assignments, leadership = seed()
     plan = plan_election(assignments, ElectionType.PREFERRED, ElectionTrigger.ZK, assignments,
                          leadership, LIVE_AFTER_1)
@@ -112,7 +112,7 @@ def test_unclean_plan() -> None:
     assert {code for code, _ in plan.results.values()} == {ELIGIBLE_LEADERS_NOT_AVAILABLE}
 
 
-def test_imbalance_ratios_on_the_seed_example() -> None:
+def test_imbalance_ratios_on_the_eight_broker_example() -> None:
     assignments, leadership = seed()
     ratios = imbalance_ratios(assignments, {tp: v.leader for tp, v in leadership.items()})
     # Brokers 1, 2, 4 each prefer one partition led elsewhere; the others lead theirs.

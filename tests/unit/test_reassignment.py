@@ -27,7 +27,7 @@ TP = TopicPartition("t", 0)
 # ---- the controller's steps ----------------------------------------------------------------------
 
 
-def test_seed_000_example_oar_123_rar_456() -> None:
+def test_reassignment_replicas_are_rar_then_oar_minus_rar() -> None:
     r = reassign_to(None, [1, 2, 3], [4, 5, 6])
     assert r.original == (1, 2, 3) and r.target == (4, 5, 6)
     assert set(r.full) == {1, 2, 3, 4, 5, 6}  # step 2: AR = OAR + RAR

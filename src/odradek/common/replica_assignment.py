@@ -2,9 +2,9 @@
 
 Two assignment algorithms over the brokers sorted by id:
 
-* ``"seed"`` (default; named after the design notes odradek was built from): the formula of
-  docs/design.md S-3.1: partition ``i``, replica ``j`` -> broker ``(i + j) mod n`` (plus a
-  start index when partitions are added).  Deterministic.
+* ``"consecutive"`` (default): the formula of docs/design.md S-3.1: partition ``i``, replica
+  ``j`` -> broker ``(i + j) mod n`` (plus a start index when partitions are added).
+  Deterministic.
 * ``"kafka"``: Kafka's rack-unaware ``AdminUtils.assignReplicasToBrokers``: the first replica
   round-robin from a random start index, the others at an increasing shift
   (``nextReplicaShift``, bumped every ``n`` partitions) so that the followers of one broker's
@@ -50,7 +50,7 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_REPLICA_ASSIGNMENT = 39
 
-Algorithm = Literal["seed", "kafka"]
+Algorithm = Literal["consecutive", "kafka"]
 
 
 class AssignmentError(Exception):
@@ -146,7 +146,7 @@ def assign_replicas_to_brokers(
     n_partitions: int,
     replication_factor: int,
     *,
-    algorithm: Algorithm = "seed",
+    algorithm: Algorithm = "consecutive",
     rng: random.Random | None = None,
     fixed_start_index: int = -1,
     start_partition_id: int = -1,
@@ -168,14 +168,14 @@ def assign_replicas_to_brokers(
         if any(rack is None for rack in known.values()):
             raise AssignmentError("Not all brokers have rack information for replica rack "
                                   "aware assignment.")
-        if algorithm not in ("seed", "kafka"):
+        if algorithm not in ("consecutive", "kafka"):
             raise ValueError(f"unknown assignment algorithm {algorithm!r}")
         rng = rng if rng is not None else random.Random()
         start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
         shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
         return _assign_rack_aware({b: r for b, r in known.items() if r is not None},
                                   n_partitions, replication_factor, start_index, shift, first_id)
-    if algorithm == "seed":
+    if algorithm == "consecutive":
         start = max(0, fixed_start_index)
         return {p: [brokers[(p + start + j) % n] for j in range(replication_factor)]
                 for p in range(first_id, first_id + n_partitions)}
@@ -231,7 +231,7 @@ def add_partitions(
     total_partitions: int,
     *,
     replica_assignment: Mapping[int, Sequence[int]] | None = None,
-    algorithm: Algorithm = "seed",
+    algorithm: Algorithm = "consecutive",
     rng: random.Random | None = None,
     racks: Mapping[int, str | None] | None = None,
 ) -> dict[int, list[int]]:
