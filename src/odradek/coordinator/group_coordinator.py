@@ -22,7 +22,6 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -58,6 +57,7 @@ from .group import (
     SyncGroupResult,
     TopicPartition,
 )
+from .group_config import GroupConfig
 from .metadata_manager import GroupMetadataManager, OffsetFetchResult
 from .offsets import OFFSETS_TOPIC, OffsetAndMetadata
 from .replica_access import ReplicaAccess
@@ -75,44 +75,6 @@ _EMPTY_GROUP_ID_OK = {"OffsetCommit", "OffsetFetch", "DescribeGroups", "DeleteGr
 
 DEAD_GROUP = GroupSummary(Dead.value, "", "", [])
 EMPTY_SUMMARY = GroupSummary("", "", "", [])
-
-
-
-@dataclass(frozen=True, slots=True)
-class GroupConfig:
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1800000
-    max_size: int = 2**31 - 1
-    initial_rebalance_delay_ms: int = 3000
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-    offsets_retention_check_interval_ms: int = 600000
-    offsets_commit_timeout_ms: int = 5000
-    offsets_load_buffer_size: int = 5 * 1024 * 1024
-    offset_metadata_max_bytes: int = 4096
-    offsets_topic_num_partitions: int = 50
-    offsets_topic_replication_factor: int = 3
-    offsets_topic_segment_bytes: int = 104857600
-
-    @classmethod
-    def from_config(cls, config: Any) -> GroupConfig:
-        return cls(
-            min_session_timeout_ms=config["group.min.session.timeout.ms"],
-            max_session_timeout_ms=config["group.max.session.timeout.ms"],
-            max_size=config["group.max.size"],
-            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
-            offsets_retention_ms=config["offsets.retention.minutes"] * 60 * 1000,
-            offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
-            offsets_commit_timeout_ms=config["offsets.commit.timeout.ms"],
-            offsets_load_buffer_size=config["offsets.load.buffer.size"],
-            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
-            offsets_topic_num_partitions=config["offsets.topic.num.partitions"],
-            offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
-            offsets_topic_segment_bytes=config["offsets.topic.segment.bytes"])
-
-    def offsets_topic_configs(self) -> dict[str, str]:
-        return {"cleanup.policy": "compact",
-                "segment.bytes": str(self.offsets_topic_segment_bytes),
-                "compression.type": "producer"}
 
 
 @dataclass(slots=True)

@@ -16,6 +16,11 @@ The frame functions at the end add the request/response headers (and the size pr
 encoding), sans-IO: the controller's channel and the broker's inter-broker handler both use them,
 so the bytes on the wire have one definition.  Note that ControlledShutdown v0 uses request
 header v0 (no client id): see :func:`request_header_version`.
+
+structure: over 1,000 lines allowed. Two thirds of the module are the four APIs' schema tables,
+one field a line as in Kafka's JSON; the interpreter beside them is ~300 lines. Split by API,
+each piece would need the interpreter and the tables would no longer read side by side with
+the JSON they transcribe (.ci/structure.py checks the 1,000-line limit).
 """
 
 from __future__ import annotations
