@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 from odradek.protocol.codec import (
@@ -17,6 +18,9 @@ from odradek.protocol.codec import (
 )
 from odradek.server.apis import metadata
 from odradek.server.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
+
+# What the handler reads of a connection: its listener (the metadata is answered per listener).
+CONN = SimpleNamespace(listener_name="PLAINTEXT", principal=None, peer="127.0.0.1:1")
 
 
 def _request() -> tuple[Any, Any]:
@@ -51,7 +55,7 @@ def test_answers_at_once_when_initialized() -> None:
     api = _registered_only()
     _first_update_metadata(api.metadata_cache)
     header, request = _request()
-    out = api.handle(header, request, None)  # type: ignore[arg-type]
+    out = api.handle(header, request, CONN)  # type: ignore[arg-type]
     assert isinstance(out, bytes)
     body = _decode(out)
     assert body.controller_id == 0 and [b.node_id for b in body.brokers] == [0, 1, 2]
@@ -61,7 +65,7 @@ def test_waits_for_the_first_update_metadata() -> None:
     async def main() -> Any:
         api = _registered_only()
         header, request = _request()
-        pending = api.handle(header, request, None)  # type: ignore[arg-type]
+        pending = api.handle(header, request, CONN)  # type: ignore[arg-type]
         assert asyncio.iscoroutine(pending)
         task = asyncio.ensure_future(pending)
         await asyncio.sleep(0.05)
@@ -81,7 +85,7 @@ def test_answers_what_it_has_when_no_controller_comes(monkeypatch: Any) -> None:
     async def main() -> Any:
         api = _registered_only()
         header, request = _request()
-        return _decode(await api.handle(header, request, None))  # type: ignore[arg-type]
+        return _decode(await api.handle(header, request, CONN))  # type: ignore[arg-type]
 
     body = asyncio.run(main())
     assert body.controller_id == -1 and [b.node_id for b in body.brokers] == [1]

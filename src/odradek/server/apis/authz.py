@@ -19,12 +19,12 @@ __all__ = ["CLUSTER_NAME", "allowed", "allowed_names", "host_of", "principal_of"
 
 def principal_of(conn: Any) -> Any:
     """The connection's authenticated principal (User:ANONYMOUS until authenticated)."""
-    return getattr(conn, "principal", None) or ANONYMOUS
+    return conn.principal or ANONYMOUS
 
 
 def host_of(conn: Any) -> str:
     """The client's address without the port (`127.0.0.1` of `127.0.0.1:53422`)."""
-    peer = str(getattr(conn, "peer", "") or "")
+    peer = str(conn.peer or "")
     host = peer.rsplit(":", 1)[0] if ":" in peer else peer
     return host.strip("[]") or "?"
 

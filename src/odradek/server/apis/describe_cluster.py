@@ -67,7 +67,7 @@ class DescribeClusterApi:
                        CLUSTER_NAME, request_name="DescribeCluster"):
                 operations = authorized_operations(self.authorizer, conn, ResourceType.CLUSTER,
                                                    CLUSTER_NAME, CLUSTER_OPS)
-        listener = getattr(conn, "listener_name", "PLAINTEXT")
+        listener = conn.listener_name
         brokers = tuple(make(mod.DescribeClusterBroker, broker_id=b.broker_id, host=ep.host,
                              port=ep.port, rack=b.rack)
                         for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)

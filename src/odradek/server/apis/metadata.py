@@ -105,7 +105,7 @@ class MetadataApi:
         return encode_response(type(request), header.correlation_id,
                                build_response(cache, request, names, errors, hidden,
                                               topic_ops, cluster_ops,
-                                              listener=getattr(conn, "listener_name", "PLAINTEXT"),
+                                              listener=conn.listener_name,
                                               unknown_ids=unknown_ids,
                                               by_id=by_id is not None))
 
