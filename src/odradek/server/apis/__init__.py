@@ -71,7 +71,7 @@ HandlerFn = Callable[[Any, Any, Connection], "Response | Awaitable[Response]"]
 APIS: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 10),
     1: ("Fetch", 4, 16),
-    2: ("ListOffsets", 1, 7),
+    2: ("ListOffsets", 0, 7),  # v0: protocol/list_offsets_v0.py (kio has 1+)
     3: ("Metadata", 0, 12),
     8: ("OffsetCommit", 2, 8),
     9: ("OffsetFetch", 1, 8),
