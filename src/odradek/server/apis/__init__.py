@@ -132,6 +132,15 @@ INTERBROKER_APIS: dict[int, tuple[int, int]] = {
     k: (lo, hi) for k, lo, hi in ib.SUPPORTED_API_VERSIONS}
 
 
+def advertised_versions() -> list[tuple[int, int, int]]:
+    """(api key, min, max) as ApiVersions advertises them (see ADVERTISED_MIN_VERSION): Kafka
+    2.8's ranges but where docs/design.md (S-8.1, "Protocol versions") says otherwise."""
+    ranges = [(k, min(lo, ADVERTISED_MIN_VERSION.get(k, lo)), hi)
+              for k, (_, lo, hi) in APIS.items()]
+    ranges += [(k, lo, hi) for k, (lo, hi) in INTERBROKER_APIS.items()]
+    return sorted(ranges)
+
+
 class KafkaApis:
     def __init__(self, *, broker_id: int, config: KafkaConfig,
                  replica_manager: ReplicaManager, metadata_cache: MetadataCache,
@@ -226,11 +235,8 @@ class KafkaApis:
         assert self.handlers.keys() == APIS.keys()
 
     def supported(self) -> list[tuple[int, int, int]]:
-        """The ranges ApiVersions advertises (see ADVERTISED_MIN_VERSION)."""
-        ranges = [(k, min(lo, ADVERTISED_MIN_VERSION.get(k, lo)), hi)
-                  for k, (_, lo, hi) in APIS.items()]
-        ranges += [(k, lo, hi) for k, (lo, hi) in INTERBROKER_APIS.items()]
-        return sorted(ranges)
+        """The ranges ApiVersions advertises (advertised_versions)."""
+        return advertised_versions()
 
     def handle(self, conn: Connection, payload: bytes) -> Response | Awaitable[Response]:
         if not conn.authenticated:  # a SASL listener's client before authentication (SB)
