@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
+from odradek.protocol import list_offsets_v0 as lo0
 from odradek.protocol import records as rb
 from odradek.protocol.records import decode_records, iter_headers
 from tests.integration.broker_harness import (
@@ -125,6 +126,7 @@ def test_api_versions_fallback_to_v0_with_unsupported_version(tmp_path: Path) ->
             # v0-v2 requests themselves are refused.
             assert keys[0] == (0, 10) and keys[1] == (4, 16) and keys[18] == (0, 3)
             assert keys[4] == (0, 5) and keys[6] == (0, 7)  # LeaderAndIsr, UpdateMetadata
+            assert keys[2] == (0, 7)  # ListOffsets: v0 as Kafka 2.8, v7 (KIP-734) as 3.0
             # ApiVersions v4 (newer than we support): v0-shaped answer, error 35.
             m4 = req_module(18, 4)
             c.send(m4.ApiVersionsRequest(client_software_name="t", client_software_version="1"))
@@ -201,6 +203,43 @@ def test_list_offsets_earliest_latest_and_by_timestamp(tmp_path: Path) -> None:
             assert await lookup(2000) == (1, 2000)
             assert await lookup(3001) == (-1, -1)
             assert await lookup(-3) == (2, 3000)
+    run(body)
+
+
+def test_list_offsets_v0_answers_segment_bases_and_the_log_end(tmp_path: Path) -> None:
+    """ListOffsets v0 as raw bytes (Kafka 2.8 serves it; kio cannot encode it): the log end
+    offset and the segments' base offsets, largest first, up to max_num_offsets; the
+    connection stays open for the next request."""
+    async def body() -> None:
+        async with running_broker(tmp_path) as broker, client_for(broker) as c:
+            r = await c.request(create_topics("t", configs={"segment.bytes": "200"}))
+            assert r.topics[0].error_code == ErrorCode.none
+            for i in range(6):
+                await c.request(produce("t", 0, batch([b"%d" % i * 60])))
+
+            async def v0(timestamp: int, max_num: int, topic: str = "t",
+                         replica_id: int = -1) -> tuple[int, tuple[int, ...]]:
+                request = lo0.ListOffsetsRequestV0(replica_id=replica_id, topics=(
+                    lo0.ListOffsetsTopicV0(name=topic, partitions=(lo0.ListOffsetsPartitionV0(
+                        partition_index=0, timestamp=timestamp, max_num_offsets=max_num),)),))
+                c.correlation_id += 1
+                await c.raw(lo0.encode_request_frame(request, c.correlation_id, "v0-test"))
+                cid, response = lo0.decode_response_frame(await c.read_frame())
+                assert cid == c.correlation_id
+                (p,) = response.topics[0].partitions
+                return p.error_code, p.old_style_offsets
+
+            log = broker.replica_manager.partitions[("t", 0)].log
+            bases = [s.base_offset for s in log.segments]
+            assert len(bases) > 2
+            assert await v0(-1, 100) == (0, (6, *reversed(bases)))
+            assert await v0(-1, 1) == (0, (6,))
+            assert await v0(-2, 100) == (0, (0,))
+            assert await v0(int(time.time() * 1000) + 60_000, 2) == (0, (6, bases[-1]))
+            assert await v0(1, 100) == (0, ())  # no segment file is that old
+            assert await v0(-1, 1, topic="nope") == (ErrorCode.unknown_topic_or_partition, ())
+            r = await c.request(list_offsets("t", 0, -1))
+            assert r.topics[0].partitions[0].offset == 6
     run(body)
 
 

@@ -209,6 +209,7 @@ def test_broker_api_versions(cluster: Cluster, run: Run) -> None:
         port = cluster.brokers[broker_id].bootstrap.rsplit(":", 1)[1]
         assert lines[0] == f"127.0.0.1:{port} (id: {broker_id} rack: null) -> ("
         assert lines[1] == "\tProduce(0): 0 to 10 [usable: 10],"
+        assert lines[3] == "\tListOffsets(2): 0 to 7 [usable: 7],"  # v0 as Kafka 2.8
         assert "\tDescribeCluster(60): 0 to 1," in lines
         assert "\tApiVersions(18): 0 to 3 [usable: 3]," in lines
         assert any(line.startswith("\tDescribeClientQuotas(48): 0 to 1") for line in lines)

@@ -115,6 +115,30 @@ def test_confluent_incremental_alter_describe(broker: BrokerProcess) -> None:
     admin.incremental_alter_configs([b0])[b0].result(15)
 
 
+def test_confluent_describe_configs_reports_the_2_8_iv1_versions(broker: BrokerProcess) -> None:
+    """A 2.8 broker's versions (docs/design.md, "Protocol versions"): the topic's
+    message.format.version defaults from the broker's log.message.format.version, and
+    inter.broker.protocol.version is read-only, all 2.8-IV1."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    bs = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    topic = unique_topic("cfg-versions")
+    create_topic(bs, topic, 1)
+    wait_for_leaders(bs, topic, 1)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    got = admin.describe_configs([resource])[resource].result(15)
+    entry = got["message.format.version"]
+    assert entry.value == "2.8-IV1"
+    assert entry.source == ConfigSource.DEFAULT_CONFIG.value
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    got = admin.describe_configs([resource])[resource].result(15)
+    for name in ("inter.broker.protocol.version", "log.message.format.version"):
+        assert got[name].value == "2.8-IV1", name
+        assert got[name].source == ConfigSource.DEFAULT_CONFIG.value, name
+        assert got[name].is_read_only, name
+
+
 def test_confluent_alter_configs_replaces(broker: BrokerProcess) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 

@@ -119,6 +119,34 @@ def test_offsets_for_times(broker: BrokerProcess, producer: str, looker: str) ->
     assert not wrong, "\n".join(wrong)
 
 
+def test_kafka_python_pinned_to_0_10_0_lists_offsets_with_v0(broker: BrokerProcess) -> None:
+    """kafka-python told the broker is 0.10.0 (`api_version=(0, 10, 0)`) sends ListOffsets v0,
+    the only version it believes such a broker has; Kafka 2.8 serves v0, so the earliest and
+    latest offsets come back (before, odradek closed the connection)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+
+    assert BROKER_API_VERSIONS[(0, 10, 0)][2] == (0, 0)  # ListOffsets v0 only
+    bs = broker.bootstrap
+    assert bs is not None
+    topic = unique_topic("v0")
+    create_topic(bs, topic, 1)
+    p = KafkaProducer(bootstrap_servers=bs)
+    try:
+        for i in range(7):
+            p.send(topic, f"r{i}".encode(), partition=0).get(10)
+    finally:
+        p.close(5)
+    c = KafkaConsumer(bootstrap_servers=bs, api_version=(0, 10, 0), enable_auto_commit=False,
+                      request_timeout_ms=10_000)
+    try:
+        tp = TopicPartition(topic, 0)
+        assert c.beginning_offsets([tp], timeout_ms=10_000) == {tp: 0}
+        assert c.end_offsets([tp], timeout_ms=10_000) == {tp: 7}
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("consumer", ["confluent", "kafka-python", "aiokafka"])
 def test_fetch_from_the_middle_of_a_compressed_batch(broker: BrokerProcess,
                                                     consumer: str) -> None:

@@ -190,6 +190,10 @@ def test_log_dirs_and_listeners() -> None:
         ("min.insync.replicas", "0"),
         ("fetch.max.bytes", "1023"),
         ("log.cleaner.min.cleanable.ratio", "x"),
+        # odradek speaks Kafka 2.8-IV1's inter-broker protocol only
+        ("inter.broker.protocol.version", "2.7-IV2"),
+        ("inter.broker.protocol.version", "2.8-IV0"),
+        ("inter.broker.protocol.version", "3.0"),
     ],
 )
 def test_invalid_values_name_the_key(key: str, value: str) -> None:
@@ -219,6 +223,12 @@ def test_values_the_topic_configs_would_reject_fail_at_the_broker_key(key: str,
                                                                       value: str) -> None:
     with pytest.raises(ConfigError, match=rf"\b{key.replace('.', '[.]')}\b"):
         KafkaConfig.from_properties({key: value})
+
+
+@pytest.mark.parametrize("value", ["2.8-IV1", "2.8", "2.8.1", " 2.8.0 "])
+def test_the_inter_broker_protocol_version_names_2_8_iv1_as_kafka_parses_it(value: str) -> None:
+    cfg = KafkaConfig.from_properties({"inter.broker.protocol.version": value})
+    assert cfg["inter.broker.protocol.version"] == value.strip()
 
 
 def test_overrides_are_validated() -> None:
@@ -316,6 +326,7 @@ def _valid(key: str) -> st.SearchStrategy[str]:
         "compression.type": st.sampled_from(
             ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
         "log.cleaner.min.cleanable.ratio": st.floats(0, 1).map(str),
+        "log.message.format.version": st.sampled_from(["2.8-IV1", "2.8", "2.1", "0.11.0"]),
     }[key]
 
 

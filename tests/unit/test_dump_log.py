@@ -216,3 +216,90 @@ def test_cli_exit_status_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert "is not named after a base offset" in capsys.readouterr().out
     assert main(["dump-log", "--files", str(seg), "--value-decoder-class", "avro"]) == 2
     assert "unknown --value-decoder-class" in capsys.readouterr().err
+
+
+# -- --offsets-decoder ------------------------------------------------------------------------
+
+
+def offsets_segment(tmp_path: Path) -> Path:
+    """__consumer_offsets records of every kind the coordinator writes (and older versions),
+    a transactional commit with its COMMIT marker, and one record that is no offsets record."""
+    from odradek.client.assignors import Assignment, encode_assignment
+    from odradek.client.types import TopicPartition as TP
+    from odradek.protocol import group_metadata_records as gm
+    from odradek.protocol.control_records import (
+        ControlRecordType,
+        EndTransactionMarker,
+        build_end_txn_marker_batch,
+    )
+
+    def member(member_id: str, assignment: bytes) -> gm.MemberRecord:
+        return gm.MemberRecord(member_id, "client", "/127.0.0.1", 300000, 45000, b"",
+                               assignment)
+
+    consumer_group = gm.GroupMetadataValue("consumer", 3, "range", "m1", NOW, (
+        member("m1", encode_assignment(Assignment([TP("t", 0), TP("t", 2)]))),
+        member("m2", encode_assignment(Assignment([TP("u", 1)], b"\x00\x0a\xff"))),
+        member("m3", b""),  # a member the leader's SyncGroup gave nothing
+    ))
+    other_group = gm.GroupMetadataValue("connect", 1, "sessioned", None, NOW,
+                                        (member("w1", b"\x01\xab"),))
+    v0_key = struct.pack(">h", 0) + b"\x00\x01g\x00\x01t" + struct.pack(">i", 9)
+    v0_value = struct.pack(">hq", 0, 5) + b"\x00\x00" + struct.pack(">q", NOW)
+    records = [
+        (gm.offset_commit_key("g", "t", 0),
+         gm.offset_commit_value(gm.OffsetAndMetadata(42, 7, "meta", NOW))),
+        (gm.offset_commit_key("g", "t", 1),
+         gm.offset_commit_value(gm.OffsetAndMetadata(3, -1, "", NOW, NOW + 1000))),
+        (v0_key, v0_value),
+        (gm.offset_commit_key("g", "t", 2), None),
+        (gm.group_metadata_key("g"), gm.group_metadata_value(consumer_group)),
+        (gm.group_metadata_key("c"), gm.group_metadata_value(other_group, 0)),
+        (gm.group_metadata_key("gone"), None),
+        (None, b"not an offsets record"),
+    ]
+    path = tmp_path / f"{SEG}.log"
+    path.write_bytes(b"".join([
+        build_batch(records, timestamp_ms=NOW),
+        build_batch([(gm.offset_commit_key("txn-group", "t", 0),
+                      gm.offset_commit_value(gm.OffsetAndMetadata(11, -1, "", NOW)))],
+                    base_offset=8, timestamp_ms=NOW, producer_id=5, producer_epoch=0,
+                    base_sequence=0, is_transactional=True),
+        build_end_txn_marker_batch(EndTransactionMarker(ControlRecordType.COMMIT, 2), 5, 0,
+                                   timestamp_ms=NOW, base_offset=9),
+    ]))
+    return path
+
+
+def test_offsets_decoder_prints_kafkas_shape(tmp_path: Path) -> None:
+    lines, report = dump(offsets_segment(tmp_path), offsets_decoder=True)
+    assert report.clean
+    got = [line.split(" headerKeys: [] ", 1)[1] for line in lines if line.startswith("| offset")]
+    assert got == [
+        "key: offset_commit::group=g,partition=t-0 "
+        f"payload: offset=42,metadata=meta,leaderEpoch=7,commitTimestamp={NOW}",
+        "key: offset_commit::group=g,partition=t-1 "
+        f"payload: offset=3,commitTimestamp={NOW},expireTimestamp={NOW + 1000}",
+        f"key: offset_commit::group=g,partition=t-9 payload: offset=5,commitTimestamp={NOW}",
+        "key: offset_commit::group=g,partition=t-2 payload: <DELETE>",
+        'key: group_metadata::group=g payload: {"protocolType":"consumer","protocol":"range",'
+        '"generationId":3,"assignment":"{m1=[t-0, t-2],m2=[u-1]:AFF,m3=[]}","leader":"m1"}',
+        'key: group_metadata::group=c payload: {"protocolType":"connect",'
+        '"protocol":"sessioned","generationId":1,"assignment":"{w1=1AB}","leader":null}',
+        "key: group_metadata::group=gone payload: <DELETE>",
+        "(not an offsets record: the record has no key)",
+        "key: offset_commit::group=txn-group,partition=t-0 "
+        f"payload: offset=11,commitTimestamp={NOW}",
+        "endTxnMarker: COMMIT coordinatorEpoch: 2",
+    ]
+    batches = [line for line in lines if line.startswith("baseOffset:")]
+    assert "isTransactional: true isControl: false" in batches[1]
+    assert "isTransactional: true isControl: true" in batches[2]
+
+
+def test_offsets_decoder_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = offsets_segment(tmp_path)
+    assert main(["dump-log", "--files", str(path), "--offsets-decoder"]) == 0
+    out = capsys.readouterr().out
+    assert "key: offset_commit::group=g,partition=t-0 payload: offset=42,metadata=meta" in out
+    assert "endTxnMarker: COMMIT coordinatorEpoch: 2" in out

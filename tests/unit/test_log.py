@@ -223,6 +223,37 @@ class TestRead:
         assert log.offset_for_timestamp(-1) == (30, -1)
         assert log.offset_for_timestamp(-3) == (29, NOW + 902)
 
+    def test_legacy_offsets_before(self, tmp_path: Path) -> None:
+        """ListOffsets v0 (Kafka's legacyFetchOffsetsBefore): segment bases dated by their files'
+        modification times, and the log end offset dated now, largest first."""
+        log = open_log(tmp_path, segment_bytes=300)
+        for _ in range(8):
+            produce(log, value=b"x" * 40)
+        bases = [s.base_offset for s in log.segments]
+        assert len(bases) >= 3 and log.segments[-1].size > 0
+        for i, seg in enumerate(log.segments):  # segment i last written at NOW - 1000 * (n - i)
+            mtime_s = (NOW - 1000 * (len(bases) - i)) / 1000
+            os.utime(seg.log_path, (mtime_s, mtime_s))
+        leo = log.log_end_offset
+        newest_first = [leo, *reversed(bases)]
+        assert log.legacy_offsets_before(-1, 100) == newest_first
+        assert log.legacy_offsets_before(-1, 2) == newest_first[:2]
+        assert log.legacy_offsets_before(-1, 0) == []
+        assert log.legacy_offsets_before(-2, 100) == [0]  # earliest: the first candidate only
+        assert log.legacy_offsets_before(NOW, 100) == newest_first  # the LEO is dated now
+        # before the last segment's mtime: that segment and the LEO are too new
+        assert log.legacy_offsets_before(NOW - 1001, 100) == newest_first[2:]
+        assert log.legacy_offsets_before(NOW - 1000 * len(bases), 1) == [0]
+        assert log.legacy_offsets_before(NOW - 1000 * len(bases) - 1, 100) == []
+        with pytest.raises(ValueError, match="negative"):
+            log.legacy_offsets_before(-1, -1)
+        # the log start offset stands in for a base below it; an empty active segment is no
+        # candidate
+        log.maybe_increment_log_start_offset(bases[1] + 1)
+        log.roll()
+        assert log.segments[-1].size == 0
+        assert log.legacy_offsets_before(-2, 5) == [bases[1] + 1]
+
 
 class TestTruncation:
     def test_truncate_to(self, tmp_path: Path) -> None:

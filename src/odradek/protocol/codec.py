@@ -3,7 +3,8 @@
 kio's native reader is fast but fails on tagged fields it does not know, which the protocol says
 must be skipped. On that failure we re-read the message with `_PyReader`, a schema walker built
 on kio's primitive readers that skips unknown tags. Inter-broker APIs (keys 4-7) live in
-`interbroker.py` since kio lacks them.
+`interbroker.py` since kio lacks them; so does ListOffsets v0 (`list_offsets_v0.py`, which
+`decode_request` reads: HAND_WRITTEN_VERSIONS).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from kio._kio_native import (
     read_unsigned_varint,
     read_uuid,
 )
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.serial._implicit_defaults import get_tagged_field_default
 from kio.serial._introspect import (
@@ -56,6 +58,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.serial.errors import OutOfBoundValue
+
+from . import list_offsets_v0
 
 _HH = struct.Struct(">hh")
 _I = struct.Struct(">i")
@@ -352,6 +356,13 @@ def peek_api(payload: bytes | memoryview) -> tuple[int, int, int]:
 V0_SAME_WIRE_AS_V1 = frozenset({34, 35})  # AlterReplicaLogDirs, DescribeLogDirs
 
 
+# Versions kio lacks whose wire differs from every version it has: (api key, version) -> the
+# hand-written reader of the body (the header is request header v1).
+HAND_WRITTEN_VERSIONS: dict[tuple[int, int], Callable[[Any, int], Any]] = {
+    (list_offsets_v0.API_KEY, list_offsets_v0.VERSION): list_offsets_v0.decode_request,
+}
+
+
 @cache
 def request_class(api_key: int, api_version: int) -> type:
     if api_version == 0 and api_key in V0_SAME_WIRE_AS_V1:
@@ -370,6 +381,15 @@ def response_class(request_cls: type) -> type:
 def decode_request(payload: bytes | memoryview) -> tuple[Any, Any]:
     """Parse header and body of a request frame's payload (without the size prefix)."""
     key, ver, _ = peek_api(payload)
+    hand_written = HAND_WRITTEN_VERSIONS.get((key, ver))
+    if hand_written is not None:
+        try:
+            header, off = read_entity(RequestHeaderV1, payload, 0)
+            return header, hand_written(payload, off)
+        except MalformedRequest:
+            raise
+        except Exception as exc:
+            raise MalformedRequest(f"cannot parse api key {key} v{ver}: {exc!r}") from exc
     cls = request_class(key, ver)
     try:
         header, off = read_entity(cls.__header_schema__, payload, 0)

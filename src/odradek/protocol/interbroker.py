@@ -129,8 +129,8 @@ def _in(rng: tuple[int, int] | None, version: int) -> bool:
 class Field:
     """One field of a Kafka message schema (the JSON's name/type/versions/...).
 
-    ``type`` is one of ``int8 int16 int32 int64 bool string uuid``, ``[]int32``, or
-    ``[]`` + a struct dataclass given as ``struct``.
+    ``type`` is one of ``int8 int16 int32 int64 bool string uuid``, ``[]int32``, ``[]int64``,
+    or ``[]`` + a struct dataclass given as ``struct``.
     """
 
     name: str
@@ -940,8 +940,8 @@ def _value_codec(field: Field, version: int, flexible: bool) -> tuple[Reader, Wr
         return _read_uuid, _write_uuid
     if kind == "string":
         return _string_codec(flexible, nullable, field.name)
-    if kind == "[]int32":
-        return _array_codec(flexible, nullable, field.name, _int_codec("int32"))
+    if kind in ("[]int32", "[]int64"):
+        return _array_codec(flexible, nullable, field.name, _int_codec(kind[2:]))
     if kind == "[]struct" and field.struct is not None:
         element_cls = field.struct
 

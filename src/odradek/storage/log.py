@@ -693,6 +693,33 @@ class Log:
                 return OffsetAndTimestamp(found.offset, found.timestamp) if found else None
         return None
 
+    @_io("looking up offsets before a timestamp in")
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (Kafka's Log.legacyFetchOffsetsBefore): up to `max_num_offsets`
+        offsets, largest first, from the candidates "each segment's base offset (at least the
+        log start offset), dated by its file's modification time" and, when the active segment
+        holds data, "the log end offset, dated now". -1 (latest) starts from the last candidate,
+        -2 (earliest) from the first (so it gives one offset, the log start), any other
+        timestamp from the last candidate dated at or before it (none: no offset). A negative
+        `max_num_offsets` is a ValueError (Kafka's array of negative size)."""
+        if max_num_offsets < 0:
+            raise ValueError(f"max_num_offsets {max_num_offsets} is negative")
+        segments = list(self._segments.segments)
+        candidates = [(max(s.base_offset, self.log_start_offset), s.last_modified_ms())
+                      for s in segments]
+        if segments[-1].size > 0:
+            candidates.append((self._leo, self.clock()))
+        if timestamp == LATEST_TIMESTAMP:
+            start = len(candidates) - 1
+        elif timestamp == EARLIEST_TIMESTAMP:
+            start = 0
+        else:
+            start = len(candidates) - 1
+            while start >= 0 and candidates[start][1] > timestamp:
+                start -= 1
+        count = min(max_num_offsets, start + 1)
+        return sorted((candidates[start - i][0] for i in range(count)), reverse=True)
+
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None:
         """OffsetsForLeaderEpoch: (epoch, end offset), None when undefined."""
         epoch, offset = self.leader_epoch_cache.end_offset_for(leader_epoch, self._leo)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..common.api_version import LATEST_API_VERSION
 from .errors import StorageError
 
 LONG_MAX = 2**63 - 1
@@ -96,7 +97,7 @@ class LogConfig:
     compression_type: str = "producer"
     preallocate: bool = False
     message_downconversion_enable: bool = True
-    message_format_version: str = "3.0-IV1"
+    message_format_version: str = LATEST_API_VERSION
     leader_replication_throttled_replicas: tuple[str, ...] = ()
     follower_replication_throttled_replicas: tuple[str, ...] = ()
 

@@ -3,6 +3,7 @@
     odradek dump-log --files 00000000000000000000.log[,...] [--print-data-log]
         [--deep-iteration] [--index-sanity-check] [--verify-index-only]
         [--max-message-size N] [--key-decoder-class string|hex] [--value-decoder-class ...]
+        [--offsets-decoder | --transaction-log-decoder]
 
 * ``.log``: one line per batch (baseOffset, lastOffset, count, sequences, producer, leader epoch,
   flags, position, CreateTime/LogAppendTime, size, magic, compresscodec, crc, isvalid), and with
@@ -22,6 +23,20 @@
   ``--transaction-log-decoder`` prints `__transaction_state` records as Kafka does
   ("key: transaction_metadata::transactionalId=... payload: producerId:...,state=...") and,
   like Kafka's decoders, implies ``--print-data-log``.
+* ``--offsets-decoder`` prints `__consumer_offsets` records in Kafka 2.8's shape
+  (GroupMetadataManager.formatRecordKeyAndValue), with what 2.8 reads but does not print
+  appended after its fields:
+
+    key: offset_commit::group=G,partition=T-P
+      payload: offset=O[,metadata=M][,leaderEpoch=E],commitTimestamp=C[,expireTimestamp=X]
+    key: group_metadata::group=G
+      payload: {"protocolType":"consumer","protocol":"range","generationId":N,
+                "assignment":"{member=[t-0, t-1]}","leader":"member"}
+
+  ``<DELETE>`` for a tombstone. A consumer group's assignments are decoded (Kafka's
+  ConsumerProtocol: "member=[partitions]", ":USERDATA" in hex when there is user data); other
+  protocol types', and an assignment that does not decode, are printed as hex. A record that is
+  no offsets record gets "(not an offsets record: ...)" where Kafka's tool would stop.
 
 Exit status: 0 when every file was read and nothing was flagged, 1 when something was flagged
 (corrupt batch, invalid trailing bytes, index mismatch, failed sanity check), 2 when a file
@@ -34,12 +49,16 @@ so that tests and other tools can use them without a process.
 from __future__ import annotations
 
 import argparse
+import json
 import struct
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..client.assignors import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
+from ..client.assignors import decode_assignment
+from ..protocol import group_metadata_records as gm
 from ..protocol import records as rb
 from ..protocol.control_records import ControlRecordType, EndTransactionMarker
 from ..protocol.primitives import SchemaError
@@ -86,6 +105,7 @@ class DumpOptions:
     key_decoder: Decoder = string_decoder
     value_decoder: Decoder = string_decoder
     transaction_log_decoder: bool = False
+    offsets_decoder: bool = False
 
 
 @dataclass
@@ -167,6 +187,12 @@ def record_line(h: rb.BatchHeader, r: rb.Record, opts: DumpOptions) -> str:
             f"sequence: {seq} headerKeys: [{keys}]")
     if h.is_control:
         return line + control_record_text(r)
+    if opts.offsets_decoder:
+        try:
+            key, payload = format_offsets_record(r.key, r.value)
+        except (SchemaError, ValueError) as exc:
+            return line + f" (not an offsets record: {exc})"
+        return line + f" key: {key} payload: {payload}"
     if opts.transaction_log_decoder:
         try:
             key, payload = format_record_key_and_value(r.key, r.value)
@@ -178,6 +204,57 @@ def record_line(h: rb.BatchHeader, r: rb.Record, opts: DumpOptions) -> str:
             line += f" key: {opts.key_decoder(r.key)}"
         line += f" payload: {'null' if r.value is None else opts.value_decoder(r.value)}"
     return line
+
+
+def _java_hex(data: bytes) -> str:
+    """Kafka's hex of an assignment or user data: "%X" of the bytes as one unsigned number
+    (no leading zeros; "" for no bytes)."""
+    return f"{int.from_bytes(data, 'big'):X}" if data else ""
+
+
+def _member_assignment(member: gm.MemberRecord, protocol_type: str) -> str:
+    if protocol_type == CONSUMER_PROTOCOL_TYPE:
+        try:
+            assignment = decode_assignment(member.assignment)
+        except (SchemaError, ValueError):
+            return f"{member.member_id}={_java_hex(member.assignment)}"
+        partitions = "[" + ", ".join(str(tp) for tp in assignment.partitions) + "]"
+        user_data = _java_hex(assignment.user_data or b"")
+        return f"{member.member_id}={partitions}" + (f":{user_data}" if user_data else "")
+    return f"{member.member_id}={_java_hex(member.assignment)}"
+
+
+def format_offsets_record(key: bytes | None, value: bytes | None) -> tuple[str, str]:
+    """(key string, payload string) of a `__consumer_offsets` record, as Kafka's
+    GroupMetadataManager.formatRecordKeyAndValue gives them to DumpLogSegments, with the fields
+    it does not print appended (see the module docstring). A record without a key, or with a
+    key or value of no known version, is a SchemaError."""
+    if key is None:
+        raise SchemaError("the record has no key")
+    record_key = gm.read_message_key(key)
+    if isinstance(record_key, gm.OffsetKey):
+        key_string = (f"offset_commit::group={record_key.group},"
+                      f"partition={record_key.topic}-{record_key.partition}")
+        om = gm.read_offset_value(value)
+        if om is None:
+            return key_string, "<DELETE>"
+        payload = f"offset={om.offset}" + (f",metadata={om.metadata}" if om.metadata else "")
+        if om.leader_epoch != gm.NO_LEADER_EPOCH:
+            payload += f",leaderEpoch={om.leader_epoch}"
+        payload += f",commitTimestamp={om.commit_timestamp}"
+        if om.expire_timestamp is not None:
+            payload += f",expireTimestamp={om.expire_timestamp}"
+        return key_string, payload
+    key_string = f"group_metadata::group={record_key.group}"
+    group = gm.read_group_value(value)
+    if group is None:
+        return key_string, "<DELETE>"
+    protocol_type = group.protocol_type or ""
+    assignment = ",".join(_member_assignment(m, protocol_type) for m in group.members)
+    return key_string, json.dumps(
+        {"protocolType": protocol_type, "protocol": group.protocol,
+         "generationId": group.generation, "assignment": "{" + assignment + "}",
+         "leader": group.leader}, separators=(",", ":"), ensure_ascii=False)
 
 
 def control_record_text(r: rb.Record) -> str:
@@ -224,8 +301,8 @@ def dump_log_segment(path: Path, opts: DumpOptions, report: DumpReport) -> Itera
             valid = False
             report.corrupt_batches += 1
         yield batch_line(h, pos, valid)
-        if (opts.deep_iteration or opts.print_data_log or opts.transaction_log_decoder) \
-                and h.magic == 2:
+        if (opts.deep_iteration or opts.print_data_log or opts.transaction_log_decoder
+                or opts.offsets_decoder) and h.magic == 2:
             try:
                 for r in rb.decode_records(memoryview(data)[pos:pos + h.size]):
                     yield record_line(h, r, opts)
@@ -444,7 +521,8 @@ def _dump(args: argparse.Namespace) -> int:
         index_sanity_check=args.index_sanity_check, verify_index_only=args.verify_index_only,
         max_message_size=args.max_message_size, key_decoder=decoders["key_decoder_class"],
         value_decoder=decoders["value_decoder_class"],
-        transaction_log_decoder=args.transaction_log_decoder)
+        transaction_log_decoder=args.transaction_log_decoder,
+        offsets_decoder=args.offsets_decoder)
     files = [f.strip() for f in args.files.split(",") if f.strip()]
     if not files:
         raise ToolError("--files names no file", exit_code=2)
@@ -481,6 +559,9 @@ def add_parser(sub: Subcommands) -> None:
                    help="how to print keys: string (default) or hex")
     p.add_argument("--value-decoder-class", default="string",
                    help="how to print payloads: string (default) or hex")
+    p.add_argument("--offsets-decoder", action="store_true",
+                   help="if set, log data will be parsed as offset data from the "
+                        "__consumer_offsets topic")
     p.add_argument("--transaction-log-decoder", action="store_true",
                    help="if set, log data will be parsed as transaction metadata from the "
                         "__transaction_state topic")

@@ -71,7 +71,7 @@ HandlerFn = Callable[[Any, Any, Connection], "Response | Awaitable[Response]"]
 APIS: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 10),
     1: ("Fetch", 4, 16),
-    2: ("ListOffsets", 1, 7),
+    2: ("ListOffsets", 0, 7),  # v0: protocol/list_offsets_v0.py (kio has 1+)
     3: ("Metadata", 0, 12),
     8: ("OffsetCommit", 2, 8),
     9: ("OffsetFetch", 1, 8),
@@ -130,6 +130,15 @@ ADVERTISED_MIN_VERSION = {0: 0}
 # LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown: their own codec.
 INTERBROKER_APIS: dict[int, tuple[int, int]] = {
     k: (lo, hi) for k, lo, hi in ib.SUPPORTED_API_VERSIONS}
+
+
+def advertised_versions() -> list[tuple[int, int, int]]:
+    """(api key, min, max) as ApiVersions advertises them (see ADVERTISED_MIN_VERSION): Kafka
+    2.8's ranges but where docs/design.md (S-8.1, "Protocol versions") says otherwise."""
+    ranges = [(k, min(lo, ADVERTISED_MIN_VERSION.get(k, lo)), hi)
+              for k, (_, lo, hi) in APIS.items()]
+    ranges += [(k, lo, hi) for k, (lo, hi) in INTERBROKER_APIS.items()]
+    return sorted(ranges)
 
 
 class KafkaApis:
@@ -226,11 +235,8 @@ class KafkaApis:
         assert self.handlers.keys() == APIS.keys()
 
     def supported(self) -> list[tuple[int, int, int]]:
-        """The ranges ApiVersions advertises (see ADVERTISED_MIN_VERSION)."""
-        ranges = [(k, min(lo, ADVERTISED_MIN_VERSION.get(k, lo)), hi)
-                  for k, (_, lo, hi) in APIS.items()]
-        ranges += [(k, lo, hi) for k, (lo, hi) in INTERBROKER_APIS.items()]
-        return sorted(ranges)
+        """The ranges ApiVersions advertises (advertised_versions)."""
+        return advertised_versions()
 
     def handle(self, conn: Connection, payload: bytes) -> Response | Awaitable[Response]:
         if not conn.authenticated:  # a SASL listener's client before authentication (SB)

@@ -33,14 +33,15 @@ log = logging.getLogger("odradek.config")
 DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
 
 # Broker configs updatable without a restart (a subset of Kafka's DynamicBrokerConfig.
-# AllDynamicConfigs: DynamicLogConfig.ReconfigurableConfigs and DynamicConfig.Broker).
+# AllDynamicConfigs: DynamicLogConfig.ReconfigurableConfigs, which excludes
+# log.message.format.version, and DynamicConfig.Broker).
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     {*TOPIC_CONFIG_SYNONYMS.values(), "log.roll.hours", "log.retention.minutes",
      "log.retention.hours", LEADER_THROTTLED_RATE, FOLLOWER_THROTTLED_RATE,
      ALTER_LOG_DIRS_IO_MAX_BYTES,
      # Kafka's DynamicConnectionQuota (server/quotas/connection_quotas.py)
      "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}
-) & frozenset(DEFS)
+) & frozenset(DEFS) - {"log.message.format.version"}
 
 # listener.name.<l>.max.connections: dynamic too, validated as max.connections
 _LISTENER_MAX_CONNECTIONS = re.compile(r"^listener\.name\.[^.]+\.max\.connections$")

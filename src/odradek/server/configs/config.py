@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...common.api_version import LATEST_API_VERSION, names_latest_api_version
 from ...common.properties import ConfigError, parse_properties
 from ...security import ssl_factory
 from ...security.jaas import JaasError
@@ -193,6 +194,14 @@ DEFS: dict[str, Def] = {
     "log.index.size.max.bytes": Def(_int32, 10485760, _at_least(4), ">= 4"),
     "log.message.timestamp.type": Def(_str, "CreateTime", _one_of("CreateTime", "LogAppendTime"),
                                       "CreateTime or LogAppendTime"),
+    # Kafka 2.8's defaults: ApiVersion.latestVersion (common/api_version.py). odradek speaks only
+    # the 2.8-IV1 inter-broker protocol, so no other version is taken (Kafka's rolling-upgrade
+    # values would claim a protocol it does not speak); the message format is not checked, as
+    # the topic-level message.format.version is not: batches are magic 2 whatever it says.
+    "inter.broker.protocol.version": Def(
+        _str, LATEST_API_VERSION, names_latest_api_version,
+        f"{LATEST_API_VERSION} (or 2.8, 2.8.x): odradek speaks Kafka 2.8's protocol only"),
+    "log.message.format.version": Def(_str, LATEST_API_VERSION),
     "log.cleanup.policy": Def(_str, "delete",
                               lambda v: all(x in ("compact", "delete") for x in _list(v)),
                               "a list of compact and delete"),
@@ -349,7 +358,6 @@ IGNORED = {
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     "background.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
     "log.preallocate",
-    "inter.broker.protocol.version", "log.message.format.version",
     "group.coordinator.rebalance.protocols", "metric.reporters",
     "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.provider",
     "ssl.secure.random.implementation", "ssl.engine.factory.class",
@@ -697,6 +705,7 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "retention.ms": "log.retention.ms",
     "retention.bytes": "log.retention.bytes",
     "max.message.bytes": "message.max.bytes",
+    "message.format.version": "log.message.format.version",
     "message.timestamp.type": "log.message.timestamp.type",
     "cleanup.policy": "log.cleanup.policy",
     "file.delete.delay.ms": "log.segment.delete.delay.ms",
