@@ -1,4 +1,4 @@
-"""The controller alone at 10,000 partitions (issue 14, item 9): an in-process
+"""The controller alone at 10,000 partitions: an in-process
 :class:`KafkaController` on Debian's real ZooKeeper, with the brokers replaced by their
 registrations and the channel by a recorder that encodes each request (as the real sender
 task would) and answers at once. No broker processes, so the figures are the controller's own

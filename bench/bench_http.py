@@ -1,4 +1,4 @@
-"""The HTTP listener with 10,000 partitions (issue 16): response times of GET /metrics,
+"""The HTTP listener with 10,000 partitions: response times of GET /metrics,
 /api/topics, /api/cluster and a topic's page, and how late the broker's event loop runs while
 they are served.
 

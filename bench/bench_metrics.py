@@ -1,4 +1,4 @@
-"""What the metrics cost (issue 16): the produce path with recording on and off, the recorders
+"""What the metrics cost: the produce path with recording on and off, the recorders
 per call, and a scrape (`BrokerMetrics.render()`) of a broker hosting 10,000 partitions.
 
 1. `odradek broker` subprocesses, alternately with `metrics.recording.enabled=true` and

@@ -1,4 +1,4 @@
-"""10,000 partitions (issue 14, item 9): three `odradek broker` processes on a real ZooKeeper.
+"""10,000 partitions: three `odradek broker` processes on a real ZooKeeper.
 
 Each broker is its own Python process (its own loop, as on separate machines, but the three share
 this machine's 2 cores with ZooKeeper and this script). One CreateTopics request creates

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Security (issue 12): what TLS, SASL and the authorizer cost one `odradek broker` process.
+"""Security: what TLS, SASL and the authorizer cost one `odradek broker` process.
 
 Four measurements, each against a broker subprocess (bench/common.py's BrokerProcess), the load
 from client processes on the same 2 cores (the figures name each driver):

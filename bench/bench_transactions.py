@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Transactions (issue 13): what exactly-once costs a confluent-kafka producer against one
+"""Transactions: what exactly-once costs a confluent-kafka producer against one
 `odradek broker` process (bench/common.py), 100-byte values, a topic of `--partitions` (3).
 
 1. Throughput. An idempotent producer (enable.idempotence, acks=all, linger.ms=5) writes

@@ -1,4 +1,4 @@
-"""The log tools of issue 7 against a running 3-broker cluster: replica-verification (S-6.4),
+"""The log tools against a running 3-broker cluster: replica-verification (S-6.4),
 state-change-log merging (S-6.5, local and on Spark) and dump-log on segments the broker wrote
 (S-6.6)."""
 

@@ -1,4 +1,4 @@
-"""Configs changed at run time take effect without a restart (issue 7 parts 1 and 3, S-6.3):
+"""Configs changed at run time take effect without a restart (S-6.3):
 the topic configs of S-6.3 through IncrementalAlterConfigs / AlterConfigs (retention.ms,
 retention.bytes, segment.bytes, segment.ms, max.message.bytes, min.insync.replicas,
 unclean.leader.election.enable, cleanup.policy), dynamic broker configs (KIP-226: `<default>`

@@ -1,4 +1,4 @@
-"""Configs at run time through real clients against a broker process (issue 7 part 1, S-6.3):
+"""Configs at run time through real clients against a broker process (S-6.3):
 confluent-kafka's AdminClient incremental_alter_configs / alter_configs / describe_configs,
 kafka-python's alter_configs, and the `odradek configs` tool (kafka-configs) as users run it.
 Each change is checked by its effect, not only by the answer: a lowered max.message.bytes makes

@@ -1,5 +1,5 @@
-"""Issue 12 with the real clients: confluent-kafka, kafka-python, aiokafka and Debian's kcat
-(librdkafka 2.0.2) against secured `odradek.Cluster`s started here.
+"""Security (docs/security.md) with the real clients: confluent-kafka, kafka-python, aiokafka
+and Debian's kcat (librdkafka 2.0.2) against secured `odradek.Cluster`s started here.
 
 * SASL_SSL with SCRAM-SHA-256 and SCRAM-SHA-512: every client produces, consumes in a group and
   makes an admin call (one broker: replication does not matter there); the same broker's second

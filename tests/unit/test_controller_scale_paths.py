@@ -1,4 +1,4 @@
-"""The controller's broker-failure and controlled-shutdown paths at scale (issue 14, item 9), on
+"""The controller's broker-failure and controlled-shutdown paths at scale, on
 the embedded store with the channel replaced by a recorder: one request message (encoded once)
 shared by the brokers told the same thing, and Kafka's doControlledShutdown split (the
 partitions the broker leads are moved, only the ones it follows are stopped)."""

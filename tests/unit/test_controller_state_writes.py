@@ -1,5 +1,5 @@
 """The controller's state node writes of one loop iteration go as few fenced transactions
-(controller/zk_client.py, issue 14 item 9): every caller still gets its own outcome -- its new
+(controller/zk_client.py): every caller still gets its own outcome -- its new
 version, None on a version conflict, ControllerMovedError when the epoch check fails."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A waiting fetch over many partitions is re-checked only for the partition whose state moved
-(issue 14 item 9: a follower's fetch of thousands of partitions was re-checked whole for each
+(a follower's fetch of thousands of partitions was re-checked whole for each
 of thousands of partition changes of a LeaderAndIsr): the purgatory passes the key, and
 DelayedFetch still completes on new data, on a lost leadership and on its timeout."""
 

@@ -1,4 +1,4 @@
-"""Runtime config changes as pure decisions (issue 7 part 1, S-6.3): IncrementalAlterConfigs
+"""Runtime config changes as pure decisions (S-6.3): IncrementalAlterConfigs
 operations, Kafka's error mapping, dynamic broker config validation and precedence, the
 DescribeConfigs sources/synonyms, the throttled-replica list validation of topic configs, and
 the `odradek configs` argument parsing and output format."""

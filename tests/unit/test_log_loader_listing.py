@@ -1,4 +1,4 @@
-"""Start-up loading with one directory listing per log (issue 14 item 9, 10,000 partitions):
+"""Start-up loading with one directory listing per log (10,000 partitions):
 stray files are still removed, the listing the load works from reflects the removals, and an
 empty last segment's log end offset is its base offset (no index read). And a clean close
 fsyncs only what is not durable yet."""

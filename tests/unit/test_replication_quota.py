@@ -1,4 +1,4 @@
-"""KIP-73 replication quota arithmetic (issue 7 part 3): Kafka's sampled Rate with an injected
+"""KIP-73 replication quota arithmetic: Kafka's sampled Rate with an injected
 clock, ReplicationQuotaManager, the throttled-replica lists and the throttle decisions."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`state-change-log --plot` with the faults marked (issue 15 item 5): ISR size over time and
+"""`state-change-log --plot` with the faults marked: ISR size over time and
 offline periods per partition from parsed lines, the fault lanes and bands, the faults.log
 found beside the logs or given with --faults."""
 

@@ -1,4 +1,4 @@
-"""Log handlers that write once per event-loop iteration (issue 14 item 9, 10,000 partitions).
+"""Log handlers that write once per event-loop iteration (10,000 partitions).
 
 A LeaderAndIsr request of thousands of partitions makes a broker log a few lines per partition
 (Kafka's INFO lines: state changes, fetchers added and removed, truncations). ``StreamHandler``

@@ -1,4 +1,4 @@
-"""`odradek configs` (S-6.3, issue 7): Kafka's kafka-configs on odradek's admin client.
+"""`odradek configs` (S-6.3): Kafka's kafka-configs on odradek's admin client.
 
   --bootstrap-server HOST:PORT [--command-config FILE]    (or, for users only, --zookeeper)
   --entity-type topics|brokers|users  (--entity-name NAME | --entity-default)

@@ -10,8 +10,8 @@ only the entries naming this broker count. The rate is measured as Kafka's sampl
 
 When a quota is exceeded, the leader leaves throttled partitions of out-of-sync followers out of
 its fetch response (no data, no error) and the follower leaves throttled partitions out of its
-fetch request; unthrottled partitions, producers and consumers are never affected (S-6.3 tooling,
-issue 7 part 3). No I/O here: the clock is injected.
+fetch request; unthrottled partitions, producers and consumers are never affected (S-6.3
+tooling). No I/O here: the clock is injected.
 """
 
 from __future__ import annotations
