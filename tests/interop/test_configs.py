@@ -312,3 +312,114 @@ def test_dynamic_configs_survive_a_restart(broker_factory: Callable[..., BrokerP
     assert got["max.message.bytes"].value == "2000"
     assert got["max.message.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
     assert produce_error(b.bootstrap, topic, 4000) == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def _broker_alter_error(bs: str, admin: object, name: str, configs: dict[str, str | None],
+                        validate_only: bool = False) -> tuple[int, str] | None:
+    """IncrementalAlterConfigs SET (DELETE for None) on broker resource `name`: None if it
+    succeeded, else (error code, message). The cluster-wide default ("") through odradek's
+    client: neither confluent-kafka nor kafka-python can name it."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    if name == "":
+        from odradek.client import Admin
+        from odradek.client.types import ConfigResource as Resource
+
+        with Admin({"bootstrap.servers": bs}) as odradek_admin:
+            out = odradek_admin.incremental_alter_configs(
+                {Resource("broker", ""): configs}, validate_only=validate_only,
+                raise_errors=False)
+        (found,) = out.values()
+        if found is None:
+            return None
+        return found.code, str(found).split(f"{found.name.upper()}: ", 1)[1]
+
+    res = ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET if v is not None
+                    else AlterConfigOpType.DELETE) for k, v in configs.items()])
+    try:
+        admin.incremental_alter_configs(  # type: ignore[attr-defined]
+            [res], validate_only=validate_only)[res].result(15)
+    except KafkaException as exc:
+        err = exc.args[0]
+        return err.code(), err.str()
+    return None
+
+
+def test_broker_alter_configs_refuses_only_what_kafka_refuses(broker: BrokerProcess) -> None:
+    """Kafka's DynamicBrokerConfig.validate: a name Kafka cannot change at run time, a security
+    config without its listener prefix, a value of the wrong type and a per-broker config at
+    the cluster-wide default are refused; every other name (a dynamic config odradek does not
+    act on, a custom config) is stored. librdkafka's admin test sets
+    sasl.kerberos.min.time.before.relogin on a broker and expects NO_ERROR."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    bs = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    for validate_only in (True, False):
+        assert _broker_alter_error(bs, admin, "0", {
+            "sasl.kerberos.min.time.before.relogin": "58000", "cleanup.policy": "compact",
+            "listener.name.plaintext.max.connections": "1000"}, validate_only) is None
+    assert _broker_alter_error(bs, admin, "", {"some.plugin.setting": "x"}) is None
+
+    def refused(name: str, configs: dict[str, str | None], message: str,
+                validate_only: bool = False) -> None:
+        got = _broker_alter_error(bs, admin, name, configs, validate_only)
+        assert got == (KafkaError.INVALID_REQUEST, "Invalid config value for resource "
+                       f"ConfigResource(type=BROKER, name='{name}'): {message}"), got
+
+    for validate_only in (True, False):
+        refused("0", {"log.retention.hours": "24"},
+                "Cannot update these configs dynamically: Set(log.retention.hours)",
+                validate_only)
+        refused("0", {"ssl.keystore.location": "/tmp/k.jks"},
+                "These security configs can be dynamically updated only per-listener using "
+                "the listener prefix: Set(ssl.keystore.location)", validate_only)
+        refused("0", {"log.retention.ms": "soon"},
+                "Invalid value soon for configuration log.retention.ms: Not a number of type "
+                "LONG", validate_only)
+        refused("0", {"listener.name.plaintext.max.connections": "-1"},
+                "Invalid value -1 for configuration max.connections: Value must be at least 0",
+                validate_only)
+        refused("", {"sasl.kerberos.min.time.before.relogin": "58000"},
+                "Cannot update these configs at default cluster level, broker id must be "
+                "specified: Set(sasl.kerberos.min.time.before.relogin)", validate_only)
+    # password configs are stored encrypted with password.encoder.secret: not set here
+    jaas = {"listener.name.plaintext.plain.sasl.jaas.config": "x required;"}
+    assert _broker_alter_error(bs, admin, "0", jaas, validate_only=True) is None
+    refused("0", jaas, "Password encoder secret not configured")
+
+    assert _broker_alter_error(bs, admin, "0", {
+        "sasl.kerberos.min.time.before.relogin": None, "cleanup.policy": None,
+        "listener.name.plaintext.max.connections": None}) is None
+    assert _broker_alter_error(bs, admin, "", {"some.plugin.setting": None}) is None
+
+
+def test_kafka_python_alter_configs_custom_broker_config(broker: BrokerProcess) -> None:
+    """A broker config name Kafka does not define is a custom config: AlterConfigs stores it
+    (another client's admin test sets cleanup.policy on a broker and expects success).
+    raise_on_unknown=False: kafka-python otherwise checks the names client-side against the
+    broker's described dynamic configs, which do not list a custom name before it is set."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        for incremental in (False, True):
+            out = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0",
+                                                      configs={"cleanup.policy": "compact"})],
+                                      incremental=incremental, raise_on_unknown=False)
+            assert out == {"broker": {"0": "OK"}}, out
+        out = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0",
+                                                  configs={"log.dirs": "/tmp/x"})],
+                                  incremental=False, raise_on_unknown=False)
+        text = str(out["broker"]["0"])
+        assert "Error 42" in text and "Cannot update these configs dynamically: Set(log.dirs)" \
+            in text, text
+        out = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0", configs={})],
+                                  incremental=False, raise_on_unknown=False)
+        assert out == {"broker": {"0": "OK"}}, out
+    finally:
+        admin.close()

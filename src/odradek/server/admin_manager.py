@@ -22,10 +22,13 @@ from ..coordination import paths
 from ..coordination.store import CoordinationStore, NodeExistsError
 from ..storage.log_config import LogConfig
 from .broker_config_manager import (
+    ALL_DYNAMIC_CONFIGS,
     DEFAULT_ENTITY,
-    DYNAMIC_BROKER_CONFIGS,
+    KAFKA_CONFIG_TYPES,
     BrokerConfigManager,
     broker_config_path,
+    check_password_configs,
+    from_persistent_props,
     validate_dynamic_broker_configs,
 )
 from .config import DEFS, SENSITIVE, TOPIC_CONFIG_SYNONYMS, KafkaConfig
@@ -40,7 +43,16 @@ log = logging.getLogger("odradek.admin")
 # List-type configs (APPEND / SUBTRACT) with the default their APPEND starts from.
 TOPIC_LIST_DEFAULTS = {"cleanup.policy": "delete", "leader.replication.throttled.replicas": "",
                        "follower.replication.throttled.replicas": ""}
-BROKER_LIST_DEFAULTS = {"log.cleanup.policy": "delete"}
+
+
+def _list_default(name: str) -> str:
+    default = DEFS[name].default if name in DEFS else None
+    return ",".join(default) if isinstance(default, list) else str(default or "")
+
+
+# Broker configs: Kafka's LIST-type configs (APPEND to any other known name is refused).
+BROKER_LIST_DEFAULTS = {name: _list_default(name)
+                        for name, kind in KAFKA_CONFIG_TYPES.items() if kind == "LIST"}
 
 # DescribeConfigs config sources (Kafka's ConfigSource).
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
@@ -291,12 +303,12 @@ class AdminManager:
         """Kafka's AdminZkClient.changeTopicConfig: validate the topic's new overrides, then
         write `/config/topics/<t>` and a change notification. Returns the new overrides."""
         if await self.store.exists(paths.topic_path(topic)) is None:
-            raise UnknownTopicError(f"Topic {topic} does not exist.")
+            raise UnknownTopicError(f"The topic '{topic}' does not exist.")
         path = paths.topic_config_path(topic)
         found = await self.store.get_or_none(path)
         current = paths.decode_entity_config(found[0]) if found else {}
         base = {} if not incremental else current
-        new = apply_incremental(base, ops, TOPIC_LIST_DEFAULTS)
+        new = apply_incremental(base, ops, TOPIC_LIST_DEFAULTS, LogConfig.config_names())
         self.topic_configs.validate(new)  # raises naming the key
         if not validate_only:
             await self._write_entity_config(path, new, f"topics/{topic}")
@@ -309,20 +321,30 @@ class AdminManager:
                                   validate_only: bool) -> dict[str, str]:
         """Dynamic broker configs (KIP-226): "" is the cluster-wide default `<default>`,
         otherwise a broker id. Written to `/config/brokers/<entity>` + a notification."""
-        if name == "":
+        per_broker = name != ""
+        if not per_broker:
             entity = DEFAULT_ENTITY
         else:
             try:
-                entity = str(int(name))
+                broker_id = int(name)
             except ValueError:
                 raise InvalidRequestError(
                     f"Broker id must be an integer, but it is: {name}") from None
+            own = self.broker_configs.broker_id
+            if broker_id != own:  # Kafka's getBrokerId: each broker alters its own configs
+                raise InvalidRequestError(
+                    f"Unexpected broker id, expected {own}, but received {name}")
+            entity = str(broker_id)
         path = broker_config_path(entity)
         found = await self.store.get_or_none(path)
         current = paths.decode_entity_config(found[0]) if found else {}
-        new = apply_incremental(current if incremental else {}, ops, BROKER_LIST_DEFAULTS)
-        validate_dynamic_broker_configs(new)
+        # Kafka starts an incremental change from the stored configs it would apply
+        # (fromPersistentProps), and validates the whole new set (DynamicBrokerConfig.validate)
+        new = apply_incremental(from_persistent_props(current, per_broker) if incremental
+                                else {}, ops, BROKER_LIST_DEFAULTS, KAFKA_CONFIG_TYPES)
+        validate_dynamic_broker_configs(new, per_broker)
         if not validate_only:
+            check_password_configs(new, per_broker)
             await self._write_entity_config(path, new, f"brokers/{entity}")
             log.info("Updated broker %s configs: %s", entity, new)
             if self.broker_configs.on_change(entity):
@@ -374,7 +396,7 @@ class AdminManager:
                 text, synonyms = None, [(n, None, src) for n, _v, src in synonyms]
             source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
             entries.append(ConfigEntry(key, text, source,
-                                       read_only=key not in DYNAMIC_BROKER_CONFIGS,
+                                       read_only=key not in ALL_DYNAMIC_CONFIGS,
                                        synonyms=synonyms))
         return entries
 
