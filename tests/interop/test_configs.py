@@ -423,3 +423,55 @@ def test_kafka_python_alter_configs_custom_broker_config(broker: BrokerProcess) 
         assert out == {"broker": {"0": "OK"}}, out
     finally:
         admin.close()
+
+
+def test_describe_configs_shows_stored_broker_configs_as_kafka(broker: BrokerProcess) -> None:
+    """Kafka's ConfigHelper lists every name a broker was given, custom ones included: a name
+    of unknown type is sensitive (value hidden) and read-only; a dynamic config odradek does
+    not act on shows its stored value; the dynamic-only replication rates are listed once
+    set; passwords are sensitive."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    from odradek.client import Admin
+    from odradek.client.types import ConfigResource as Resource
+
+    bs = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    b0 = ConfigResource(ConfigResource.Type.BROKER, "0")
+
+    def describe() -> dict[str, object]:
+        return admin.describe_configs([b0])[b0].result(15)  # type: ignore[no-any-return]
+
+    before = describe()
+    assert "leader.replication.throttled.rate" not in before
+    assert before["ssl.keystore.password"].is_sensitive  # type: ignore[attr-defined]
+    assert not before["log.retention.ms"].is_sensitive  # type: ignore[attr-defined]
+    assert _broker_alter_error(bs, admin, "0", {
+        "cleanup.policy": "compact", "sasl.kerberos.min.time.before.relogin": "58000",
+        "leader.replication.throttled.rate": "1000000"}) is None
+    assert _broker_alter_error(bs, admin, "", {"my.plugin.setting": "y"}) is None
+    try:
+        got = describe()
+        custom = got["cleanup.policy"]
+        assert (custom.value, custom.is_sensitive, custom.is_read_only,  # type: ignore
+                custom.source) == (None, True, True, ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        kerberos = got["sasl.kerberos.min.time.before.relogin"]
+        assert (kerberos.value, kerberos.is_sensitive, kerberos.is_read_only,  # type: ignore
+                kerberos.source) == ("58000", False, False,
+                                     ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        rate = got["leader.replication.throttled.rate"]
+        assert (rate.value, rate.is_sensitive, rate.is_read_only) == (  # type: ignore
+            "1000000", False, True)  # not in Kafka's AllDynamicConfigs
+        default = got["my.plugin.setting"]
+        assert (default.value, default.source) == (  # type: ignore[attr-defined]
+            None, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        with Admin({"bootstrap.servers": bs}) as odradek_admin:
+            found = odradek_admin.describe_configs([Resource("broker", "")])
+        (entries,) = found.values()
+        assert {e.name: (e.value, e.is_sensitive) for e in entries.values()} == {
+            "my.plugin.setting": (None, True)}
+    finally:
+        assert _broker_alter_error(bs, admin, "0", {
+            "cleanup.policy": None, "sasl.kerberos.min.time.before.relogin": None,
+            "leader.replication.throttled.rate": None}) is None
+        assert _broker_alter_error(bs, admin, "", {"my.plugin.setting": None}) is None

@@ -24,11 +24,15 @@ from ..storage.log_config import LogConfig
 from .broker_config_manager import (
     ALL_DYNAMIC_CONFIGS,
     DEFAULT_ENTITY,
+    DYNAMIC_BROKER_CONFIGS,
     KAFKA_CONFIG_TYPES,
+    QUOTA_CONFIGS,
     BrokerConfigManager,
     broker_config_path,
     check_password_configs,
+    config_type,
     from_persistent_props,
+    is_sensitive,
     validate_dynamic_broker_configs,
 )
 from .config import DEFS, SENSITIVE, TOPIC_CONFIG_SYNONYMS, KafkaConfig
@@ -93,6 +97,7 @@ class ConfigEntry:
     read_only: bool = False
     synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
     config_type: int = 0
+    is_sensitive: bool = False
 
 
 @dataclass(eq=False, repr=False)
@@ -379,26 +384,54 @@ class AdminManager:
         return topic_config_entries(overrides, self.broker_configs, self.config)
 
     def describe_broker_config(self, name: str) -> list[ConfigEntry]:
-        """"" (the cluster-wide default): the dynamic default configs only; this broker's id:
-        every broker config with its source (Kafka's ConfigHelper)."""
+        """Kafka's ConfigHelper for a broker resource. "" (the cluster-wide default): its
+        dynamic configs only; this broker's id: its configs (odradek's, with Kafka's names)
+        and every name set in server.properties or dynamically, custom names included. A name
+        of unknown type is described as Kafka does: sensitive, its value hidden."""
         bcm = self.broker_configs
+        static = self.config.originals
         if name == "":
-            return [ConfigEntry(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG, read_only=False,
-                                synonyms=[(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG)])
+            return [_broker_entry(k, v, [(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG)])
                     for k, v in sorted(bcm.default_configs.items())]
-        static = self.config
+        dynamic = bcm.dynamic_config
+        # the dynamic-only rates (DynamicConfig.Broker) are not KafkaConfig's: listed when set
+        names = {k for k in DEFS if k not in QUOTA_CONFIGS} | set(static) | set(dynamic)
         entries = []
-        for key in sorted(DEFS):
-            synonyms = broker_synonyms(key, bcm.broker_configs, bcm.default_configs,
-                                       static.originals)
-            text = _text(bcm.effective.values[key])
-            if key in SENSITIVE:  # passwords and keys are never shown (Kafka: null)
-                text, synonyms = None, [(n, None, src) for n, _v, src in synonyms]
-            source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
-            entries.append(ConfigEntry(key, text, source,
-                                       read_only=key not in ALL_DYNAMIC_CONFIGS,
-                                       synonyms=synonyms))
+        for key in sorted(names):
+            synonyms = broker_synonyms(key, bcm.broker_configs, bcm.default_configs, static)
+            if key in DEFS and (key in DYNAMIC_BROKER_CONFIGS or key not in dynamic):
+                text = _text(bcm.effective.values[key])
+            else:  # a value odradek keeps without acting on it
+                text = dynamic.get(key, static.get(key))
+            entries.append(_broker_entry(key, text, synonyms))
         return entries
+
+
+# DescribeConfigs config types (Kafka's DescribeConfigsResponse.ConfigType)
+CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
+                   "LIST": 7, "CLASS": 8, "PASSWORD": 9}
+
+
+def _broker_sensitive(key: str) -> bool:
+    """Kafka's KafkaConfig.maybeSensitive: passwords and names of unknown type (custom
+    configs); odradek's own configs are not hidden."""
+    if key in SENSITIVE:
+        return True
+    return is_sensitive(key) if config_type(key) is not None or key not in DEFS else False
+
+
+def _broker_entry(key: str, text: str | None,
+                  synonyms: list[tuple[str, str | None, int]]) -> ConfigEntry:
+    """Kafka's ConfigHelper.createBrokerConfigEntry: read-only unless in AllDynamicConfigs;
+    a sensitive config's value and its synonyms' values hidden."""
+    sensitive = _broker_sensitive(key)
+    if sensitive:
+        text, synonyms = None, [(n, None, src) for n, _v, src in synonyms]
+    source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
+    kind = config_type(key)
+    return ConfigEntry(key, text, source, read_only=key not in ALL_DYNAMIC_CONFIGS,
+                       synonyms=synonyms, config_type=CONFIG_TYPE_IDS.get(kind or "", 0),
+                       is_sensitive=sensitive)
 
 
 def _text(value: Any) -> str | None:
@@ -459,7 +492,9 @@ def topic_config_entries(overrides: Mapping[str, str], bcm: Any, static: Any
                                         static.originals)
         value = overrides[name] if name in overrides else effective.get(name)
         source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
-        entries.append(ConfigEntry(name, value, source, synonyms=synonyms))
+        entries.append(ConfigEntry(name, value, source, synonyms=synonyms,
+                                   config_type=CONFIG_TYPE_IDS.get(
+                                       LogConfig.config_type(name) or "", 0)))
     return entries
 
 

@@ -204,7 +204,7 @@ async def _describe_configs(broker_id: int, admin: AdminManager, cache: Metadata
         configs = tuple(
             make(mod.DescribeConfigsResourceResult, name=e.name, value=e.value,
                  read_only=e.read_only, config_source=e.source, is_default=e.source == 5,
-                 is_sensitive=False,
+                 is_sensitive=e.is_sensitive,
                  synonyms=tuple(make(mod.DescribeConfigsSynonym, name=n, value=v, source=s)
                                 for n, v, s in e.synonyms) if request.include_synonyms else (),
                  config_type=e.config_type, documentation=None)
