@@ -194,8 +194,8 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
     assert lines[0] == f"Dynamic configs for topic {topic} are:"
     assert "  cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:" \
            "cleanup.policy=delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}" in lines
-    assert any(line.startswith("  retention.ms=1000 sensitive=false synonyms="
-                               "{DYNAMIC_TOPIC_CONFIG:retention.ms=1000, ") for line in lines)
+    assert "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000}" \
+        in lines
     assert len(lines) == 3
 
     r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--alter",
@@ -204,10 +204,9 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
     r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--describe",
                      "--all")
     assert r.stdout.splitlines()[0] == f"All configs for topic {topic} are:"
-    assert "  retention.ms=604800000 sensitive=false synonyms={" \
-           "DEFAULT_CONFIG:log.retention.hours=168}" in r.stdout.splitlines()
-    assert "  segment.ms=604800000 sensitive=false synonyms={" \
-           "DEFAULT_CONFIG:log.roll.hours=168}" in r.stdout.splitlines()
+    # Kafka drops the synonyms before log.retention.ms / log.roll.ms, which have no default
+    assert "  retention.ms=604800000 sensitive=false synonyms={}" in r.stdout.splitlines()
+    assert "  segment.ms=604800000 sensitive=false synonyms={}" in r.stdout.splitlines()
 
     # brokers: cluster-wide default and per broker
     r = configs_tool(*base, "--entity-type", "brokers", "--entity-default", "--alter",
@@ -227,8 +226,7 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
         "Dynamic configs for broker 0 are:",
         "  follower.replication.throttled.rate=7000000 sensitive=false synonyms="
         "{DYNAMIC_BROKER_CONFIG:follower.replication.throttled.rate=7000000, "
-        "DYNAMIC_DEFAULT_BROKER_CONFIG:follower.replication.throttled.rate=5000000, "
-        "DEFAULT_CONFIG:follower.replication.throttled.rate=9223372036854775807}"]
+        "DYNAMIC_DEFAULT_BROKER_CONFIG:follower.replication.throttled.rate=5000000}"]
     for target in (["--entity-default"], ["--entity-name", "0"]):
         r = configs_tool(*base, "--entity-type", "brokers", *target, "--alter",
                          "--delete-config", "follower.replication.throttled.rate")
@@ -270,9 +268,9 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
     assert r.stdout.strip() == "Completed updating default config for brokers in the cluster.", \
         r.stderr
     r = configs_tool(*base, "--broker", "0", "--describe", "--all")
+    # the dynamic-only rates have no Kafka default (DynamicConfig.Broker, not KafkaConfig)
     assert "  leader.replication.throttled.rate=6000000 sensitive=false synonyms={" \
-           "DYNAMIC_DEFAULT_BROKER_CONFIG:leader.replication.throttled.rate=6000000, " \
-           "DEFAULT_CONFIG:leader.replication.throttled.rate=9223372036854775807}" in \
+           "DYNAMIC_DEFAULT_BROKER_CONFIG:leader.replication.throttled.rate=6000000}" in \
         r.stdout.splitlines(), r.stdout
     r = configs_tool(*base, "--broker-defaults", "--alter", "--delete-config",
                      "leader.replication.throttled.rate")
@@ -475,3 +473,81 @@ def test_describe_configs_shows_stored_broker_configs_as_kafka(broker: BrokerPro
             "cleanup.policy": None, "sasl.kerberos.min.time.before.relogin": None,
             "leader.replication.throttled.rate": None}) is None
         assert _broker_alter_error(bs, admin, "", {"my.plugin.setting": None}) is None
+
+
+def test_describe_configs_synonyms_as_kafka(broker_factory: Callable[..., BrokerProcess]
+                                            ) -> None:
+    """Kafka's ConfigHelper.configSynonyms lists a config's synonyms (LogConfig's
+    TopicConfigSynonyms, DynamicBrokerConfig.brokerConfigSynonyms) by source and drops those
+    before the described name: a topic's retention.ms has none while log.retention.ms is unset
+    (log.retention.ms has no default, the log.retention.hours entries are dropped), even with
+    log.retention.hours in server.properties (then also described DEFAULT_CONFIG, as Kafka
+    does). kafka-python: confluent-kafka keeps synonyms by name, one per name."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KpResource
+    from kafka.admin import ConfigResourceType
+
+    b = broker_factory(overrides={"log.retention.hours": "24", "log.roll.jitter.hours": "1"})
+    bs = b.bootstrap
+    topic = unique_topic("cfg-syn")
+    create_topic(bs, topic, 1)
+    wait_for_leaders(bs, topic, 1)
+    default, static, dynamic = "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "DYNAMIC_BROKER_CONFIG"
+    kp = KafkaAdminClient(bootstrap_servers=bs)
+
+    def describe(kind: ConfigResourceType, name: str, include: bool = True
+                 ) -> dict[str, tuple[str | None, str, list[tuple[str, str | None, str]]]]:
+        found = kp.describe_configs([KpResource(kind, name)], include_synonyms=include,
+                                    config_filter="all")
+        (entries,) = next(iter(found.values())).values()
+        return {k: (e["value"], e["config_source"],
+                    [(s["name"], s["value"], s["source"]) for s in e["synonyms"]])
+                for k, e in entries.items()}
+
+    try:
+        got = describe(ConfigResourceType.TOPIC, topic)
+        assert got["retention.ms"] == ("86400000", default, [])
+        for name in ("segment.ms", "flush.ms"):
+            assert got[name][2] == [], name
+        # log.roll.jitter.ms unset: the hours are dropped
+        assert got["segment.jitter.ms"] == ("3600000", default, [])
+        assert got["preallocate"][2] == [("log.preallocate", "false", default)]
+        assert got["message.downconversion.enable"][2] == [
+            ("log.message.downconversion.enable", "true", default)]
+        assert got["segment.bytes"][2] == [("log.segment.bytes", "1073741824", default)]
+
+        got = describe(ConfigResourceType.BROKER, "0")
+        assert got["log.retention.hours"][2] == [("log.retention.hours", "24", static),
+                                                 ("log.retention.hours", "168", default)]
+        assert got["log.retention.ms"] == (None, default, [])
+        assert got["log.retention.minutes"] == (None, default, [])
+        assert got["log.roll.jitter.hours"][2] == [("log.roll.jitter.hours", "1", static),
+                                                   ("log.roll.jitter.hours", "0", default)]
+        assert got["log.flush.scheduler.interval.ms"][2] == [
+            ("log.flush.scheduler.interval.ms", "9223372036854775807", default)]
+
+        # a dynamic log.retention.ms: first on the topic's and the broker's log.retention.ms,
+        # the entries after it kept; not on log.retention.hours
+        after = [("log.retention.ms", "7200000", dynamic), ("log.retention.hours", "24", static),
+                 ("log.retention.hours", "168", default)]
+        out = kp.alter_configs([KpResource(ConfigResourceType.BROKER, "0",
+                                           configs={"log.retention.ms": "7200000"})],
+                               incremental=True, raise_on_unknown=False)
+        assert out == {"broker": {"0": "OK"}}, out
+        for include in (True, False):
+            got = describe(ConfigResourceType.TOPIC, topic, include)
+            assert got["retention.ms"] == ("7200000", dynamic, after if include else [])
+        got = describe(ConfigResourceType.BROKER, "0")
+        assert got["log.retention.ms"] == ("7200000", dynamic, after)
+        assert got["log.retention.hours"][2] == [("log.retention.hours", "24", static),
+                                                 ("log.retention.hours", "168", default)]
+    finally:
+        kp.close()
+    # confluent-kafka (librdkafka asks for synonyms): none for retention.ms's default either
+    admin = AdminClient({"bootstrap.servers": bs})
+    other = unique_topic("cfg-syn-ck")
+    create_topic(bs, other, 1)
+    res = ConfigResource(ConfigResource.Type.TOPIC, other)
+    entry = admin.describe_configs([res])[res].result(15)["segment.ms"]
+    assert (entry.value, list(entry.synonyms)) == ("604800000", [])

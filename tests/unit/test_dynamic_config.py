@@ -212,6 +212,51 @@ def test_broker_synonyms_by_source_then_fallback() -> None:
     assert broker_synonyms("zookeeper.connect", {}, {}, {}) == []
 
 
+@pytest.mark.parametrize(("key", "per_broker", "default", "static", "expected"), [
+    # the entries before the described name are dropped (Kafka's dropWhile)
+    ("log.retention.ms", {}, {}, {}, []),
+    ("log.retention.ms", {}, {}, {"log.retention.hours": "24"}, []),
+    ("log.retention.hours", {"log.retention.ms": "5"}, {}, {},
+     [("log.retention.hours", "168", DEFAULT_CONFIG)]),
+    ("log.retention.minutes", {"log.retention.ms": "5"}, {"log.retention.minutes": "2"},
+     {"log.retention.hours": "1"},
+     [("log.retention.minutes", "2", DYNAMIC_DEFAULT_BROKER_CONFIG),
+      ("log.retention.hours", "1", STATIC_BROKER_CONFIG),
+      ("log.retention.hours", "168", DEFAULT_CONFIG)]),
+    ("log.roll.ms", {}, {}, {}, []),
+    ("log.roll.hours", {"log.roll.ms": "9"}, {}, {},
+     [("log.roll.hours", "168", DEFAULT_CONFIG)]),
+    ("log.roll.jitter.ms", {}, {}, {"log.roll.jitter.hours": "1"}, []),
+    ("log.roll.jitter.hours", {}, {}, {}, [("log.roll.jitter.hours", "0", DEFAULT_CONFIG)]),
+    ("log.flush.interval.ms", {}, {}, {}, []),
+    ("log.flush.interval.ms", {"log.flush.interval.ms": "7"}, {}, {},
+     [("log.flush.interval.ms", "7", DYNAMIC_BROKER_CONFIG),
+      ("log.flush.scheduler.interval.ms", "9223372036854775807", DEFAULT_CONFIG)]),
+    ("log.flush.scheduler.interval.ms", {"log.flush.interval.ms": "7"}, {}, {},
+     [("log.flush.scheduler.interval.ms", "9223372036854775807", DEFAULT_CONFIG)]),
+    # a listener override and its base config; the mechanism configs' base is the config
+    ("listener.name.a.ssl.keystore.type", {"listener.name.a.ssl.keystore.type": "PKCS12"}, {},
+     {"ssl.keystore.type": "JKS"},
+     [("listener.name.a.ssl.keystore.type", "PKCS12", DYNAMIC_BROKER_CONFIG),
+      ("ssl.keystore.type", "JKS", STATIC_BROKER_CONFIG),
+      ("ssl.keystore.type", "JKS", DEFAULT_CONFIG)]),
+    ("listener.name.a.plain.sasl.jaas.config", {}, {},
+     {"listener.name.a.plain.sasl.jaas.config": "x", "sasl.jaas.config": "y"},
+     [("listener.name.a.plain.sasl.jaas.config", "x", STATIC_BROKER_CONFIG),
+      ("sasl.jaas.config", "y", STATIC_BROKER_CONFIG)]),
+    ("ssl.keystore.type", {}, {}, {}, [("ssl.keystore.type", "JKS", DEFAULT_CONFIG)]),
+    # DynamicConfig.Broker's rates: no KafkaConfig default
+    ("leader.replication.throttled.rate", {}, {"leader.replication.throttled.rate": "5"}, {},
+     [("leader.replication.throttled.rate", "5", DYNAMIC_DEFAULT_BROKER_CONFIG)]),
+    ("leader.replication.throttled.rate", {}, {}, {}, []),
+])
+def test_broker_synonym_chains_as_kafka(key: str, per_broker: dict[str, str],
+                                        default: dict[str, str], static: dict[str, str],
+                                        expected: list[tuple[str, str, int]]) -> None:
+    """Kafka's ConfigHelper.configSynonyms over DynamicBrokerConfig.brokerConfigSynonyms."""
+    assert broker_synonyms(key, per_broker, default, static) == expected
+
+
 def test_topic_entries_sources_and_synonyms() -> None:
     static = KafkaConfig.from_properties({"log.segment.bytes": "2000000"})
     bcm = SimpleNamespace(broker_configs={}, default_configs={"log.retention.ms": "5000"},
@@ -228,6 +273,13 @@ def test_topic_entries_sources_and_synonyms() -> None:
                           ("log.retention.hours", "168", DEFAULT_CONFIG)]
     e = entries["segment.bytes"]
     assert (e.value, e.source) == ("2000000", STATIC_BROKER_CONFIG)
+    # LogConfig.TopicConfigSynonyms: no synonyms before log.roll.ms / log.flush.interval.ms /
+    # log.roll.jitter.ms, which have no default; the others' broker config
+    for name in ("segment.ms", "flush.ms", "segment.jitter.ms"):
+        assert (entries[name].source, entries[name].synonyms) == (DEFAULT_CONFIG, []), name
+    assert entries["preallocate"].synonyms == [("log.preallocate", "false", DEFAULT_CONFIG)]
+    assert entries["message.timestamp.difference.max.ms"].synonyms == [
+        ("log.message.timestamp.difference.max.ms", "9223372036854775807", DEFAULT_CONFIG)]
     e = entries["min.insync.replicas"]
     assert (e.value, e.source) == ("1", DEFAULT_CONFIG)
     assert entries["leader.replication.throttled.replicas"].value == ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -390,9 +391,12 @@ class AdminManager:
         of unknown type is described as Kafka does: sensitive, its value hidden."""
         bcm = self.broker_configs
         static = self.config.originals
-        if name == "":
-            return [_broker_entry(k, v, [(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG)])
-                    for k, v in sorted(bcm.default_configs.items())]
+        if name == "":  # Kafka keeps the synonyms from the dynamic default only
+            return [_broker_entry(k, v, [
+                syn for syn in broker_synonyms(k, bcm.broker_configs, bcm.default_configs,
+                                               static)
+                if syn[2] == DYNAMIC_DEFAULT_BROKER_CONFIG])
+                for k, v in sorted(bcm.default_configs.items())]
         dynamic = bcm.dynamic_config
         # the dynamic-only rates (DynamicConfig.Broker) are not KafkaConfig's: listed when set
         names = {k for k in DEFS if k not in QUOTA_CONFIGS} | set(static) | set(dynamic)
@@ -444,42 +448,63 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-# Broker configs with fallbacks, most specific first (Kafka's DynamicBrokerConfig.brokerSynonyms).
+# Broker configs that are one setting in several units (Kafka's
+# DynamicBrokerConfig.brokerConfigSynonyms), in precedence order. Describing any of them lists the
+# group from the described name on.
 _SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
     ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
     ("log.roll.ms", "log.roll.hours"),
-    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
 )
+# listener.name.<listener>.<name>; the SASL mechanism configs are
+# listener.name.<listener>.<mechanism>.<name> (Kafka's ListenerMechanismConfigs)
+_LISTENER_CONFIG = re.compile(r"^listener\.name\.[^.]*\.(.*)$")
+_LISTENER_MECHANISM_CONFIGS = (
+    "sasl.jaas.config", "sasl.login.callback.handler.class", "sasl.login.class",
+    "sasl.server.callback.handler.class", "connections.max.reauth.ms")
 
 
 def synonym_names(key: str) -> tuple[str, ...]:
-    """`key` and the less specific configs it falls back to."""
+    """Kafka's brokerConfigSynonyms(key, matchListenerOverride = true): the names whose values
+    stand for `key`'s, most precedent first (`key` itself not always first: the describing
+    side drops what precedes it)."""
     for group in _SYNONYM_GROUPS:
         if key in group:
-            return group[group.index(key):]
+            return group
+    if key == "log.flush.interval.ms":  # log.flush.scheduler.interval.ms is its default
+        return (key, "log.flush.scheduler.interval.ms")
+    m = _LISTENER_CONFIG.match(key)
+    if m is not None:
+        base = m.group(1)
+        return (key, next((c for c in _LISTENER_MECHANISM_CONFIGS if base.endswith(c)), base))
     return (key,)
 
 
 def broker_synonyms(key: str, per_broker: Mapping[str, str], default: Mapping[str, str],
                     static: Mapping[str, str]) -> list[tuple[str, str | None, int]]:
-    """Kafka's ConfigHelper.configSynonyms: the values of `key` and its fallbacks, by source
-    (dynamic per-broker, dynamic default, static, Kafka's default), highest precedence first;
-    Kafka's defaults only where they are not null."""
+    """Kafka's ConfigHelper.configSynonyms: the values of `key`'s synonyms by source (dynamic
+    per-broker, dynamic default, static, Kafka's default where not null), highest precedence
+    first, without the entries before the first of `key` itself: describing
+    log.retention.hours never shows log.retention.ms, and describing log.retention.ms (which
+    has no default) when only log.retention.hours is set shows nothing, as Kafka does."""
     names = synonym_names(key)
     out: list[tuple[str, str | None, int]] = []
     for values, source in ((per_broker, DYNAMIC_BROKER_CONFIG),
                            (default, DYNAMIC_DEFAULT_BROKER_CONFIG),
                            (static, STATIC_BROKER_CONFIG)):
         out += [(n, values[n], source) for n in names if n in values]
+    # Kafka's defaults: KafkaConfig's (the dynamic-only replication rates have none)
     out += [(n, _text(DEFS[n].default), DEFAULT_CONFIG) for n in names
-            if n in DEFS and DEFS[n].default is not None]
-    return out
+            if n in DEFS and DEFS[n].default is not None and n not in QUOTA_CONFIGS]
+    first = next((i for i, (n, _v, _s) in enumerate(out) if n == key), len(out))
+    return out[first:]
 
 
 def topic_config_entries(overrides: Mapping[str, str], bcm: Any, static: Any
                          ) -> list[ConfigEntry]:
-    """DescribeConfigs entries of a topic: its overrides over the broker's effective
-    defaults (dynamic, then static, then Kafka's)."""
+    """DescribeConfigs entries of a topic (Kafka's ConfigHelper.createTopicConfigEntry): its
+    overrides over the broker's effective defaults; the synonyms are the override, then the
+    broker synonym's (LogConfig.TopicConfigSynonyms) as for a broker config."""
     effective = {**LogConfig().to_props(), **bcm.effective.topic_defaults()}
     entries = []
     for name in sorted(set(LogConfig.config_names()) | set(overrides)):
