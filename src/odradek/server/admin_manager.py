@@ -115,29 +115,62 @@ class AdminManager:
     broker_configs: BrokerConfigManager
 
     # -- create -----------------------------------------------------------------------------
-    def _validate(self, spec: TopicSpec) -> tuple[dict[int, list[int]], dict[str, str]]:
+    async def _validate(self, spec: TopicSpec) -> tuple[dict[int, list[int]], dict[str, str]]:
+        """Kafka's ZkAdminManager.createTopics and AdminZkClient.validateTopicCreate, in their
+        order: null config values, a count given with an assignment, the assignment (computed:
+        the partition and replication-factor checks), the name, the topic's existence and
+        name collisions, the assignment (given: same replica count, no duplicate broker,
+        consecutive partition ids; its brokers are not checked, as in Kafka), the configs."""
         cfg = self.config
-        validate_topic_name(spec.name)
-        brokers = sorted(self.metadata_cache.brokers)
-        configs = {k: v for k, v in spec.configs.items() if v is not None}
-        # Raises InvalidConfigError (a ValueError) naming the key for unknown or invalid configs.
-        self.topic_configs.validate(configs)
+        nulls = [k for k, v in spec.configs.items() if v is None]
+        if nulls:
+            raise InvalidRequestError(
+                f"Null value not supported for topic configs : {','.join(nulls)}")
+        if spec.assignments and (spec.num_partitions != -1 or spec.replication_factor != -1):
+            raise InvalidRequestError(
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.")
         if spec.assignments:
-            if spec.num_partitions != -1 or spec.replication_factor != -1:
-                raise asg.InvalidReplicaAssignmentError(
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
-                    "Both cannot be used at the same time.")
             assignment = {p: list(r) for p, r in spec.assignments.items()}
+        else:
+            partitions = (spec.num_partitions if spec.num_partitions != -1
+                          else cfg["num.partitions"])
+            rf = (spec.replication_factor if spec.replication_factor != -1
+                  else cfg["default.replication.factor"])
+            assignment = asg.assign_replicas_to_brokers(
+                sorted(self.metadata_cache.brokers), partitions, rf, racks=self._racks())
+        try:
+            validate_topic_name(spec.name)
+        except ValueError as exc:
+            raise _InvalidTopic(str(exc)) from None
+        if await self.store.exists(paths.topic_path(spec.name)) is not None:
+            raise NodeExistsError(f"Topic '{spec.name}' already exists.")
+        if "." in spec.name or "_" in spec.name:  # Kafka's Topic.hasCollision
+            existing = await self.store.get_children(paths.TOPICS)
+            if spec.name in existing:
+                raise NodeExistsError(f"Topic '{spec.name}' already exists.")
+            key = spec.name.replace(".", "_")
+            colliding = [t for t in existing if t.replace(".", "_") == key]
+            if colliding:
+                raise _InvalidTopic(f"Topic '{spec.name}' collides with existing topics: "
+                                    f"{', '.join(colliding)}")
+        if spec.assignments:
+            if len({len(r) for r in assignment.values()}) != 1:
+                raise asg.InvalidReplicaAssignmentError(
+                    "All partitions should have the same number of replicas")
+            if any(len(r) != len(set(r)) for r in assignment.values()):
+                raise asg.InvalidReplicaAssignmentError(
+                    f"Duplicate replica assignment found: {_scala_assignment(assignment)}")
             if sorted(assignment) != list(range(len(assignment))):
                 raise asg.InvalidReplicaAssignmentError(
                     "partitions should be a consecutive 0-based integer sequence")
-            asg.validate_replica_assignment(assignment, len(assignment[0]), brokers)
-            return assignment, configs
-        partitions = spec.num_partitions if spec.num_partitions != -1 else cfg["num.partitions"]
-        rf = (spec.replication_factor if spec.replication_factor != -1
-              else cfg["default.replication.factor"])
-        return asg.assign_replicas_to_brokers(brokers, partitions, rf,
-                                              racks=self._racks()), configs
+            if not assignment[0]:  # Kafka writes it: a partition that can never have a leader
+                raise asg.InvalidReplicaAssignmentError(
+                    "Cannot have replication factor of 0 for partition id 0.")
+        configs = {k: v for k, v in spec.configs.items() if v is not None}
+        # Raises InvalidConfigError (a ValueError) naming the key for unknown or invalid configs.
+        self.topic_configs.validate(configs)
+        return assignment, configs
 
     def _racks(self) -> dict[int, str | None]:
         """Each live broker's `broker.rack` (rack-aware assignment when all have one)."""
@@ -147,17 +180,16 @@ class AdminManager:
                             validate_only: bool = False) -> dict[str, TopicResult]:
         results: dict[str, TopicResult] = {}
         created: list[str] = []
-        seen: set[str] = set()
+        names = [spec.name for spec in specs]
         for spec in specs:
-            if spec.name in seen:
+            if names.count(spec.name) > 1:  # Kafka: every entry of the name, none created
                 results[spec.name] = TopicResult(ErrorCode.invalid_request,
-                                                 "Create topics request contains duplicates")
+                                                 "Found multiple entries for this topic.")
                 continue
-            seen.add(spec.name)
             try:
-                assignment, configs = self._validate(spec)
-                if await self.store.exists(paths.topic_path(spec.name)) is not None:
+                if self.metadata_cache.topic(spec.name) is not None:
                     raise NodeExistsError(f"Topic '{spec.name}' already exists.")
+                assignment, configs = await self._validate(spec)
                 topic_id = uuid.uuid4()
                 if not validate_only:
                     await self.create_topic_with_assignment(spec.name, assignment, configs,
@@ -167,17 +199,16 @@ class AdminManager:
                     ErrorCode.none, None, topic_id, len(assignment), len(assignment[0]),
                     self._effective_configs(configs))
             except Exception as exc:  # each topic gets its own error code
-                results[spec.name] = TopicResult(_error_code(exc), str(exc))
+                results[spec.name] = TopicResult(_error_code(exc), _error_message(exc))
         if created:
             ok = await self._wait(lambda: all(self._has_leaders(n) for n in created), timeout_ms)
             if not ok:
                 for n in created:
-                    if not self._has_leaders(n):
-                        results[n].error = ErrorCode.request_timed_out
-                        results[n].message = "Timed out waiting for the topic's leaders"
+                    if not self._has_leaders(n):  # Kafka's DelayedCreatePartitions
+                        results[n] = TopicResult(ErrorCode.request_timed_out, None)
         for name in created:
             info = self.metadata_cache.topic(name)
-            if info is not None:
+            if info is not None and results[name].error == ErrorCode.none:
                 results[name].topic_id = info.topic_id
         return results
 
@@ -186,7 +217,7 @@ class AdminManager:
             if name in INTERNAL_TOPICS:
                 continue
             try:
-                assignment, _ = self._validate(TopicSpec(name))
+                assignment, _ = await self._validate(TopicSpec(name))
                 await self.create_topic_with_assignment(name, assignment, {}, uuid.uuid4())
                 log.info("Auto-created topic %s with %d partitions", name, len(assignment))
             except NodeExistsError:
@@ -256,27 +287,50 @@ class AdminManager:
     # -- partitions -------------------------------------------------------------------------
     async def create_partitions(self, specs: list[PartitionsSpec], timeout_ms: int,
                                 validate_only: bool) -> dict[str, tuple[ErrorCode, str | None]]:
+        """Kafka's KafkaApis.handleCreatePartitionsRequest and ZkAdminManager.createPartitions:
+        a topic named twice, queued for deletion, being reassigned, unknown, not growing; a
+        given assignment naming a broker not registered, not one list per new partition, or
+        invalid (AdminZkClient.validateReplicaAssignment)."""
         results: dict[str, tuple[ErrorCode, str | None]] = {}
         changed: dict[str, int] = {}
+        names = [spec.name for spec in specs]
+        registered = {int(b) for b in await self.store.get_children(paths.BROKER_IDS)}
         for spec in specs:
+            if names.count(spec.name) > 1:
+                results[spec.name] = (ErrorCode.invalid_request, "Duplicate topic in request.")
+                continue
             try:
+                if await self.store.exists(paths.delete_topic_path(spec.name)) is not None:
+                    raise _InvalidTopic("The topic is queued for deletion.")
                 found = await self.store.get_or_none(paths.topic_path(spec.name))
-                if found is None:
+                data, stat = found if found is not None else (None, None)
+                current = paths.decode_topic_assignment(data) if data is not None else None
+                if current is not None and (current.adding_replicas or current.removing_replicas):
+                    raise _ReassignmentInProgress(
+                        "A partition reassignment is in progress for the topic "
+                        f"'{spec.name}'.")
+                if current is None or not current.partitions:
                     raise _UnknownTopic(f"The topic '{spec.name}' does not exist.")
-                data, stat = found
-                current = paths.decode_topic_assignment(data)
                 existing = {p: list(r) for p, r in current.partitions.items()}
-                if spec.count <= len(existing):
+                increment = spec.count - len(existing)
+                if increment < 0:
                     raise asg.InvalidPartitionsError(
-                        f"Topic currently has {len(existing)} partitions, {spec.count} would "
-                        "not be an increase.")
+                        f"Topic currently has {len(existing)} partitions, which is higher than "
+                        f"the requested {spec.count}.")
+                if increment == 0:
+                    raise asg.InvalidPartitionsError(
+                        f"Topic already has {len(existing)} partitions.")
                 manual = None
                 if spec.assignments is not None:
-                    if len(spec.assignments) != spec.count - len(existing):
+                    unknown = sorted({b for a in spec.assignments for b in a} - registered)
+                    if unknown:
                         raise asg.InvalidReplicaAssignmentError(
-                            f"Increasing the number of partitions by "
-                            f"{spec.count - len(existing)} but {len(spec.assignments)} "
-                            "assignments provided.")
+                            "Unknown broker(s) in replica assignment: "
+                            f"{', '.join(map(str, unknown))}.")
+                    if len(spec.assignments) != increment:
+                        raise asg.InvalidReplicaAssignmentError(
+                            f"Increasing the number of partitions by {increment} but "
+                            f"{len(spec.assignments)} assignments provided.")
                     manual = {len(existing) + i: a for i, a in enumerate(spec.assignments)}
                 new = asg.add_partitions(spec.name, existing,
                                          sorted(self.metadata_cache.brokers), spec.count,
@@ -286,11 +340,11 @@ class AdminManager:
                               **{p: tuple(r) for p, r in new.items()}}
                     await self.store.set(paths.topic_path(spec.name), paths.encode_topic_assignment(
                         paths.TopicAssignment(merged, topic_id=current.topic_id)),
-                        version=stat.version)
+                        version=stat.version if stat is not None else -1)
                     changed[spec.name] = spec.count
                 results[spec.name] = (ErrorCode.none, None)
             except Exception as exc:
-                results[spec.name] = (_error_code(exc), str(exc))
+                results[spec.name] = (_error_code(exc), _error_message(exc))
         if changed:
             cache = self.metadata_cache
 
@@ -299,8 +353,8 @@ class AdminManager:
                            and all(p.leader >= 0 for p in t.partitions.values())
                            for n, c in changed.items())
             if not await self._wait(done, timeout_ms):
-                for n in changed:
-                    results[n] = (ErrorCode.request_timed_out, "Timed out adding partitions")
+                for n in changed:  # Kafka's DelayedCreatePartitions: no message
+                    results[n] = (ErrorCode.request_timed_out, None)
         return results
 
     # -- alter configs (AlterConfigs / IncrementalAlterConfigs) ------------------------------
@@ -527,17 +581,44 @@ class _UnknownTopic(ValueError):
     pass
 
 
+class _InvalidTopic(ValueError):
+    """INVALID_TOPIC_EXCEPTION (Kafka's InvalidTopicException)."""
+
+
+class _ReassignmentInProgress(ValueError):
+    """REASSIGNMENT_IN_PROGRESS."""
+
+
+def _scala_assignment(assignment: Mapping[int, list[int]]) -> str:
+    """A replica assignment as Kafka's messages print it (a Scala map of buffers)."""
+    return "HashMap(" + ", ".join(
+        f"{p} -> ArrayBuffer({', '.join(map(str, r))})"
+        for p, r in sorted(assignment.items())) + ")"
+
+
 def _error_code(exc: Exception) -> ErrorCode:
     if isinstance(exc, asg.AssignmentError):
-        return ErrorCode(exc.error_code)
+        return ErrorCode(exc.error_code) if exc.error_code != -1 \
+            else ErrorCode.unknown_server_error
     if isinstance(exc, NodeExistsError):
         return ErrorCode.topic_already_exists
     if isinstance(exc, _UnknownTopic):
         return ErrorCode.unknown_topic_or_partition
+    if isinstance(exc, _InvalidTopic):
+        return ErrorCode.invalid_topic_exception
+    if isinstance(exc, _ReassignmentInProgress):
+        return ErrorCode.reassignment_in_progress
+    if isinstance(exc, InvalidRequestError):
+        return ErrorCode.invalid_request
     if isinstance(exc, ValueError):
-        msg = str(exc)
-        if "Topic name" in msg or "topic name" in msg:
-            return ErrorCode.invalid_topic_exception
         return ErrorCode.invalid_config
     log.exception("Unexpected error in topic administration", exc_info=exc)
     return ErrorCode.unknown_server_error
+
+
+def _error_message(exc: Exception) -> str | None:
+    """Kafka's ApiError.fromThrowable: no message for UNKNOWN_SERVER_ERROR (logged here)."""
+    if _error_code(exc) == ErrorCode.unknown_server_error:
+        log.error("Error processing topic administration: %s", exc)
+        return None
+    return str(exc)
