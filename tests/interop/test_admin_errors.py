@@ -1,6 +1,7 @@
 """The admin paths' validation errors, codes and messages, as Kafka 2.8 answers them, through
 real clients: CreateTopics (ZkAdminManager.createTopics, AdminZkClient.validateTopicCreate),
-CreatePartitions (KafkaApis.handleCreatePartitionsRequest, ZkAdminManager.createPartitions).
+CreatePartitions (KafkaApis.handleCreatePartitionsRequest, ZkAdminManager.createPartitions),
+AlterPartitionReassignments (KafkaController.processApiPartitionReassignment).
 A request no real client can send (the same
 topic twice) goes over the wire."""
 
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from odradek.cluster import Cluster
 from odradek.protocol.codec import make
 from tests.integration.broker_harness import req_module
 from tests.wire import WireClient
@@ -156,3 +159,75 @@ def test_create_partitions_errors_as_kafka(broker: BrokerProcess) -> None:
     response = _wire(bs, request)
     assert [(r.name, r.error_code, r.error_message) for r in response.results] == [
         (topic, 42, "Duplicate topic in request.")]
+
+
+def _state(cluster: Cluster, topic: str, p: int) -> dict[str, Any]:
+    path = f"/brokers/topics/{topic}/partitions/{p}/state"
+    return json.loads(cluster.zookeeper.dump(path)[path])  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def cluster3() -> Iterator[tuple[Cluster, int, int, int]]:
+    """Three brokers; topic "r" on the two that are not the controller (a preferred)."""
+    from odradek.client import Admin
+    from odradek.client.types import NewTopic
+
+    cluster = Cluster(3, overrides={"auto.leader.rebalance.enable": "false"}).start()
+    try:
+        ctl = cluster.controller_id()
+        a, b = [x for x in range(3) if x != ctl]
+        with Admin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+            admin.create_topics([NewTopic("r", replica_assignment={0: [a, b]})])
+            admin.wait_for_topics(["r"], 60)
+        cluster.wait_for(lambda: _state(cluster, "r", 0)["leader"] == a, 60)
+        yield cluster, ctl, a, b
+    finally:
+        cluster.stop()
+
+
+def test_reassignment_errors_as_kafka(cluster3: tuple[Cluster, int, int, int]) -> None:
+    """KafkaController.validateReplicas comes before the partition's existence: a target with a
+    dead broker on a topic that does not exist is INVALID_REPLICA_ASSIGNMENT; cancelling where
+    nothing moves is NO_REASSIGNMENT_IN_PROGRESS, for an unknown partition too."""
+    from kafka import KafkaAdminClient, TopicPartition
+
+    from odradek.client import Admin
+
+    cluster, _ctl, a, b = cluster3
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        out = kp.alter_partition_reassignments({
+            TopicPartition("r", 0): [a, a], TopicPartition("r", 7): [a],
+            TopicPartition("nope", 0): [99], TopicPartition("nope", 1): [a],
+            TopicPartition("nope", 2): None, TopicPartition("r", 1): None}, timeout_ms=20000)
+        # INVALID_REPLICA_ASSIGNMENT 39, UNKNOWN_TOPIC_OR_PARTITION 3,
+        # NO_REASSIGNMENT_IN_PROGRESS 85
+        assert {tp: e.errno if e else 0 for tp, e in out.items()} == {
+            TopicPartition("r", 0): 39, TopicPartition("r", 7): 3, TopicPartition("nope", 0): 39,
+            TopicPartition("nope", 1): 3, TopicPartition("nope", 2): 85,
+            TopicPartition("r", 1): 85}
+    finally:
+        kp.close()
+    # the messages (kafka-python keeps the codes only)
+    with Admin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        errors = admin.alter_partition_reassignments({
+            ("r", 0): [a, a], ("r", 1): [a], ("r", 2): [], ("r", 3): [a, -1],
+            ("r", 4): [a, 99], ("r", 5): None}, raise_errors=False)
+    messages = {p: str(e).split(": ", 2)[-1] for (_t, p), e in errors.items() if e}
+    with Admin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
+        errors = admin.alter_partition_reassignments({("r", 0): [b, 99]}, raise_errors=False)
+    assert str(errors[("r", 0)]).endswith(
+        "Replica list: ArrayBuffer(99), live broker list: Set(0, 1, 2)")
+    live = ", ".join(str(x) for x in range(3))
+    assert messages == {
+        0: f"Duplicate replica ids in partition reassignment replica list: ArrayBuffer({a}, {a})",
+        1: "The partition does not exist.",
+        2: "Empty replica list specified in partition reassignment.",
+        3: f"Invalid broker id in replica list: ArrayBuffer({a}, -1)",
+        # r-4 does not exist: every replica of its target is a new one
+        4: f"Replica assignment has brokers that are not alive. Replica list: "
+           f"ArrayBuffer({a}, 99), live broker list: Set({live})",
+        5: "No partition reassignment is in progress."}
+    assert cluster.zookeeper.dump("/admin/reassign_partitions").get(
+        "/admin/reassign_partitions") is None
+    assert _state(cluster, "r", 0)["leader"] == a and b in _state(cluster, "r", 0)["isr"]
