@@ -1,8 +1,8 @@
 """The admin paths' validation errors, codes and messages, as Kafka 2.8 answers them, through
 real clients: CreateTopics (ZkAdminManager.createTopics, AdminZkClient.validateTopicCreate),
 CreatePartitions (KafkaApis.handleCreatePartitionsRequest, ZkAdminManager.createPartitions),
-AlterPartitionReassignments (KafkaController.processApiPartitionReassignment).
-A request no real client can send (the same
+AlterPartitionReassignments (KafkaController.processApiPartitionReassignment) and ElectLeaders
+(KafkaController.processReplicaLeaderElection). A request no real client can send (the same
 topic twice) goes over the wire."""
 
 from __future__ import annotations
@@ -231,3 +231,48 @@ def test_reassignment_errors_as_kafka(cluster3: tuple[Cluster, int, int, int]) -
     assert cluster.zookeeper.dump("/admin/reassign_partitions").get(
         "/admin/reassign_partitions") is None
     assert _state(cluster, "r", 0)["leader"] == a and b in _state(cluster, "r", 0)["isr"]
+
+
+def test_election_errors_as_kafka(cluster3: tuple[Cluster, int, int, int]) -> None:
+    """ELECTION_NOT_NEEDED with its message; an election of every partition leaves out those
+    that needed none; PREFERRED_LEADER_NOT_AVAILABLE while the preferred replica is down;
+    UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist."""
+    from confluent_kafka import ElectionType, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    cluster, _ctl, a, _b = cluster3
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+
+    def elect(partitions: dict[str, list[int]] | None) -> dict[tuple[str, int], Any]:
+        response = kp.elect_leaders(0, partitions, timeout_ms=20000, raise_errors=False)
+        return {(r.topic, p.partition_id): (p.error_code, p.error_message)
+                for r in response.replica_election_results for p in r.partition_result}
+
+    try:
+        assert elect({"r": [0], "missing": [0]}) == {
+            ("r", 0): (84, "Leader election not needed for topic partition."),
+            ("missing", 0): (3, "The partition does not exist.")}
+        # every partition (confluent-kafka sends null; kafka-python names them all): those
+        # that needed no election are left out
+        ck = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        assert ck.elect_leaders(ElectionType.PREFERRED, None).result(timeout=60) == {}
+        cluster.stop_broker(a)
+        try:
+            cluster.wait_for(lambda: _state(cluster, "r", 0)["leader"] != a, 60)
+            assert elect({"r": [0]}) == {("r", 0): (
+                80, "Failed to elect leader for partition r-0 under strategy "
+                    "PreferredReplicaPartitionLeaderElectionStrategy")}
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+            results = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("r", 0)]
+                                          ).result(timeout=60)
+            (err,) = results.values()
+            assert isinstance(err, KafkaError)
+            assert err.code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
+        finally:
+            cluster.start_broker(a)
+            cluster.wait_for(lambda: a in _state(cluster, "r", 0)["isr"], 60)
+        assert elect({"r": [0]}) == {("r", 0): (0, None)}
+        assert _state(cluster, "r", 0)["leader"] == a
+    finally:
+        kp.close()
