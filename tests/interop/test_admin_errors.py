@@ -48,7 +48,9 @@ def test_create_topics_errors_as_kafka(broker_factory: Callable[..., BrokerProce
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic as KpNewTopic
 
-    b = broker_factory()
+    # the partitions with a replica on a broker that never comes keep the controlled shutdown
+    # retrying (as in Kafka): not for 3 x 5 s here
+    b = broker_factory(overrides={"controlled.shutdown.retry.backoff.ms": "100"})
     bs = b.bootstrap
     kp = KafkaAdminClient(bootstrap_servers=bs)
 
@@ -87,6 +89,13 @@ def test_create_topics_errors_as_kafka(broker_factory: Callable[..., BrokerProce
         assert create(KpNewTopic("a.b", 1, 1)) == {"a.b": (0, None)}
         assert create(KpNewTopic("a_b", 1, 1)) == {"a_b": (
             17, "Topic 'a_b' collides with existing topics: a.b")}
+        # nor auto-created: the broker logs why and goes on with the other names asked
+        m = req_module(3, 4)
+        _wire(bs, make(m.MetadataRequest, allow_auto_topic_creation=True, topics=tuple(
+            make(m.MetadataRequestTopic, name=n) for n in ("a_b", "auto-after"))))
+        wait_for_leaders(bs, "auto-after", 1)
+        assert "a_b" not in kp.list_topics()
+        assert "Not auto-creating topic a_b: Topic 'a_b' collides" in b.tail(200)
         assert create(KpNewTopic("bad name", 1, 1)) == {"bad name": (
             17, "Topic name \"bad name\" is illegal, it contains a character other than ASCII "
                 "alphanumerics, '.', '_' and '-'")}

@@ -222,6 +222,8 @@ class AdminManager:
                 log.info("Auto-created topic %s with %d partitions", name, len(assignment))
             except NodeExistsError:
                 pass
+            except _InvalidTopic as exc:  # a name colliding with an existing topic's
+                log.info("Not auto-creating topic %s: %s", name, exc)
 
     async def create_topic_with_assignment(self, name: str, assignment: dict[int, list[int]],
                                            configs: dict[str, str], topic_id: uuid.UUID
