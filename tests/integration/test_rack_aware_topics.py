@@ -1,7 +1,8 @@
 """`broker.rack` at topic creation (KIP-36): when every live broker has a rack, CreateTopics and
 CreatePartitions place each partition's replicas in as many racks as the replication factor
 allows (Kafka's rack-aware assignment); a cluster where only some brokers have a rack refuses
-automatic assignment with Kafka's message, as Kafka does."""
+automatic assignment as Kafka does: UNKNOWN_SERVER_ERROR without a message (Kafka's
+AdminOperationException is no API error), the reason in the broker's log."""
 
 from __future__ import annotations
 
@@ -60,12 +61,14 @@ def generate(cluster: Cluster, tmp_path: Path, topic: str, brokers: str,
     return code, out.getvalue().strip()
 
 
-def test_some_brokers_without_a_rack_refuse_automatic_assignment(tmp_path: Path) -> None:
+def test_some_brokers_without_a_rack_refuse_automatic_assignment(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with Cluster(brokers=2, broker_overrides={0: {"broker.rack": "rack-a"}},
                  http=False) as cluster, \
             Admin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
-        with pytest.raises(KafkaError, match="Not all brokers have rack information"):
+        with pytest.raises(KafkaError, match=r"^topic mixed: UNKNOWN_SERVER_ERROR$"):
             admin.create_topic("mixed", num_partitions=2, replication_factor=2)
+        assert "Not all brokers have rack information" in caplog.text
         admin.create_topics([NewTopic("manual", -1, -1, replica_assignment={0: [0, 1]})])
         code, out = generate(cluster, tmp_path, "manual", "0,1")
         assert code != 0 and "Add --disable-rack-aware" in out, out

@@ -218,8 +218,8 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
     assert lines[0] == f"Dynamic configs for topic {topic} are:"
     assert "  cleanup.policy=delete,compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:" \
            "cleanup.policy=delete,compact, DEFAULT_CONFIG:log.cleanup.policy=delete}" in lines
-    assert any(line.startswith("  retention.ms=1000 sensitive=false synonyms="
-                               "{DYNAMIC_TOPIC_CONFIG:retention.ms=1000, ") for line in lines)
+    assert "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000}" \
+        in lines
     assert len(lines) == 3
 
     r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--alter",
@@ -228,10 +228,9 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
     r = configs_tool(*base, "--entity-type", "topics", "--entity-name", topic, "--describe",
                      "--all")
     assert r.stdout.splitlines()[0] == f"All configs for topic {topic} are:"
-    assert "  retention.ms=604800000 sensitive=false synonyms={" \
-           "DEFAULT_CONFIG:log.retention.hours=168}" in r.stdout.splitlines()
-    assert "  segment.ms=604800000 sensitive=false synonyms={" \
-           "DEFAULT_CONFIG:log.roll.hours=168}" in r.stdout.splitlines()
+    # Kafka drops the synonyms before log.retention.ms / log.roll.ms, which have no default
+    assert "  retention.ms=604800000 sensitive=false synonyms={}" in r.stdout.splitlines()
+    assert "  segment.ms=604800000 sensitive=false synonyms={}" in r.stdout.splitlines()
 
     # brokers: cluster-wide default and per broker
     r = configs_tool(*base, "--entity-type", "brokers", "--entity-default", "--alter",
@@ -251,8 +250,7 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
         "Dynamic configs for broker 0 are:",
         "  follower.replication.throttled.rate=7000000 sensitive=false synonyms="
         "{DYNAMIC_BROKER_CONFIG:follower.replication.throttled.rate=7000000, "
-        "DYNAMIC_DEFAULT_BROKER_CONFIG:follower.replication.throttled.rate=5000000, "
-        "DEFAULT_CONFIG:follower.replication.throttled.rate=9223372036854775807}"]
+        "DYNAMIC_DEFAULT_BROKER_CONFIG:follower.replication.throttled.rate=5000000}"]
     for target in (["--entity-default"], ["--entity-name", "0"]):
         r = configs_tool(*base, "--entity-type", "brokers", *target, "--alter",
                          "--delete-config", "follower.replication.throttled.rate")
@@ -294,9 +292,9 @@ def test_configs_tool(broker: BrokerProcess, tmp_path: Path) -> None:
     assert r.stdout.strip() == "Completed updating default config for brokers in the cluster.", \
         r.stderr
     r = configs_tool(*base, "--broker", "0", "--describe", "--all")
+    # the dynamic-only rates have no Kafka default (DynamicConfig.Broker, not KafkaConfig)
     assert "  leader.replication.throttled.rate=6000000 sensitive=false synonyms={" \
-           "DYNAMIC_DEFAULT_BROKER_CONFIG:leader.replication.throttled.rate=6000000, " \
-           "DEFAULT_CONFIG:leader.replication.throttled.rate=9223372036854775807}" in \
+           "DYNAMIC_DEFAULT_BROKER_CONFIG:leader.replication.throttled.rate=6000000}" in \
         r.stdout.splitlines(), r.stdout
     r = configs_tool(*base, "--broker-defaults", "--alter", "--delete-config",
                      "leader.replication.throttled.rate")
@@ -336,3 +334,244 @@ def test_dynamic_configs_survive_a_restart(broker_factory: Callable[..., BrokerP
     assert got["max.message.bytes"].value == "2000"
     assert got["max.message.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
     assert produce_error(b.bootstrap, topic, 4000) == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def _broker_alter_error(bs: str, admin: object, name: str, configs: dict[str, str | None],
+                        validate_only: bool = False) -> tuple[int, str] | None:
+    """IncrementalAlterConfigs SET (DELETE for None) on broker resource `name`: None if it
+    succeeded, else (error code, message). The cluster-wide default ("") through odradek's
+    client: neither confluent-kafka nor kafka-python can name it."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    if name == "":
+        from odradek.client import Admin
+        from odradek.client.types import ConfigResource as Resource
+
+        with Admin({"bootstrap.servers": bs}) as odradek_admin:
+            out = odradek_admin.incremental_alter_configs(
+                {Resource("broker", ""): configs}, validate_only=validate_only,
+                raise_errors=False)
+        (found,) = out.values()
+        if found is None:
+            return None
+        return found.code, str(found).split(f"{found.name.upper()}: ", 1)[1]
+
+    res = ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET if v is not None
+                    else AlterConfigOpType.DELETE) for k, v in configs.items()])
+    try:
+        admin.incremental_alter_configs(  # type: ignore[attr-defined]
+            [res], validate_only=validate_only)[res].result(15)
+    except KafkaException as exc:
+        err = exc.args[0]
+        return err.code(), err.str()
+    return None
+
+
+def test_broker_alter_configs_refuses_only_what_kafka_refuses(broker: BrokerProcess) -> None:
+    """Kafka's DynamicBrokerConfig.validate: a name Kafka cannot change at run time, a security
+    config without its listener prefix, a value of the wrong type and a per-broker config at
+    the cluster-wide default are refused; every other name (a dynamic config odradek does not
+    act on, a custom config) is stored. librdkafka's admin test sets
+    sasl.kerberos.min.time.before.relogin on a broker and expects NO_ERROR."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    bs = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    for validate_only in (True, False):
+        assert _broker_alter_error(bs, admin, "0", {
+            "sasl.kerberos.min.time.before.relogin": "58000", "cleanup.policy": "compact",
+            "listener.name.plaintext.max.connections": "1000"}, validate_only) is None
+    assert _broker_alter_error(bs, admin, "", {"some.plugin.setting": "x"}) is None
+
+    def refused(name: str, configs: dict[str, str | None], message: str,
+                validate_only: bool = False) -> None:
+        got = _broker_alter_error(bs, admin, name, configs, validate_only)
+        assert got == (KafkaError.INVALID_REQUEST, "Invalid config value for resource "
+                       f"ConfigResource(type=BROKER, name='{name}'): {message}"), got
+
+    for validate_only in (True, False):
+        refused("0", {"log.retention.hours": "24"},
+                "Cannot update these configs dynamically: Set(log.retention.hours)",
+                validate_only)
+        refused("0", {"ssl.keystore.location": "/tmp/k.jks"},
+                "These security configs can be dynamically updated only per-listener using "
+                "the listener prefix: Set(ssl.keystore.location)", validate_only)
+        refused("0", {"log.retention.ms": "soon"},
+                "Invalid value soon for configuration log.retention.ms: Not a number of type "
+                "LONG", validate_only)
+        refused("0", {"listener.name.plaintext.max.connections": "-1"},
+                "Invalid value -1 for configuration max.connections: Value must be at least 0",
+                validate_only)
+        refused("", {"sasl.kerberos.min.time.before.relogin": "58000"},
+                "Cannot update these configs at default cluster level, broker id must be "
+                "specified: Set(sasl.kerberos.min.time.before.relogin)", validate_only)
+    # password configs are stored encrypted with password.encoder.secret: not set here
+    jaas = {"listener.name.plaintext.plain.sasl.jaas.config": "x required;"}
+    assert _broker_alter_error(bs, admin, "0", jaas, validate_only=True) is None
+    refused("0", jaas, "Password encoder secret not configured")
+
+    assert _broker_alter_error(bs, admin, "0", {
+        "sasl.kerberos.min.time.before.relogin": None, "cleanup.policy": None,
+        "listener.name.plaintext.max.connections": None}) is None
+    assert _broker_alter_error(bs, admin, "", {"some.plugin.setting": None}) is None
+
+
+def test_kafka_python_alter_configs_custom_broker_config(broker: BrokerProcess) -> None:
+    """A broker config name Kafka does not define is a custom config: AlterConfigs stores it
+    (another client's admin test sets cleanup.policy on a broker and expects success).
+    raise_on_unknown=False: kafka-python otherwise checks the names client-side against the
+    broker's described dynamic configs, which do not list a custom name before it is set."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        for incremental in (False, True):
+            out = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0",
+                                                      configs={"cleanup.policy": "compact"})],
+                                      incremental=incremental, raise_on_unknown=False)
+            assert out == {"broker": {"0": "OK"}}, out
+        out = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0",
+                                                  configs={"log.dirs": "/tmp/x"})],
+                                  incremental=False, raise_on_unknown=False)
+        text = str(out["broker"]["0"])
+        assert "Error 42" in text and "Cannot update these configs dynamically: Set(log.dirs)" \
+            in text, text
+        out = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "0", configs={})],
+                                  incremental=False, raise_on_unknown=False)
+        assert out == {"broker": {"0": "OK"}}, out
+    finally:
+        admin.close()
+
+
+def test_describe_configs_shows_stored_broker_configs_as_kafka(broker: BrokerProcess) -> None:
+    """Kafka's ConfigHelper lists every name a broker was given, custom ones included: a name
+    of unknown type is sensitive (value hidden) and read-only; a dynamic config odradek does
+    not act on shows its stored value; the dynamic-only replication rates are listed once
+    set; passwords are sensitive."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    from odradek.client import Admin
+    from odradek.client.types import ConfigResource as Resource
+
+    bs = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    b0 = ConfigResource(ConfigResource.Type.BROKER, "0")
+
+    def describe() -> dict[str, object]:
+        return admin.describe_configs([b0])[b0].result(15)  # type: ignore[no-any-return]
+
+    before = describe()
+    assert "leader.replication.throttled.rate" not in before
+    assert before["ssl.keystore.password"].is_sensitive  # type: ignore[attr-defined]
+    assert not before["log.retention.ms"].is_sensitive  # type: ignore[attr-defined]
+    assert _broker_alter_error(bs, admin, "0", {
+        "cleanup.policy": "compact", "sasl.kerberos.min.time.before.relogin": "58000",
+        "leader.replication.throttled.rate": "1000000"}) is None
+    assert _broker_alter_error(bs, admin, "", {"my.plugin.setting": "y"}) is None
+    try:
+        got = describe()
+        custom = got["cleanup.policy"]
+        assert (custom.value, custom.is_sensitive, custom.is_read_only,  # type: ignore
+                custom.source) == (None, True, True, ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        kerberos = got["sasl.kerberos.min.time.before.relogin"]
+        assert (kerberos.value, kerberos.is_sensitive, kerberos.is_read_only,  # type: ignore
+                kerberos.source) == ("58000", False, False,
+                                     ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        rate = got["leader.replication.throttled.rate"]
+        assert (rate.value, rate.is_sensitive, rate.is_read_only) == (  # type: ignore
+            "1000000", False, True)  # not in Kafka's AllDynamicConfigs
+        default = got["my.plugin.setting"]
+        assert (default.value, default.source) == (  # type: ignore[attr-defined]
+            None, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        with Admin({"bootstrap.servers": bs}) as odradek_admin:
+            found = odradek_admin.describe_configs([Resource("broker", "")])
+        (entries,) = found.values()
+        assert {e.name: (e.value, e.is_sensitive) for e in entries.values()} == {
+            "my.plugin.setting": (None, True)}
+    finally:
+        assert _broker_alter_error(bs, admin, "0", {
+            "cleanup.policy": None, "sasl.kerberos.min.time.before.relogin": None,
+            "leader.replication.throttled.rate": None}) is None
+        assert _broker_alter_error(bs, admin, "", {"my.plugin.setting": None}) is None
+
+
+def test_describe_configs_synonyms_as_kafka(broker_factory: Callable[..., BrokerProcess]
+                                            ) -> None:
+    """Kafka's ConfigHelper.configSynonyms lists a config's synonyms (LogConfig's
+    TopicConfigSynonyms, DynamicBrokerConfig.brokerConfigSynonyms) by source and drops those
+    before the described name: a topic's retention.ms has none while log.retention.ms is unset
+    (log.retention.ms has no default, the log.retention.hours entries are dropped), even with
+    log.retention.hours in server.properties (then also described DEFAULT_CONFIG, as Kafka
+    does). kafka-python: confluent-kafka keeps synonyms by name, one per name."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KpResource
+    from kafka.admin import ConfigResourceType
+
+    b = broker_factory(overrides={"log.retention.hours": "24", "log.roll.jitter.hours": "1"})
+    bs = b.bootstrap
+    topic = unique_topic("cfg-syn")
+    create_topic(bs, topic, 1)
+    wait_for_leaders(bs, topic, 1)
+    default, static, dynamic = "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "DYNAMIC_BROKER_CONFIG"
+    kp = KafkaAdminClient(bootstrap_servers=bs)
+
+    def describe(kind: ConfigResourceType, name: str, include: bool = True
+                 ) -> dict[str, tuple[str | None, str, list[tuple[str, str | None, str]]]]:
+        found = kp.describe_configs([KpResource(kind, name)], include_synonyms=include,
+                                    config_filter="all")
+        (entries,) = next(iter(found.values())).values()
+        return {k: (e["value"], e["config_source"],
+                    [(s["name"], s["value"], s["source"]) for s in e["synonyms"]])
+                for k, e in entries.items()}
+
+    try:
+        got = describe(ConfigResourceType.TOPIC, topic)
+        assert got["retention.ms"] == ("86400000", default, [])
+        for name in ("segment.ms", "flush.ms"):
+            assert got[name][2] == [], name
+        # log.roll.jitter.ms unset: the hours are dropped
+        assert got["segment.jitter.ms"] == ("3600000", default, [])
+        assert got["preallocate"][2] == [("log.preallocate", "false", default)]
+        assert got["message.downconversion.enable"][2] == [
+            ("log.message.downconversion.enable", "true", default)]
+        assert got["segment.bytes"][2] == [("log.segment.bytes", "1073741824", default)]
+
+        got = describe(ConfigResourceType.BROKER, "0")
+        assert got["log.retention.hours"][2] == [("log.retention.hours", "24", static),
+                                                 ("log.retention.hours", "168", default)]
+        assert got["log.retention.ms"] == (None, default, [])
+        assert got["log.retention.minutes"] == (None, default, [])
+        assert got["log.roll.jitter.hours"][2] == [("log.roll.jitter.hours", "1", static),
+                                                   ("log.roll.jitter.hours", "0", default)]
+        assert got["log.flush.scheduler.interval.ms"][2] == [
+            ("log.flush.scheduler.interval.ms", "9223372036854775807", default)]
+
+        # a dynamic log.retention.ms: first on the topic's and the broker's log.retention.ms,
+        # the entries after it kept; not on log.retention.hours
+        after = [("log.retention.ms", "7200000", dynamic), ("log.retention.hours", "24", static),
+                 ("log.retention.hours", "168", default)]
+        out = kp.alter_configs([KpResource(ConfigResourceType.BROKER, "0",
+                                           configs={"log.retention.ms": "7200000"})],
+                               incremental=True, raise_on_unknown=False)
+        assert out == {"broker": {"0": "OK"}}, out
+        for include in (True, False):
+            got = describe(ConfigResourceType.TOPIC, topic, include)
+            assert got["retention.ms"] == ("7200000", dynamic, after if include else [])
+        got = describe(ConfigResourceType.BROKER, "0")
+        assert got["log.retention.ms"] == ("7200000", dynamic, after)
+        assert got["log.retention.hours"][2] == [("log.retention.hours", "24", static),
+                                                 ("log.retention.hours", "168", default)]
+    finally:
+        kp.close()
+    # confluent-kafka (librdkafka asks for synonyms): none for retention.ms's default either
+    admin = AdminClient({"bootstrap.servers": bs})
+    other = unique_topic("cfg-syn-ck")
+    create_topic(bs, other, 1)
+    res = ConfigResource(ConfigResource.Type.TOPIC, other)
+    entry = admin.describe_configs([res])[res].result(15)["segment.ms"]
+    assert (entry.value, list(entry.synonyms)) == ("604800000", [])

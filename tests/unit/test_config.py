@@ -316,6 +316,9 @@ def _valid(key: str) -> st.SearchStrategy[str]:
         "log.cleaner.delete.retention.ms": st.integers(0, LONG_MAX),
         "log.cleaner.min.compaction.lag.ms": st.integers(0, LONG_MAX),
         "log.cleaner.max.compaction.lag.ms": st.integers(1, LONG_MAX),
+        "log.roll.jitter.ms": st.integers(0, LONG_MAX),
+        "log.roll.jitter.hours": st.integers(0, i32),
+        "log.message.timestamp.difference.max.ms": st.integers(0, LONG_MAX),
     }
     if key in ints:
         return ints[key].map(str)
@@ -326,11 +329,14 @@ def _valid(key: str) -> st.SearchStrategy[str]:
         "compression.type": st.sampled_from(
             ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
         "log.cleaner.min.cleanable.ratio": st.floats(0, 1).map(str),
-        "log.message.format.version": st.sampled_from(["2.8-IV1", "2.8", "2.1", "0.11.0"]),
+        "log.preallocate": st.sampled_from(["true", "false"]),
+        "log.message.downconversion.enable": st.sampled_from(["true", "false"]),
+        "log.message.format.version": st.sampled_from(["2.8-IV1", "3.0-IV1"]),
     }[key]
 
 
 TOPIC_BROKER_KEYS = sorted({*TOPIC_CONFIG_SYNONYMS.values(), "log.roll.hours",
+                            "log.roll.jitter.hours",
                             "log.retention.minutes", "log.retention.hours",
                             "log.flush.scheduler.interval.ms"})
 
@@ -344,6 +350,7 @@ def test_any_valid_broker_config_gives_acceptable_topic_defaults(data: st.DataOb
     log_config = LogConfig.from_props(cfg.topic_defaults(), allow_unknown=True)
     assert log_config.retention_ms == cfg.retention_ms
     assert log_config.segment_ms == cfg.roll_ms
+    assert log_config.segment_jitter_ms == cfg.roll_jitter_ms
     assert log_config.flush_ms == cfg.flush_ms
     assert log_config.segment_bytes == cfg["log.segment.bytes"]
     assert log_config.min_cleanable_dirty_ratio == cfg["log.cleaner.min.cleanable.ratio"]

@@ -22,10 +22,12 @@ from odradek.server.admin_manager import (
 )
 from odradek.server.apis.alter_configs import error_for
 from odradek.server.configs.broker_config_manager import (
+    ALL_DYNAMIC_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
     NonDynamicConfigError,
-    UnknownConfigError,
+    check_password_configs,
     effective_config,
+    from_persistent_props,
     merge_dynamic,
     validate_dynamic_broker_configs,
 )
@@ -37,6 +39,7 @@ from odradek.server.configs.config_ops import (
     SUBTRACT,
     ConfigOp,
     InvalidRequestError,
+    UnknownConfigKeyError,
     UnknownTopicError,
     apply_incremental,
 )
@@ -77,12 +80,18 @@ def test_append_to_a_non_list_config_is_an_invalid_request() -> None:
 
 
 def test_duplicates_unknown_operations_and_null_set() -> None:
-    with pytest.raises(InvalidRequestError, match=r"duplicate config keys"):
+    with pytest.raises(InvalidRequestError, match=r"^Error due to duplicate config keys : a$"):
         apply_incremental({}, [ConfigOp("a", SET, "1"), ConfigOp("a", DELETE, None)], LISTS)
     with pytest.raises(InvalidRequestError, match=r"Unknown config operation 9"):
         apply_incremental({}, [ConfigOp("a", 9, "1")], LISTS)
-    with pytest.raises(InvalidRequestError, match=r"Null value"):
-        apply_incremental({}, [ConfigOp("a", SET, None)], LISTS)
+    # Kafka: every null value but DELETE's, named with its operation
+    with pytest.raises(InvalidRequestError,
+                       match=r"^Null value not supported for : SET:a,APPEND:b$"):
+        apply_incremental({}, [ConfigOp("a", SET, None), ConfigOp("b", APPEND, None),
+                               ConfigOp("c", DELETE, None)], LISTS)
+    # APPEND of a name the resource type does not define: Kafka's NoSuchElementException
+    with pytest.raises(UnknownConfigKeyError):
+        apply_incremental({}, [ConfigOp("no.such", APPEND, "x")], LISTS, {"cleanup.policy"})
 
 
 def test_error_mapping_follows_kafka() -> None:
@@ -97,9 +106,9 @@ def test_error_mapping_follows_kafka() -> None:
                           "name='t'): Invalid value x for configuration retention.ms")
     code, msg = error_for(NonDynamicConfigError("Cannot update these configs dynamically: "
                                                 "Set(broker.id)"), 4, "0")
-    assert code == ErrorCode.invalid_request and "type=BROKER, name='0'" in msg
-    code, _ = error_for(UnknownConfigError("Unknown broker config name: x"), 4, "")
-    assert code == ErrorCode.invalid_config
+    assert code == ErrorCode.invalid_request and msg is not None
+    assert "type=BROKER, name='0'" in msg
+    assert error_for(UnknownConfigKeyError("x"), 4, "") == (ErrorCode.unknown_server_error, None)
 
 
 def test_topic_config_validation_names_the_key() -> None:
@@ -116,18 +125,62 @@ def test_topic_config_validation_names_the_key() -> None:
 
 
 def test_dynamic_broker_config_validation() -> None:
+    """Kafka's DynamicBrokerConfig.validateConfigs, in its order."""
     validate_dynamic_broker_configs({"leader.replication.throttled.rate": "1000",
                                      "log.retention.ms": "5000", "min.insync.replicas": "2"})
+    # custom names and dynamic configs odradek does not act on are stored
+    validate_dynamic_broker_configs({"no.such.config": "1", "cleanup.policy": "compact",
+                                     "sasl.kerberos.min.time.before.relogin": "58000",
+                                     "num.io.threads": "16",
+                                     "listener.name.external.ssl.keystore.location": "/k"})
     with pytest.raises(NonDynamicConfigError, match=r"Set\(broker.id, zookeeper.connect\)"):
         validate_dynamic_broker_configs({"broker.id": "3", "zookeeper.connect": "x"})
-    with pytest.raises(UnknownConfigError, match=r"no\.such\.config"):
-        validate_dynamic_broker_configs({"no.such.config": "1"})
-    with pytest.raises(ConfigError, match=r"follower\.replication\.throttled\.rate"):
+    # Kafka names odradek does not define, and Kafka's own synonyms that are not dynamic
+    for name in ("zookeeper.sync.time.ms", "log.retention.hours", "log.roll.hours",
+                 "log.message.format.version", "http.listener"):
+        with pytest.raises(NonDynamicConfigError, match=r"dynamically: Set\(" + name):
+            validate_dynamic_broker_configs({name: "1"})
+    with pytest.raises(NonDynamicConfigError, match=r"only per-listener using the listener "
+                                                    r"prefix: Set\(ssl.truststore.password\)"):
+        validate_dynamic_broker_configs({"ssl.truststore.password": "x"})
+    with pytest.raises(ConfigError, match=r"^Invalid value -1 for configuration follower\."
+                                          r"replication\.throttled\.rate: Value must be at "
+                                          r"least 0$"):
         validate_dynamic_broker_configs({"follower.replication.throttled.rate": "-1"})
-    with pytest.raises(ConfigError, match=r"log\.retention\.ms"):
+    with pytest.raises(ConfigError, match=r"^Invalid value soon for configuration log\."
+                                          r"retention\.ms: Not a number of type LONG$"):
         validate_dynamic_broker_configs({"log.retention.ms": "soon"})
+    with pytest.raises(ConfigError, match=r"sasl\.login\.refresh\.buffer\.seconds: Not a "
+                                          r"number of type SHORT"):
+        validate_dynamic_broker_configs({"sasl.login.refresh.buffer.seconds": "40000"})
+    with pytest.raises(ConfigError, match=r"Invalid value x for configuration max\.connections"):
+        validate_dynamic_broker_configs({"listener.name.internal.max.connections": "x"})
+    # per-broker configs at the cluster-wide default; max.connections is cluster-level
+    validate_dynamic_broker_configs({"max.connections": "5",
+                                     "listener.name.a.max.connections": "5"}, per_broker=False)
+    for name in ("listeners", "sasl.kerberos.min.time.before.relogin",
+                 "listener.name.a.ssl.keystore.location"):
+        with pytest.raises(NonDynamicConfigError, match=r"default cluster level, broker id "
+                                                        r"must be specified: Set\("):
+            validate_dynamic_broker_configs({name: "1"}, per_broker=False)
     assert "leader.replication.throttled.rate" in DYNAMIC_BROKER_CONFIGS
-    assert "listeners" not in DYNAMIC_BROKER_CONFIGS
+    assert "listeners" not in DYNAMIC_BROKER_CONFIGS and "listeners" in ALL_DYNAMIC_CONFIGS
+    assert "log.retention.hours" not in ALL_DYNAMIC_CONFIGS
+
+
+def test_password_configs_and_stored_configs() -> None:
+    check_password_configs({"log.retention.ms": "1"}, per_broker=True)
+    with pytest.raises(ConfigError, match=r"^Password encoder secret not configured$"):
+        check_password_configs({"listener.name.a.plain.sasl.jaas.config": "x"}, True)
+    with pytest.raises(ConfigError, match=r"only at broker level"):
+        check_password_configs({"listener.name.a.ssl.key.password": "x"}, False)
+    # what could not have been set is ignored when read back (Kafka's fromPersistentProps)
+    stored = {"log.retention.ms": "5", "broker.id": "3", "ssl.keystore.location": "/k",
+              "log.retention.bytes": "x", "listeners": "PLAINTEXT://:1", "custom": "y"}
+    assert from_persistent_props(stored, per_broker=True) == {
+        "log.retention.ms": "5", "listeners": "PLAINTEXT://:1", "custom": "y"}
+    assert from_persistent_props(stored, per_broker=False) == {
+        "log.retention.ms": "5", "custom": "y"}
 
 
 def test_precedence_per_broker_over_default_over_static() -> None:
@@ -159,6 +212,51 @@ def test_broker_synonyms_by_source_then_fallback() -> None:
     assert broker_synonyms("zookeeper.connect", {}, {}, {}) == []
 
 
+@pytest.mark.parametrize(("key", "per_broker", "default", "static", "expected"), [
+    # the entries before the described name are dropped (Kafka's dropWhile)
+    ("log.retention.ms", {}, {}, {}, []),
+    ("log.retention.ms", {}, {}, {"log.retention.hours": "24"}, []),
+    ("log.retention.hours", {"log.retention.ms": "5"}, {}, {},
+     [("log.retention.hours", "168", DEFAULT_CONFIG)]),
+    ("log.retention.minutes", {"log.retention.ms": "5"}, {"log.retention.minutes": "2"},
+     {"log.retention.hours": "1"},
+     [("log.retention.minutes", "2", DYNAMIC_DEFAULT_BROKER_CONFIG),
+      ("log.retention.hours", "1", STATIC_BROKER_CONFIG),
+      ("log.retention.hours", "168", DEFAULT_CONFIG)]),
+    ("log.roll.ms", {}, {}, {}, []),
+    ("log.roll.hours", {"log.roll.ms": "9"}, {}, {},
+     [("log.roll.hours", "168", DEFAULT_CONFIG)]),
+    ("log.roll.jitter.ms", {}, {}, {"log.roll.jitter.hours": "1"}, []),
+    ("log.roll.jitter.hours", {}, {}, {}, [("log.roll.jitter.hours", "0", DEFAULT_CONFIG)]),
+    ("log.flush.interval.ms", {}, {}, {}, []),
+    ("log.flush.interval.ms", {"log.flush.interval.ms": "7"}, {}, {},
+     [("log.flush.interval.ms", "7", DYNAMIC_BROKER_CONFIG),
+      ("log.flush.scheduler.interval.ms", "9223372036854775807", DEFAULT_CONFIG)]),
+    ("log.flush.scheduler.interval.ms", {"log.flush.interval.ms": "7"}, {}, {},
+     [("log.flush.scheduler.interval.ms", "9223372036854775807", DEFAULT_CONFIG)]),
+    # a listener override and its base config; the mechanism configs' base is the config
+    ("listener.name.a.ssl.keystore.type", {"listener.name.a.ssl.keystore.type": "PKCS12"}, {},
+     {"ssl.keystore.type": "JKS"},
+     [("listener.name.a.ssl.keystore.type", "PKCS12", DYNAMIC_BROKER_CONFIG),
+      ("ssl.keystore.type", "JKS", STATIC_BROKER_CONFIG),
+      ("ssl.keystore.type", "JKS", DEFAULT_CONFIG)]),
+    ("listener.name.a.plain.sasl.jaas.config", {}, {},
+     {"listener.name.a.plain.sasl.jaas.config": "x", "sasl.jaas.config": "y"},
+     [("listener.name.a.plain.sasl.jaas.config", "x", STATIC_BROKER_CONFIG),
+      ("sasl.jaas.config", "y", STATIC_BROKER_CONFIG)]),
+    ("ssl.keystore.type", {}, {}, {}, [("ssl.keystore.type", "JKS", DEFAULT_CONFIG)]),
+    # DynamicConfig.Broker's rates: no KafkaConfig default
+    ("leader.replication.throttled.rate", {}, {"leader.replication.throttled.rate": "5"}, {},
+     [("leader.replication.throttled.rate", "5", DYNAMIC_DEFAULT_BROKER_CONFIG)]),
+    ("leader.replication.throttled.rate", {}, {}, {}, []),
+])
+def test_broker_synonym_chains_as_kafka(key: str, per_broker: dict[str, str],
+                                        default: dict[str, str], static: dict[str, str],
+                                        expected: list[tuple[str, str, int]]) -> None:
+    """Kafka's ConfigHelper.configSynonyms over DynamicBrokerConfig.brokerConfigSynonyms."""
+    assert broker_synonyms(key, per_broker, default, static) == expected
+
+
 def test_topic_entries_sources_and_synonyms() -> None:
     static = KafkaConfig.from_properties({"log.segment.bytes": "2000000"})
     bcm = SimpleNamespace(broker_configs={}, default_configs={"log.retention.ms": "5000"},
@@ -175,6 +273,13 @@ def test_topic_entries_sources_and_synonyms() -> None:
                           ("log.retention.hours", "168", DEFAULT_CONFIG)]
     e = entries["segment.bytes"]
     assert (e.value, e.source) == ("2000000", STATIC_BROKER_CONFIG)
+    # LogConfig.TopicConfigSynonyms: no synonyms before log.roll.ms / log.flush.interval.ms /
+    # log.roll.jitter.ms, which have no default; the others' broker config
+    for name in ("segment.ms", "flush.ms", "segment.jitter.ms"):
+        assert (entries[name].source, entries[name].synonyms) == (DEFAULT_CONFIG, []), name
+    assert entries["preallocate"].synonyms == [("log.preallocate", "false", DEFAULT_CONFIG)]
+    assert entries["message.timestamp.difference.max.ms"].synonyms == [
+        ("log.message.timestamp.difference.max.ms", "9223372036854775807", DEFAULT_CONFIG)]
     e = entries["min.insync.replicas"]
     assert (e.value, e.source) == ("1", DEFAULT_CONFIG)
     assert entries["leader.replication.throttled.replicas"].value == ""

@@ -13,6 +13,7 @@ from odradek.controller.context import LeaderAndIsr
 from odradek.controller.context import TopicPartition as TP
 from odradek.controller.preferred_election import (
     ELECTION_NOT_NEEDED,
+    ELECTION_NOT_NEEDED_MESSAGE,
     ELIGIBLE_LEADERS_NOT_AVAILABLE,
     INVALID_TOPIC_EXCEPTION,
     PREFERRED_LEADER_NOT_AVAILABLE,
@@ -62,7 +63,7 @@ def test_preferred_plan_on_the_eight_broker_example() -> None:
     assert plan.results[TP("topic1", 3)][0] == PREFERRED_LEADER_NOT_AVAILABLE
     assert "PreferredReplicaPartitionLeaderElectionStrategy" in plan.results[TP("topic1", 1)][1]
     for p in (2, 4, 5, 6, 7):
-        assert plan.results[TP("topic1", p)] == (ELECTION_NOT_NEEDED, None)
+        assert plan.results[TP("topic1", p)] == (ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
 
 
 def test_preferred_replica_alive_but_outside_the_isr_is_never_elected() -> None:
@@ -105,7 +106,7 @@ def test_unclean_plan() -> None:
     plan = plan_election(assignments, ElectionType.UNCLEAN, ElectionTrigger.ADMIN, assignments,
                          leadership, {2})
     assert plan.electable == (TP("t", 1), TP("t", 2), TP("t", 3))
-    assert plan.results[TP("t", 0)] == (ELECTION_NOT_NEEDED, None)
+    assert plan.results[TP("t", 0)] == (ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
     plan = plan_election(assignments, ElectionType.UNCLEAN, ElectionTrigger.ADMIN, assignments,
                          leadership, set())
     assert plan.electable == ()

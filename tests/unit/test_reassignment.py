@@ -129,6 +129,17 @@ def test_valid_target() -> None:
     assert validate_target(TP, (2, 3), (1,), {1, 2, 3}, (2, 3)) is None
 
 
+def test_invalid_target_messages_are_kafkas() -> None:
+    """KafkaController.validateReplicas' messages, Scala collections as Kafka prints them."""
+    assert validate_target(TP, (1, 1), (1,), {1, 2, 3}) == (
+        "Duplicate replica ids in partition reassignment replica list: ArrayBuffer(1, 1)")
+    assert validate_target(TP, (-1,), (1,), {1, 2, 3}) == (
+        "Invalid broker id in replica list: ArrayBuffer(-1)")
+    assert validate_target(TP, (1, 9), (1,), {3, 1, 2}, (9,)) == (
+        "Replica assignment has brokers that are not alive. Replica list: ArrayBuffer(9), "
+        "live broker list: Set(1, 2, 3)")
+
+
 def test_merge_requests() -> None:
     current = {("t", 0): (1, 2), ("t", 1): (2, 3)}
     merged = merge_requests(current, {("t", 0): (4, 5), ("u", 0): (1,), ("t", 1): None})

@@ -65,6 +65,8 @@ REASSIGNMENT_IN_PROGRESS = 60
 PREFERRED_LEADER_NOT_AVAILABLE = 80
 ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
 ELECTION_NOT_NEEDED = 84
+# Kafka answers ELECTION_NOT_NEEDED with its error's own message (ApiError(Errors))
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
 
 class ElectionType(IntEnum):
@@ -137,7 +139,7 @@ def plan_election(requested: Iterable[TopicPartition], election_type: ElectionTy
                 f"strategy {strategy_name(election_type)}")
         if election_type is ElectionType.PREFERRED:
             if current is not None and current.leader == replicas[0]:
-                results[tp] = (ELECTION_NOT_NEEDED, None)
+                results[tp] = (ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
             elif current is None or not sel.preferred_replica_leader(
                     replicas, current.isr, live).elected:
                 results[tp] = fail
@@ -145,7 +147,7 @@ def plan_election(requested: Iterable[TopicPartition], election_type: ElectionTy
                 electable.append(tp)
         else:
             if current is not None and current.leader != NO_LEADER and current.leader in live:
-                results[tp] = (ELECTION_NOT_NEEDED, None)
+                results[tp] = (ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
             elif current is None or not sel.offline_partition_leader(
                     replicas, current.isr, set(live), True).elected:
                 results[tp] = fail

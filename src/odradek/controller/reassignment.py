@@ -69,6 +69,7 @@ __all__ = [
     "reassign_to",
     "stray_replicas",
     "unneeded_replicas",
+    "validate_replicas",
     "validate_target",
 ]
 
@@ -119,6 +120,31 @@ def is_reassignment_complete(target: Iterable[int], isr: Iterable[int]) -> bool:
     return set(target) <= set(isr)
 
 
+def validate_replicas(target: Sequence[int], known_brokers: Collection[int],
+                      adding: Sequence[int] = ()) -> str | None:
+    """Kafka's KafkaController.validateReplicas, checked before anything else of a requested
+    target: the error message (INVALID_REPLICA_ASSIGNMENT), or None. ``adding`` are the
+    replicas the reassignment would add (RAR - OAR): they must be on live brokers. The lists
+    are printed as Kafka's messages print them (Scala buffers and sets)."""
+    if not target:
+        return "Empty replica list specified in partition reassignment."
+    if len(set(target)) != len(target):
+        return ("Duplicate replica ids in partition reassignment replica list: "
+                f"{_scala('ArrayBuffer', target)}")
+    if any(r < 0 for r in target):
+        return f"Invalid broker id in replica list: {_scala('ArrayBuffer', target)}"
+    if any(r not in known_brokers for r in adding):
+        live = sorted(known_brokers)
+        return (f"Replica assignment has brokers that are not alive. Replica list: "
+                f"{_scala('ArrayBuffer', adding)}, live broker list: "
+                f"{_scala('Set' if len(live) <= 4 else 'HashSet', live)}")
+    return None
+
+
+def _scala(kind: str, items: Iterable[int]) -> str:
+    return f"{kind}({', '.join(map(str, items))})"
+
+
 def validate_target(tp: TopicPartition, target: Sequence[int], assigned: Sequence[int],
                     known_brokers: Collection[int], adding: Sequence[int] = (),
                     topic_being_deleted: bool = False) -> str | None:
@@ -131,17 +157,7 @@ def validate_target(tp: TopicPartition, target: Sequence[int], assigned: Sequenc
         return f"Partition {tp} does not exist"
     if topic_being_deleted:
         return f"Topic {tp.topic} is queued for deletion"
-    if not target:
-        return "Empty replica list specified in partition reassignment."
-    if len(set(target)) != len(target):
-        return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
-    if any(r < 0 for r in target):
-        return f"Invalid broker id in replica list: {list(target)}"
-    missing = [r for r in adding if r not in known_brokers]
-    if missing:
-        return (f"Replica assignment has brokers that are not alive. Replica list: "
-                f"{list(adding)}, live broker list: {sorted(known_brokers)}")
-    return None
+    return validate_replicas(target, known_brokers, adding)
 
 
 @dataclass(frozen=True, slots=True)

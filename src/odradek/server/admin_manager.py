@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,10 +23,17 @@ from ..coordination import paths
 from ..coordination.store import CoordinationStore, NodeExistsError
 from ..storage.log_config import LogConfig
 from .configs.broker_config_manager import (
+    ALL_DYNAMIC_CONFIGS,
     DEFAULT_ENTITY,
     DYNAMIC_BROKER_CONFIGS,
+    KAFKA_CONFIG_TYPES,
+    QUOTA_CONFIGS,
     BrokerConfigManager,
     broker_config_path,
+    check_password_configs,
+    config_type,
+    from_persistent_props,
+    is_sensitive,
     validate_dynamic_broker_configs,
 )
 from .configs.config import DEFS, SENSITIVE, TOPIC_CONFIG_SYNONYMS, KafkaConfig
@@ -40,7 +48,16 @@ log = logging.getLogger("odradek.admin")
 # List-type configs (APPEND / SUBTRACT) with the default their APPEND starts from.
 TOPIC_LIST_DEFAULTS = {"cleanup.policy": "delete", "leader.replication.throttled.replicas": "",
                        "follower.replication.throttled.replicas": ""}
-BROKER_LIST_DEFAULTS = {"log.cleanup.policy": "delete"}
+
+
+def _list_default(name: str) -> str:
+    default = DEFS[name].default if name in DEFS else None
+    return ",".join(default) if isinstance(default, list) else str(default or "")
+
+
+# Broker configs: Kafka's LIST-type configs (APPEND to any other known name is refused).
+BROKER_LIST_DEFAULTS = {name: _list_default(name)
+                        for name, kind in KAFKA_CONFIG_TYPES.items() if kind == "LIST"}
 
 # DescribeConfigs config sources (Kafka's ConfigSource).
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
@@ -81,6 +98,7 @@ class ConfigEntry:
     read_only: bool = False
     synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
     config_type: int = 0
+    is_sensitive: bool = False
 
 
 @dataclass(eq=False, repr=False)
@@ -97,29 +115,62 @@ class AdminManager:
     broker_configs: BrokerConfigManager
 
     # -- create -----------------------------------------------------------------------------
-    def _validate(self, spec: TopicSpec) -> tuple[dict[int, list[int]], dict[str, str]]:
+    async def _validate(self, spec: TopicSpec) -> tuple[dict[int, list[int]], dict[str, str]]:
+        """Kafka's ZkAdminManager.createTopics and AdminZkClient.validateTopicCreate, in their
+        order: null config values, a count given with an assignment, the assignment (computed:
+        the partition and replication-factor checks), the name, the topic's existence and
+        name collisions, the assignment (given: same replica count, no duplicate broker,
+        consecutive partition ids; its brokers are not checked, as in Kafka), the configs."""
         cfg = self.config
-        validate_topic_name(spec.name)
-        brokers = sorted(self.metadata_cache.brokers)
-        configs = {k: v for k, v in spec.configs.items() if v is not None}
-        # Raises InvalidConfigError (a ValueError) naming the key for unknown or invalid configs.
-        self.topic_configs.validate(configs)
+        nulls = [k for k, v in spec.configs.items() if v is None]
+        if nulls:
+            raise InvalidRequestError(
+                f"Null value not supported for topic configs : {','.join(nulls)}")
+        if spec.assignments and (spec.num_partitions != -1 or spec.replication_factor != -1):
+            raise InvalidRequestError(
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.")
         if spec.assignments:
-            if spec.num_partitions != -1 or spec.replication_factor != -1:
-                raise asg.InvalidReplicaAssignmentError(
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
-                    "Both cannot be used at the same time.")
             assignment = {p: list(r) for p, r in spec.assignments.items()}
+        else:
+            partitions = (spec.num_partitions if spec.num_partitions != -1
+                          else cfg["num.partitions"])
+            rf = (spec.replication_factor if spec.replication_factor != -1
+                  else cfg["default.replication.factor"])
+            assignment = asg.assign_replicas_to_brokers(
+                sorted(self.metadata_cache.brokers), partitions, rf, racks=self._racks())
+        try:
+            validate_topic_name(spec.name)
+        except ValueError as exc:
+            raise _InvalidTopic(str(exc)) from None
+        if await self.store.exists(paths.topic_path(spec.name)) is not None:
+            raise NodeExistsError(f"Topic '{spec.name}' already exists.")
+        if "." in spec.name or "_" in spec.name:  # Kafka's Topic.hasCollision
+            existing = await self.store.get_children(paths.TOPICS)
+            if spec.name in existing:
+                raise NodeExistsError(f"Topic '{spec.name}' already exists.")
+            key = spec.name.replace(".", "_")
+            colliding = [t for t in existing if t.replace(".", "_") == key]
+            if colliding:
+                raise _InvalidTopic(f"Topic '{spec.name}' collides with existing topics: "
+                                    f"{', '.join(colliding)}")
+        if spec.assignments:
+            if len({len(r) for r in assignment.values()}) != 1:
+                raise asg.InvalidReplicaAssignmentError(
+                    "All partitions should have the same number of replicas")
+            if any(len(r) != len(set(r)) for r in assignment.values()):
+                raise asg.InvalidReplicaAssignmentError(
+                    f"Duplicate replica assignment found: {_scala_assignment(assignment)}")
             if sorted(assignment) != list(range(len(assignment))):
                 raise asg.InvalidReplicaAssignmentError(
                     "partitions should be a consecutive 0-based integer sequence")
-            asg.validate_replica_assignment(assignment, len(assignment[0]), brokers)
-            return assignment, configs
-        partitions = spec.num_partitions if spec.num_partitions != -1 else cfg["num.partitions"]
-        rf = (spec.replication_factor if spec.replication_factor != -1
-              else cfg["default.replication.factor"])
-        return asg.assign_replicas_to_brokers(brokers, partitions, rf,
-                                              racks=self._racks()), configs
+            if not assignment[0]:  # Kafka writes it: a partition that can never have a leader
+                raise asg.InvalidReplicaAssignmentError(
+                    "Cannot have replication factor of 0 for partition id 0.")
+        configs = {k: v for k, v in spec.configs.items() if v is not None}
+        # Raises InvalidConfigError (a ValueError) naming the key for unknown or invalid configs.
+        self.topic_configs.validate(configs)
+        return assignment, configs
 
     def _racks(self) -> dict[int, str | None]:
         """Each live broker's `broker.rack` (rack-aware assignment when all have one)."""
@@ -129,17 +180,16 @@ class AdminManager:
                             validate_only: bool = False) -> dict[str, TopicResult]:
         results: dict[str, TopicResult] = {}
         created: list[str] = []
-        seen: set[str] = set()
+        names = [spec.name for spec in specs]
         for spec in specs:
-            if spec.name in seen:
+            if names.count(spec.name) > 1:  # Kafka: every entry of the name, none created
                 results[spec.name] = TopicResult(ErrorCode.invalid_request,
-                                                 "Create topics request contains duplicates")
+                                                 "Found multiple entries for this topic.")
                 continue
-            seen.add(spec.name)
             try:
-                assignment, configs = self._validate(spec)
-                if await self.store.exists(paths.topic_path(spec.name)) is not None:
+                if self.metadata_cache.topic(spec.name) is not None:
                     raise NodeExistsError(f"Topic '{spec.name}' already exists.")
+                assignment, configs = await self._validate(spec)
                 topic_id = uuid.uuid4()
                 if not validate_only:
                     await self.create_topic_with_assignment(spec.name, assignment, configs,
@@ -149,17 +199,16 @@ class AdminManager:
                     ErrorCode.none, None, topic_id, len(assignment), len(assignment[0]),
                     self._effective_configs(configs))
             except Exception as exc:  # each topic gets its own error code
-                results[spec.name] = TopicResult(_error_code(exc), str(exc))
+                results[spec.name] = TopicResult(_error_code(exc), _error_message(exc))
         if created:
             ok = await self._wait(lambda: all(self._has_leaders(n) for n in created), timeout_ms)
             if not ok:
                 for n in created:
-                    if not self._has_leaders(n):
-                        results[n].error = ErrorCode.request_timed_out
-                        results[n].message = "Timed out waiting for the topic's leaders"
+                    if not self._has_leaders(n):  # Kafka's DelayedCreatePartitions
+                        results[n] = TopicResult(ErrorCode.request_timed_out, None)
         for name in created:
             info = self.metadata_cache.topic(name)
-            if info is not None:
+            if info is not None and results[name].error == ErrorCode.none:
                 results[name].topic_id = info.topic_id
         return results
 
@@ -168,11 +217,13 @@ class AdminManager:
             if name in INTERNAL_TOPICS:
                 continue
             try:
-                assignment, _ = self._validate(TopicSpec(name))
+                assignment, _ = await self._validate(TopicSpec(name))
                 await self.create_topic_with_assignment(name, assignment, {}, uuid.uuid4())
                 log.info("Auto-created topic %s with %d partitions", name, len(assignment))
             except NodeExistsError:
                 pass
+            except _InvalidTopic as exc:  # a name colliding with an existing topic's
+                log.info("Not auto-creating topic %s: %s", name, exc)
 
     async def create_topic_with_assignment(self, name: str, assignment: dict[int, list[int]],
                                            configs: dict[str, str], topic_id: uuid.UUID
@@ -238,27 +289,50 @@ class AdminManager:
     # -- partitions -------------------------------------------------------------------------
     async def create_partitions(self, specs: list[PartitionsSpec], timeout_ms: int,
                                 validate_only: bool) -> dict[str, tuple[ErrorCode, str | None]]:
+        """Kafka's KafkaApis.handleCreatePartitionsRequest and ZkAdminManager.createPartitions:
+        a topic named twice, queued for deletion, being reassigned, unknown, not growing; a
+        given assignment naming a broker not registered, not one list per new partition, or
+        invalid (AdminZkClient.validateReplicaAssignment)."""
         results: dict[str, tuple[ErrorCode, str | None]] = {}
         changed: dict[str, int] = {}
+        names = [spec.name for spec in specs]
+        registered = {int(b) for b in await self.store.get_children(paths.BROKER_IDS)}
         for spec in specs:
+            if names.count(spec.name) > 1:
+                results[spec.name] = (ErrorCode.invalid_request, "Duplicate topic in request.")
+                continue
             try:
+                if await self.store.exists(paths.delete_topic_path(spec.name)) is not None:
+                    raise _InvalidTopic("The topic is queued for deletion.")
                 found = await self.store.get_or_none(paths.topic_path(spec.name))
-                if found is None:
+                data, stat = found if found is not None else (None, None)
+                current = paths.decode_topic_assignment(data) if data is not None else None
+                if current is not None and (current.adding_replicas or current.removing_replicas):
+                    raise _ReassignmentInProgress(
+                        "A partition reassignment is in progress for the topic "
+                        f"'{spec.name}'.")
+                if current is None or not current.partitions:
                     raise _UnknownTopic(f"The topic '{spec.name}' does not exist.")
-                data, stat = found
-                current = paths.decode_topic_assignment(data)
                 existing = {p: list(r) for p, r in current.partitions.items()}
-                if spec.count <= len(existing):
+                increment = spec.count - len(existing)
+                if increment < 0:
                     raise asg.InvalidPartitionsError(
-                        f"Topic currently has {len(existing)} partitions, {spec.count} would "
-                        "not be an increase.")
+                        f"Topic currently has {len(existing)} partitions, which is higher than "
+                        f"the requested {spec.count}.")
+                if increment == 0:
+                    raise asg.InvalidPartitionsError(
+                        f"Topic already has {len(existing)} partitions.")
                 manual = None
                 if spec.assignments is not None:
-                    if len(spec.assignments) != spec.count - len(existing):
+                    unknown = sorted({b for a in spec.assignments for b in a} - registered)
+                    if unknown:
                         raise asg.InvalidReplicaAssignmentError(
-                            f"Increasing the number of partitions by "
-                            f"{spec.count - len(existing)} but {len(spec.assignments)} "
-                            "assignments provided.")
+                            "Unknown broker(s) in replica assignment: "
+                            f"{', '.join(map(str, unknown))}.")
+                    if len(spec.assignments) != increment:
+                        raise asg.InvalidReplicaAssignmentError(
+                            f"Increasing the number of partitions by {increment} but "
+                            f"{len(spec.assignments)} assignments provided.")
                     manual = {len(existing) + i: a for i, a in enumerate(spec.assignments)}
                 new = asg.add_partitions(spec.name, existing,
                                          sorted(self.metadata_cache.brokers), spec.count,
@@ -268,11 +342,11 @@ class AdminManager:
                               **{p: tuple(r) for p, r in new.items()}}
                     await self.store.set(paths.topic_path(spec.name), paths.encode_topic_assignment(
                         paths.TopicAssignment(merged, topic_id=current.topic_id)),
-                        version=stat.version)
+                        version=stat.version if stat is not None else -1)
                     changed[spec.name] = spec.count
                 results[spec.name] = (ErrorCode.none, None)
             except Exception as exc:
-                results[spec.name] = (_error_code(exc), str(exc))
+                results[spec.name] = (_error_code(exc), _error_message(exc))
         if changed:
             cache = self.metadata_cache
 
@@ -281,8 +355,8 @@ class AdminManager:
                            and all(p.leader >= 0 for p in t.partitions.values())
                            for n, c in changed.items())
             if not await self._wait(done, timeout_ms):
-                for n in changed:
-                    results[n] = (ErrorCode.request_timed_out, "Timed out adding partitions")
+                for n in changed:  # Kafka's DelayedCreatePartitions: no message
+                    results[n] = (ErrorCode.request_timed_out, None)
         return results
 
     # -- alter configs (AlterConfigs / IncrementalAlterConfigs) ------------------------------
@@ -291,12 +365,12 @@ class AdminManager:
         """Kafka's AdminZkClient.changeTopicConfig: validate the topic's new overrides, then
         write `/config/topics/<t>` and a change notification. Returns the new overrides."""
         if await self.store.exists(paths.topic_path(topic)) is None:
-            raise UnknownTopicError(f"Topic {topic} does not exist.")
+            raise UnknownTopicError(f"The topic '{topic}' does not exist.")
         path = paths.topic_config_path(topic)
         found = await self.store.get_or_none(path)
         current = paths.decode_entity_config(found[0]) if found else {}
         base = {} if not incremental else current
-        new = apply_incremental(base, ops, TOPIC_LIST_DEFAULTS)
+        new = apply_incremental(base, ops, TOPIC_LIST_DEFAULTS, LogConfig.config_names())
         self.topic_configs.validate(new)  # raises naming the key
         if not validate_only:
             await self._write_entity_config(path, new, f"topics/{topic}")
@@ -309,20 +383,30 @@ class AdminManager:
                                   validate_only: bool) -> dict[str, str]:
         """Dynamic broker configs (KIP-226): "" is the cluster-wide default `<default>`,
         otherwise a broker id. Written to `/config/brokers/<entity>` + a notification."""
-        if name == "":
+        per_broker = name != ""
+        if not per_broker:
             entity = DEFAULT_ENTITY
         else:
             try:
-                entity = str(int(name))
+                broker_id = int(name)
             except ValueError:
                 raise InvalidRequestError(
                     f"Broker id must be an integer, but it is: {name}") from None
+            own = self.broker_configs.broker_id
+            if broker_id != own:  # Kafka's getBrokerId: each broker alters its own configs
+                raise InvalidRequestError(
+                    f"Unexpected broker id, expected {own}, but received {name}")
+            entity = str(broker_id)
         path = broker_config_path(entity)
         found = await self.store.get_or_none(path)
         current = paths.decode_entity_config(found[0]) if found else {}
-        new = apply_incremental(current if incremental else {}, ops, BROKER_LIST_DEFAULTS)
-        validate_dynamic_broker_configs(new)
+        # Kafka starts an incremental change from the stored configs it would apply
+        # (fromPersistentProps), and validates the whole new set (DynamicBrokerConfig.validate)
+        new = apply_incremental(from_persistent_props(current, per_broker) if incremental
+                                else {}, ops, BROKER_LIST_DEFAULTS, KAFKA_CONFIG_TYPES)
+        validate_dynamic_broker_configs(new, per_broker)
         if not validate_only:
+            check_password_configs(new, per_broker)
             await self._write_entity_config(path, new, f"brokers/{entity}")
             log.info("Updated broker %s configs: %s", entity, new)
             if self.broker_configs.on_change(entity):
@@ -357,26 +441,57 @@ class AdminManager:
         return topic_config_entries(overrides, self.broker_configs, self.config)
 
     def describe_broker_config(self, name: str) -> list[ConfigEntry]:
-        """"" (the cluster-wide default): the dynamic default configs only; this broker's id:
-        every broker config with its source (Kafka's ConfigHelper)."""
+        """Kafka's ConfigHelper for a broker resource. "" (the cluster-wide default): its
+        dynamic configs only; this broker's id: its configs (odradek's, with Kafka's names)
+        and every name set in server.properties or dynamically, custom names included. A name
+        of unknown type is described as Kafka does: sensitive, its value hidden."""
         bcm = self.broker_configs
-        if name == "":
-            return [ConfigEntry(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG, read_only=False,
-                                synonyms=[(k, v, DYNAMIC_DEFAULT_BROKER_CONFIG)])
-                    for k, v in sorted(bcm.default_configs.items())]
-        static = self.config
+        static = self.config.originals
+        if name == "":  # Kafka keeps the synonyms from the dynamic default only
+            return [_broker_entry(k, v, [
+                syn for syn in broker_synonyms(k, bcm.broker_configs, bcm.default_configs,
+                                               static)
+                if syn[2] == DYNAMIC_DEFAULT_BROKER_CONFIG])
+                for k, v in sorted(bcm.default_configs.items())]
+        dynamic = bcm.dynamic_config
+        # the dynamic-only rates (DynamicConfig.Broker) are not KafkaConfig's: listed when set
+        names = {k for k in DEFS if k not in QUOTA_CONFIGS} | set(static) | set(dynamic)
         entries = []
-        for key in sorted(DEFS):
-            synonyms = broker_synonyms(key, bcm.broker_configs, bcm.default_configs,
-                                       static.originals)
-            text = _text(bcm.effective.values[key])
-            if key in SENSITIVE:  # passwords and keys are never shown (Kafka: null)
-                text, synonyms = None, [(n, None, src) for n, _v, src in synonyms]
-            source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
-            entries.append(ConfigEntry(key, text, source,
-                                       read_only=key not in DYNAMIC_BROKER_CONFIGS,
-                                       synonyms=synonyms))
+        for key in sorted(names):
+            synonyms = broker_synonyms(key, bcm.broker_configs, bcm.default_configs, static)
+            if key in DEFS and (key in DYNAMIC_BROKER_CONFIGS or key not in dynamic):
+                text = _text(bcm.effective.values[key])
+            else:  # a value odradek keeps without acting on it
+                text = dynamic.get(key, static.get(key))
+            entries.append(_broker_entry(key, text, synonyms))
         return entries
+
+
+# DescribeConfigs config types (Kafka's DescribeConfigsResponse.ConfigType)
+CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
+                   "LIST": 7, "CLASS": 8, "PASSWORD": 9}
+
+
+def _broker_sensitive(key: str) -> bool:
+    """Kafka's KafkaConfig.maybeSensitive: passwords and names of unknown type (custom
+    configs); odradek's own configs are not hidden."""
+    if key in SENSITIVE:
+        return True
+    return is_sensitive(key) if config_type(key) is not None or key not in DEFS else False
+
+
+def _broker_entry(key: str, text: str | None,
+                  synonyms: list[tuple[str, str | None, int]]) -> ConfigEntry:
+    """Kafka's ConfigHelper.createBrokerConfigEntry: read-only unless in AllDynamicConfigs;
+    a sensitive config's value and its synonyms' values hidden."""
+    sensitive = _broker_sensitive(key)
+    if sensitive:
+        text, synonyms = None, [(n, None, src) for n, _v, src in synonyms]
+    source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
+    kind = config_type(key)
+    return ConfigEntry(key, text, source, read_only=key not in ALL_DYNAMIC_CONFIGS,
+                       synonyms=synonyms, config_type=CONFIG_TYPE_IDS.get(kind or "", 0),
+                       is_sensitive=sensitive)
 
 
 def _text(value: Any) -> str | None:
@@ -389,42 +504,63 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-# Broker configs with fallbacks, most specific first (Kafka's DynamicBrokerConfig.brokerSynonyms).
+# Broker configs that are one setting in several units (Kafka's
+# DynamicBrokerConfig.brokerConfigSynonyms), in precedence order. Describing any of them lists the
+# group from the described name on.
 _SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
     ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
     ("log.roll.ms", "log.roll.hours"),
-    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
 )
+# listener.name.<listener>.<name>; the SASL mechanism configs are
+# listener.name.<listener>.<mechanism>.<name> (Kafka's ListenerMechanismConfigs)
+_LISTENER_CONFIG = re.compile(r"^listener\.name\.[^.]*\.(.*)$")
+_LISTENER_MECHANISM_CONFIGS = (
+    "sasl.jaas.config", "sasl.login.callback.handler.class", "sasl.login.class",
+    "sasl.server.callback.handler.class", "connections.max.reauth.ms")
 
 
 def synonym_names(key: str) -> tuple[str, ...]:
-    """`key` and the less specific configs it falls back to."""
+    """Kafka's brokerConfigSynonyms(key, matchListenerOverride = true): the names whose values
+    stand for `key`'s, most precedent first (`key` itself not always first: the describing
+    side drops what precedes it)."""
     for group in _SYNONYM_GROUPS:
         if key in group:
-            return group[group.index(key):]
+            return group
+    if key == "log.flush.interval.ms":  # log.flush.scheduler.interval.ms is its default
+        return (key, "log.flush.scheduler.interval.ms")
+    m = _LISTENER_CONFIG.match(key)
+    if m is not None:
+        base = m.group(1)
+        return (key, next((c for c in _LISTENER_MECHANISM_CONFIGS if base.endswith(c)), base))
     return (key,)
 
 
 def broker_synonyms(key: str, per_broker: Mapping[str, str], default: Mapping[str, str],
                     static: Mapping[str, str]) -> list[tuple[str, str | None, int]]:
-    """Kafka's ConfigHelper.configSynonyms: the values of `key` and its fallbacks, by source
-    (dynamic per-broker, dynamic default, static, Kafka's default), highest precedence first;
-    Kafka's defaults only where they are not null."""
+    """Kafka's ConfigHelper.configSynonyms: the values of `key`'s synonyms by source (dynamic
+    per-broker, dynamic default, static, Kafka's default where not null), highest precedence
+    first, without the entries before the first of `key` itself: describing
+    log.retention.hours never shows log.retention.ms, and describing log.retention.ms (which
+    has no default) when only log.retention.hours is set shows nothing, as Kafka does."""
     names = synonym_names(key)
     out: list[tuple[str, str | None, int]] = []
     for values, source in ((per_broker, DYNAMIC_BROKER_CONFIG),
                            (default, DYNAMIC_DEFAULT_BROKER_CONFIG),
                            (static, STATIC_BROKER_CONFIG)):
         out += [(n, values[n], source) for n in names if n in values]
+    # Kafka's defaults: KafkaConfig's (the dynamic-only replication rates have none)
     out += [(n, _text(DEFS[n].default), DEFAULT_CONFIG) for n in names
-            if n in DEFS and DEFS[n].default is not None]
-    return out
+            if n in DEFS and DEFS[n].default is not None and n not in QUOTA_CONFIGS]
+    first = next((i for i, (n, _v, _s) in enumerate(out) if n == key), len(out))
+    return out[first:]
 
 
 def topic_config_entries(overrides: Mapping[str, str], bcm: Any, static: Any
                          ) -> list[ConfigEntry]:
-    """DescribeConfigs entries of a topic: its overrides over the broker's effective
-    defaults (dynamic, then static, then Kafka's)."""
+    """DescribeConfigs entries of a topic (Kafka's ConfigHelper.createTopicConfigEntry): its
+    overrides over the broker's effective defaults; the synonyms are the override, then the
+    broker synonym's (LogConfig.TopicConfigSynonyms) as for a broker config."""
     effective = {**LogConfig().to_props(), **bcm.effective.topic_defaults()}
     entries = []
     for name in sorted(set(LogConfig.config_names()) | set(overrides)):
@@ -437,7 +573,9 @@ def topic_config_entries(overrides: Mapping[str, str], bcm: Any, static: Any
                                         static.originals)
         value = overrides[name] if name in overrides else effective.get(name)
         source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
-        entries.append(ConfigEntry(name, value, source, synonyms=synonyms))
+        entries.append(ConfigEntry(name, value, source, synonyms=synonyms,
+                                   config_type=CONFIG_TYPE_IDS.get(
+                                       LogConfig.config_type(name) or "", 0)))
     return entries
 
 
@@ -445,17 +583,44 @@ class _UnknownTopic(ValueError):
     pass
 
 
+class _InvalidTopic(ValueError):
+    """INVALID_TOPIC_EXCEPTION (Kafka's InvalidTopicException)."""
+
+
+class _ReassignmentInProgress(ValueError):
+    """REASSIGNMENT_IN_PROGRESS."""
+
+
+def _scala_assignment(assignment: Mapping[int, list[int]]) -> str:
+    """A replica assignment as Kafka's messages print it (a Scala map of buffers)."""
+    return "HashMap(" + ", ".join(
+        f"{p} -> ArrayBuffer({', '.join(map(str, r))})"
+        for p, r in sorted(assignment.items())) + ")"
+
+
 def _error_code(exc: Exception) -> ErrorCode:
     if isinstance(exc, asg.AssignmentError):
-        return ErrorCode(exc.error_code)
+        return ErrorCode(exc.error_code) if exc.error_code != -1 \
+            else ErrorCode.unknown_server_error
     if isinstance(exc, NodeExistsError):
         return ErrorCode.topic_already_exists
     if isinstance(exc, _UnknownTopic):
         return ErrorCode.unknown_topic_or_partition
+    if isinstance(exc, _InvalidTopic):
+        return ErrorCode.invalid_topic_exception
+    if isinstance(exc, _ReassignmentInProgress):
+        return ErrorCode.reassignment_in_progress
+    if isinstance(exc, InvalidRequestError):
+        return ErrorCode.invalid_request
     if isinstance(exc, ValueError):
-        msg = str(exc)
-        if "Topic name" in msg or "topic name" in msg:
-            return ErrorCode.invalid_topic_exception
         return ErrorCode.invalid_config
     log.exception("Unexpected error in topic administration", exc_info=exc)
     return ErrorCode.unknown_server_error
+
+
+def _error_message(exc: Exception) -> str | None:
+    """Kafka's ApiError.fromThrowable: no message for UNKNOWN_SERVER_ERROR (logged here)."""
+    if _error_code(exc) == ErrorCode.unknown_server_error:
+        log.error("Error processing topic administration: %s", exc)
+        return None
+    return str(exc)

@@ -16,7 +16,7 @@ def validate_topic_name(name: str) -> None:
         raise ValueError("Topic name cannot be \".\" or \"..\"")
     if len(name) > MAX_NAME_LENGTH:
         raise ValueError(f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} "
-                         "characters")
+                         f"characters, topic name: {name}")
     if not _LEGAL.match(name):
-        raise ValueError(f"Topic name {name!r} is illegal, it contains a character other than "
-                         "ASCII alphanumerics, '.', '_' and '-'")
+        raise ValueError(f"Topic name \"{name}\" is illegal, it contains a character other "
+                         "than ASCII alphanumerics, '.', '_' and '-'")

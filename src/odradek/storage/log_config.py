@@ -66,6 +66,8 @@ _SPECS: tuple[_Spec, ...] = (
           "list"),
 )
 _SPEC_BY_NAME = {spec.name: spec for spec in _SPECS}
+_KAFKA_TYPES = {"int": "INT", "long": "LONG", "bool": "BOOLEAN", "str": "STRING", "list": "LIST",
+                "double": "DOUBLE"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,12 @@ class LogConfig:
     @staticmethod
     def config_names() -> list[str]:
         return [spec.name for spec in _SPECS]
+
+    @staticmethod
+    def config_type(name: str) -> str | None:
+        """A topic config's type as Kafka names it (ConfigDef.Type), None if unknown."""
+        spec = _SPEC_BY_NAME.get(name)
+        return None if spec is None else _KAFKA_TYPES[spec.kind]
 
     @staticmethod
     def unknown_keys(props: Mapping[str, str]) -> list[str]:

@@ -71,12 +71,15 @@ async def _create_topics(admin: AdminManager, header: Any, request: Any,
         name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
         assignments={a.partition_index: list(a.broker_ids) for a in t.assignments},
         configs={c.name: c.value for c in t.configs}) for t in request.topics]
-    results = await admin.create_topics([s for s in specs if s.name not in denied],
-                                        _ms(request.timeout),
+    names = [spec.name for spec in specs]
+    wanted = [s for s in specs if s.name not in denied or names.count(s.name) > 1]
+    results = await admin.create_topics(wanted, _ms(request.timeout),
                                         getattr(request, "validate_only", False)) \
-        if len(denied) < len(specs) else {}
-    for name in denied:  # Kafka: CREATE on the cluster, or on each topic
-        results[name] = TopicResult(ErrorCode.topic_authorization_failed)
+        if wanted else {}
+    for name in denied:  # Kafka: CREATE on the cluster, or on each topic (after duplicates)
+        if names.count(name) == 1:
+            results[name] = TopicResult(ErrorCode.topic_authorization_failed,
+                                        "Authorization failed.")
     topics = []
     for spec in specs:
         r = results[spec.name]
@@ -154,13 +157,17 @@ async def _create_partitions(admin: AdminManager, header: Any, request: Any,
                             [list(a.broker_ids) for a in t.assignments]
                             if t.assignments is not None else None)
              for t in request.topics]
-    results = await admin.create_partitions([s for s in specs if s.name not in denied],
-                                            _ms(request.timeout), request.validate_only) \
-        if len(denied) < len(specs) else {}
-    for name in denied:  # Kafka: ALTER on each topic
-        results[name] = (ErrorCode.topic_authorization_failed, None)
-    out = tuple(make(mod.CreatePartitionsTopicResult, name=s.name, error_code=results[s.name][0],
-                     error_message=results[s.name][1]) for s in specs)
+    names = [spec.name for spec in specs]
+    wanted = [s for s in specs if s.name not in denied or names.count(s.name) > 1]
+    results = await admin.create_partitions(wanted, _ms(request.timeout),
+                                            request.validate_only) if wanted else {}
+    for name in denied:  # Kafka: ALTER on each topic (after duplicates)
+        if names.count(name) == 1:
+            results[name] = (ErrorCode.topic_authorization_failed,
+                             "The topic authorization is failed.")
+    # one result per topic name (Kafka answers from a map)
+    out = tuple(make(mod.CreatePartitionsTopicResult, name=n, error_code=results[n][0],
+                     error_message=results[n][1]) for n in dict.fromkeys(names))
     return encode_response(type(request), header.correlation_id,
                            make(mod.CreatePartitionsResponse, throttle_time=0, results=out))
 
@@ -204,7 +211,7 @@ async def _describe_configs(broker_id: int, admin: AdminManager, cache: Metadata
         configs = tuple(
             make(mod.DescribeConfigsResourceResult, name=e.name, value=e.value,
                  read_only=e.read_only, config_source=e.source, is_default=e.source == 5,
-                 is_sensitive=False,
+                 is_sensitive=e.is_sensitive,
                  synonyms=tuple(make(mod.DescribeConfigsSynonym, name=n, value=v, source=s)
                                 for n, v, s in e.synonyms) if request.include_synonyms else (),
                  config_type=e.config_type, documentation=None)

@@ -6,9 +6,10 @@ changes single configs: SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) (the la
 list configs only). A broker resource named "" is the cluster-wide default (`<default>`).
 The new set is validated, then (unless validate_only) written to `/config/topics/<t>` or
 `/config/brokers/<entity>` followed by a `/config/changes` notification, so every broker applies
-it. Errors as Kafka's: unknown topic UNKNOWN_TOPIC_OR_PARTITION, unknown config name
-INVALID_CONFIG, a bad value or a config not updatable at run time INVALID_REQUEST
-("Invalid config value for resource ...").
+it. Errors as Kafka's: unknown topic UNKNOWN_TOPIC_OR_PARTITION, unknown topic config name
+INVALID_CONFIG, a bad value or a broker config not updatable at run time INVALID_REQUEST
+("Invalid config value for resource ..."). Unknown broker config names are custom configs,
+stored as given (Kafka's DynamicBrokerConfig.validate).
 
 The decisions (`config_ops.apply_incremental`, `error_for`) are pure functions.
 """
@@ -24,13 +25,13 @@ from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ...storage.log_config import InvalidConfigError
 from ..admin_manager import AdminManager
-from ..configs.broker_config_manager import NonDynamicConfigError, UnknownConfigError
+from ..configs.broker_config_manager import NonDynamicConfigError
 from ..configs.config_ops import (
     SET,
     ConfigOp,
     InvalidRequestError,
+    UnknownConfigKeyError,
     UnknownTopicError,
-    check_duplicates,
 )
 from ..network import Connection
 from .authz import allowed
@@ -80,12 +81,13 @@ def resource_text(resource_type: int, name: str) -> str:
            f"name='{name}')"
 
 
-def error_for(exc: Exception, resource_type: int, name: str) -> tuple[ErrorCode, str]:
+def error_for(exc: Exception, resource_type: int, name: str) -> tuple[ErrorCode, str | None]:
     if isinstance(exc, UnknownTopicError):
         return ErrorCode.unknown_topic_or_partition, str(exc)
-    if isinstance(exc, UnknownConfigError) or (
-            isinstance(exc, InvalidConfigError) and str(exc).startswith("Unknown topic config")):
+    if isinstance(exc, InvalidConfigError) and str(exc).startswith("Unknown topic config"):
         return ErrorCode.invalid_config, str(exc)
+    if isinstance(exc, UnknownConfigKeyError):
+        return ErrorCode.unknown_server_error, None
     if isinstance(exc, InvalidRequestError):
         return ErrorCode.invalid_request, str(exc)
     if isinstance(exc, NonDynamicConfigError | ValueError):
@@ -117,8 +119,14 @@ async def _alter(admin: AdminManager, request: Any, incremental: bool,
             if incremental:
                 ops = [ConfigOp(c.name, int(c.config_operation), c.value) for c in res.configs]
             else:
-                check_duplicates(c.name for c in res.configs)
-                ops = [ConfigOp(c.name, SET, c.value) for c in res.configs]
+                # Kafka's alterConfigs: null values refused by name; a name given twice takes
+                # its last value
+                nulls = [c.name for c in res.configs if c.value is None]
+                if nulls:
+                    raise InvalidRequestError(
+                        f"Null value not supported for : {','.join(nulls)}")
+                ops = [ConfigOp(n, SET, v) for n, v in
+                       {c.name: c.value for c in res.configs}.items()]
             if res.resource_type == TOPIC:
                 await admin.alter_topic_config(res.resource_name, ops, incremental,
                                                request.validate_only)

@@ -20,6 +20,7 @@ from ...common import TopicPartition
 from ...controller.controller import KafkaController
 from ...controller.events import ControllerMovedError, PreferredReplicaLeaderElection
 from ...controller.preferred_election import (
+    ELECTION_NOT_NEEDED,
     NONE,
     NOT_CONTROLLER,
     REQUEST_TIMED_OUT,
@@ -62,8 +63,8 @@ def _requested(cache: MetadataCache, request: Any) -> list[TopicPartition]:
 async def _elect(controller: KafkaController, cache: MetadataCache,
                  requested: list[TopicPartition], election_type: ElectionType,
                  timeout: float) -> dict[TopicPartition, Result]:
-    not_controller = {tp: (NOT_CONTROLLER, "This is not the correct controller for this "
-                           "cluster.", -1) for tp in requested}
+    not_controller: dict[TopicPartition, Result] = {
+        tp: (NOT_CONTROLLER, None, -1) for tp in requested}  # Kafka: no message
     if not controller.is_active:
         return not_controller
     loop = asyncio.get_running_loop()
@@ -75,8 +76,7 @@ async def _elect(controller: KafkaController, cache: MetadataCache,
         results: dict[TopicPartition, Result] = await asyncio.wait_for(
             asyncio.shield(reply), max(0.0, deadline - loop.time()))
     except TimeoutError:
-        return {tp: (REQUEST_TIMED_OUT, "The election did not complete within the timeout", -1)
-                for tp in requested}
+        return {tp: (REQUEST_TIMED_OUT, None, -1) for tp in requested}
     except ControllerMovedError:
         return not_controller
     except asyncio.CancelledError:
@@ -95,9 +95,8 @@ async def _elect(controller: KafkaController, cache: MetadataCache,
         if not pending or loop.time() >= deadline:
             break
         await asyncio.sleep(0.01)
-    for tp in pending:
-        results[tp] = (REQUEST_TIMED_OUT, "The new leader was not propagated within the "
-                       "timeout", results[tp][2])
+    for tp in pending:  # Kafka's DelayedElectLeader: no message
+        results[tp] = (REQUEST_TIMED_OUT, None, results[tp][2])
     return results
 
 
@@ -120,6 +119,8 @@ async def _handle(controller: KafkaController, cache: MetadataCache, header: Any
     by_topic: dict[str, list[Any]] = {}
     for tp in requested:
         code, message, _leader = results.get(tp, (NONE, None, -1))
+        if code == ELECTION_NOT_NEEDED and request.topic_partitions is None:
+            continue  # Kafka: an election of every partition reports the elected and failed
         by_topic.setdefault(tp.topic, []).append(make(
             mod.PartitionResult, partition_id=tp.partition, error_code=ErrorCode(code),
             error_message=message if code != NONE else None))

@@ -15,7 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ...common import TopicPartition
-from ...controller.reassignment import original_replicas, validate_target
+from ...controller.reassignment import original_replicas, validate_replicas
 from ...coordination import paths
 from ...coordination.admin_zk import alter_admin_node, read_ongoing
 from ...coordination.store import CoordinationError, CoordinationStore
@@ -69,39 +69,45 @@ async def _alter(store: CoordinationStore, header: Any, request: Any) -> bytes:
     results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
     changes: dict[tuple[str, int], tuple[int, ...] | None] = {}
     assignments: dict[str, paths.TopicAssignment | None] = {}
+    deleting: dict[str, bool] = {}
     for t in request.topics:
         if t.name not in assignments:
             node = await store.get_or_none(paths.topic_path(t.name))
             assignments[t.name] = None if node is None else paths.decode_topic_assignment(node[0])
+            deleting[t.name] = await store.exists(paths.delete_topic_path(t.name)) is not None
         a = assignments[t.name]
         for p in t.partitions:
             key = (t.name, p.partition_index)
             tp = TopicPartition(*key)
             assigned = () if a is None else a.partitions.get(p.partition_index, ())
-            if not assigned:
-                results[key] = (ErrorCode.unknown_topic_or_partition,
-                                f"Unable to find partition {tp}")
-                continue
             adding = a.adding_replicas.get(tp.partition, ()) if a is not None else ()
             removing = a.removing_replicas.get(tp.partition, ()) if a is not None else ()
+            # Kafka's processApiPartitionReassignment: the target's replicas first, then
+            # whether there is a reassignment to cancel, then the partition (a topic queued
+            # for deletion has none)
             if p.replicas is None:  # cancel
                 if key not in pending and not adding and not removing:
                     results[key] = (ErrorCode.no_reassignment_in_progress,
-                                    f"Unable to cancel reassignment of {tp}: "
-                                    "no reassignment is in progress")
-                    continue
-                changes[key] = original_replicas(assigned, adding)
-                results[key] = (ErrorCode.none, None)
+                                    "No partition reassignment is in progress.")
+                elif not assigned or deleting[t.name]:
+                    results[key] = (ErrorCode.unknown_topic_or_partition,
+                                    "The partition does not exist.")
+                else:
+                    changes[key] = original_replicas(assigned, adding)
+                    results[key] = (ErrorCode.none, None)
                 continue
             target = tuple(int(r) for r in p.replicas)
             original = original_replicas(assigned, adding)
             new_replicas = [r for r in target if r not in original]
-            error = validate_target(tp, target, assigned, known, new_replicas)
+            error = validate_replicas(target, known, new_replicas)
             if error is not None:
                 results[key] = (ErrorCode.invalid_replica_assignment, error)
-                continue
-            changes[key] = target
-            results[key] = (ErrorCode.none, None)
+            elif not assigned or deleting[t.name]:
+                results[key] = (ErrorCode.unknown_topic_or_partition,
+                                "The partition does not exist.")
+            else:
+                changes[key] = target
+                results[key] = (ErrorCode.none, None)
     top_error, top_message = ErrorCode.none, None
     if changes:
         try:

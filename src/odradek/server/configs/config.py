@@ -179,6 +179,8 @@ DEFS: dict[str, Def] = {
     "log.segment.bytes": Def(_int32, 1073741824, _at_least(14), ">= 14"),
     "log.roll.ms": Def(_int, None, _at_least(1), ">= 1"),
     "log.roll.hours": Def(_int, 168, _at_least(1), ">= 1"),
+    "log.roll.jitter.ms": Def(_int, None, _at_least(0), ">= 0"),
+    "log.roll.jitter.hours": Def(_int32, 0, _at_least(0), ">= 0"),
     "log.retention.ms": Def(_int, None, _at_least(-1), ">= -1"),
     "log.retention.minutes": Def(_int, None, _at_least(-1), ">= -1"),
     "log.retention.hours": Def(_int, 168, _at_least(-1), ">= -1"),
@@ -192,6 +194,9 @@ DEFS: dict[str, Def] = {
     "log.flush.start.offset.checkpoint.interval.ms": Def(_int, 60000, _at_least(0), ">= 0"),
     "log.index.interval.bytes": Def(_int32, 4096, _at_least(0), ">= 0"),
     "log.index.size.max.bytes": Def(_int32, 10485760, _at_least(4), ">= 4"),
+    "log.message.timestamp.difference.max.ms": Def(_int, LONG_MAX, _at_least(0), ">= 0"),
+    "log.message.downconversion.enable": Def(_bool, True),
+    "log.preallocate": Def(_bool, False),
     "log.message.timestamp.type": Def(_str, "CreateTime", _one_of("CreateTime", "LogAppendTime"),
                                       "CreateTime or LogAppendTime"),
     # Kafka 2.8's defaults: ApiVersion.latestVersion (common/api_version.py). odradek speaks only
@@ -357,7 +362,6 @@ _MECHANISM_PREFIXED = re.compile(r"^([A-Za-z0-9-]+)\.(sasl\.[a-z.]+)$")
 IGNORED = {
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     "background.threads", "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
-    "log.preallocate",
     "group.coordinator.rebalance.protocols", "metric.reporters",
     "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.provider",
     "ssl.secure.random.implementation", "ssl.engine.factory.class",
@@ -675,6 +679,13 @@ class KafkaConfig:
         return int(v["log.roll.hours"]) * 3_600_000
 
     @property
+    def roll_jitter_ms(self) -> int:
+        v = self.values
+        if v["log.roll.jitter.ms"] is not None:
+            return int(v["log.roll.jitter.ms"])
+        return int(v["log.roll.jitter.hours"]) * 3_600_000
+
+    @property
     def flush_ms(self) -> int:
         v = self.values
         if v["log.flush.interval.ms"] is not None:
@@ -684,9 +695,10 @@ class KafkaConfig:
     def topic_defaults(self) -> dict[str, str]:
         """The broker-level defaults of topic configs, under the topic config names (Kafka's
         LogConfig synonyms): one entry per TOPIC_CONFIG_SYNONYMS pair, the broker configs with
-        fallbacks (log.roll.ms, log.flush.interval.ms, log.retention.ms) resolved."""
-        resolved = {"log.roll.ms": self.roll_ms, "log.flush.interval.ms": self.flush_ms,
-                    "log.retention.ms": self.retention_ms}
+        fallbacks (log.roll.ms, log.roll.jitter.ms, log.flush.interval.ms, log.retention.ms)
+        resolved."""
+        resolved = {"log.roll.ms": self.roll_ms, "log.roll.jitter.ms": self.roll_jitter_ms,
+                    "log.flush.interval.ms": self.flush_ms, "log.retention.ms": self.retention_ms}
         out: dict[str, str] = {}
         for topic_key, broker_key in TOPIC_CONFIG_SYNONYMS.items():
             value = resolved[broker_key] if broker_key in resolved else self.values[broker_key]
@@ -694,10 +706,12 @@ class KafkaConfig:
         return out
 
 
-# Topic-level config -> the broker config it defaults from (DescribeConfigs synonyms).
+# Topic-level config -> the broker config it defaults from (Kafka's LogConfig.TopicConfigSynonyms:
+# the DescribeConfigs synonyms of topic configs).
 TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "segment.bytes": "log.segment.bytes",
     "segment.ms": "log.roll.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms",
     "segment.index.bytes": "log.index.size.max.bytes",
     "index.interval.bytes": "log.index.interval.bytes",
     "flush.messages": "log.flush.interval.messages",
@@ -716,4 +730,7 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "preallocate": "log.preallocate",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
+    "message.downconversion.enable": "log.message.downconversion.enable",
 }
