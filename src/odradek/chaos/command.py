@@ -17,17 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ..tools.command import Subcommands, ToolError, prefixed, run_tool
-from .scenarios.replication import (
-    ADMIN_FAULT_KINDS,
-    FAULT_KINDS,
-    ChaosConfig,
-    Progress,
-    chaos_workdir,
-    format_report,
-    plot_report,
-    run_chaos,
-    stderr_progress,
-)
+from .checker.verdict import format_report, plot_report
+from .config import ADMIN_FAULT_KINDS, FAULT_KINDS, ChaosConfig
+from .scenarios.replication import run_chaos
 from .scenarios.transactions import (
     TXN_FAULT_KINDS,
     TxnChaosConfig,
@@ -35,6 +27,7 @@ from .scenarios.transactions import (
     plot_txn_report,
     run_txn_chaos,
 )
+from .support import Progress, chaos_workdir, stderr_progress
 
 
 def run(args: argparse.Namespace) -> int:
