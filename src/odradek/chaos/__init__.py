@@ -4,7 +4,8 @@ and a checker of what Kafka promises (docs/faults.md, docs/checker.md).
 A library and the scenarios built on it; a scenario imports the library, never another scenario:
 
 * `config` (the settings of a run of process faults), `workload` (producers, consumers, the
-  read-back), `support` (polling, progress lines, the run's directory);
+  read-back), `support` (polling, progress lines, the run's directory), `requirements` (the
+  ``chaos`` extra: confluent-kafka, imported only where a client is made);
 * `environment`: what the faults act on and how: broker processes (`processes`), process faults
   (`process_faults`), network namespaces (`netns`), a ZooKeeper ensemble (`zk_ensemble`), full
   and failed log directories (`disk_faults`);

@@ -19,6 +19,7 @@ from typing import Any
 from ..tools.command import Subcommands, ToolError, prefixed, run_tool
 from .checker.verdict import format_report, plot_report
 from .config import ADMIN_FAULT_KINDS, FAULT_KINDS, ChaosConfig
+from .requirements import missing_client
 from .scenarios.replication import run_chaos
 from .scenarios.transactions import (
     TXN_FAULT_KINDS,
@@ -35,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    problem = missing_client()  # before any ZooKeeper, broker or directory is made
+    if problem:
+        raise ToolError(problem, exit_code=2)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     chosen = [f"--{m}" for m in ("network", "disk", "transactions") if getattr(args, m)]
     if len(chosen) > 1:

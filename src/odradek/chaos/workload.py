@@ -1,7 +1,10 @@
 """The workload of a chaos run, on confluent-kafka: idempotent acks=all producers writing unique
 values (`ProducerWorker`, its `ProducerStats`), consumers reading during the faults
 (`ConsumerWorker`, the history's ``read`` ops), everything read back once the cluster healed
-(`consume_all`), and the acknowledged writes per second (`throughput_series`)."""
+(`consume_all`), and the acknowledged writes per second (`throughput_series`).
+
+confluent-kafka (the ``chaos`` extra) is imported where a client is made, not at the top: the
+kit imports without it (odradek.chaos.requirements)."""
 
 from __future__ import annotations
 
