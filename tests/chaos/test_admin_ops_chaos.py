@@ -29,16 +29,11 @@ from typing import Any
 
 import pytest
 
+from odradek.chaos.checker.verdict import ChaosReport, check_values
+from odradek.chaos.config import ChaosConfig
 from odradek.chaos.environment.processes import ProcessCluster, _odradek_command, wait_until
-from odradek.chaos.scenarios.replication import (
-    ChaosConfig,
-    ChaosReport,
-    ProducerStats,
-    ProducerWorker,
-    check_values,
-    client_logger,
-    consume_all,
-)
+from odradek.chaos.support import client_logger
+from odradek.chaos.workload import ProducerStats, ProducerWorker, consume_all
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 

@@ -15,14 +15,9 @@ from pathlib import Path
 import pytest
 
 from odradek.chaos.checker.history import History
-from odradek.chaos.scenarios.replication import (
-    FAULT_KINDS,
-    HISTORY_NAME,
-    ChaosConfig,
-    format_report,
-    plot_report,
-    run_chaos,
-)
+from odradek.chaos.checker.verdict import format_report, plot_report
+from odradek.chaos.config import FAULT_KINDS, ChaosConfig
+from odradek.chaos.scenarios.replication import HISTORY_NAME, run_chaos
 from odradek.common.fault_log import FAULT_LOG_NAME, fault_spans, read_fault_events
 
 # 360 s: the run records and checks its whole history (the checker, issue 15) on top of the

@@ -12,7 +12,8 @@ acknowledged value is read back over SASL_SSL at its offset, the replicas' logs 
 below the high watermark, and a ZooKeeper client without the brokers' identity cannot change
 /brokers, /controller or /kafka-acl, nor read /config/users, while the identity can.
 
-The workload, the faults and the checks are `odradek.chaos.scenarios.replication`'s (the same as
+The workload, the faults and the checks are the replication run's (odradek.chaos.workload,
+odradek.chaos.environment.process_faults, odradek.chaos.checker.verdict: the same as
 test_replication_chaos.py), given the client user's SASL_SSL settings.
 """
 
@@ -27,20 +28,18 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from odradek.chaos.environment.processes import ProcessCluster
-from odradek.chaos.scenarios.replication import (
-    ChaosConfig,
+from odradek.chaos.checker.verdict import (
     ChaosReport,
-    FaultInjector,
-    ProducerWorker,
     check_values,
-    client_logger,
     close_run,
-    consume_all,
     format_report,
-    stderr_progress,
     stop_and_compare_replicas,
 )
+from odradek.chaos.config import ChaosConfig
+from odradek.chaos.environment.process_faults import FaultInjector
+from odradek.chaos.environment.processes import ProcessCluster
+from odradek.chaos.support import client_logger, stderr_progress
+from odradek.chaos.workload import ProducerWorker, consume_all
 from odradek.cli import main
 from odradek.security.zk_auth import LOGIN_CONFIG_KEY
 from tests.security_support import scram_jaas, zookeeper_client_jaas
@@ -53,7 +52,7 @@ CLIENT_USER, CLIENT_PASSWORD = "alice", "alice-secret"
 ZK_USER, ZK_PASSWORD = "kafka", "kafka-zk-secret"
 MECHANISM = "SCRAM-SHA-256"
 TOPIC = "secured-chaos"
-GROUP = "odradek-chaos-verify"  # the group.id of chaos.consume_all
+GROUP = "odradek-chaos-verify"  # the group.id of chaos.workload.consume_all
 
 
 def secured_broker_props(certs_pem: Path, ca_pem: Path) -> dict[str, str]:

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import random
 
-from odradek.chaos.scenarios.replication import (
-    ProducerStats,
-    in_sync,
-    random_target,
-    throughput_series,
-)
+from odradek.chaos.environment.process_faults import in_sync, random_target
+from odradek.chaos.workload import ProducerStats, throughput_series
 from odradek.controller.context import TopicPartition
 from odradek.controller.reassignment import stray_replicas
 

@@ -4,12 +4,9 @@ proved written), and such a value counts as delivered if it is in its partition.
 
 from __future__ import annotations
 
-from odradek.chaos.scenarios.replication import (
-    ChaosConfig,
-    ChaosReport,
-    ProducerStats,
-    check_values,
-)
+from odradek.chaos.checker.verdict import ChaosReport, check_values
+from odradek.chaos.config import ChaosConfig
+from odradek.chaos.workload import ProducerStats
 
 
 def _report(acked: dict[str, tuple[int, int | None]],

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from odradek.chaos.checker.consistency import Guarantees
 from odradek.chaos.checker.history import History
-from odradek.chaos.scenarios.replication import (
-    RUN_GUARANTEES,
-    ChaosConfig,
-    ChaosReport,
-    ReplicaCheck,
-    check_consistency,
-    format_report,
-)
+from odradek.chaos.checker.replicas import ReplicaCheck
+from odradek.chaos.checker.verdict import ChaosReport, check_consistency, format_report
+from odradek.chaos.config import RUN_GUARANTEES, ChaosConfig
 
 
 def _report(config: ChaosConfig) -> ChaosReport:

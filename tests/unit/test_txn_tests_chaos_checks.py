@@ -75,7 +75,7 @@ def test_commit_times_and_the_commits_chart(tmp_path: pytest.TempPathFactory) ->
     one without a time, are skipped); --plot draws commits per second with the faults marked."""
     from pathlib import Path
 
-    from odradek.chaos.scenarios.replication import FaultRecord
+    from odradek.chaos.environment.process_faults import FaultRecord
     from odradek.chaos.scenarios.transactions import PipelineProcess, plot_txn_report
 
     work = Path(str(tmp_path))

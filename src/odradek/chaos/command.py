@@ -17,17 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..tools.command import Subcommands, ToolError, prefixed, run_tool
-from .scenarios.replication import (
-    ADMIN_FAULT_KINDS,
-    FAULT_KINDS,
-    ChaosConfig,
-    Progress,
-    chaos_workdir,
-    format_report,
-    plot_report,
-    run_chaos,
-    stderr_progress,
-)
+from .checker.verdict import format_report, plot_report
+from .config import ADMIN_FAULT_KINDS, FAULT_KINDS, ChaosConfig
+from .requirements import missing_client
+from .scenarios.replication import run_chaos
 from .scenarios.transactions import (
     TXN_FAULT_KINDS,
     TxnChaosConfig,
@@ -35,6 +28,7 @@ from .scenarios.transactions import (
     plot_txn_report,
     run_txn_chaos,
 )
+from .support import Progress, chaos_workdir, stderr_progress
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    problem = missing_client()  # before any ZooKeeper, broker or directory is made
+    if problem:
+        raise ToolError(problem, exit_code=2)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     chosen = [f"--{m}" for m in ("network", "disk", "transactions") if getattr(args, m)]
     if len(chosen) > 1:

@@ -9,7 +9,8 @@ one was fixed); `pause()`/`resume()` are SIGSTOP/SIGCONT.
 
 `ProcessCluster` is N such brokers sharing one ZooKeeper connect string (a chroot), on fixed
 free ports, with a kazoo client to read Kafka's znodes (S-5.2): the controller and its epoch, the
-live broker ids, the partition state nodes.
+live broker ids, the partition state nodes. `stop_cleanly(cluster)` stops each running broker in
+turn with a clean shutdown, naming those that did not exit 0 in time.
 
 Secured clusters (issue 12): `listener` names the brokers' one listener's security protocol
 (``SASL_SSL://127.0.0.1:<port>``; its ssl.*/sasl.* configs come with `overrides`), and
@@ -400,3 +401,18 @@ class ProcessCluster:
     def pid(self, broker_id: int) -> int | None:
         proc = self.brokers[broker_id].proc
         return None if proc is None else proc.pid
+
+
+def stop_cleanly(cluster: ProcessCluster) -> list[str]:
+    """SIGTERM each running broker in turn; the brokers that did not exit 0 (in time). A
+    broker SIGKILLed after ignoring SIGTERM still has its log (appends are written at once),
+    so the replica comparison goes on."""
+    problems = []
+    for i, broker in cluster.brokers.items():
+        if not broker.running():
+            continue
+        try:
+            broker.stop()
+        except AssertionError as exc:  # BrokerError
+            problems.append(f"broker {i}: {str(exc).splitlines()[0]}")
+    return problems

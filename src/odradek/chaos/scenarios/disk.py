@@ -38,7 +38,8 @@ from ...common.fault_log import FaultLog
 from ...tools.command import ToolError
 from ..environment import disk_faults
 from ..environment.processes import ProcessCluster, wait_until
-from .replication import Progress, chaos_workdir, consume_all, stderr_progress
+from ..support import Progress, chaos_workdir, stderr_progress
+from ..workload import consume_all
 
 DISK_FAULT_KINDS = ("disk-full", "disk-fail")
 EVENT_NODE = "/log_dir_event_notification"

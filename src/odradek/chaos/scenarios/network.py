@@ -45,10 +45,12 @@ from typing import Any
 from ...common.fault_log import FAULT_LOG_NAME, FaultLog
 from ...protocol import records as rb
 from ..checker.history import History, Op
+from ..checker.replicas import valid_batches
 from ..environment.netns import CLIENTS, LinkFault, Network
 from ..environment.processes import ProcessCluster
 from ..environment.zk_ensemble import ZkEnsemble, zk_node
-from .replication import Progress, client_logger, consume_all, stderr_progress, valid_batches
+from ..support import Progress, client_logger, stderr_progress
+from ..workload import consume_all
 
 NETWORK_FAULT_KINDS = ("leader-from-zk-and-followers", "isolate-broker", "one-way",
                        "zk-leader-kill", "zk-quorum-loss", "slow-link", "kill", "pause")

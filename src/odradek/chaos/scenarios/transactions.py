@@ -36,19 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..environment.processes import ProcessCluster
-from .replication import (
-    ChaosConfig,
-    FaultInjector,
-    FaultRecord,
-    Progress,
-    ReplicaCheck,
-    compare_replicas,
-    in_sync,
-    poll_for,
-    stderr_progress,
-    stop_cleanly,
-)
+from ..checker.replicas import ReplicaCheck, compare_replicas
+from ..config import ChaosConfig
+from ..environment.process_faults import FaultInjector, FaultRecord, in_sync
+from ..environment.processes import ProcessCluster, stop_cleanly
+from ..support import Progress, poll_for, stderr_progress
 
 TXN_FAULT_KINDS = ("kill_txn_coordinator", "kill_group_coordinator", "kill_leader",
                    "kill_pipeline")

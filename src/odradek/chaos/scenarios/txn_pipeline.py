@@ -33,6 +33,8 @@ import sys
 import time
 from typing import Any
 
+from ..requirements import missing_client
+
 ABORT_MARKER = "ABORTED-"
 EXIT_FATAL = 3
 # A loop turn that takes longer than this dumps every thread's stack to stderr and ends the
@@ -204,7 +206,11 @@ class Pipeline:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return Pipeline(parse(sys.argv[1:] if argv is None else argv)).run()
+    args = parse(sys.argv[1:] if argv is None else argv)
+    problem = missing_client()
+    if problem:
+        raise SystemExit(f"txn_pipeline: {problem}")
+    return Pipeline(args).run()
 
 
 if __name__ == "__main__":
