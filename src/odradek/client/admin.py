@@ -614,8 +614,8 @@ class AsyncAdmin(TransactionAdmin):
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for tp, o in offsets.items():
             om = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o))
-            by_topic.setdefault(tp[0], []).append({
-                "partition_index": tp[1], "committed_offset": om.offset,
+            by_topic.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "committed_offset": om.offset,
                 "committed_leader_epoch": om.leader_epoch, "committed_metadata": om.metadata})
         resp = await self._group_send(
             group_id, 8, group_id=group_id, generation_id_or_member_epoch=-1, member_id="",

@@ -642,7 +642,8 @@ class GroupMetadata:
                     ) -> dict[TopicPartition, OffsetAndMetadata]:
             out = {}
             for tp, c in self.offsets.items():
-                if tp[0] in subscribed or tp in self.pending_offset_commits:
+                topic, _ = tp  # plain (topic, partition) pairs work as well
+                if topic in subscribed or tp in self.pending_offset_commits:
                     continue
                 om = c.offset_and_metadata
                 if om.expire_timestamp is None:

@@ -535,7 +535,7 @@ class GroupCoordinator:
         elif group.is_consumer_group():
             eligible = []
             for tp in partitions:
-                if group.is_subscribed_to_topic(tp[0]):
+                if group.is_subscribed_to_topic(tp.topic):
                     partition_errors[tp] = ErrorCode.group_subscribed_to_topic
                 else:
                     eligible.append(tp)

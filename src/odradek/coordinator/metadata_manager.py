@@ -177,7 +177,7 @@ class GroupMetadataManager:
 
     # -- writes ---------------------------------------------------------------------------------
     def _offsets_tp(self, group_id: str) -> TopicPartition:
-        return (OFFSETS_TOPIC, self.partition_for(group_id))
+        return TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
 
     def _is_local(self, tp: TopicPartition) -> bool:
         return tp in self.replica_manager.partitions
@@ -198,7 +198,7 @@ class GroupMetadataManager:
                 return
             exc = fut.exception()
             if exc is not None:
-                log.error("Append to %s-%d failed", tp[0], tp[1], exc_info=exc)
+                log.error("Append to %s failed", tp, exc_info=exc)
                 callback(ErrorCode.unknown_server_error, -1)
                 return
             r = fut.result()[tp]
@@ -513,7 +513,7 @@ class GroupMetadataManager:
                 raise schema.SchemaError("Group metadata/offset entry key should not be null")
             key = schema.read_message_key(record.key)
             if isinstance(key, schema.OffsetKey):
-                gtp = (key.group, (key.topic, key.partition))
+                gtp = (key.group, TopicPartition(key.topic, key.partition))
                 target = (pending_offsets.setdefault(header.producer_id, {}) if is_txn
                           else loaded_offsets)
                 om = schema.read_offset_value(record.value)
@@ -623,7 +623,7 @@ class GroupMetadataManager:
                 batch = rb.build_batch(tombstones, timestamp_ms=self.clock())
 
                 def appended(error: int, _base: int, n: int = len(tombstones),
-                             g: str = group.group_id, p: int = tp[1]) -> None:
+                             g: str = group.group_id, p: int = tp.partition) -> None:
                     if error != ErrorCode.none:
                         log.error("Failed to append %d tombstones to %s-%d for expired/deleted "
                                   "offsets and/or metadata for group %s: %s", n, OFFSETS_TOPIC,

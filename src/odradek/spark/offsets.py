@@ -148,7 +148,7 @@ def select_partitions(strategy: Strategy, topics: Mapping[str, Iterable[int]]) -
     else:
         rx = re.compile(strategy.pattern)
         names = [t for t in topics if rx.fullmatch(t) and not t.startswith("__")]
-    return sorted((t, p) for t in names for p in topics[t])
+    return sorted(TP(t, p) for t in names for p in topics[t])
 
 
 def check_assigned_exist(assigned: Iterable[TP], topics: Mapping[str, Iterable[int]]) -> None:
@@ -176,7 +176,7 @@ def parse_partitions(value: str) -> list[TP]:
             isinstance(ps, list) and all(isinstance(p, int) and not isinstance(p, bool)
                                          for p in ps) for ps in data.values()):
         raise OptionError('Expected e.g. {"topicA":[0,1],"topicB":[0,1]}, got ' + value)
-    return sorted({(str(t), int(p)) for t, ps in data.items() for p in ps})
+    return sorted({TP(str(t), int(p)) for t, ps in data.items() for p in ps})
 
 
 def parse_partition_offsets(value: str) -> OffsetMap:
@@ -197,7 +197,7 @@ def parse_partition_offsets(value: str) -> OffsetMap:
                 raise OptionError(f"Expected e.g. {example}, got {value}") from None
             if not isinstance(off, int) or isinstance(off, bool) or off < EARLIEST:
                 raise OptionError(f"Expected e.g. {example}, got {value}")
-            out[(str(topic), pid)] = off
+            out[TP(str(topic), pid)] = off
     return out
 
 
@@ -212,7 +212,7 @@ def to_json_offsets(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
 def from_json_offsets(data: Mapping[str, Mapping[str, int]] | str) -> OffsetMap:
     if isinstance(data, str):
         data = json.loads(data)
-    return {(str(t), int(p)): int(o) for t, ps in data.items() for p, o in ps.items()}
+    return {TP(str(t), int(p)): int(o) for t, ps in data.items() for p, o in ps.items()}
 
 
 def parse_partition_timestamps(value: str, option: str) -> OffsetMap:
@@ -238,7 +238,7 @@ def parse_partition_timestamps(value: str, option: str) -> OffsetMap:
                 raise bad from None
             if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
                 raise bad
-            out[(str(topic), pid)] = ts
+            out[TP(str(topic), pid)] = ts
     return out
 
 
@@ -291,14 +291,14 @@ def validate_batch_options(options: Mapping[str, str]) -> tuple[OffsetSpec, Offs
         raise OptionError("starting offset can't be latest for batch queries on Kafka")
     for tp, off in start.offsets:
         if off == LATEST:
-            raise OptionError(f"startingOffsets for {tp[0]}-{tp[1]} can't be latest for batch "
+            raise OptionError(f"startingOffsets for {tp} can't be latest for batch "
                               "queries on Kafka")
     end = parse_offset_spec(options, "ending", "latest")
     if end.kind == "earliest":
         raise OptionError("ending offset can't be earliest for batch queries on Kafka")
     for tp, off in end.offsets:
         if off == EARLIEST:
-            raise OptionError(f"ending offset for {tp[0]}-{tp[1]} can't be earliest for batch "
+            raise OptionError(f"ending offset for {tp} can't be earliest for batch "
                               "queries on Kafka")
     validate_general_options(options)
     if start.kind == end.kind and start.kind in ("specific", "timestamps"):
@@ -312,7 +312,7 @@ def validate_batch_options(options: Mapping[str, str]) -> tuple[OffsetSpec, Offs
             eo = e[tp]
             if so > eo >= 0 and so >= 0:
                 raise OptionError(
-                    f"The start {what} {so} of {tp[0]}-{tp[1]} is greater than its end "
+                    f"The start {what} {so} of {tp} is greater than its end "
                     f"{what} {eo}")
     if start.kind == end.kind == "timestamp" and start.timestamp > end.timestamp:
         raise OptionError(f"startingTimestamp {start.timestamp} is greater than "
@@ -408,11 +408,12 @@ def plan_batch_ranges(start: Mapping[TP, int], end: Mapping[TP, int]) -> list[Of
     out = []
     for tp in sorted(end):
         if tp in start:
+            topic, partition = tp  # plain (topic, partition) pairs work as well
             if start[tp] > end[tp]:
                 raise OptionError(
-                    f"The start offset {start[tp]} of {tp[0]}-{tp[1]} is greater than its end "
-                    f"offset {end[tp]}")
-            out.append(OffsetRange(tp[0], tp[1], start[tp], end[tp]))
+                    f"The start offset {start[tp]} of {topic}-{partition} is greater than its "
+                    f"end offset {end[tp]}")
+            out.append(OffsetRange(topic, partition, start[tp], end[tp]))
     return out
 
 
@@ -500,17 +501,18 @@ def stream_ranges(start: Mapping[TP, int], end: Mapping[TP, int],
                       "Some data may have been missed.")
     ranges = []
     for tp in sorted(end):
+        topic, partition = tp  # plain (topic, partition) pairs work as well
         begin = start.get(tp, earliest_of_new.get(tp))
         if begin is None:
-            losses.append(f"Cannot find earliest offsets of {tp[0]}-{tp[1]}. "
+            losses.append(f"Cannot find earliest offsets of {topic}-{partition}. "
                           "Some data may have been missed")
             continue
         until = end[tp]
         if until < begin:
-            losses.append(f"Partition {tp[0]}-{tp[1]}'s offset was changed from {begin} to "
+            losses.append(f"Partition {topic}-{partition}'s offset was changed from {begin} to "
                           f"{until}, some data may have been missed")
             continue
-        ranges.append(OffsetRange(tp[0], tp[1], begin, until))
+        ranges.append(OffsetRange(topic, partition, begin, until))
     if losses and fail_on_data_loss:
         raise DataLossError(losses[0] + "\n" + INSTRUCTION_FOR_FAIL_ON_DATA_LOSS_TRUE)
     return ranges, losses

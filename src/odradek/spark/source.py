@@ -123,14 +123,14 @@ class OffsetReader:
             return {}
         with self._cluster_errors():
             found = self._consumer.beginning_offsets([TopicPartition(*tp) for tp in tps])
-        return {(tp.topic, tp.partition): off for tp, off in found.items()}
+        return dict(found)
 
     def latest(self, tps: Sequence[TP]) -> OffsetMap:
         if not tps:
             return {}
         with self._cluster_errors():
             found = self._consumer.end_offsets([TopicPartition(*tp) for tp in tps])
-        return {(tp.topic, tp.partition): off for tp, off in found.items()}
+        return dict(found)
 
     def for_times(self, timestamps: Mapping[TP, int]) -> dict[TP, int | None]:
         """The first offset at or after each partition's timestamp (None: no such record)."""
@@ -139,8 +139,7 @@ class OffsetReader:
         with self._cluster_errors():
             found = self._consumer.offsets_for_times(
                 {TopicPartition(*tp): ts for tp, ts in timestamps.items()})
-        return {(tp.topic, tp.partition): None if om is None else om.offset
-                for tp, om in found.items()}
+        return {tp: None if om is None else om.offset for tp, om in found.items()}
 
     def resolve(self, spec: OffsetSpec, tps: Sequence[TP], option: str,
                 no_match_latest: bool) -> OffsetMap:
@@ -167,7 +166,7 @@ class OffsetReader:
             if off is None:
                 if not no_match_latest:
                     raise OptionError(f"No offset matched from request of topic-partition "
-                                      f"{tp[0]}-{tp[1]} and timestamp {stamps[tp]}.")
+                                      f"{tp} and timestamp {stamps[tp]}.")
                 off = latest[tp]
             out[tp] = off
         return out

@@ -236,13 +236,13 @@ class LogCleaner:
             if isinstance(error, LogCleaningAbortedError | FileNotFoundError):
                 return False  # shutdown, or a segment went away: try again later
             if isinstance(error, OSError):  # KIP-112: the log's dir goes offline
-                lg.io_error(f"Failed to clean up log for {tp[0]}-{tp[1]} in dir "
+                lg.io_error(f"Failed to clean up log for {tp} in dir "
                             f"{lg.dir.parent} due to IOException", error)
                 return False
             if isinstance(error, KafkaStorageError):
                 return False  # the partition is already offline
             log.warning("Unexpected exception thrown when cleaning log %s. Marking its "
-                        "partition (%s-%d) as uncleanable", lg.name, tp[0], tp[1],
+                        "partition (%s) as uncleanable", lg.name, tp,
                         exc_info=error)
             self.manager.mark_uncleanable(tp)
             return False

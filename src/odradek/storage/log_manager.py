@@ -239,18 +239,18 @@ class LogManager:
             if entry.endswith(STRAY_DIR_SUFFIX):
                 continue
             try:
-                tp = parse_topic_partition(entry)
+                tp = TopicPartition(*parse_topic_partition(entry))
             except ValueError:
                 continue
             future = entry.endswith(FUTURE_DIR_SUFFIX)
             logs = self._future_logs if future else self._logs
             if tp in logs:
                 raise RuntimeError(
-                    f"duplicate log directories for {tp[0]}-{tp[1]}: {path} and "
+                    f"duplicate log directories for {tp}: {path} and "
                     f"{self._logs[tp].dir}"
                 )
             logs[tp] = Log.open(
-                path, self.config_for(tp[0]), recovery_points.get(tp, 0),
+                path, self.config_for(tp.topic), recovery_points.get(tp, 0),
                 log_starts.get(tp, 0), had_clean_shutdown=clean, clock=self.clock,
                 handle_cache=self.handle_cache,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
@@ -266,13 +266,12 @@ class LogManager:
         for tp in [tp for tp in self._future_logs if tp not in self._logs]:
             future = self._future_logs.pop(tp)
             future.close()
-            target = future.dir.parent / f"{tp[0]}-{tp[1]}"
+            target = future.dir.parent / str(tp)
             os.rename(future.dir, target)
             fsync_dir(future.dir.parent)
-            log.warning("Completing the interrupted move of %s-%d: %s is its log now",
-                        tp[0], tp[1], target)
+            log.warning("Completing the interrupted move of %s: %s is its log now", tp, target)
             self._logs[tp] = Log.open(
-                target, self.config_for(tp[0]), future.recovery_point, future.log_start_offset,
+                target, self.config_for(tp.topic), future.recovery_point, future.log_start_offset,
                 had_clean_shutdown=False, clock=self.clock, handle_cache=self.handle_cache,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
                 checkpoint_writer=self.checkpoint_writer)
@@ -379,7 +378,7 @@ class LogManager:
         """Kafka's maybeUpdatePreferredLogDir: remember `log_dir` for the partition unless its
         current or future log is there already. Bounded (the oldest entries go first)."""
         log_dir = Path(log_dir).absolute()
-        tp = (tp[0], tp[1])
+        tp = TopicPartition(*tp)
         for logs in (self._logs, self._future_logs):
             lg = logs.get(tp)
             if lg is not None and lg.dir.parent == log_dir:
@@ -408,7 +407,7 @@ class LogManager:
         isFuture): ``<topic>-<p>.<uuid>-future``. Refused (KafkaStorageError) while a dir is
         offline, so that two future logs of one partition can never exist."""
         self._check_running()
-        tp = (topic, partition)
+        tp = TopicPartition(topic, partition)
         existing = self._future_logs.get(tp)
         if existing is not None:
             return existing
@@ -458,7 +457,7 @@ class LogManager:
         log then becomes the current one, ``_promote_lone_future_logs``), then the future dir
         is renamed ``<topic>-<p>``. Returns the new current log (the caller points its
         partition at it; its high watermark is the old log's)."""
-        tp = (topic, partition)
+        tp = TopicPartition(topic, partition)
         source, dest = self._logs.get(tp), self._future_logs.get(tp)
         if source is None:
             raise KafkaStorageError(f"The current replica for {topic}-{partition} is offline")
@@ -554,7 +553,7 @@ class LogManager:
             raise KafkaStorageError(f"{message}: {exc}") from exc
         log.on_truncated = self._on_truncated
         log.on_io_error = self.report_io_error
-        self._logs[(topic, partition)] = log
+        self._logs[TopicPartition(topic, partition)] = log
         return log
 
     def delete_log(self, topic: str, partition: int) -> bool:

@@ -34,13 +34,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..common import TopicPartition
 from .command import Subcommands, ToolError, add_admin_command
 from .topics import admin_config, error_message, java_error, open_admin, run_admin_command
 
 if TYPE_CHECKING:
     from ..client import AsyncAdmin
     from ..client.errors import KafkaError
-    from ..client.types import GroupDescription, TopicPartition
+    from ..client.types import GroupDescription
 
 MISSING = "-"
 EARLIEST, LATEST = -2, -1
@@ -124,11 +125,11 @@ def parse_topic_arg(arg: str) -> tuple[str, list[int] | None]:
 
 
 def parse_reset_plan(csv_text: str, groups: Sequence[str]
-                     ) -> dict[str, dict[tuple[str, int], int]]:
+                     ) -> dict[str, dict[TopicPartition, int]]:
     """Kafka's reset plan CSV: "topic,partition,offset" lines for a single --group, else
     "group,topic,partition,offset"."""
     lines = [ln.strip() for ln in csv_text.splitlines() if ln.strip()]
-    out: dict[str, dict[tuple[str, int], int]] = {}
+    out: dict[str, dict[TopicPartition, int]] = {}
     single = len(groups) == 1 and bool(lines) and len(lines[0].split(",")) == 3
     for n, line in enumerate(lines, 1):
         cells = [c.strip() for c in line.split(",")]
@@ -137,7 +138,7 @@ def parse_reset_plan(csv_text: str, groups: Sequence[str]
                 group, (topic, part, off) = groups[0], cells
             else:
                 group, topic, part, off = cells
-            out.setdefault(group, {})[(topic, int(part))] = int(off)
+            out.setdefault(group, {})[TopicPartition(topic, int(part))] = int(off)
         except ValueError:
             shape = "topic,partition,offset" if single else "group,topic,partition,offset"
             raise ToolError(f"Invalid reset plan line {n}: '{line}' (expected {shape})"
@@ -209,7 +210,8 @@ def plan_reset(spec: ResetSpec, partitions: Iterable[Any], committed: Mapping[An
     if spec.kind == "shift_by":
         for tp in parts:
             if tp not in committed:
-                raise ToolError(f"Cannot shift offset for partition {tp[0]}-{tp[1]} since "
+                topic, partition = tp  # plain (topic, partition) pairs work as well
+                raise ToolError(f"Cannot shift offset for partition {topic}-{partition} since "
                                 "there is no current committed offset")
         return clamp({tp: committed[tp] + spec.value for tp in parts}, log_start, log_end)
     if spec.kind == "to_timestamp":
@@ -274,8 +276,8 @@ def format_offsets(rows: Sequence[OffsetRow], verbose: bool = False) -> str:
 def assignment_string(partitions: Iterable[Any]) -> str:
     """Kafka's "t1:0,1;t2:0" (topics sorted, partitions sorted)."""
     by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
-        by_topic.setdefault(tp[0], []).append(tp[1])
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
     return ";".join(f"{t}:" + ",".join(map(str, sorted(ps))) for t, ps in sorted(by_topic.items()))
 
 
@@ -286,7 +288,7 @@ class MemberRow:
     group_instance_id: str
     host: str
     client_id: str
-    assignment: tuple[tuple[str, int], ...]
+    assignment: tuple[TopicPartition, ...]
 
 
 def format_members(rows: Sequence[MemberRow], verbose: bool = False) -> str:
@@ -336,12 +338,12 @@ def format_reset_plan(plan: Mapping[str, Mapping[Any, int]]) -> str:
     if not plan:
         return ""
     g = max([15, *(len(k) for k in plan)])
-    t = max([15, *(len(tp[0]) for a in plan.values() for tp in a)])
+    t = max([15, *(len(topic) for a in plan.values() for topic, _ in a)])
     widths = [g, t, 10, 0]
     lines = [_row(widths, ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"])]
     for group, assignment in plan.items():
-        for tp, offset in sorted(assignment.items()):
-            lines.append(_row(widths, [group, tp[0], tp[1], offset]))
+        for (topic, partition), offset in sorted(assignment.items()):
+            lines.append(_row(widths, [group, topic, partition, offset]))
     return "\n".join(lines)
 
 
@@ -353,8 +355,8 @@ def format_group_listing(listings: Sequence[tuple[str, str]]) -> str:
 
 
 def export_csv(plan: Mapping[str, Mapping[Any, int]], single_group: bool) -> str:
-    return "".join((f"{tp[0]},{tp[1]},{o}\n" if single_group else f"{g},{tp[0]},{tp[1]},{o}\n")
-                   for g, a in plan.items() for tp, o in sorted(a.items()))
+    return "".join((f"{t},{p},{o}\n" if single_group else f"{g},{t},{p},{o}\n")
+                   for g, a in plan.items() for (t, p), o in sorted(a.items()))
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -562,8 +564,6 @@ async def collect_offsets(admin: AsyncAdmin, group: str, desc: GroupDescription
                           ) -> list[OffsetRow]:
     """Kafka's collectGroupsOffsets: members by number of partitions, then the committed
     partitions no member holds."""
-    from ..client.types import TopicPartition
-
     committed = await admin.list_consumer_group_offsets(group)
     members = sorted((m for m in desc.members if m.assignment),
                      key=lambda m: -len(m.assignment))
@@ -601,7 +601,7 @@ async def describe(admin: AsyncAdmin, args: argparse.Namespace) -> int:
             status |= desc.state == "Dead"
         elif args.members:
             rows = [MemberRow(group, m.member_id, m.group_instance_id or "", m.client_host,
-                              m.client_id, tuple((tp[0], tp[1]) for tp in m.assignment))
+                              m.client_id, tuple(m.assignment))
                     for m in desc.members]
             if _state_ok(group, desc.state, len(rows)):
                 print("\n" + format_members(rows, args.verbose))
@@ -632,8 +632,6 @@ async def delete_groups(admin: AsyncAdmin, args: argparse.Namespace) -> int:
 
 
 async def _partitions_of(admin: AsyncAdmin, topic_args: Iterable[str]) -> list[TopicPartition]:
-    from ..client.types import TopicPartition
-
     explicit: list[TopicPartition] = []
     whole: list[str] = []
     for arg in topic_args:
@@ -684,8 +682,6 @@ def _scenario(args: argparse.Namespace, now_ms: Callable[[], int]) -> ResetSpec:
 
 
 async def reset_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> int:
-    from ..client.types import TopicPartition
-
     if not args.dry_run and not args.execute:
         print("WARN: No action will be performed as the --execute option is missing. In a "
               "future major release, the default behavior of this command will be to prompt "
@@ -693,7 +689,7 @@ async def reset_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> int:
               "the --dry-run option explicitly if you are scripting this command and want to "
               "keep the current default behavior without prompting.", file=sys.stderr)
     spec = _scenario(args, lambda: int(time.time() * 1000))
-    file_plan: dict[str, dict[tuple[str, int], int]] = {}
+    file_plan: dict[str, dict[TopicPartition, int]] = {}
     if spec.kind == "from_file":
         try:
             with open(args.from_file, encoding="utf-8") as f:
@@ -722,7 +718,7 @@ async def reset_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> int:
                 plan[group] = {}
                 status = 1
                 continue
-            from_file = {TopicPartition(*tp): o for tp, o in file_plan[group].items()}
+            from_file = file_plan[group]
             partitions = list(from_file)
         elif args.all_topics:
             partitions = sorted(committed)
@@ -756,8 +752,6 @@ async def reset_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> int:
 
 async def delete_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> int:
     from ..client.errors import KafkaError
-    from ..client.types import TopicPartition
-
     group = args.group[0]
     results: dict[TopicPartition, KafkaError | None] = {}
     partitions: list[TopicPartition] = []

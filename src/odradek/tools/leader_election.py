@@ -184,7 +184,7 @@ async def _elect(args: argparse.Namespace, election_type: str,
     async with AsyncAdmin(_admin_config(args)) as admin:
         results = await admin.elect_leaders(election_type, partitions, timeout=timeout,
                                             raise_errors=False)
-    return {TopicPartition(tp[0], tp[1]): e for tp, e in results.items()}
+    return results
 
 
 def _emit(out: list[str], err: list[str]) -> int:

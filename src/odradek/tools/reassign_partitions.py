@@ -82,7 +82,9 @@ def _json(text: str, what: str) -> Any:
 
 
 def tp_name(tp: TP) -> str:
-    return f"{tp[0]}-{tp[1]}"
+    """Kafka's topic-partition form: str(tp), for plain (topic, partition) pairs as well."""
+    topic, partition = tp
+    return f"{topic}-{partition}"
 
 
 def parse_topics_json(text: str) -> list[str]:
@@ -125,7 +127,7 @@ def parse_reassignment_json(text: str) -> dict[TP, list[int]]:
     parts: list[tuple[TP, list[int]]] = []
     for e in obj["partitions"]:
         try:
-            tp = (str(e["topic"]), int(e["partition"]))
+            tp = TP(str(e["topic"]), int(e["partition"]))
             replicas = [int(r) for r in e["replicas"]]
         except (KeyError, TypeError, ValueError):
             raise ToolError(f"Malformed partition entry {e!r}: expected topic, partition and "
@@ -255,7 +257,8 @@ def propose_assignment(current: Mapping[TP, Sequence[int]], brokers: Iterable[in
     when ``racks`` gives every broker a rack (Kafka's tool, unless --disable-rack-aware)."""
     by_topic: dict[str, list[TP]] = {}
     for tp in current:
-        by_topic.setdefault(tp[0], []).append(tp)
+        topic, _ = tp  # plain (topic, partition) pairs work as well
+        by_topic.setdefault(topic, []).append(tp)
     out: dict[TP, list[int]] = {}
     for topic, tps in sorted(by_topic.items()):
         rf = len(current[min(tps)])
@@ -263,7 +266,7 @@ def propose_assignment(current: Mapping[TP, Sequence[int]], brokers: Iterable[in
             placed = assign_replicas_to_brokers(brokers, len(tps), rf, racks=racks)
         except AssignmentError as exc:
             raise ToolError(str(exc)) from None
-        out.update({(topic, p): r for p, r in placed.items()})
+        out.update({TP(topic, p): r for p, r in placed.items()})
     return out
 
 
@@ -383,7 +386,7 @@ class AdminBackend:
                 desc = (await self.admin.describe_topics([topic]))[topic]
             except KafkaError:
                 raise ToolError(f"Topic {topic} not found.") from None
-            out.update({(topic, p.partition): list(p.replicas) for p in desc.partitions})
+            out.update({TP(topic, p.partition): list(p.replicas) for p in desc.partitions})
         return out
 
     async def brokers(self) -> set[int]:
@@ -394,13 +397,13 @@ class AdminBackend:
 
     async def ongoing(self, partitions: Iterable[TP] | None = None) -> Ongoing:
         found = await self.admin.list_partition_reassignments(partitions)
-        return {(tp.topic, tp.partition): (r.replicas, r.adding_replicas, r.removing_replicas)
+        return {tp: (r.replicas, r.adding_replicas, r.removing_replicas)
                 for tp, r in found.items()}
 
     async def alter(self, changes: Mapping[TP, list[int] | None]) -> dict[TP, str]:
         errors = await self.admin.alter_partition_reassignments(dict(changes),
                                                                 raise_errors=False)
-        return {(tp.topic, tp.partition): str(e) for tp, e in errors.items() if e is not None}
+        return {tp: str(e) for tp, e in errors.items() if e is not None}
 
     async def alter_configs(self, changes: Mapping[tuple[str, str], Mapping[str, str | None]]
                             ) -> None:
@@ -439,7 +442,7 @@ class ZooKeeperBackend:
             if found is None:
                 raise ToolError(f"Topic {topic} not found.")
             a = paths.decode_topic_assignment(found[0])
-            out.update({(topic, p): list(r) for p, r in a.partitions.items()})
+            out.update({TP(topic, p): list(r) for p, r in a.partitions.items()})
         return out
 
     async def brokers(self) -> set[int]:
@@ -466,7 +469,7 @@ class ZooKeeperBackend:
             for t, p in partitions:
                 wanted.setdefault(t, set()).add(p)  # type: ignore[union-attr]
         found = await read_ongoing(self.store, wanted)
-        return {(tp.topic, tp.partition): (list(o.replicas), list(o.adding), list(o.removing))
+        return {tp: (list(o.replicas), list(o.adding), list(o.removing))
                 for tp, o in found.items()}
 
     async def alter(self, changes: Mapping[TP, list[int] | None]) -> dict[TP, str]:

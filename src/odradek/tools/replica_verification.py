@@ -153,7 +153,8 @@ def compare_replicas(tp: TopicPartition, offset: int, reference: int,
             if broken:
                 detail += "; the batch of replica " + ",".join(map(str, broken)) + \
                     " fails its own CRC check"
-            return position, Mismatch(tp[0], tp[1], at, reference, tuple(differing), detail)
+            topic, partition = tp  # plain (topic, partition) pairs work as well
+            return position, Mismatch(topic, partition, at, reference, tuple(differing), detail)
         position = ref.last_offset + 1
 
 
@@ -251,7 +252,7 @@ class ReplicaVerifier:
                 if not replicas:
                     continue
                 reference = p.leader if p.leader in replicas else replicas[0]
-                self.states[(name, index)] = PartitionState(replicas, reference)
+                self.states[TopicPartition(name, index)] = PartitionState(replicas, reference)
         if not self.states:
             raise cannot_run(
                 "No topics found. --topic-white-list if specified, is either filtering out all "
@@ -289,7 +290,7 @@ class ReplicaVerifier:
         out: dict[TopicPartition, int] = {}
         for t in resp.topics:
             for p in t.partitions:
-                tp = (t.name, p.partition_index)
+                tp = TopicPartition(t.name, p.partition_index)
                 if tp not in self.states:
                     continue
                 if p.error_code != ErrorCode.none:
@@ -324,8 +325,8 @@ class ReplicaVerifier:
         out: dict[TopicPartition, tuple[int, int, bytes] | str] = {}
         for t in resp.responses:
             for p in t.partitions:
-                out[(t.topic, p.partition_index)] = (int(p.error_code), int(p.high_watermark),
-                                                      bytes(p.records or b""))
+                out[TopicPartition(t.topic, p.partition_index)] = (
+                    int(p.error_code), int(p.high_watermark), bytes(p.records or b""))
         return out
 
     async def round(self) -> bool:
@@ -350,13 +351,13 @@ class ReplicaVerifier:
             st = self.states[tp]
             batches: dict[int, list[BatchInfo]] = {}
             for r in st.replicas:
-                got = fetched[r].get(tp, f"broker {r} did not answer for {tp[0]}-{tp[1]}")
+                got = fetched[r].get(tp, f"broker {r} did not answer for {tp}")
                 if isinstance(got, str):
                     st.error = got
                     break
                 code, hw, data = got
                 if code != ErrorCode.none:
-                    st.error = (f"replica {r} of {tp[0]}-{tp[1]} answered "
+                    st.error = (f"replica {r} of {tp} answered "
                                 f"{ErrorCode(code).name.upper()} at offset {st.offset}")
                     break
                 st.high_watermarks[r] = hw
@@ -412,7 +413,7 @@ class ReplicaVerifier:
         self.say(max_lag_line(self.lags()))
         errors = [(tp, st.error) for tp, st in sorted(self.states.items()) if st.error]
         for tp, error in errors:
-            self.err.write(f"partition {tp[0]}-{tp[1]} could not be verified: {error}\n")
+            self.err.write(f"partition {tp} could not be verified: {error}\n")
         differ = [st.mismatch for _, st in sorted(self.states.items()) if st.mismatch]
         if differ:
             self.say(f"{len(differ)} of {len(self.states)} partitions have replicas that differ")

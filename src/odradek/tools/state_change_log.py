@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common import TopicPartition
 from ..common.fault_log import FAULT_LOG_NAME, FaultEvent, fault_spans, read_fault_events
 from ..common.state_change import LINE_RE, PARTITION_RE
 from .command import Subcommands, ToolError, prefixed, run_tool
@@ -284,7 +285,7 @@ class Change:
     state (`state`), a replica's new state (`replica_state`), and/or the leader it names."""
 
     time: str
-    partition: tuple[str, int]
+    partition: TopicPartition
     state: str | None = None
     leader: int | None = None
     replica_state: str | None = None
@@ -312,7 +313,7 @@ def parse_change(line: str) -> Change | None:
     part = PARTITION_RE.search(message)
     if part is None:
         return None
-    tp = (part.group("topic"), int(part.group("partition")))
+    tp = TopicPartition(part.group("topic"), int(part.group("partition")))
     time = parsed.group("time")
     replica = _REPLICA_CHANGE_RE.match(message)
     if replica is not None:
@@ -352,9 +353,9 @@ def timeline_rows(changes: Iterable[Change], max_lanes: int = MAX_LANES
     or by the last change overall; replica state changes become zero-length spans (ticks).
     Returns (the first `max_lanes` partitions by name, how many partitions there were, the
     time of the first change)."""
-    current: dict[tuple[str, int], tuple[str | None, int | None]] = {}
-    opened: dict[tuple[str, int], tuple[float, str]] = {}
-    spans: dict[tuple[str, int], list[tuple[float, float, str]]] = {}
+    current: dict[TopicPartition, tuple[str | None, int | None]] = {}
+    opened: dict[TopicPartition, tuple[float, str]] = {}
+    spans: dict[TopicPartition, list[tuple[float, float, str]]] = {}
     first: str | None = None
     t0 = now = 0.0
     for c in changes:
@@ -391,8 +392,10 @@ def timeline_rows(changes: Iterable[Change], max_lanes: int = MAX_LANES
     return rows, len(names), first
 
 
-def _name(tp: tuple[str, int]) -> str:
-    return f"{tp[0]}-{tp[1]}"
+def _name(tp: TopicPartition) -> str:
+    """Kafka's topic-partition form: str(tp), for plain (topic, partition) pairs as well."""
+    topic, partition = tp
+    return f"{topic}-{partition}"
 
 
 def is_offline(state: str | None, leader: int | None) -> bool:
@@ -420,8 +423,8 @@ def offline_periods(changes: Iterable[Change]) -> dict[str, list[tuple[float, fl
     """Per partition, the (start, end) periods (seconds since the first change) it had no
     leader; a period still open at the last change ends there."""
     out: dict[str, list[tuple[float, float]]] = {}
-    state: dict[tuple[str, int], tuple[str | None, int | None]] = {}
-    since: dict[tuple[str, int], float] = {}
+    state: dict[TopicPartition, tuple[str | None, int | None]] = {}
+    since: dict[TopicPartition, float] = {}
     t0: float | None = None
     now = 0.0
     for c in changes:

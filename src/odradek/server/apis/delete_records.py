@@ -67,8 +67,8 @@ def _respond(header: Any, request: Any,
     mod = response_module(type(request))
     by_topic: dict[str, list[Any]] = {}
     for tp, r in results.items():
-        by_topic.setdefault(tp[0], []).append(make(
-            mod.DeleteRecordsPartitionResult, partition_index=tp[1],
+        by_topic.setdefault(tp.topic, []).append(make(
+            mod.DeleteRecordsPartitionResult, partition_index=tp.partition,
             low_watermark=r.low_watermark,
             error_code=r.error))
     topics = tuple(make(mod.DeleteRecordsTopicResult, name=name, partitions=tuple(parts))

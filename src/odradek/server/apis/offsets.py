@@ -127,7 +127,7 @@ ALLOWED: Check = (True, None)
 
 
 def _known(cache: MetadataCache, tp: TopicPartition) -> bool:
-    return cache.partition(tp[0], tp[1]) is not None
+    return cache.partition(tp.topic, tp.partition) is not None
 
 
 def _by_topic(items: dict[TopicPartition, Any]) -> dict[str, dict[int, Any]]:
@@ -150,7 +150,7 @@ def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: 
     expire = None if retention == DEFAULT_RETENTION_TIME else now + retention
     for topic in request.topics:
         for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
+            tp = TopicPartition(topic.name, p.partition_index)
             order.append(tp)
             if not check[0]:
                 errors[tp] = ErrorCode.group_authorization_failed
@@ -169,8 +169,8 @@ def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: 
         status = {**result, **errors}
         topics: dict[str, list[Any]] = {}
         for tp in dict.fromkeys(order):
-            topics.setdefault(tp[0], []).append(make(
-                mod.OffsetCommitResponsePartition, partition_index=tp[1],
+            topics.setdefault(tp.topic, []).append(make(
+                mod.OffsetCommitResponsePartition, partition_index=tp.partition,
                 error_code=ErrorCode(status[tp])))
         resp = make(mod.OffsetCommitResponse, throttle_time=0, topics=tuple(
             make(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
@@ -200,7 +200,7 @@ def _txn_offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, head
     now = coordinator.clock()
     for topic in request.topics:
         for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
+            tp = TopicPartition(topic.name, p.partition_index)
             order.append(tp)
             if denied is not None:
                 errors[tp] = denied
@@ -220,8 +220,8 @@ def _txn_offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, head
             code = status[tp]
             if version < 2 and code == ErrorCode.coordinator_load_in_progress:
                 code = ErrorCode.coordinator_not_available
-            topics.setdefault(tp[0], []).append(make(
-                mod.TxnOffsetCommitResponsePartition, partition_index=tp[1],
+            topics.setdefault(tp.topic, []).append(make(
+                mod.TxnOffsetCommitResponsePartition, partition_index=tp.partition,
                 error_code=ErrorCode(code)))
         resp = make(mod.TxnOffsetCommitResponse, throttle_time=0, topics=tuple(
             make(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
@@ -249,18 +249,18 @@ def _fetch_group(coordinator: GroupCoordinator, group_id: str, topics: Any,
         return ErrorCode.group_authorization_failed, {}
     allowed_topics = check[1]
     partitions = None if topics is None else [
-        (t.name, i) for t in topics for i in t.partition_indexes
+        TopicPartition(t.name, i) for t in topics for i in t.partition_indexes
         if allowed_topics is None or t.name in allowed_topics]
     error, results = coordinator.handle_fetch_offsets(group_id, require_stable, partitions) \
         if partitions is None or partitions else (ErrorCode.none, {})
     if allowed_topics is not None:
         if topics is None:  # every offset of the group: those of unauthorized topics left out
-            results = {tp: r for tp, r in results.items() if tp[0] in allowed_topics}
+            results = {tp: r for tp, r in results.items() if tp.topic in allowed_topics}
         else:
             for t in topics:
                 if t.name not in allowed_topics:
                     for i in t.partition_indexes:
-                        results[(t.name, i)] = OffsetFetchResult(
+                        results[TopicPartition(t.name, i)] = OffsetFetchResult(
                             error=ErrorCode.topic_authorization_failed)
     return error, results
 
@@ -298,7 +298,7 @@ def _offset_fetch(coordinator: GroupCoordinator, header: Any, request: Any,
     if error != ErrorCode.none:
         # v1 has no top-level error: every requested partition carries it.
         results = ({} if version >= 2 or request.topics is None else
-                   {(t.name, i): OffsetFetchResult(error=error)
+                   {TopicPartition(t.name, i): OffsetFetchResult(error=error)
                     for t in request.topics for i in t.partition_indexes})
     resp = make(mod.OffsetFetchResponse, throttle_time=0, error_code=ErrorCode(error),
                 topics=topics_of(results, mod.OffsetFetchResponseTopic,
@@ -319,7 +319,7 @@ def _offset_delete(coordinator: GroupCoordinator, cache: MetadataCache, header: 
     wanted: list[TopicPartition] = []
     for topic in request.topics:
         for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
+            tp = TopicPartition(topic.name, p.partition_index)
             if check[1] is not None and topic.name not in check[1]:
                 errors[tp] = ErrorCode.topic_authorization_failed
             elif _known(cache, tp):

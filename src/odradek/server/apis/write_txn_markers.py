@@ -68,7 +68,7 @@ class WriteTxnMarkersApi:
                        request_name="WriteTxnMarkers"):
             for marker in request.markers:
                 results.append((int(marker.producer_id), {
-                    (t.name, int(i)): ErrorCode.cluster_authorization_failed
+                    TopicPartition(t.name, int(i)): ErrorCode.cluster_authorization_failed
                     for t in marker.topics for i in t.partition_indexes}))
             return _encode(header, request, results)
         outcomes = await asyncio.gather(*(self._write_marker(m) for m in request.markers))
@@ -87,7 +87,7 @@ class WriteTxnMarkersApi:
         entries: dict[TopicPartition, bytes | None] = {}
         for t in marker.topics:
             for index in t.partition_indexes:
-                entries[(t.name, int(index))] = build_end_txn_marker_batch(
+                entries[TopicPartition(t.name, int(index))] = build_end_txn_marker_batch(
                     end_marker, pid, int(marker.producer_epoch), timestamp_ms=now)
         if not entries:
             return {}
@@ -96,15 +96,15 @@ class WriteTxnMarkersApi:
         appended: dict[TopicPartition, ProduceResult] = (
             outcome if isinstance(outcome, dict) else await outcome)
         errors = {tp: r.error for tp, r in appended.items()}
-        offsets = {tp[1] for tp, code in errors.items()
-                   if tp[0] == OFFSETS_TOPIC and code == ErrorCode.none}
+        offsets = {tp.partition for tp, code in errors.items()
+                   if tp.topic == OFFSETS_TOPIC and code == ErrorCode.none}
         if offsets:
             try:
                 self.group_coordinator.handle_txn_completion(pid, offsets, is_commit)
             except Exception:
                 log.exception("Completing the offsets of producer %d's transaction failed", pid)
                 for index in offsets:
-                    errors[(OFFSETS_TOPIC, index)] = ErrorCode.unknown_server_error
+                    errors[TopicPartition(OFFSETS_TOPIC, index)] = ErrorCode.unknown_server_error
         return errors
 
 
