@@ -276,6 +276,13 @@ class TransactionManager:
             self.transition_to(TxnState.INITIALIZING)
 
     def initialized(self, producer_id: int, producer_epoch: int) -> None:
+        """InitProducerId answered: READY with the new id and epoch. Only an INITIALIZING
+        manager sent one (Kafka's InitProducerIdHandler); from any other state (READY after a
+        commit, say) the answer would skip clearing the finished transaction's partitions."""
+        if self.state is not TxnState.INITIALIZING:
+            raise IllegalStateError(
+                f"TransactionalId {self.transactional_id}: InitProducerId answered in state "
+                f"{self.state.name}, not INITIALIZING")
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
         self.epoch_bump_required = False
         self.transition_to(TxnState.READY)
