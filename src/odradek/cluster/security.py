@@ -24,8 +24,9 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
-# Kafka's ZkAclStore paths and the JSON names of SecurityUtils.
-_ACL_ROOTS = {"LITERAL": "/kafka-acl", "PREFIXED": "/kafka-acl-extended/prefixed"}
+# The pattern types with ACL znodes (Kafka's ZkAclStore: paths.acl_store_path) and the JSON
+# names of SecurityUtils.
+_PATTERN_TYPES = ("LITERAL", "PREFIXED")
 _RESOURCE_TYPES = {"topic": "Topic", "group": "Group", "cluster": "Cluster",
                    "transactionalid": "TransactionalId", "delegationtoken": "DelegationToken"}
 _OPERATIONS = {n.lower(): n for n in (
@@ -66,11 +67,10 @@ class ClusterAcl:
 
     def znode(self) -> str:
         """Kafka's ACL znode of this entry's resource pattern."""
-        root = _ACL_ROOTS.get(self.pattern.upper())
         rtype = _RESOURCE_TYPES.get(self.resource_type.replace("_", "").lower())
-        if root is None or rtype is None:
+        if self.pattern.upper() not in _PATTERN_TYPES or rtype is None:
             raise ValueError(f"unsupported ACL resource {self.resource_type}/{self.pattern}")
-        return f"{root}/{rtype}/{self.name}"
+        return paths.acl_resource_path(self.pattern, rtype, self.name)
 
     def json_entry(self) -> dict[str, str]:
         operation = _OPERATIONS.get(self.operation.replace("_", "").lower())
@@ -90,7 +90,8 @@ def acl_znodes(acls: Iterable[Any]) -> dict[str, bytes]:
         entries = grouped.setdefault(a.znode(), [])
         if entry not in entries:
             entries.append(entry)
-    return {path: json.dumps({"version": 1, "acls": entries}, separators=(",", ":")).encode()
+    return {path: json.dumps({"version": paths.ACL_VERSION, "acls": entries},
+                             separators=(",", ":")).encode()
             for path, entries in grouped.items()}
 
 
