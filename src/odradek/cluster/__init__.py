@@ -25,8 +25,8 @@ a client needs.
 
 The package: `security` (`ClusterSecurity`, `ClusterAcl`, certificates, the brokers' security
 configs and the znodes written before they start), `faults` (`ClusterFaults`, the fault API),
-`async_cluster` (`AsyncCluster`) and `sync_cluster` (`Cluster`, its loop in a daemon thread, and
-`BlockingFaults`).
+`async_cluster` (`AsyncCluster`) and `sync_cluster` (`Cluster`, its loop on a
+`odradek.common.loop_thread.LoopThread`, and `BlockingFaults`).
 """
 
 from .async_cluster import AsyncCluster

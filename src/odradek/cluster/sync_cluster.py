@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..common.loop_thread import LoopThread
 from .async_cluster import AsyncCluster
 from .faults import ClusterFaults
 
@@ -79,22 +79,33 @@ class BlockingFaults:
 
 
 class Cluster:
-    """The synchronous face of AsyncCluster: its loop runs in a daemon thread."""
+    """The synchronous face of AsyncCluster: its loop runs in a daemon thread (a `LoopThread`,
+    started by `start`)."""
 
     def __init__(self, brokers: int = 3, **kwargs: Any) -> None:
         self._kwargs = kwargs
         self._size = brokers
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="odradek-cluster",
-                                        daemon=True)
+        self._runner: LoopThread | None = None
         self.inner: AsyncCluster | None = None
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop every broker of the cluster runs on."""
+        assert self._runner is not None, "cluster not started"
+        return self._runner.loop
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 120.0) -> T:
-        """Run a coroutine on the cluster's loop and return its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        """Run a coroutine on the cluster's loop and return its result (TimeoutError after
+        ``timeout`` seconds, the coroutine left running)."""
+        if self._runner is None:
+            coro.close()
+            raise RuntimeError("cluster not started")
+        return self._runner.submit(coro).result(timeout)
 
     def start(self) -> Cluster:
-        self._thread.start()
+        if self._runner is not None:
+            raise RuntimeError("a Cluster starts once")
+        self._runner = LoopThread("odradek-cluster")
 
         async def make() -> AsyncCluster:
             return AsyncCluster(self._size, **self._kwargs)
@@ -108,9 +119,8 @@ class Cluster:
                 self.run(self.inner.stop())
             finally:
                 self.inner = None
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
+        if self._runner is not None:
+            self._runner.stop()
 
     def __enter__(self) -> Cluster:
         return self.start()

@@ -1,6 +1,6 @@
 """The synchronous faces' engine: an asyncio loop running in a daemon thread, with helpers to
 run coroutines on it from the caller's thread. The synchronous clients (`odradek.client`'s
-Producer, Consumer and Admin) each run their async counterpart on one."""
+Producer, Consumer and Admin) and `odradek.Cluster` each run their async counterpart on one."""
 
 from __future__ import annotations
 
