@@ -7,7 +7,8 @@
 
 `Cluster` runs its brokers on an asyncio loop in a background thread so that synchronous code
 (tests, notebooks, the real clients) can use it; `AsyncCluster` is the same inside a running
-loop. Brokers keep their ports across restarts, so clients reconnect to the same addresses.
+loop (``async with AsyncCluster(brokers=3) as cluster:``). Brokers keep their ports across
+restarts, so clients reconnect to the same addresses.
 
 A secured cluster (TLS and SASL listeners, SCRAM users, ACLs) is declared with `ClusterSecurity`:
 

@@ -278,6 +278,15 @@ class AsyncCluster:
         if self._tmp:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    async def __aenter__(self) -> AsyncCluster:
+        """``async with AsyncCluster(...) as cluster:`` starts it (`start`) ..."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """... and stops it (`stop`) on the way out, whatever ended the block."""
+        await self.stop()
+
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{self.host}:{self.ports[i]}" for i in sorted(self.ports)
