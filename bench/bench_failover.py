@@ -582,7 +582,7 @@ def summarise_profile(raw: Path, seconds: float, rate: int, top: int = 10) -> st
                        [(c, f"{n / busy:.1%}") for c, n in cats.most_common(8)], "lr"))
     lines.append("")
     ours = [(f, c) for f, c in incl.most_common() if "odradek/" in f
-            and not f.startswith("<module>") and "cluster.py" not in f]
+            and not f.startswith("<module>") and "odradek/cluster/" not in f]
     lines.append(table(["odradek frame, inclusive", "% of busy"],
                        [(short(f), f"{c / busy:.1%}") for f, c in ours[:top]], "lr"))
     lines.append("")

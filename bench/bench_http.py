@@ -127,7 +127,7 @@ def run(a: argparse.Namespace) -> Result:
         listener = broker.http_listener
         assert listener is not None
         base = listener.url
-        loop = cluster._loop  # the loop every in-process broker runs on
+        loop = cluster.loop  # the loop every in-process broker runs on
         formatted_off_loop = listener.render_metrics
         assert formatted_off_loop is not None
 

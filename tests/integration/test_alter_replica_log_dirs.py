@@ -71,115 +71,115 @@ def test_move_replicas_between_log_dirs_while_producing(tmp_path: Path) -> None:
     dirs = {b: [tmp_path / f"b{b}-x", tmp_path / f"b{b}-y"] for b in (0, 1)}
 
     async def scenario() -> None:
-        cluster = AsyncCluster(2, data_dir=tmp_path / "cluster", overrides=FAST, http=False,
-                               broker_overrides={b: {"log.dirs": ",".join(map(str, d))}
-                                                 for b, d in dirs.items()})
-        await cluster.start()
-        clients = {b: await WireClient.connect("127.0.0.1", cluster.ports[b]) for b in (0, 1)}
-        acked: dict[int, list[tuple[int, list[bytes]]]] = {0: [], 1: []}
-        stop = asyncio.Event()
-        try:
-            await create_topic(clients[0])
-            await cluster.wait_for(lambda: all(
-                (TOPIC, p) in b.replica_manager.partitions for b in cluster.brokers.values()
-                for p in (0, 1)), what="topic hosted")
-            payload = b"x" * 1000
+        async with AsyncCluster(2, data_dir=tmp_path / "cluster", overrides=FAST, http=False,
+                                broker_overrides={b: {"log.dirs": ",".join(map(str, d))}
+                                                  for b, d in dirs.items()}) as cluster:
+            clients = {b: await WireClient.connect("127.0.0.1", cluster.ports[b]) for b in (0, 1)}
+            acked: dict[int, list[tuple[int, list[bytes]]]] = {0: [], 1: []}
+            stop = asyncio.Event()
+            try:
+                await create_topic(clients[0])
+                await cluster.wait_for(lambda: all(
+                    (TOPIC, p) in b.replica_manager.partitions for b in cluster.brokers.values()
+                    for p in (0, 1)), what="topic hosted")
+                payload = b"x" * 1000
 
-            async def producer(p: int, n: int | None) -> None:
-                leader = await WireClient.connect("127.0.0.1", cluster.ports[0 if p == 0 else 1])
-                try:
-                    i = 0
-                    while (n is None and not stop.is_set()) or (n is not None and i < n):
-                        values = [b"%d-%d-%d-" % (p, i, j) + payload for j in range(10)]
-                        code, base = await produce_values(leader, TOPIC, p, values)
-                        assert code == 0, code
-                        acked[p].append((base, values))
-                        i += 1
-                finally:
-                    await leader.close()
+                async def producer(p: int, n: int | None) -> None:
+                    leader = await WireClient.connect("127.0.0.1",
+                                                      cluster.ports[0 if p == 0 else 1])
+                    try:
+                        i = 0
+                        while (n is None and not stop.is_set()) or (n is not None and i < n):
+                            values = [b"%d-%d-%d-" % (p, i, j) + payload for j in range(10)]
+                            code, base = await produce_values(leader, TOPIC, p, values)
+                            assert code == 0, code
+                            acked[p].append((base, values))
+                            i += 1
+                    finally:
+                        await leader.close()
 
-            await asyncio.gather(producer(0, 30), producer(1, 30))  # 300 KB each
-            lm = cluster.brokers[0].log_manager
-            assert lm is not None
-            await cluster.wait_for(lambda: all(
-                (lg := lm.get_log(TOPIC, p)) is not None and lg.log_end_offset == 300
-                for p in (0, 1)), what="broker 0 has both partitions")
-            sources = {p: lm.get_log(TOPIC, p).dir.parent for p in (0, 1)}  # type: ignore[union-attr]
-            dest = {p: next(d.absolute() for d in dirs[0] if d.absolute() != sources[p])
-                    for p in (0, 1)}
-            rm = cluster.brokers[0].replica_manager
-            assert rm is not None
-            await set_throttle(clients[0], 0, 150_000)  # 600 KB to copy: mid-move for a while
-            await cluster.wait_for(lambda: rm.alter_log_dirs.quota.quota == 150_000,
-                                   what="throttle applied")
-            writers = [asyncio.ensure_future(producer(p, None)) for p in (0, 1)]
-            moves: dict[str, list[tuple[str, int]]] = {}
-            for p in (0, 1):
-                moves.setdefault(str(dest[p]), []).append((TOPIC, p))
-            r = await clients[0].request(alter_request(moves))
-            assert errors_of(r) == {(TOPIC, 0): 0, (TOPIC, 1): 0}
-            # mid-move: the future replicas, Kafka's dir names, DescribeLogDirs
-            for p in (0, 1):
-                future = lm.get_future_log(TOPIC, p)
-                assert future is not None and future.dir.parent == dest[p]
-                assert future.dir.name.startswith(f"{TOPIC}-{p}.")
-                assert future.dir.name.endswith("-future")
-                assert len(future.dir.name) == len(f"{TOPIC}-{p}") + 1 + 32 + len("-future")
-            r = await clients[0].request(describe_log_dirs())
-            seen = {(res.log_dir, int(part.partition_index), bool(part.is_future_key)):
-                    int(part.offset_lag)
-                    for res in r.results for t in res.topics if t.name == TOPIC
-                    for part in t.partitions}
-            for p in (0, 1):
-                assert (str(sources[p]), p, False) in seen
-                assert seen[(str(dest[p]), p, True)] > 0, seen
-            # bad input meanwhile: nothing crashes
-            r = await clients[0].request(alter_request({
-                str(tmp_path / "not-configured"): [(TOPIC, 0)], "relative": [(TOPIC, 1)],
-                str(dest[0]): [("no-such-topic", 0)]}))
-            assert errors_of(r) == {(TOPIC, 0): int(ErrorCode.log_dir_not_found),
-                                    (TOPIC, 1): int(ErrorCode.log_dir_not_found),
-                                    ("no-such-topic", 0):
-                                        int(ErrorCode.unknown_topic_or_partition)}
-            # throttled below the produce rate a move never catches up (as in Kafka): lift it
-            await set_throttle(clients[0], 0, None)
-            await cluster.wait_for(lambda: not lm.future_logs(), timeout=30,
-                                   what="both moves finished")
-            stop.set()
-            await asyncio.gather(*writers)
-            assert rm.alter_log_dirs.completed == 2
-            await cluster.wait_for(lambda: all(
-                lm.get_log(TOPIC, p).log_end_offset  # type: ignore[union-attr]
-                == cluster.brokers[1].log_manager.get_log(TOPIC, p).log_end_offset  # type: ignore[union-attr]
-                for p in (0, 1)), what="broker 0 caught up")
-            lm.wait_for_deletions(10)
-            for p in (0, 1):
-                lg = lm.get_log(TOPIC, p)
-                assert lg is not None and lg.dir == dest[p] / f"{TOPIC}-{p}"
-                assert rm.partitions[(TOPIC, p)].log is lg
-                assert not [e for e in sources[p].iterdir() if e.name.startswith(f"{TOPIC}-{p}")]
-                # the topic id moved with the log (Kafka's future log is created with it)
-                assert read_partition_metadata(lg.dir) == rm.partitions[(TOPIC, p)].topic_id
-                assert rm.partitions[(TOPIC, p)].topic_id is not None
-                got = records_of(lg)
-                assert [o for o, _ in got] == list(range(len(got)))  # nothing lost or doubled
-                by_offset = dict(got)
-                for base, values in acked[p]:
-                    for i, v in enumerate(values):
-                        assert by_offset[base + i] == v
-            r = await clients[0].request(describe_log_dirs())
-            after = {(res.log_dir, int(part.partition_index), bool(part.is_future_key))
-                     for res in r.results for t in res.topics if t.name == TOPIC
-                     for part in t.partitions}
-            assert after == {(str(dest[p]), p, False) for p in (0, 1)}
-            # the moved logs still take writes on broker 0 (leader of partition 0)
-            code, _ = await produce_values(clients[0], TOPIC, 0, [b"after"])
-            assert code == 0
-        finally:
-            stop.set()
-            for c in clients.values():
-                await c.close()
-            await cluster.stop()
+                await asyncio.gather(producer(0, 30), producer(1, 30))  # 300 KB each
+                lm = cluster.brokers[0].log_manager
+                assert lm is not None
+                await cluster.wait_for(lambda: all(
+                    (lg := lm.get_log(TOPIC, p)) is not None and lg.log_end_offset == 300
+                    for p in (0, 1)), what="broker 0 has both partitions")
+                sources = {p: lm.get_log(TOPIC, p).dir.parent for p in (0, 1)}  # type: ignore[union-attr]
+                dest = {p: next(d.absolute() for d in dirs[0] if d.absolute() != sources[p])
+                        for p in (0, 1)}
+                rm = cluster.brokers[0].replica_manager
+                assert rm is not None
+                await set_throttle(clients[0], 0, 150_000)  # 600 KB to copy: mid-move for a while
+                await cluster.wait_for(lambda: rm.alter_log_dirs.quota.quota == 150_000,
+                                       what="throttle applied")
+                writers = [asyncio.ensure_future(producer(p, None)) for p in (0, 1)]
+                moves: dict[str, list[tuple[str, int]]] = {}
+                for p in (0, 1):
+                    moves.setdefault(str(dest[p]), []).append((TOPIC, p))
+                r = await clients[0].request(alter_request(moves))
+                assert errors_of(r) == {(TOPIC, 0): 0, (TOPIC, 1): 0}
+                # mid-move: the future replicas, Kafka's dir names, DescribeLogDirs
+                for p in (0, 1):
+                    future = lm.get_future_log(TOPIC, p)
+                    assert future is not None and future.dir.parent == dest[p]
+                    assert future.dir.name.startswith(f"{TOPIC}-{p}.")
+                    assert future.dir.name.endswith("-future")
+                    assert len(future.dir.name) == len(f"{TOPIC}-{p}") + 1 + 32 + len("-future")
+                r = await clients[0].request(describe_log_dirs())
+                seen = {(res.log_dir, int(part.partition_index), bool(part.is_future_key)):
+                        int(part.offset_lag)
+                        for res in r.results for t in res.topics if t.name == TOPIC
+                        for part in t.partitions}
+                for p in (0, 1):
+                    assert (str(sources[p]), p, False) in seen
+                    assert seen[(str(dest[p]), p, True)] > 0, seen
+                # bad input meanwhile: nothing crashes
+                r = await clients[0].request(alter_request({
+                    str(tmp_path / "not-configured"): [(TOPIC, 0)], "relative": [(TOPIC, 1)],
+                    str(dest[0]): [("no-such-topic", 0)]}))
+                assert errors_of(r) == {(TOPIC, 0): int(ErrorCode.log_dir_not_found),
+                                        (TOPIC, 1): int(ErrorCode.log_dir_not_found),
+                                        ("no-such-topic", 0):
+                                            int(ErrorCode.unknown_topic_or_partition)}
+                # throttled below the produce rate a move never catches up (as in Kafka): lift it
+                await set_throttle(clients[0], 0, None)
+                await cluster.wait_for(lambda: not lm.future_logs(), timeout=30,
+                                       what="both moves finished")
+                stop.set()
+                await asyncio.gather(*writers)
+                assert rm.alter_log_dirs.completed == 2
+                await cluster.wait_for(lambda: all(
+                    lm.get_log(TOPIC, p).log_end_offset  # type: ignore[union-attr]
+                    == cluster.brokers[1].log_manager.get_log(TOPIC, p).log_end_offset  # type: ignore[union-attr]
+                    for p in (0, 1)), what="broker 0 caught up")
+                lm.wait_for_deletions(10)
+                for p in (0, 1):
+                    lg = lm.get_log(TOPIC, p)
+                    assert lg is not None and lg.dir == dest[p] / f"{TOPIC}-{p}"
+                    assert rm.partitions[(TOPIC, p)].log is lg
+                    assert not [e for e in sources[p].iterdir()
+                                if e.name.startswith(f"{TOPIC}-{p}")]
+                    # the topic id moved with the log (Kafka's future log is created with it)
+                    assert read_partition_metadata(lg.dir) == rm.partitions[(TOPIC, p)].topic_id
+                    assert rm.partitions[(TOPIC, p)].topic_id is not None
+                    got = records_of(lg)
+                    assert [o for o, _ in got] == list(range(len(got)))  # nothing lost or doubled
+                    by_offset = dict(got)
+                    for base, values in acked[p]:
+                        for i, v in enumerate(values):
+                            assert by_offset[base + i] == v
+                r = await clients[0].request(describe_log_dirs())
+                after = {(res.log_dir, int(part.partition_index), bool(part.is_future_key))
+                         for res in r.results for t in res.topics if t.name == TOPIC
+                         for part in t.partitions}
+                assert after == {(str(dest[p]), p, False) for p in (0, 1)}
+                # the moved logs still take writes on broker 0 (leader of partition 0)
+                code, _ = await produce_values(clients[0], TOPIC, 0, [b"after"])
+                assert code == 0
+            finally:
+                stop.set()
+                for c in clients.values():
+                    await c.close()
 
     run(scenario, timeout=120)
 
@@ -195,10 +195,8 @@ def test_tools_reassign_log_dirs_with_throttle_and_verify(tmp_path: Path) -> Non
     dirs = [tmp_path / "x", tmp_path / "y"]
 
     async def scenario() -> None:
-        cluster = AsyncCluster(1, data_dir=tmp_path / "cluster", http=False, overrides={
-            **FAST, "log.dirs": ",".join(map(str, dirs))})
-        await cluster.start()
-        try:
+        async with AsyncCluster(1, data_dir=tmp_path / "cluster", http=False, overrides={
+                **FAST, "log.dirs": ",".join(map(str, dirs))}) as cluster:
             c = await WireClient.connect("127.0.0.1", cluster.ports[0])
             try:
                 m = req_module(19, 7)
@@ -274,8 +272,6 @@ def test_tools_reassign_log_dirs_with_throttle_and_verify(tmp_path: Path) -> Non
             assert lm.get_log(TOPIC, 0).dir == Path(dest) / f"{TOPIC}-0"  # type: ignore[union-attr]
             await cluster.wait_for(lambda: rm.alter_log_dirs.quota.quota == 2**63 - 1,
                                    what="throttle cleared by --cancel")
-        finally:
-            await cluster.stop()
 
     run(scenario, timeout=120)
 
@@ -293,11 +289,9 @@ def test_a_replica_new_to_its_broker_is_created_in_the_planned_dir(tmp_path: Pat
     dirs = {b: [tmp_path / f"n{b}-x", tmp_path / f"n{b}-y"] for b in (0, 1)}
 
     async def scenario() -> None:
-        cluster = AsyncCluster(2, data_dir=tmp_path / "cluster", overrides=FAST, http=False,
-                               broker_overrides={b: {"log.dirs": ",".join(map(str, d))}
-                                                 for b, d in dirs.items()})
-        await cluster.start()
-        try:
+        async with AsyncCluster(2, data_dir=tmp_path / "cluster", overrides=FAST, http=False,
+                                broker_overrides={b: {"log.dirs": ",".join(map(str, d))}
+                                                  for b, d in dirs.items()}) as cluster:
             c = await WireClient.connect("127.0.0.1", cluster.ports[1])
             try:
                 m = req_module(19, 7)
@@ -339,7 +333,5 @@ def test_a_replica_new_to_its_broker_is_created_in_the_planned_dir(tmp_path: Pat
             rm = cluster.brokers[0].replica_manager
             assert rm is not None and rm.alter_log_dirs.completed == 0  # created there
             assert not lm.preferred_log_dirs
-        finally:
-            await cluster.stop()
 
     run(scenario, timeout=120)

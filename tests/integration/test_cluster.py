@@ -66,9 +66,7 @@ async def create_pinned(cluster: AsyncCluster, topic: str, replicas: tuple[int, 
 
 def test_election_and_the_znode_layout(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             controller = znode(cluster, "/controller")
             assert controller["version"] == 1 and controller["brokerid"] == cluster.controller_id()
             assert znode(cluster, "/controller_epoch") == 1
@@ -93,16 +91,12 @@ def test_election_and_the_znode_layout(tmp_path: Path) -> None:
                 assert r.controller_id == cluster.controller_id()
                 assert {p.partition_index: p.leader_id for p in r.topics[0].partitions} == \
                     {0: 0, 1: 1, 2: 2, 3: 0}
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 
 def test_leader_failover_elects_from_isr_and_bumps_epoch(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             await create(cluster, "t", 3)
             victim = 1 if cluster.controller_id() != 1 else 2
             led = [p for p in range(3) if state(cluster, "t", p)["leader"] == victim]
@@ -138,16 +132,12 @@ def test_leader_failover_elects_from_isr_and_bumps_epoch(tmp_path: Path) -> None
                 ("t", p) in b.replica_manager.partitions for p in range(3)), what="replicas")
             assert all(b.replica_manager.partitions[("t", p)].leader_id == want[p]
                        for p in range(3))
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 
 def test_controller_failover_increments_epoch_and_resumes(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             await create(cluster, "before", 2)
             old = cluster.controller_id()
             await cluster.kill_broker(old)
@@ -160,16 +150,12 @@ def test_controller_failover_increments_epoch_and_resumes(tmp_path: Path) -> Non
                                                for p in range(2)), what="leaders moved")
             await create(cluster, "after", 2, rf=2)
             assert all(state(cluster, "after", p)["controller_epoch"] == 2 for p in range(2))
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 
 def test_controlled_shutdown_moves_leadership_before_exit(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             await create(cluster, "t", 6)
             victim = next(b for b in range(3) if b != cluster.controller_id())
             led = [p for p in range(6) if state(cluster, "t", p)["leader"] == victim]
@@ -182,16 +168,12 @@ def test_controlled_shutdown_moves_leadership_before_exit(tmp_path: Path) -> Non
                 assert s["leader"] != victim and s["leader"] >= 0 and s["leader_epoch"] == 1
             for p in range(6):
                 assert victim not in state(cluster, "t", p)["isr"]
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 
 def test_topic_deletion_removes_nodes_and_logs_everywhere(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             await create(cluster, "doomed", 3, configs={"retention.ms": "1000"})
             assert znode(cluster, "/config/topics/doomed")["config"] == {"retention.ms": "1000"}
             assert len(list(tmp_path.glob("broker-*/doomed-*"))) == 9
@@ -209,16 +191,12 @@ def test_topic_deletion_removes_nodes_and_logs_everywhere(tmp_path: Path) -> Non
             assert znode(cluster, "/config/topics/doomed") is None
             await cluster.wait_for(lambda: not list(tmp_path.glob("broker-*/doomed-*")),
                                    what="log dirs deleted")
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 
 def test_unclean_leader_election_off_keeps_partition_offline(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             ctrl = cluster.controller_id()
             a, b = [x for x in range(3) if x != ctrl]
             await create_pinned(cluster, "u", (a, b))
@@ -235,16 +213,12 @@ def test_unclean_leader_election_off_keeps_partition_offline(tmp_path: Path) -> 
             await cluster.start_broker(a)  # the ISR member returns and leads again
             await cluster.wait_for(lambda: state(cluster, "u", 0)["leader"] == a,
                                    what="leader back")
-        finally:
-            await cluster.stop()
     run(body, 120)
 
 
 def test_brokers_refuse_an_older_controller_epoch(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(2, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(2, data_dir=tmp_path) as cluster:
             await create(cluster, "t", 1, rf=2)
             old = cluster.controller_id()
             await cluster.kill_broker(old)
@@ -262,22 +236,16 @@ def test_brokers_refuse_an_older_controller_epoch(tmp_path: Path) -> None:
             resp = await send_one("127.0.0.1", cluster.ports[other], 4, 5, stale, 1, "test", 10)
             assert resp.error_code == ErrorCode.stale_controller_epoch
             assert cluster.brokers[other].replica_manager.partitions[("t", 0)].leader_epoch < 99
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 
 def test_controlled_shutdown_request_needs_the_controller(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(2, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(2, data_dir=tmp_path) as cluster:
             non_controller = 1 - cluster.controller_id()
             resp = await send_one("127.0.0.1", cluster.ports[non_controller], 7, 3,
                                   ib.ControlledShutdownRequest(broker_id=0), 1, "test", 10)
             assert resp.error_code == ErrorCode.not_controller
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
@@ -285,17 +253,13 @@ def test_every_broker_writes_a_parseable_state_change_log(tmp_path: Path) -> Non
     from odradek.common.state_change import LINE_RE, PARTITION_RE
 
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             await create(cluster, "t", 2)
             ctrl = cluster.controller_id()
             victim = next(b for b in range(3) if b != ctrl)
             await cluster.kill_broker(victim)
             await cluster.wait_for(lambda: all(state(cluster, "t", p)["leader"] != victim
                                                for p in range(2)), what="failover")
-        finally:
-            await cluster.stop()
         for b in range(3):
             lines = (tmp_path / f"broker-{b}" / "state-change.log").read_text().splitlines()
             assert lines
@@ -324,10 +288,8 @@ def test_new_controller_takes_dead_replicas_out_of_the_isr(tmp_path: Path) -> No
     """Replicas on the broker that died with the old controller leave every ISR at failover,
     not after the leaders' replica.lag.time.max.ms (here 60 s: the test would time out)."""
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path,
-                               overrides={"replica.lag.time.max.ms": "60000"})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path,
+                                overrides={"replica.lag.time.max.ms": "60000"}) as cluster:
             await create(cluster, "t", 3)
             old = cluster.controller_id()
             await cluster.kill_broker(old)
@@ -336,16 +298,12 @@ def test_new_controller_takes_dead_replicas_out_of_the_isr(tmp_path: Path) -> No
             await cluster.wait_for(lambda: all(old not in state(cluster, "t", p)["isr"]
                                                for p in range(3)), timeout=15,
                                    what="the dead controller out of every ISR")
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 
 def test_unclean_leader_election_on_elects_a_live_replica_outside_the_isr(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             ctrl = cluster.controller_id()
             a, b = [x for x in range(3) if x != ctrl]
             await create_pinned(cluster, "u", (a, b), {"unclean.leader.election.enable": "true"})
@@ -360,8 +318,6 @@ def test_unclean_leader_election_on_elects_a_live_replica_outside_the_isr(tmp_pa
             assert state(cluster, "u", 0)["isr"] == [b]
             lines = (tmp_path / f"broker-{ctrl}" / "state-change.log").read_text()
             assert "Unclean leader election for partition u-0" in lines  # the loss is logged
-        finally:
-            await cluster.stop()
     run(body, 120)
 
 
@@ -374,9 +330,7 @@ def test_restarted_broker_learns_the_cluster_before_its_replicas(
     import logging
 
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             await create(cluster, "t", 3)
             victim = next(b for b in range(3) if b != cluster.controller_id())
             await cluster.stop_broker(victim)
@@ -384,8 +338,6 @@ def test_restarted_broker_learns_the_cluster_before_its_replicas(
             await cluster.start_broker(victim)
             await cluster.wait_for(lambda: all(victim in state(cluster, "t", p)["isr"]
                                                for p in range(3)), what="ISR rejoined")
-        finally:
-            await cluster.stop()
         received = [r.getMessage() for r in caplog.records
                     if r.name == "state.change.logger" and getattr(r, "broker_id", None) == victim
                     and ("(UpdateMetadata correlationId" in r.getMessage()

@@ -68,9 +68,7 @@ async def produce_keyed(cluster: AsyncCluster, broker_id: int, topic: str, n: in
 
 def test_a_compacted_topic_serves_only_the_latest_value_per_key(tmp_path: Path) -> None:
     async def main() -> None:
-        cluster = AsyncCluster(1, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(1, data_dir=tmp_path) as cluster:
             await create(cluster, "kv", 1, rf=1, configs=COMPACT)
             sent = await produce_keyed(cluster, 0, "kv", 120, 7)
             broker = cluster.brokers[0]
@@ -111,16 +109,12 @@ def test_a_compacted_topic_serves_only_the_latest_value_per_key(tmp_path: Path) 
                         assert first.base_offset == holder[0][0]
             finally:
                 await c.close()
-        finally:
-            await cluster.stop()
     run(main, 90)
 
 
 def test_three_replicas_compact_independently_and_agree(tmp_path: Path) -> None:
     async def main() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
             await create(cluster, "kv3", 1, rf=3, configs=COMPACT)
             await cluster.wait_for(lambda: all(
                 ("kv3", 0) in b.replica_manager.partitions for b in cluster.brokers.values()),
@@ -146,8 +140,6 @@ def test_three_replicas_compact_independently_and_agree(tmp_path: Path) -> None:
                 assert [rec for rec in log_records(lg, hw) if rec[0] < base] == sorted(
                     latest_per_key([rec for rec in sent if rec[0] < base]).values())
             assert all(logs[i].size < sizes[i] for i in logs)  # each compacted its own copy
-        finally:
-            await cluster.stop()
     run(main, 120)
 
 
@@ -155,9 +147,7 @@ def test_consumer_offsets_are_compacted_and_reload_after_a_restart(tmp_path: Pat
     async def main() -> None:
         overrides: dict[str, Any] = {**FAST, "offsets.topic.segment.bytes": "2048",
                                      "log.cleaner.min.cleanable.ratio": "0.01"}
-        cluster = AsyncCluster(1, data_dir=tmp_path, overrides=overrides)
-        await cluster.start()
-        try:
+        async with AsyncCluster(1, data_dir=tmp_path, overrides=overrides) as cluster:
             await create_plain_topic(cluster, "t", 2)
             m = Member(cluster, "g")
             last: dict[tuple[str, int], int] = {}
@@ -182,6 +172,4 @@ def test_consumer_offsets_are_compacted_and_reload_after_a_restart(tmp_path: Pat
                                            lambda r: r[0] == ErrorCode.none, what="loaded")
             assert {tp: v[0] for tp, v in got.items()} == last
             await m.close()
-        finally:
-            await cluster.stop()
     run(main, 120)

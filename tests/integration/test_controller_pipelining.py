@@ -57,10 +57,8 @@ async def states(store: Any, topic: str) -> dict[int, dict[str, Any]]:
 def test_failure_and_controlled_shutdown_writes_are_pipelined(tmp_path: Path,
                                                                zookeeper_connect: str) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path,
-                               overrides={"zookeeper.connect": zookeeper_connect})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path,
+                                overrides={"zookeeper.connect": zookeeper_connect}) as cluster:
             c = await WireClient.connect("127.0.0.1", cluster.ports[cluster.live_brokers()[0]])
             r = await c.request(create_topics("t", PARTITIONS, replication_factor=3))
             await c.close()
@@ -115,6 +113,4 @@ def test_failure_and_controlled_shutdown_writes_are_pipelined(tmp_path: Path,
             for p in led_by_other:
                 assert final[p]["leader"] == controller_id
                 assert final[p]["leader_epoch"] == after[p]["leader_epoch"] + 1
-        finally:
-            await cluster.stop()
     run(body, 150)

@@ -34,13 +34,10 @@ def with_cluster(tmp_path: Path, body: Callable[[AsyncCluster], Awaitable[None]]
                  timeout: float = 90, **kwargs: Any) -> None:
     async def main() -> None:
         kwargs.setdefault("network_faults", True)
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST, http=False, **kwargs)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST, http=False,
+                                **kwargs) as cluster:
             await create(cluster, "t", configs=MIN_ISR_2, replicas=(0, 1, 2))
             await body(cluster)
-        finally:
-            await cluster.stop()
     run(main, timeout)
 
 
@@ -327,11 +324,9 @@ def test_tls_and_sasl_pass_through_the_proxies(tmp_path: Path) -> None:
     from odradek.cluster import ClusterSecurity
 
     async def main() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST, http=False,
-                               network_faults=True, security=ClusterSecurity(
-                                   listeners=("SASL_SSL",), users={"alice": "alice-secret"}))
-        await cluster.start()
-        try:
+        security = ClusterSecurity(listeners=("SASL_SSL",), users={"alice": "alice-secret"})
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST, http=False,
+                                network_faults=True, security=security) as cluster:
             config = cluster.client_config()
             admin = AsyncAdmin(config)
             await admin.start()
@@ -345,8 +340,6 @@ def test_tls_and_sasl_pass_through_the_proxies(tmp_path: Path) -> None:
             assert any(p.connections for (src, _, _), p in proxies.items() if src == "clients")
             assert any(p.connections for (src, _, _), p in proxies.items() if src != "clients")
             await in_sync(cluster)
-        finally:
-            await cluster.stop()
     run(main, 90)
 
 

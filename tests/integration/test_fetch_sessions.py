@@ -113,9 +113,8 @@ def test_followers_replicate_through_incremental_sessions(tmp_path: Path) -> Non
     """Followers of 30 partitions: after the first full fetch their requests name only the
     partitions that moved and the idle answers are empty; every record still arrives."""
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides={"replica.fetch.wait.max.ms": 50})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path,
+                                overrides={"replica.fetch.wait.max.ms": 50}) as cluster:
             await create(cluster, "r", partitions=30)
             sizes: list[tuple[int, int, int]] = []  # (epoch, partitions sent, answered)
             endpoints = [f.endpoint for b in cluster.brokers.values()
@@ -144,8 +143,6 @@ def test_followers_replicate_through_incremental_sessions(tmp_path: Path) -> Non
             caches = [b.apis.fetch.sessions for b in cluster.brokers.values()]  # type: ignore
             assert sum(len(cache) for cache in caches) == len(endpoints)
             assert all(s.privileged for cache in caches for s in cache.sessions.values())
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 

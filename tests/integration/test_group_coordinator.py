@@ -243,13 +243,10 @@ async def stable_pair(cluster: AsyncCluster, group: str, **kw: Any) -> tuple[Mem
 def with_cluster(tmp_path: Path, body: Callable[[AsyncCluster], Awaitable[None]],
                  overrides: dict[str, Any] | None = None, timeout: float = 90) -> None:
     async def main() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides={**FAST, **(overrides or {})})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path,
+                                overrides={**FAST, **(overrides or {})}) as cluster:
             await create_topic(cluster, "t", 4)
             await body(cluster)
-        finally:
-            await cluster.stop()
     run(main, timeout)
 
 
@@ -695,9 +692,7 @@ def test_delete_groups_offset_delete_and_expiration(tmp_path: Path) -> None:
 
 def test_offsets_survive_a_restart_of_a_single_broker(tmp_path: Path) -> None:
     async def main() -> None:
-        cluster = AsyncCluster(1, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(1, data_dir=tmp_path, overrides=FAST) as cluster:
             await create_topic(cluster, "t", 2)
             a = Member(cluster, "g")
             await a.join()
@@ -714,8 +709,6 @@ def test_offsets_survive_a_restart_of_a_single_broker(tmp_path: Path) -> None:
             group = cluster.brokers[0].group_coordinator.manager.get_group("g")
             assert group is not None and group.is_(Stable) and group.generation_id == 1
             await a.close()
-        finally:
-            await cluster.stop()
     run(main, 60)
 
 

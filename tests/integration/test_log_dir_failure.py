@@ -160,11 +160,9 @@ def test_io_failure_takes_the_dir_offline(tmp_path: Path, mounts: list[Path]) ->
     special = fs / "logs"
 
     async def scenario() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path / "cluster", overrides=FAST,
-                               broker_overrides={0: {"log.dirs": f"{plain},{special}"}},
-                               http=False)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path / "cluster", overrides=FAST,
+                                broker_overrides={0: {"log.dirs": f"{plain},{special}"}},
+                                http=False) as cluster:
             await create_topic(cluster)
             moved, kept = split(cluster, special)
             c0 = await WireClient.connect("127.0.0.1", cluster.ports[0])
@@ -176,8 +174,6 @@ def test_io_failure_takes_the_dir_offline(tmp_path: Path, mounts: list[Path]) ->
             how = await asyncio.to_thread(disk_faults.fail, fs)
             print(f"failed {fs} by {how}")
             await check_after_failure(cluster, special, moved, kept)
-        finally:
-            await cluster.stop()
 
     run(scenario, timeout=180)
 
@@ -214,11 +210,9 @@ def test_full_disk_recovers_every_acknowledged_record(tmp_path: Path,
     special = fs / "logs"
 
     async def scenario() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path / "cluster", overrides=FAST,
-                               broker_overrides={0: {"log.dirs": f"{plain},{special}"}},
-                               http=False)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path / "cluster", overrides=FAST,
+                                broker_overrides={0: {"log.dirs": f"{plain},{special}"}},
+                                http=False) as cluster:
             await create_topic(cluster)
             moved, kept = split(cluster, special)
             acked: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
@@ -302,8 +296,6 @@ def test_full_disk_recovers_every_acknowledged_record(tmp_path: Path,
                 records = dict(records_of(log))
                 missing = {o for o, v in acked[p].items() if records.get(o) != v}
                 assert not missing, f"partition {p}: acknowledged records lost {sorted(missing)}"
-        finally:
-            await cluster.stop()
 
     run(scenario, timeout=240)
 
@@ -313,11 +305,9 @@ def test_injected_io_error_takes_the_dir_offline(tmp_path: Path) -> None:
     plain, other = tmp_path / "b0-a", tmp_path / "b0-b"
 
     async def scenario() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path / "cluster", overrides=FAST,
-                               broker_overrides={0: {"log.dirs": f"{plain},{other}"}},
-                               http=False)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path / "cluster", overrides=FAST,
+                                broker_overrides={0: {"log.dirs": f"{plain},{other}"}},
+                                http=False) as cluster:
             await create_topic(cluster)
             moved, kept = split(cluster, other)
             lm = cluster.brokers[0].log_manager
@@ -330,8 +320,6 @@ def test_injected_io_error_takes_the_dir_offline(tmp_path: Path) -> None:
                 raise OSError(5, "Input/output error (injected)")
             segment.append = broken_append  # type: ignore[method-assign]
             await check_after_failure(cluster, other, moved, kept)
-        finally:
-            await cluster.stop()
 
     run(scenario, timeout=180)
 
@@ -339,9 +327,7 @@ def test_injected_io_error_takes_the_dir_offline(tmp_path: Path) -> None:
 def test_every_dir_failed_stops_the_broker(tmp_path: Path) -> None:
     """Kafka halts a broker whose last log dir failed; in-process it stops as if it crashed."""
     async def scenario() -> None:
-        cluster = AsyncCluster(1, data_dir=tmp_path / "cluster", http=False)
-        await cluster.start()
-        try:
+        async with AsyncCluster(1, data_dir=tmp_path / "cluster", http=False) as cluster:
             c = await WireClient.connect("127.0.0.1", cluster.ports[0])
             try:
                 from tests.integration.broker_harness import create_topics
@@ -362,7 +348,5 @@ def test_every_dir_failed_stops_the_broker(tmp_path: Path) -> None:
                 await c.close()
             await cluster.wait_for(lambda: not cluster.brokers[0].started, timeout=30,
                                    what="broker stopped")
-        finally:
-            await cluster.stop()
 
     run(scenario, timeout=120)

@@ -163,10 +163,8 @@ def test_preferred_election_survives_controller_failover(tmp_path: Path) -> None
     before it gets to it; its successor does the election (resumed at failover, S-5.6) and
     deletes the node."""
     async def body() -> None:
-        cluster = AsyncCluster(4, data_dir=tmp_path,
-                               overrides={"auto.leader.rebalance.enable": "false"})
-        await cluster.start()
-        try:
+        async with AsyncCluster(4, data_dir=tmp_path,
+                                overrides={"auto.leader.rebalance.enable": "false"}) as cluster:
             old = cluster.controller_id()
             a, b, c = [x for x in range(4) if x != old]
             assignment = {0: [a, b, c], 1: [b, c, a], 2: [c, a, b]}
@@ -207,18 +205,14 @@ def test_preferred_election_survives_controller_failover(tmp_path: Path) -> None
             assert s0["leader"] == a and s0["controller_epoch"] > epoch_before
             # t-1's preferred replica already led: untouched; t-2 was not asked for.
             assert leaders(cluster, "t", 3) == {0: a, 1: b, 2: c}
-        finally:
-            await cluster.stop()
     run(body, 180)
 
 
 def test_elect_leaders_preferred_unclean_and_errors(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path,
-                               overrides={"auto.leader.rebalance.enable": "false"})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path,
+                                overrides={"auto.leader.rebalance.enable": "false"}) as cluster:
             ctl = cluster.controller_id()
             a, b = [x for x in range(3) if x != ctl]
             async with AsyncAdmin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
@@ -308,8 +302,6 @@ def test_elect_leaders_preferred_unclean_and_errors(tmp_path: Path,
                 results = await admin.elect_leaders(1, [u0], raise_errors=False)
                 assert results[u0] is not None and \
                     results[u0].code == ErrorCode.election_not_needed
-        finally:
-            await cluster.stop()
     run(body, 180)
 
 
@@ -317,12 +309,10 @@ def test_auto_leader_rebalance(tmp_path: Path) -> None:
     """auto.leader.rebalance.enable with a 1 s check: leadership drifts after a restart and
     the controller moves it back by itself; with the percentage at 100 it does not."""
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides={
-            "auto.leader.rebalance.enable": "true",
-            "leader.imbalance.check.interval.seconds": "1",
-            "leader.imbalance.per.broker.percentage": "10"})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides={
+                "auto.leader.rebalance.enable": "true",
+                "leader.imbalance.check.interval.seconds": "1",
+                "leader.imbalance.per.broker.percentage": "10"}) as cluster:
             ctl = cluster.controller_id()
             a, b = [x for x in range(3) if x != ctl]
             async with AsyncAdmin({"bootstrap.servers": cluster.bootstrap_servers}) as admin:
@@ -336,8 +326,6 @@ def test_auto_leader_rebalance(tmp_path: Path) -> None:
             await cluster.wait_for(lambda: leaders(cluster, "r", 3) == {0: a, 1: b, 2: a}, 60,
                                    "the auto rebalance to restore the preferred leaders")
             assert not znode_exists(cluster, ELECTION_ZNODE)
-        finally:
-            await cluster.stop()
     run(body, 180)
 
 
@@ -360,30 +348,24 @@ def test_new_controller_checks_balance_5_s_after_failover(tmp_path: Path) -> Non
     """Kafka schedules a new controller's first imbalance check 5 s after failover, not one
     whole leader.imbalance.check.interval.seconds (here an hour) later."""
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides={
-            "auto.leader.rebalance.enable": "true",
-            "leader.imbalance.check.interval.seconds": "3600"})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides={
+                "auto.leader.rebalance.enable": "true",
+                "leader.imbalance.check.interval.seconds": "3600"}) as cluster:
             ctl, a, _b = await skew_one_partition(cluster)
             await cluster.kill_broker(ctl)
             await cluster.wait_for(lambda: cluster.controller_id() not in (-1, ctl), 30,
                                    "a new controller")
             await cluster.wait_for(lambda: leaders(cluster, "r", 1) == {0: a}, 40,
                                    "the new controller's first imbalance check")
-        finally:
-            await cluster.stop()
     run(body, 180)
 
 
 def test_no_auto_rebalance_below_the_threshold(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides={
-            "auto.leader.rebalance.enable": "true",
-            "leader.imbalance.check.interval.seconds": "1",
-            "leader.imbalance.per.broker.percentage": "100"})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides={
+                "auto.leader.rebalance.enable": "true",
+                "leader.imbalance.check.interval.seconds": "1",
+                "leader.imbalance.per.broker.percentage": "100"}) as cluster:
             ctl, _a, b = await skew_one_partition(cluster)
             controller = cluster.brokers[ctl].controller
             assert controller is not None
@@ -393,8 +375,6 @@ def test_no_auto_rebalance_below_the_threshold(tmp_path: Path) -> None:
             await asyncio.sleep(2.5)
             # ...and none moved leadership: a ratio of 100% is not above 100%.
             assert leaders(cluster, "r", 1) == {0: b}
-        finally:
-            await cluster.stop()
     run(body, 180)
 
 

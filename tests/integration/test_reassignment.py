@@ -6,7 +6,9 @@ ListPartitionReassignments through odradek's admin client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +44,19 @@ def assignment(cluster: AsyncCluster, topic: str) -> dict[str, Any]:
     return znode(cluster, f"/brokers/topics/{topic}")
 
 
-async def start_cluster(tmp_path: Path, n: int, **overrides: Any) -> AsyncCluster:
-    """Broker 0 first, so that it is the controller (the example's brokers 1..6 hold replicas)."""
+@contextlib.asynccontextmanager
+async def running_cluster(tmp_path: Path, n: int, **overrides: Any
+                          ) -> AsyncIterator[AsyncCluster]:
+    """Broker 0 first, so that it is the controller (the example's brokers 1..6 hold replicas);
+    the cluster stops when the block ends."""
     cluster = AsyncCluster(n, data_dir=tmp_path, overrides=overrides)
     await cluster.start_broker(0)
     await cluster.wait_for(lambda: cluster.controller_id() == 0, what="broker 0 as controller")
     await asyncio.gather(*(cluster.start_broker(i) for i in range(1, n)))
-    return cluster
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
 
 
 def conf(cluster: AsyncCluster, **extra: Any) -> dict[str, Any]:
@@ -172,35 +180,31 @@ def test_reassignment_oar_123_to_rar_456_steps(tmp_path: Path) -> None:
     coordination store go through the table's rows in order; at the end the data is on 4,5,6
     only, consumable, and the admin node is gone."""
     async def body() -> None:
-        cluster = await start_cluster(tmp_path, 7)
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "t", [1, 2, 3])
-                await produce(cluster, "t", 300)
-                await cluster.wait_for(lambda: set(state(cluster, "t", 0)["isr"]) == {1, 2, 3},
-                                       what="ISR 1,2,3")
-                rec = Recorder(cluster, "t")
-                await rec.start()
-                await admin.alter_partition_reassignments({("t", 0): [4, 5, 6]})
-                await wait_done(cluster, "t", [4, 5, 6])
-                await cluster.wait_for(lambda: rec.rows[-1][0] == {4, 5, 6}, what="last row")
-                await rec.stop()
-                assert is_subsequence(SEED_TABLE, rec.rows), rec.rows
-                a = assignment(cluster, "t")
-                assert "adding_replicas" not in a or not a["adding_replicas"]
-                s = state(cluster, "t", 0)
-                assert s["leader"] in (4, 5, 6) and sorted(s["isr"]) == [4, 5, 6]
-                for b in (1, 2, 3):
-                    await cluster.wait_for(lambda b=b: not partition_dirs(cluster, b, "t"),
-                                           what=f"t-0 deleted on broker {b}")
-                for b in (4, 5, 6):
-                    assert partition_dirs(cluster, b, "t") == ["t-0"]
-                assert await admin.list_partition_reassignments() == {}
-                got = await consume(cluster, "t", 300)
-                assert got == [f"v{i}".encode() for i in range(300)]
-                await produce(cluster, "t", 10, prefix="after")  # the new leader takes writes
-        finally:
-            await cluster.stop()
+        async with running_cluster(tmp_path, 7) as cluster, AsyncAdmin(conf(cluster)) as admin:
+            await create_on(admin, "t", [1, 2, 3])
+            await produce(cluster, "t", 300)
+            await cluster.wait_for(lambda: set(state(cluster, "t", 0)["isr"]) == {1, 2, 3},
+                                   what="ISR 1,2,3")
+            rec = Recorder(cluster, "t")
+            await rec.start()
+            await admin.alter_partition_reassignments({("t", 0): [4, 5, 6]})
+            await wait_done(cluster, "t", [4, 5, 6])
+            await cluster.wait_for(lambda: rec.rows[-1][0] == {4, 5, 6}, what="last row")
+            await rec.stop()
+            assert is_subsequence(SEED_TABLE, rec.rows), rec.rows
+            a = assignment(cluster, "t")
+            assert "adding_replicas" not in a or not a["adding_replicas"]
+            s = state(cluster, "t", 0)
+            assert s["leader"] in (4, 5, 6) and sorted(s["isr"]) == [4, 5, 6]
+            for b in (1, 2, 3):
+                await cluster.wait_for(lambda b=b: not partition_dirs(cluster, b, "t"),
+                                       what=f"t-0 deleted on broker {b}")
+            for b in (4, 5, 6):
+                assert partition_dirs(cluster, b, "t") == ["t-0"]
+            assert await admin.list_partition_reassignments() == {}
+            got = await consume(cluster, "t", 300)
+            assert got == [f"v{i}".encode() for i in range(300)]
+            await produce(cluster, "t", 10, prefix="after")  # the new leader takes writes
     run(body, 150)
 
 
@@ -209,122 +213,110 @@ def test_controller_killed_mid_reassignment_new_controller_finishes(tmp_path: Pa
     with AR = OAR + RAR in the store. The controller dies; a new one resumes the move from the
     store (admin node + topic znode) and completes it once 6 catches up."""
     async def body() -> None:
-        cluster = await start_cluster(tmp_path, 7)
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "t", [1, 2, 3])
-                await produce(cluster, "t", 200)
-                pause_fetching(cluster.brokers[6], "t")
-                await admin.alter_partition_reassignments({("t", 0): [4, 5, 6]})
-                await cluster.wait_for(lambda: set(state(cluster, "t", 0)["isr"]) >= {4, 5},
-                                       what="4 and 5 in the ISR")
-                a = assignment(cluster, "t")
-                assert set(a["partitions"]["0"]) == {1, 2, 3, 4, 5, 6}
-                assert a["adding_replicas"] == {"0": [4, 5, 6]}
-                assert a["removing_replicas"] == {"0": [1, 2, 3]}
-                ongoing = await admin.list_partition_reassignments([("t", 0)])
-                assert set(ongoing) == {("t", 0)}
-                assert sorted(ongoing[("t", 0)].adding_replicas) == [4, 5, 6]
-                assert sorted(ongoing[("t", 0)].removing_replicas) == [1, 2, 3]
-                await asyncio.sleep(1.0)  # stuck: 6 is not in the ISR, nothing completes
-                assert 6 not in state(cluster, "t", 0)["isr"]
-                assert znode(cluster, "/admin/reassign_partitions")["partitions"] == [
-                    {"topic": "t", "partition": 0, "replicas": [4, 5, 6]}]
-                epoch = znode(cluster, "/controller_epoch")
-                await cluster.kill_broker(0)
-                await cluster.wait_for(lambda: cluster.controller_id() not in (-1, 0),
-                                       what="a new controller")
-                assert znode(cluster, "/controller_epoch") == epoch + 1
-                # The new controller resumed the move (A1 again: leader epoch + 1 by it).
-                await cluster.wait_for(
-                    lambda: state(cluster, "t", 0)["controller_epoch"] == epoch + 1,
-                    what="the new controller's write")
-                assert 6 not in state(cluster, "t", 0)["isr"]
-                resume_fetching(cluster.brokers[6], "t")
-                await wait_done(cluster, "t", [4, 5, 6])
-                s = state(cluster, "t", 0)
-                assert s["leader"] in (4, 5, 6) and sorted(s["isr"]) == [4, 5, 6]
-                for b in (1, 2, 3):
-                    await cluster.wait_for(lambda b=b: not partition_dirs(cluster, b, "t"),
-                                           what=f"t-0 deleted on broker {b}")
-                got = await consume(cluster, "t", 200)
-                assert got == [f"v{i}".encode() for i in range(200)]
-        finally:
-            await cluster.stop()
+        async with running_cluster(tmp_path, 7) as cluster, AsyncAdmin(conf(cluster)) as admin:
+            await create_on(admin, "t", [1, 2, 3])
+            await produce(cluster, "t", 200)
+            pause_fetching(cluster.brokers[6], "t")
+            await admin.alter_partition_reassignments({("t", 0): [4, 5, 6]})
+            await cluster.wait_for(lambda: set(state(cluster, "t", 0)["isr"]) >= {4, 5},
+                                   what="4 and 5 in the ISR")
+            a = assignment(cluster, "t")
+            assert set(a["partitions"]["0"]) == {1, 2, 3, 4, 5, 6}
+            assert a["adding_replicas"] == {"0": [4, 5, 6]}
+            assert a["removing_replicas"] == {"0": [1, 2, 3]}
+            ongoing = await admin.list_partition_reassignments([("t", 0)])
+            assert set(ongoing) == {("t", 0)}
+            assert sorted(ongoing[("t", 0)].adding_replicas) == [4, 5, 6]
+            assert sorted(ongoing[("t", 0)].removing_replicas) == [1, 2, 3]
+            await asyncio.sleep(1.0)  # stuck: 6 is not in the ISR, nothing completes
+            assert 6 not in state(cluster, "t", 0)["isr"]
+            assert znode(cluster, "/admin/reassign_partitions")["partitions"] == [
+                {"topic": "t", "partition": 0, "replicas": [4, 5, 6]}]
+            epoch = znode(cluster, "/controller_epoch")
+            await cluster.kill_broker(0)
+            await cluster.wait_for(lambda: cluster.controller_id() not in (-1, 0),
+                                   what="a new controller")
+            assert znode(cluster, "/controller_epoch") == epoch + 1
+            # The new controller resumed the move (A1 again: leader epoch + 1 by it).
+            await cluster.wait_for(
+                lambda: state(cluster, "t", 0)["controller_epoch"] == epoch + 1,
+                what="the new controller's write")
+            assert 6 not in state(cluster, "t", 0)["isr"]
+            resume_fetching(cluster.brokers[6], "t")
+            await wait_done(cluster, "t", [4, 5, 6])
+            s = state(cluster, "t", 0)
+            assert s["leader"] in (4, 5, 6) and sorted(s["isr"]) == [4, 5, 6]
+            for b in (1, 2, 3):
+                await cluster.wait_for(lambda b=b: not partition_dirs(cluster, b, "t"),
+                                       what=f"t-0 deleted on broker {b}")
+            got = await consume(cluster, "t", 200)
+            assert got == [f"v{i}".encode() for i in range(200)]
     run(body, 150)
 
 
 @pytest.mark.parametrize(("before", "after"), [([0], [0, 1, 2]), ([0, 1, 2], [2, 1])])
 def test_replication_factor_change(tmp_path: Path, before: list[int], after: list[int]) -> None:
     async def body() -> None:
-        cluster = await start_cluster(tmp_path, 3)
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "rf", before)
-                await produce(cluster, "rf", 100)
-                await admin.alter_partition_reassignments({("rf", 0): after})
-                await wait_done(cluster, "rf", after)
-                await cluster.wait_for(
-                    lambda: sorted(state(cluster, "rf", 0)["isr"]) == sorted(after),
-                    what="ISR = RAR")
-                assert state(cluster, "rf", 0)["leader"] in after
-                for b in set(before) - set(after):
-                    await cluster.wait_for(lambda b=b: not partition_dirs(cluster, b, "rf"),
-                                           what=f"rf-0 deleted on broker {b}")
-                for b in after:
-                    assert partition_dirs(cluster, b, "rf") == ["rf-0"]
-                got = await consume(cluster, "rf", 100)
-                assert got == [f"v{i}".encode() for i in range(100)]
-        finally:
-            await cluster.stop()
+        async with running_cluster(tmp_path, 3) as cluster, AsyncAdmin(conf(cluster)) as admin:
+            await create_on(admin, "rf", before)
+            await produce(cluster, "rf", 100)
+            await admin.alter_partition_reassignments({("rf", 0): after})
+            await wait_done(cluster, "rf", after)
+            await cluster.wait_for(
+                lambda: sorted(state(cluster, "rf", 0)["isr"]) == sorted(after),
+                what="ISR = RAR")
+            assert state(cluster, "rf", 0)["leader"] in after
+            for b in set(before) - set(after):
+                await cluster.wait_for(lambda b=b: not partition_dirs(cluster, b, "rf"),
+                                       what=f"rf-0 deleted on broker {b}")
+            for b in after:
+                assert partition_dirs(cluster, b, "rf") == ["rf-0"]
+            got = await consume(cluster, "rf", 100)
+            assert got == [f"v{i}".encode() for i in range(100)]
     run(body, 120)
 
 
 def test_cancel_reverts_to_the_original_replicas(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = await start_cluster(tmp_path, 3)
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "c", [1])
-                await produce(cluster, "c", 50)
-                pause_fetching(cluster.brokers[2], "c")
-                await admin.alter_partition_reassignments({("c", 0): [2]})
-                await cluster.wait_for(lambda: assignment(cluster, "c")["partitions"]["0"]
-                                       == [2, 1], what="AR = RAR + OAR")
-                await cluster.wait_for(lambda: partition_dirs(cluster, 2, "c") == ["c-0"],
-                                       what="the new replica created on broker 2")
-                ongoing = await admin.list_partition_reassignments()
-                assert ongoing[("c", 0)].replicas == [2, 1]
-                assert ongoing[("c", 0)].adding_replicas == [2]
-                assert ongoing[("c", 0)].removing_replicas == [1]
-                # kafka-topics --describe shows the move (operator review: it did not) and
-                # counts the replication factor without the replicas being added
-                code, out = await cli_tool("topics", "--bootstrap-server",
-                                           cluster.bootstrap_servers, "--describe",
-                                           "--topic", "c")
-                assert code == 0, out
-                lines = out.splitlines()
-                assert "\tReplicationFactor: 1\t" in lines[0], out
-                assert lines[1] == ("\tTopic: c\tPartition: 0\tLeader: 1\tReplicas: 2,1\tIsr: 1"
-                                    "\tAdding Replicas: 2\tRemoving Replicas: 1"), out
-                code, out = await cli_tool("topics", "--bootstrap-server",
-                                           cluster.bootstrap_servers, "--describe",
-                                           "--topic", "c", "--under-replicated-partitions")
-                assert (code, out) == (0, ""), out
-                await admin.alter_partition_reassignments({("c", 0): None})
-                await wait_done(cluster, "c", [1])
-                assert assignment(cluster, "c").get("adding_replicas") in (None, {})
-                assert state(cluster, "c", 0)["leader"] == 1
-                await cluster.wait_for(lambda: not partition_dirs(cluster, 2, "c"),
-                                       what="the cancelled replica deleted")
-                errors = await admin.alter_partition_reassignments({("c", 0): None},
-                                                                   raise_errors=False)
-                assert errors[("c", 0)] is not None
-                assert errors[("c", 0)].code == 85  # NO_REASSIGNMENT_IN_PROGRESS
-                resume_fetching(cluster.brokers[2], "c")
-                assert await consume(cluster, "c", 50) == [f"v{i}".encode() for i in range(50)]
-        finally:
-            await cluster.stop()
+        async with running_cluster(tmp_path, 3) as cluster, AsyncAdmin(conf(cluster)) as admin:
+            await create_on(admin, "c", [1])
+            await produce(cluster, "c", 50)
+            pause_fetching(cluster.brokers[2], "c")
+            await admin.alter_partition_reassignments({("c", 0): [2]})
+            await cluster.wait_for(lambda: assignment(cluster, "c")["partitions"]["0"]
+                                   == [2, 1], what="AR = RAR + OAR")
+            await cluster.wait_for(lambda: partition_dirs(cluster, 2, "c") == ["c-0"],
+                                   what="the new replica created on broker 2")
+            ongoing = await admin.list_partition_reassignments()
+            assert ongoing[("c", 0)].replicas == [2, 1]
+            assert ongoing[("c", 0)].adding_replicas == [2]
+            assert ongoing[("c", 0)].removing_replicas == [1]
+            # kafka-topics --describe shows the move (operator review: it did not) and
+            # counts the replication factor without the replicas being added
+            code, out = await cli_tool("topics", "--bootstrap-server",
+                                       cluster.bootstrap_servers, "--describe",
+                                       "--topic", "c")
+            assert code == 0, out
+            lines = out.splitlines()
+            assert "\tReplicationFactor: 1\t" in lines[0], out
+            assert lines[1] == ("\tTopic: c\tPartition: 0\tLeader: 1\tReplicas: 2,1\tIsr: 1"
+                                "\tAdding Replicas: 2\tRemoving Replicas: 1"), out
+            code, out = await cli_tool("topics", "--bootstrap-server",
+                                       cluster.bootstrap_servers, "--describe",
+                                       "--topic", "c", "--under-replicated-partitions")
+            assert (code, out) == (0, ""), out
+            await admin.alter_partition_reassignments({("c", 0): None})
+            await wait_done(cluster, "c", [1])
+            assert assignment(cluster, "c").get("adding_replicas") in (None, {})
+            assert state(cluster, "c", 0)["leader"] == 1
+            await cluster.wait_for(lambda: not partition_dirs(cluster, 2, "c"),
+                                   what="the cancelled replica deleted")
+            errors = await admin.alter_partition_reassignments({("c", 0): None},
+                                                               raise_errors=False)
+            assert errors[("c", 0)] is not None
+            assert errors[("c", 0)].code == 85  # NO_REASSIGNMENT_IN_PROGRESS
+            resume_fetching(cluster.brokers[2], "c")
+            assert await consume(cluster, "c", 50) == [f"v{i}".encode() for i in range(50)]
     run(body, 120)
 
 
@@ -332,63 +324,55 @@ def test_topic_deletion_waits_for_a_reassignment(tmp_path: Path) -> None:
     """Kafka marks a topic being reassigned ineligible for deletion: the deletion is queued,
     and goes on once the move completes."""
     async def body() -> None:
-        cluster = await start_cluster(tmp_path, 3)
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "d", [1])
-                await produce(cluster, "d", 20)
-                pause_fetching(cluster.brokers[2], "d")
-                await admin.alter_partition_reassignments({("d", 0): [2]})
-                await cluster.wait_for(lambda: partition_dirs(cluster, 2, "d") == ["d-0"],
-                                       what="the new replica created on broker 2")
-                await admin.delete_topics(["d"], timeout=0.5, raise_errors=False)
-                await cluster.wait_for(
-                    lambda: "/admin/delete_topics/d" in cluster.zookeeper.dump(
-                        "/admin/delete_topics"), what="deletion queued")
-                ctl = cluster.brokers[0].controller
-                assert ctl is not None
-                await cluster.wait_for(lambda: ctl.ctx.is_topic_queued_up_for_deletion("d"),
-                                       30, "the controller to queue the deletion")
-                # Queued, not started (the same handler decides both), while the move is on.
-                assert not ctl.ctx.is_topic_deletion_in_progress("d")
-                assert assignment(cluster, "d") is not None
-                assert partition_dirs(cluster, 1, "d") == ["d-0"]
-                resume_fetching(cluster.brokers[2], "d")
-                await cluster.wait_for(lambda: assignment(cluster, "d") is None, 60,
-                                       "the topic deleted after its move")
-                await cluster.wait_for(lambda: not partition_dirs(cluster, 1, "d")
-                                       and not partition_dirs(cluster, 2, "d"), 60,
-                                       "the replicas' directories deleted")
-        finally:
-            await cluster.stop()
+        async with running_cluster(tmp_path, 3) as cluster, AsyncAdmin(conf(cluster)) as admin:
+            await create_on(admin, "d", [1])
+            await produce(cluster, "d", 20)
+            pause_fetching(cluster.brokers[2], "d")
+            await admin.alter_partition_reassignments({("d", 0): [2]})
+            await cluster.wait_for(lambda: partition_dirs(cluster, 2, "d") == ["d-0"],
+                                   what="the new replica created on broker 2")
+            await admin.delete_topics(["d"], timeout=0.5, raise_errors=False)
+            await cluster.wait_for(
+                lambda: "/admin/delete_topics/d" in cluster.zookeeper.dump(
+                    "/admin/delete_topics"), what="deletion queued")
+            ctl = cluster.brokers[0].controller
+            assert ctl is not None
+            await cluster.wait_for(lambda: ctl.ctx.is_topic_queued_up_for_deletion("d"),
+                                   30, "the controller to queue the deletion")
+            # Queued, not started (the same handler decides both), while the move is on.
+            assert not ctl.ctx.is_topic_deletion_in_progress("d")
+            assert assignment(cluster, "d") is not None
+            assert partition_dirs(cluster, 1, "d") == ["d-0"]
+            resume_fetching(cluster.brokers[2], "d")
+            await cluster.wait_for(lambda: assignment(cluster, "d") is None, 60,
+                                   "the topic deleted after its move")
+            await cluster.wait_for(lambda: not partition_dirs(cluster, 1, "d")
+                                   and not partition_dirs(cluster, 2, "d"), 60,
+                                   "the replicas' directories deleted")
     run(body, 120)
 
 
 def test_invalid_reassignments_are_refused(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = await start_cluster(tmp_path, 3)
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "i", [0, 1])
-                errors = await admin.alter_partition_reassignments({
-                    ("i", 0): [1, 1], ("nope", 0): [0], ("i", 5): [0]}, raise_errors=False)
-                assert errors[("i", 0)].code == 39  # INVALID_REPLICA_ASSIGNMENT
-                assert errors[("nope", 0)].code == 3  # UNKNOWN_TOPIC_OR_PARTITION
-                assert errors[("i", 5)].code == 3
-                errors = await admin.alter_partition_reassignments({("i", 0): [0, 9]},
-                                                                   raise_errors=False)
-                assert errors[("i", 0)].code == 39 and "not alive" in str(errors[("i", 0)])
-                assert znode(cluster, "/admin/reassign_partitions") is None
-                # Written straight to the admin node (as an old tool would): the controller
-                # skips it with a log line and removes it.
-                await cluster.brokers[1].store.create(  # type: ignore[union-attr]
-                    "/admin/reassign_partitions",
-                    b'{"version":1,"partitions":[{"topic":"i","partition":0,"replicas":[7]}]}')
-                await cluster.wait_for(lambda: znode(cluster, "/admin/reassign_partitions")
-                                       is None, what="the invalid request dropped")
-                assert assignment(cluster, "i")["partitions"]["0"] == [0, 1]
-        finally:
-            await cluster.stop()
+        async with running_cluster(tmp_path, 3) as cluster, AsyncAdmin(conf(cluster)) as admin:
+            await create_on(admin, "i", [0, 1])
+            errors = await admin.alter_partition_reassignments({
+                ("i", 0): [1, 1], ("nope", 0): [0], ("i", 5): [0]}, raise_errors=False)
+            assert errors[("i", 0)].code == 39  # INVALID_REPLICA_ASSIGNMENT
+            assert errors[("nope", 0)].code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+            assert errors[("i", 5)].code == 3
+            errors = await admin.alter_partition_reassignments({("i", 0): [0, 9]},
+                                                               raise_errors=False)
+            assert errors[("i", 0)].code == 39 and "not alive" in str(errors[("i", 0)])
+            assert znode(cluster, "/admin/reassign_partitions") is None
+            # Written straight to the admin node (as an old tool would): the controller
+            # skips it with a log line and removes it.
+            await cluster.brokers[1].store.create(  # type: ignore[union-attr]
+                "/admin/reassign_partitions",
+                b'{"version":1,"partitions":[{"topic":"i","partition":0,"replicas":[7]}]}')
+            await cluster.wait_for(lambda: znode(cluster, "/admin/reassign_partitions")
+                                   is None, what="the invalid request dropped")
+            assert assignment(cluster, "i")["partitions"]["0"] == [0, 1]
     run(body, 90)
 
 
@@ -417,8 +401,7 @@ def test_tool_generate_execute_verify(tmp_path: Path) -> None:
     """The tool walk-through of S-6.2: --generate a plan for moving a topic to other brokers,
     --execute it (the admin node appears), --verify until every partition is completed."""
     async def body() -> None:
-        cluster = await start_cluster(tmp_path / "c", 4)
-        try:
+        async with running_cluster(tmp_path / "c", 4) as cluster:
             async with AsyncAdmin(conf(cluster)) as admin:
                 await admin.create_topics([NewTopic(
                     "topic1", replica_assignment={0: [0, 1], 1: [1, 0], 2: [0, 1]})])
@@ -479,8 +462,6 @@ def test_tool_generate_execute_verify(tmp_path: Path) -> None:
             code, out = await tool("--bootstrap-server", bootstrap, "--execute",
                                    "--reassignment-json-file", str(bad))
             assert (code, out.strip()) == (1, "Unknown broker id 9")
-        finally:
-            await cluster.stop()
     run(body, 120)
 
 
@@ -489,64 +470,62 @@ def test_throttled_reassignment_does_not_stop_a_producer(tmp_path: Path) -> None
     replica lists on the topic; the move is slow, a producer to the partition keeps getting
     acks (acks=all) all along, the move completes, --verify clears the throttles."""
     async def body() -> None:
-        cluster = await start_cluster(tmp_path / "c", 3, **{
-            "replication.quota.window.num": "2", "replication.quota.window.size.seconds": "1",
-            "replica.fetch.max.bytes": "32768"})
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "big", [0])
-                value = b"x" * 4000
-                async with AsyncProducer(conf(cluster, acks="all")) as p:
-                    await asyncio.gather(*[await p.send("big", value, partition=0)
-                                           for _ in range(240)])  # ~960 KB to move
-                plan = tmp_path / "plan.json"
-                plan.write_text('{"version":1,"partitions":[{"topic":"big","partition":0,'
-                                '"replicas":[0,1]}]}')
-                bootstrap = cluster.bootstrap_servers
-                code, out = await tool("--bootstrap-server", bootstrap, "--execute",
-                                       "--reassignment-json-file", str(plan),
-                                       "--throttle", "120000")
-                assert code == 0, out
-                assert "The inter-broker throttle limit was set to 120000 B/s" in out
-                topic_cfg = (await admin.describe_configs([("topic", "big")]))
-                entries = {n: e.value for n, e in next(iter(topic_cfg.values())).items()}
-                assert entries["leader.replication.throttled.replicas"] == "0:0"
-                assert entries["follower.replication.throttled.replicas"] == "0:1"
-                # A --wait that times out with the move still running says so and fails.
-                code, out = await tool("--bootstrap-server", bootstrap, "--verify",
-                                       "--reassignment-json-file", str(plan), "--wait",
-                                       "--wait-timeout-ms", "200", "--wait-interval-ms", "100")
-                assert code == 1 and "is still in progress" in out, out
-                assert out.strip().endswith("reassignments are still in progress."), out
-                acks_during_move = 0
-                async with AsyncProducer(conf(cluster, acks="all")) as p:
-                    loop = asyncio.get_running_loop()
-                    deadline = loop.time() + 60
-                    while loop.time() < deadline:
-                        md = await p.send_and_wait("big", b"live", partition=0)
-                        assert md.offset >= 0
-                        if await admin.list_partition_reassignments([("big", 0)]):
-                            acks_during_move += 1
-                        else:
-                            break
-                        await asyncio.sleep(0.02)
-                assert acks_during_move >= 10, acks_during_move
-                code, out = await tool("--bootstrap-server", bootstrap, "--verify",
-                                       "--reassignment-json-file", str(plan), "--wait",
-                                       "--wait-timeout-ms", "60000")
-                assert code == 0, out
-                assert "Reassignment of partition big-0 is completed." in out
-                assert "Clearing broker-level throttles on brokers 0,1,2" in out
-                await cluster.wait_for(lambda: sorted(state(cluster, "big", 0)["isr"]) == [0, 1],
-                                       what="ISR 0,1")
-                topic_cfg = await admin.describe_configs([("topic", "big")])
-                entries = {n: e.value for n, e in next(iter(topic_cfg.values())).items()}
-                assert not entries.get("leader.replication.throttled.replicas")
-                assert not entries.get("follower.replication.throttled.replicas")
-                got = await consume(cluster, "big", 240 + acks_during_move)
-                assert len(got) >= 240 + acks_during_move
-        finally:
-            await cluster.stop()
+        throttle = {"replication.quota.window.num": "2",
+                    "replication.quota.window.size.seconds": "1",
+                    "replica.fetch.max.bytes": "32768"}
+        async with (running_cluster(tmp_path / "c", 3, **throttle) as cluster,
+                    AsyncAdmin(conf(cluster)) as admin):
+            await create_on(admin, "big", [0])
+            value = b"x" * 4000
+            async with AsyncProducer(conf(cluster, acks="all")) as p:
+                await asyncio.gather(*[await p.send("big", value, partition=0)
+                                       for _ in range(240)])  # ~960 KB to move
+            plan = tmp_path / "plan.json"
+            plan.write_text('{"version":1,"partitions":[{"topic":"big","partition":0,'
+                            '"replicas":[0,1]}]}')
+            bootstrap = cluster.bootstrap_servers
+            code, out = await tool("--bootstrap-server", bootstrap, "--execute",
+                                   "--reassignment-json-file", str(plan),
+                                   "--throttle", "120000")
+            assert code == 0, out
+            assert "The inter-broker throttle limit was set to 120000 B/s" in out
+            topic_cfg = (await admin.describe_configs([("topic", "big")]))
+            entries = {n: e.value for n, e in next(iter(topic_cfg.values())).items()}
+            assert entries["leader.replication.throttled.replicas"] == "0:0"
+            assert entries["follower.replication.throttled.replicas"] == "0:1"
+            # A --wait that times out with the move still running says so and fails.
+            code, out = await tool("--bootstrap-server", bootstrap, "--verify",
+                                   "--reassignment-json-file", str(plan), "--wait",
+                                   "--wait-timeout-ms", "200", "--wait-interval-ms", "100")
+            assert code == 1 and "is still in progress" in out, out
+            assert out.strip().endswith("reassignments are still in progress."), out
+            acks_during_move = 0
+            async with AsyncProducer(conf(cluster, acks="all")) as p:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 60
+                while loop.time() < deadline:
+                    md = await p.send_and_wait("big", b"live", partition=0)
+                    assert md.offset >= 0
+                    if await admin.list_partition_reassignments([("big", 0)]):
+                        acks_during_move += 1
+                    else:
+                        break
+                    await asyncio.sleep(0.02)
+            assert acks_during_move >= 10, acks_during_move
+            code, out = await tool("--bootstrap-server", bootstrap, "--verify",
+                                   "--reassignment-json-file", str(plan), "--wait",
+                                   "--wait-timeout-ms", "60000")
+            assert code == 0, out
+            assert "Reassignment of partition big-0 is completed." in out
+            assert "Clearing broker-level throttles on brokers 0,1,2" in out
+            await cluster.wait_for(lambda: sorted(state(cluster, "big", 0)["isr"]) == [0, 1],
+                                   what="ISR 0,1")
+            topic_cfg = await admin.describe_configs([("topic", "big")])
+            entries = {n: e.value for n, e in next(iter(topic_cfg.values())).items()}
+            assert not entries.get("leader.replication.throttled.replicas")
+            assert not entries.get("follower.replication.throttled.replicas")
+            got = await consume(cluster, "big", 240 + acks_during_move)
+            assert len(got) >= 240 + acks_during_move
     run(body, 150)
 
 
@@ -604,46 +583,42 @@ def test_controller_dies_after_removing_oar_new_controller_finishes(tmp_path: Pa
     AR = OAR + RAR, adding/removing replicas, and lists the target in the admin node. The new
     controller finishes from there (S-6.2: AR is written to the store only in the last step)."""
     async def body() -> None:
-        cluster = await start_cluster(tmp_path, 4)
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "t", [1, 2])
-                await produce(cluster, "t", 100)
-                manager = cluster.brokers[0].controller.reassignment  # type: ignore[union-attr]
-                original = manager._stop_removed_replicas
-                crashed = asyncio.Event()
-                at_crash: dict[str, Any] = {}
+        async with running_cluster(tmp_path, 4) as cluster, AsyncAdmin(conf(cluster)) as admin:
+            await create_on(admin, "t", [1, 2])
+            await produce(cluster, "t", 100)
+            manager = cluster.brokers[0].controller.reassignment  # type: ignore[union-attr]
+            original = manager._stop_removed_replicas
+            crashed = asyncio.Event()
+            at_crash: dict[str, Any] = {}
 
-                async def stop_then_crash(tp: Any, removing: Any) -> None:
-                    await original(tp, removing)
-                    at_crash.update(ar=assignment(cluster, "t"), state=state(cluster, "t", 0),
-                                    admin=znode(cluster, "/admin/reassign_partitions"))
-                    store = cluster.brokers[0].store
-                    assert store is not None
-                    await store.close()  # session gone: /controller vanishes
-                    crashed.set()
-                    raise _ControllerCrash("controller 0 crashed after step 9")
-                manager._stop_removed_replicas = stop_then_crash  # type: ignore[method-assign]
-                await admin.alter_partition_reassignments({("t", 0): [2, 3]})
-                await asyncio.wait_for(crashed.wait(), 60)
-                assert at_crash["ar"]["partitions"]["0"] == [2, 3, 1]  # AR = RAR + OAR - RAR
-                assert at_crash["ar"]["adding_replicas"] == {"0": [3]}
-                assert at_crash["ar"]["removing_replicas"] == {"0": [1]}
-                assert at_crash["state"]["leader"] == 2 and at_crash["state"]["isr"] == [2, 3]
-                assert at_crash["admin"]["partitions"][0]["replicas"] == [2, 3]
-                await cluster.kill_broker(0)
-                await cluster.wait_for(lambda: cluster.controller_id() not in (-1, 0),
-                                       what="a new controller")
-                await wait_done(cluster, "t", [2, 3])
-                a = assignment(cluster, "t")
-                assert not a.get("adding_replicas") and not a.get("removing_replicas")
-                s = state(cluster, "t", 0)
-                assert s["leader"] in (2, 3) and sorted(s["isr"]) == [2, 3]
-                await cluster.wait_for(lambda: not partition_dirs(cluster, 1, "t"),
-                                       what="t-0 deleted on broker 1")
-                assert await consume(cluster, "t", 100) == [f"v{i}".encode() for i in range(100)]
-        finally:
-            await cluster.stop()
+            async def stop_then_crash(tp: Any, removing: Any) -> None:
+                await original(tp, removing)
+                at_crash.update(ar=assignment(cluster, "t"), state=state(cluster, "t", 0),
+                                admin=znode(cluster, "/admin/reassign_partitions"))
+                store = cluster.brokers[0].store
+                assert store is not None
+                await store.close()  # session gone: /controller vanishes
+                crashed.set()
+                raise _ControllerCrash("controller 0 crashed after step 9")
+            manager._stop_removed_replicas = stop_then_crash  # type: ignore[method-assign]
+            await admin.alter_partition_reassignments({("t", 0): [2, 3]})
+            await asyncio.wait_for(crashed.wait(), 60)
+            assert at_crash["ar"]["partitions"]["0"] == [2, 3, 1]  # AR = RAR + OAR - RAR
+            assert at_crash["ar"]["adding_replicas"] == {"0": [3]}
+            assert at_crash["ar"]["removing_replicas"] == {"0": [1]}
+            assert at_crash["state"]["leader"] == 2 and at_crash["state"]["isr"] == [2, 3]
+            assert at_crash["admin"]["partitions"][0]["replicas"] == [2, 3]
+            await cluster.kill_broker(0)
+            await cluster.wait_for(lambda: cluster.controller_id() not in (-1, 0),
+                                   what="a new controller")
+            await wait_done(cluster, "t", [2, 3])
+            a = assignment(cluster, "t")
+            assert not a.get("adding_replicas") and not a.get("removing_replicas")
+            s = state(cluster, "t", 0)
+            assert s["leader"] in (2, 3) and sorted(s["isr"]) == [2, 3]
+            await cluster.wait_for(lambda: not partition_dirs(cluster, 1, "t"),
+                                   what="t-0 deleted on broker 1")
+            assert await consume(cluster, "t", 100) == [f"v{i}".encode() for i in range(100)]
     run(body, 120)
 
 
@@ -655,39 +630,35 @@ def test_controller_dies_before_a_removed_replica_is_deleted(tmp_path: Path) -> 
     from odradek.controller.channel import STOP_REPLICA
 
     async def body() -> None:
-        cluster = await start_cluster(tmp_path, 4)
-        try:
-            async with AsyncAdmin(conf(cluster)) as admin:
-                await create_on(admin, "t", [1, 2])
-                await produce(cluster, "t", 50)
-                channel = cluster.brokers[0].controller.channel  # type: ignore[union-attr]
-                assert channel is not None
-                original = channel.send
-                dropped = asyncio.Event()
+        async with running_cluster(tmp_path, 4) as cluster, AsyncAdmin(conf(cluster)) as admin:
+            await create_on(admin, "t", [1, 2])
+            await produce(cluster, "t", 50)
+            channel = cluster.brokers[0].controller.channel  # type: ignore[union-attr]
+            assert channel is not None
+            original = channel.send
+            dropped = asyncio.Event()
 
-                def send(broker_id: int, api_key: int, version: int, message: Any,
-                         body: Any = None) -> Any:
-                    if broker_id == 1 and api_key == STOP_REPLICA and any(
-                            ps.delete_partition for _t, ps in message.partition_states()):
-                        dropped.set()  # never delivered: the controller dies first
-                        return asyncio.get_running_loop().create_future()
-                    return original(broker_id, api_key, version, message, body)
-                channel.send = send  # type: ignore[method-assign]
-                await admin.alter_partition_reassignments({("t", 0): [2, 3]})
-                await asyncio.wait_for(dropped.wait(), 60)
-                store = cluster.brokers[0].store
-                assert store is not None
-                await store.close()  # the crash: session gone, nothing more reaches the store
-                # The move is not recorded as done while the deletion is unanswered.
-                assert assignment(cluster, "t").get("removing_replicas") == {"0": [1]}
-                await cluster.kill_broker(0)
-                await cluster.wait_for(lambda: cluster.controller_id() not in (-1, 0),
-                                       what="a new controller")
-                await wait_done(cluster, "t", [2, 3])
-                await cluster.wait_for(lambda: not partition_dirs(cluster, 1, "t"),
-                                       what="t-0 deleted on broker 1 by the new controller")
-        finally:
-            await cluster.stop()
+            def send(broker_id: int, api_key: int, version: int, message: Any,
+                     body: Any = None) -> Any:
+                if broker_id == 1 and api_key == STOP_REPLICA and any(
+                        ps.delete_partition for _t, ps in message.partition_states()):
+                    dropped.set()  # never delivered: the controller dies first
+                    return asyncio.get_running_loop().create_future()
+                return original(broker_id, api_key, version, message, body)
+            channel.send = send  # type: ignore[method-assign]
+            await admin.alter_partition_reassignments({("t", 0): [2, 3]})
+            await asyncio.wait_for(dropped.wait(), 60)
+            store = cluster.brokers[0].store
+            assert store is not None
+            await store.close()  # the crash: session gone, nothing more reaches the store
+            # The move is not recorded as done while the deletion is unanswered.
+            assert assignment(cluster, "t").get("removing_replicas") == {"0": [1]}
+            await cluster.kill_broker(0)
+            await cluster.wait_for(lambda: cluster.controller_id() not in (-1, 0),
+                                   what="a new controller")
+            await wait_done(cluster, "t", [2, 3])
+            await cluster.wait_for(lambda: not partition_dirs(cluster, 1, "t"),
+                                   what="t-0 deleted on broker 1 by the new controller")
     run(body, 120)
 
 

@@ -119,9 +119,7 @@ async def consume_all(c: WireClient, tp: tuple[str, int] = TP) -> tuple[bytes, i
 
 def test_acks_all_replicates_to_every_isr_member_byte_for_byte(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster)
             leader = state(cluster)["leader"]
             followers = [b for b in range(3) if b != leader]
@@ -148,16 +146,12 @@ def test_acks_all_replicates_to_every_isr_member_byte_for_byte(tmp_path: Path) -
             data, reported = await consume_all(c)
             assert reported == hw and offsets(data) == list(range(total))
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
 def test_consumers_never_see_offsets_at_or_above_the_high_watermark(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster)
             leader = state(cluster)["leader"]
             followers = [b for b in range(3) if b != leader]
@@ -187,17 +181,13 @@ def test_consumers_never_see_offsets_at_or_above_the_high_watermark(tmp_path: Pa
             got = (await asyncio.wait_for(waiting, 3)).responses[0].partitions[0]
             assert values(got.records) == [b"c", b"d", b"e"] and got.high_watermark == 5
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
 def test_leader_crash_new_leader_has_every_acked_record_and_producing_continues(
         tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster)
             old = state(cluster)["leader"]
             c = await client(cluster, old)
@@ -229,16 +219,12 @@ def test_leader_crash_new_leader_has_every_acked_record_and_producing_continues(
             assert log_bytes(cluster, other, hw) == log_bytes(cluster, new, hw)
             assert partition(cluster, new).log.leader_epoch_cache.entries() == [(0, 0), (1, 30)]
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
 def test_restarted_broker_catches_up_and_rejoins_the_isr(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster)
             leader = state(cluster)["leader"]
             victim = next(b for b in range(3) if b not in (leader, cluster.controller_id()))
@@ -274,17 +260,13 @@ def test_restarted_broker_catches_up_and_rejoins_the_isr(tmp_path: Path) -> None
                 assert await isr_in_metadata(b) == [0, 1, 2]
             assert (await send(c, batch([b"z"]))).error_code == ErrorCode.none
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
 def test_lagging_follower_leaves_the_isr_and_returns(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path,
-                               overrides={**FAST, "replica.lag.time.max.ms": 600})
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path,
+                                overrides={**FAST, "replica.lag.time.max.ms": 600}) as cluster:
             await create(cluster)
             leader = state(cluster)["leader"]
             slow = next(b for b in range(3) if b != leader)
@@ -308,16 +290,12 @@ def test_lagging_follower_leaves_the_isr_and_returns(tmp_path: Path) -> None:
             await cluster.wait_for(lambda: slow in state(cluster)["isr"], what="ISR expanded")
             assert partition(cluster, slow).log_end_offset == 2
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
 def test_min_insync_replicas_with_two_brokers_down(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             # The controller leads, so that the brokers killed are plain brokers.
             ctrl = cluster.controller_id()
             await create(cluster, configs={"min.insync.replicas": "2"},
@@ -341,16 +319,12 @@ def test_min_insync_replicas_with_two_brokers_down(tmp_path: Path) -> None:
             assert partition(cluster, leader).log_end_offset == 2  # not appended
             assert (await send(c, batch([b"acks=1"]), acks=1)).error_code == ErrorCode.none
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
 def test_retried_idempotent_batch_after_failover_is_not_written_twice(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster)
             old = state(cluster)["leader"]
             pid = 4242
@@ -377,8 +351,6 @@ def test_retried_idempotent_batch_after_failover_is_not_written_twice(tmp_path: 
             data, _ = await consume_all(c)
             assert values(data) == [b"p0", b"p1", b"p2", b"p3"]
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
@@ -435,9 +407,7 @@ def test_follower_catches_up_when_one_fetch_holds_more_than_a_segment(tmp_path: 
     between them instead of refusing the append (found by an operator run with
     log.segment.bytes=20000: the follower stopped replicating and acks=all timed out)."""
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster, configs={"segment.bytes": "20000"})
             leader = state(cluster)["leader"]
             victim = next(b for b in range(3) if b not in (leader, cluster.controller_id()))
@@ -458,8 +428,6 @@ def test_follower_catches_up_when_one_fetch_holds_more_than_a_segment(tmp_path: 
             r = await send(c, batch([b"after"]))  # acks=all completes with the ISR whole
             assert r.error_code == ErrorCode.none
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 60)
 
 
@@ -471,9 +439,7 @@ def test_a_replica_stopped_without_delete_keeps_its_high_watermark_checkpointed(
     from odradek.storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster)
             leader = state(cluster)["leader"]
             follower = next(b for b in range(3) if b != leader)
@@ -494,6 +460,4 @@ def test_a_replica_stopped_without_delete_keeps_its_high_watermark_checkpointed(
             broker.checkpoint_high_watermarks()
             await cluster.wait_for(lambda: TP not in checkpoint.read(),
                                    what="a deleted replica's HW gone")
-        finally:
-            await cluster.stop()
     run(body, 60)

@@ -1,7 +1,8 @@
 """SASL on an in-process broker's SASL_PLAINTEXT listener: PLAIN and SCRAM-SHA-256/512 through
 security/sasl_client.py and raw KIP-152 tokens; failed authentication (Kafka's error and message,
 then a closed connection, without memory growing over 200 attempts); the pre-authentication
-gate; SCRAM credentials altered at run time (AlterUserScramCredentials) in force at once."""
+gate; SCRAM credentials altered at run time (AlterUserScramCredentials) in force at once; each
+listener answered with its own endpoints (Metadata, FindCoordinator)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ async def closed(client: WireClient, timeout: float = 5.0) -> bool:
 
 
 async def admin_for(broker: Broker) -> AsyncAdmin:
-    # the PLAINTEXT listener (second) until the client's SASL connector exists
+    # the PLAINTEXT listener (second): the tests' way in without credentials
     return await AsyncAdmin(bootstrap_servers=f"127.0.0.1:{broker.bound_ports[1]}").start()
 
 
@@ -167,6 +168,40 @@ def test_gate_before_authentication(tmp_path: Path) -> None:
             assert hs.error_code == ErrorCode.illegal_sasl_state
             assert len((await metadata(c)).brokers) == 1
             await c.close()
+    run(body)
+
+
+def test_each_listener_is_answered_with_its_own_endpoints(tmp_path: Path) -> None:
+    """Metadata and FindCoordinator name the broker at the listener the request came in on, as
+    Kafka answers per listener: a client that bootstrapped on SASL_PLAINTEXT is sent back to
+    the SASL port, one on PLAINTEXT to the PLAINTEXT port."""
+    async def coordinator(client: WireClient) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:  # the first asks create __consumer_offsets
+            found = await client.request(req_module(10, 3).FindCoordinatorRequest(
+                key="per-listener", key_type=0))
+            if found.error_code == ErrorCode.none or loop.time() > deadline:
+                return found
+            await asyncio.sleep(0.1)
+
+    async def body() -> None:
+        async with sasl_broker(tmp_path) as broker:
+            sasl_port, plain_port = broker.bound_ports
+            assert sasl_port != plain_port
+            sasl = await open_sasl(broker, "PLAIN", "alice", "alice-secret")
+            plain = await WireClient.connect("127.0.0.1", plain_port)
+            try:
+                for client, port in ((sasl, sasl_port), (plain, plain_port)):
+                    brokers = (await metadata(client)).brokers
+                    assert [(b.node_id, b.host, b.port) for b in brokers] == [
+                        (0, "127.0.0.1", port)]
+                    found = await coordinator(client)
+                    assert found.error_code == ErrorCode.none
+                    assert (found.node_id, found.host, found.port) == (0, "127.0.0.1", port)
+            finally:
+                await sasl.close()
+                await plain.close()
     run(body)
 
 

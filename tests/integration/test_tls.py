@@ -252,9 +252,7 @@ def test_three_brokers_replicate_over_an_ssl_inter_broker_listener(
     }
 
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path / "c", overrides=overrides)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path / "c", overrides=overrides) as cluster:
             conf = {"bootstrap.servers": cluster.bootstrap_servers}
             topic = "replicated"
             async with AsyncAdmin(conf) as admin:
@@ -282,8 +280,6 @@ def test_three_brokers_replicate_over_an_ssl_inter_broker_listener(
                     got += [r.value for r in await c.poll(1)]
             assert got == [f"a{i}".encode() for i in range(10)] + [
                 f"b{i}".encode() for i in range(10)]
-        finally:
-            await cluster.stop()
     run(body, 170)
 
 

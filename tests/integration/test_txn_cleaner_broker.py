@@ -60,9 +60,7 @@ def read_committed_view(part: Any) -> dict[bytes, bytes]:
 def test_cleaning_a_transactional_compacted_topic_keeps_the_read_committed_view(
         tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(1, data_dir=tmp_path)
-        await cluster.start()
-        try:
+        async with AsyncCluster(1, data_dir=tmp_path) as cluster:
             await create(cluster, TOPIC, 1, rf=1, configs=COMPACT)
             c = await client(cluster, 0)
             seqs: dict[int, int] = {}
@@ -123,6 +121,4 @@ def test_cleaning_a_transactional_compacted_topic_keeps_the_read_committed_view(
             assert producers[100].current_txn_start_offset == -1
             assert producers[100].coordinator_epoch == 1
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, timeout=120)

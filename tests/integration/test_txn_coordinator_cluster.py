@@ -31,13 +31,9 @@ FAST = {"replica.fetch.backoff.ms": 100, "transaction.abort.timed.out.transactio
 
 def with_cluster(tmp_path: Path, body: Any, timeout: float = 120) -> None:
     async def main() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create_topic(cluster, "t", 2)
             await body(cluster)
-        finally:
-            await cluster.stop()
     run(main, timeout)
 
 

@@ -64,9 +64,7 @@ def committed_list_offsets(isolation: int) -> Any:
 
 def test_transactions_on_the_partition_side_over_the_wire(tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster)
             leader = state(cluster)["leader"]
             followers = [b for b in range(3) if b != leader]
@@ -169,17 +167,13 @@ def test_transactions_on_the_partition_side_over_the_wire(tmp_path: Path) -> Non
             assert (await send(plain)).error_code == ErrorCode.invalid_txn_state
             assert p.last_stable_offset == p.log_end_offset - 1
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 90)
 
 
 def test_read_committed_fetch_waits_for_the_lso_and_the_lso_survives_failover(
         tmp_path: Path) -> None:
     async def body() -> None:
-        cluster = AsyncCluster(3, data_dir=tmp_path, overrides=FAST)
-        await cluster.start()
-        try:
+        async with AsyncCluster(3, data_dir=tmp_path, overrides=FAST) as cluster:
             await create(cluster)
             leader = state(cluster)["leader"]
             c = await client(cluster, leader)
@@ -212,6 +206,4 @@ def test_read_committed_fetch_waits_for_the_lso_and_the_lso_survives_failover(
             assert part.last_stable_offset == 2 and part.aborted_transactions == ()
             assert [h.base_offset for h in iter_headers(part.records)] == [0, 1]
             await c.close()
-        finally:
-            await cluster.stop()
     run(body, 90)

@@ -2,8 +2,8 @@
 consume over a SASL_PLAINTEXT listener with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, and a wrong
 password is refused.
 
-The broker runs in-process on a thread of its own (tests/integration/sasl_support.py: its
-Metadata answers name the SASL listener to clients on it) until listener-aware metadata lands."""
+The broker runs in-process on a thread of its own (tests/integration/sasl_support.py); its
+Metadata answers name the SASL listener to clients on it, as Kafka answers per listener."""
 
 from __future__ import annotations
 
