@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..coordination import paths
+from ..security import jaas
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -33,9 +34,6 @@ _OPERATIONS = {n.lower(): n for n in (
     "All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction",
     "DescribeConfigs", "AlterConfigs", "IdempotentWrite")}
 
-
-def _jaas_quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _pascal(text: str) -> str:
@@ -258,16 +256,16 @@ def broker_jaas(security: ClusterSecurity, mechanism: str) -> str:
     """A listener's ``<mechanism>.sasl.jaas.config``: the brokers' own login, and for PLAIN
     every user's ``user_<name>`` entry."""
     parts = [_LOGIN_MODULES[mechanism], "required",
-             f"username={_jaas_quote(security.broker_user)}",
-             f"password={_jaas_quote(security.broker_password)}"]
+             f"username={jaas.quote(security.broker_user)}",
+             f"password={jaas.quote(security.broker_password)}"]
     if mechanism == "PLAIN":
-        parts += [f"user_{u}={_jaas_quote(pw)}" for u, pw in security.all_users().items()]
+        parts += [f"user_{u}={jaas.quote(pw)}" for u, pw in security.all_users().items()]
     return " ".join(parts) + ";"
 
 
 def client_jaas(mechanism: str, username: str, password: str) -> str:
-    return (f"{_LOGIN_MODULES[mechanism]} required username={_jaas_quote(username)} "
-            f"password={_jaas_quote(password)};")
+    return (f"{_LOGIN_MODULES[mechanism]} required username={jaas.quote(username)} "
+            f"password={jaas.quote(password)};")
 
 
 def scram_user_znodes(security: ClusterSecurity) -> dict[str, bytes]:
