@@ -403,3 +403,128 @@ def test_dir_names_are_compared_as_absolute_paths(tmp_path: Path,
     assert b.mover.alter_replica_log_dirs({TP: other + "/"}) == {TP: ErrorCode.none}
     assert b.lm.get_future_log(*TP) is not None
     b.lm.shutdown()
+
+
+# -- a log start offset inside a batch (DeleteRecords), retention, compaction, transactions --
+
+NOW = 1_700_000_000_000
+
+
+def produce_batches(log: Log, count: int, per_batch: int = 5, epoch: int = 0,
+                    timestamp_ms: int = NOW, keys: int | None = None) -> None:
+    """`count` batches of `per_batch` records each (keys modulo `keys` when given)."""
+    for _ in range(count):
+        start = log.log_end_offset
+        records = [(b"k%d" % ((start + i) % keys if keys else start + i), b"v%d" % (start + i))
+                   for i in range(per_batch)]
+        buf = bytearray(build_batch(records, timestamp_ms=timestamp_ms))
+        log.append_as_leader(buf, validate_batches(buf), epoch, timestamp_ms)
+
+
+def delete_records(p: Partition, offset: int) -> None:
+    """DeleteRecords on the partition's log (its high watermark at the log end offset)."""
+    p.high_watermark = p.log.high_watermark = p.log.log_end_offset
+    assert p.log.maybe_increment_log_start_offset(offset)
+
+
+def inside_a_batch(log: Log, offset: int) -> bool:
+    return any(h.base_offset < offset <= h.last_offset for h in log.iter_batch_headers(offset))
+
+
+def from_log_start(log: Log) -> tuple[int, int, bytes, list[tuple[int, int]]]:
+    """What a fetch from the log start offset sees: log start and end offsets, the bytes and the
+    leader epochs."""
+    data = log.read(log.log_start_offset, 1 << 30).read_bytes()
+    return (log.log_start_offset, log.log_end_offset, data, log.leader_epoch_cache.entries())
+
+
+def other_dir(b: Broker, log: Log) -> Path:
+    return next(d.absolute() for d in b.dirs if d.absolute() != log.dir.parent)
+
+
+def no_future_dirs(b: Broker) -> bool:
+    return not [e for d in b.dirs for e in d.iterdir() if e.name.endswith("-future")]
+
+
+@pytest.mark.parametrize("where", ["first segment", "later segment"])
+def test_move_after_delete_records_inside_a_batch(tmp_path: Path, where: str) -> None:
+    """The log start offset in the middle of a batch: the future log starts at the current
+    log's log start offset, and the batch holding it (which begins below) is its first copy.
+    Kafka's Partition.appendRecordsToFollowerOrFutureReplica restarts an empty log at that
+    batch's base offset and appends it; the future log's log start offset then follows the
+    current one's."""
+    b = Broker(tmp_path, segment_bytes=1000)
+    p = b.host()
+    produce_batches(p.log, 12, epoch=0)
+    produce_batches(p.log, 12, epoch=2)
+    assert p.log.num_segments >= 4
+    target = 7 if where == "first segment" else p.log.segments[2].base_offset + 8
+    delete_records(p, target)
+    p.log.delete_retention_segments(NOW)  # segments wholly below the log start offset go
+    assert p.log.log_start_offset == target and inside_a_batch(p.log, target)
+    assert p.log.segments[0].base_offset < target
+    before = from_log_start(p.log)
+    assert b.mover.alter_replica_log_dirs({TP: str(other_dir(b, p.log))}) == {TP: ErrorCode.none}
+    steps = b.run()
+    assert steps[-1] == "swap", steps[-3:]
+    assert from_log_start(p.log) == before
+    assert p.log.segments[0].base_offset < target  # the batch holding the log start is whole
+    assert no_future_dirs(b) and b.mover.completed == 1
+    b.lm.shutdown()
+    lm = LogManager(b.dirs, LogConfig(segment_bytes=1000))  # and after a restart
+    lg = lm.get_log(*TP)
+    assert lg is not None and from_log_start(lg) == before
+    lm.shutdown()
+
+
+MINUTE = 60_000
+
+
+@pytest.mark.parametrize("kind", ["time", "size"])
+def test_move_after_retention_with_the_start_offset_moved(tmp_path: Path, kind: str) -> None:
+    """Retention by time (retention.ms) or size (retention.bytes) moves the log start offset
+    to a segment's base offset (a batch boundary), DeleteRecords then into the middle of a
+    batch of that segment, and while the replica moves retention deletes the current log's
+    first segment again: the future log restarts at the new log start offset ("reset") and
+    the move completes with the log as it is."""
+    day = 24 * 60 * MINUTE
+    b = Broker(tmp_path, segment_bytes=1000, retention_ms=day if kind == "time" else -1)
+    p = b.host()
+    for i in range(40):  # a batch a minute
+        produce_batches(p.log, 1, timestamp_ms=NOW + i * MINUTE)
+    p.high_watermark = p.log.high_watermark = p.log.log_end_offset
+    segs = p.log.segments
+    assert len(segs) >= 5
+
+    def retain(first_kept: int) -> None:
+        """A retention pass that deletes the segments below `first_kept`."""
+        kept = p.log.segments
+        if kind == "time":
+            now = kept[first_kept - 1].largest_timestamp() + day + 1
+        else:
+            doomed = sum(s.size for s in kept[:first_kept])
+            b.lm.update_topic_config("t", LogConfig(segment_bytes=1000,
+                                                    retention_bytes=p.log.size - doomed))
+            p.log.config = b.lm.config_for("t")
+            now = NOW + 40 * MINUTE
+        assert p.log.delete_retention_segments(now) == first_kept
+
+    retain(2)
+    start = segs[2].base_offset
+    assert p.log.log_start_offset == start and not inside_a_batch(p.log, start)
+    delete_records(p, start + 3)
+    assert inside_a_batch(p.log, start + 3)
+    assert b.mover.alter_replica_log_dirs({TP: str(other_dir(b, p.log))}) == {TP: ErrorCode.none}
+    steps = [b.mover.step(TP), b.mover.step(TP)]
+    assert steps == ["reset", "copy"]
+    future = b.lm.get_future_log(*TP)
+    assert future is not None and future.log_end_offset < segs[3].base_offset
+    retain(1)  # the current log's first segment goes while moving
+    assert p.log.log_start_offset == segs[3].base_offset
+    before = from_log_start(p.log)
+    steps = b.run()
+    assert steps[0] == "reset" and steps[-1] == "swap", steps
+    assert from_log_start(p.log) == before
+    assert no_future_dirs(b)
+    b.lm.shutdown()
+

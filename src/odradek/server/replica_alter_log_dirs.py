@@ -14,9 +14,11 @@ the destination and the mover starts.
 The mover (``ReplicaAlterLogDirsManager``, one task per broker, one partition at a time as
 Kafka's thread) copies whole batches from the current log into the future log with
 ``append_as_follower`` (no record is parsed), follows the current log's log start offset and
-truncations, and when the future log has caught up (same log end offset, checked and swapped
-with no await in between: nothing can append to the partition meanwhile, Kafka's
-leaderIsrUpdateLock) replaces the current log with it (``LogManager.
+truncations (the future log starts at the log start offset; when that lies inside a batch,
+after DeleteRecords, the future log restarts at the batch's base offset and takes it whole, as
+Kafka's appendRecordsToFollowerOrFutureReplica does), and when the future log has caught up
+(same log end offset, checked and swapped with no await in between: nothing can append to the
+partition meanwhile, Kafka's leaderIsrUpdateLock) replaces the current log with it (``LogManager.
 replace_current_with_future_log``). The bytes copied count against the dynamic broker config
 ``replica.alter.log.dirs.io.max.bytes.per.second`` (a KIP-73 ``ReplicationQuotaManager``);
 while it is exceeded the mover waits. A future log loaded at start-up resumes once its
@@ -37,7 +39,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
-from ..storage.errors import KafkaStorageError
+from ..storage.errors import KafkaStorageError, UnexpectedAppendOffsetError
 from ..storage.log import Log
 from ..storage.log_manager import LogDirNotFoundError, LogManager
 from ..storage.partition_metadata import write_partition_metadata
@@ -223,7 +225,7 @@ class ReplicaAlterLogDirsManager:
         decision = next_step(current.log_start_offset, current.log_end_offset,
                              future.log_end_offset, epoch_end)
         if decision.action == "reset":
-            future.truncate_fully_and_start_at(decision.offset)
+            self._start_at(future, decision.offset)
         elif decision.action == "truncate":
             future.truncate_to(decision.offset)
         elif decision.action == "copy":
@@ -236,7 +238,7 @@ class ReplicaAlterLogDirsManager:
         data = current.read(offset, self.chunk_bytes, None, min_one_message=True)
         payload = data.read_bytes()
         if payload:
-            future.append_as_follower(payload)
+            self._append(future, payload)
             self.quota.record(len(payload))
         if current.log_start_offset > future.log_start_offset:
             future.high_watermark = min(high_watermark, future.log_end_offset)
@@ -244,6 +246,29 @@ class ReplicaAlterLogDirsManager:
                 future.maybe_increment_log_start_offset(
                     min(current.log_start_offset, future.log_end_offset))
         future.high_watermark = min(high_watermark, future.log_end_offset)
+
+    def _start_at(self, future: Log, offset: int) -> None:
+        """The future log restarts, empty, at `offset`."""
+        future.truncate_fully_and_start_at(offset)
+
+    def _append(self, future: Log, payload: bytes) -> None:
+        """Kafka's Partition.appendRecordsToFollowerOrFutureReplica (isFuture): the first
+        batch copied into an empty future log may begin below its log end offset -- the
+        current log's log start offset lies inside that batch (DeleteRecords). The future log
+        then restarts at the batch's base offset and takes it whole; its log start offset
+        follows the current log's afterwards (``_copy``)."""
+        try:
+            future.append_as_follower(payload)
+        except UnexpectedAppendOffsetError as exc:
+            leo = future.log_end_offset
+            if leo != future.log_start_offset or not exc.first_offset < leo <= exc.last_offset:
+                raise
+            log.info("Unexpected offset in append to %s: first offset %d is less than its log "
+                     "start offset %d. Since this is the first batch appended to the future "
+                     "replica's log, it starts at offset %d", future.name, exc.first_offset,
+                     leo, exc.first_offset)
+            self._start_at(future, exc.first_offset)
+            future.append_as_follower(payload)
 
     def _swap(self, tp: TopicPartition, p: Partition) -> None:
         new = self.log_manager.replace_current_with_future_log(tp[0], tp[1])
