@@ -353,11 +353,14 @@ class Log:
     @property
     def first_unstable_offset(self) -> int | None:
         """The first offset of an ongoing transaction, or of a completed one whose marker the
-        high watermark has not passed yet (Kafka's firstUnstableOffset); None when none."""
+        high watermark has not passed yet (Kafka's firstUnstableOffset); None when none. Never
+        below the log start offset, which DeleteRecords may move past an open transaction's
+        first offset (Kafka's maybeIncrementFirstUnstableOffset)."""
         psm = self.producer_state
         if self._high_watermark is None:
             psm.on_high_watermark_updated(self._leo)
-        return psm.first_unstable_offset()
+        first = psm.first_unstable_offset()
+        return None if first is None else max(first, self.log_start_offset)
 
     @property
     def last_stable_offset(self) -> int:
