@@ -528,3 +528,144 @@ def test_move_after_retention_with_the_start_offset_moved(tmp_path: Path, kind: 
     assert no_future_dirs(b)
     b.lm.shutdown()
 
+
+# -- transactions ---------------------------------------------------------------------------
+
+def txn_batch(log: Log, pid: int, seq: int, count: int) -> None:
+    buf = bytearray(build_batch([(b"p%d" % pid, b"%d-%d" % (pid, seq + i)) for i in range(count)],
+                                timestamp_ms=NOW, producer_id=pid, producer_epoch=0,
+                                base_sequence=seq, is_transactional=True))
+    log.append_as_leader(buf, validate_batches(buf), 0, NOW)
+
+
+def end_txn(log: Log, pid: int, commit: bool) -> bytes:
+    """The coordinator's marker appended to `log` (as leader); its bytes."""
+    from odradek.protocol.control_records import (
+        ControlRecordType,
+        EndTransactionMarker,
+        build_end_txn_marker_batch,
+    )
+    from odradek.storage.append_origin import AppendOrigin
+
+    kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    buf = bytearray(build_end_txn_marker_batch(EndTransactionMarker(kind, 3), pid, 0,
+                                               timestamp_ms=NOW))
+    at = log.log_end_offset
+    log.append_as_leader(buf, validate_batches(buf, allow_control=True), 0, NOW,
+                         AppendOrigin.COORDINATOR)
+    return log.read(at, 1 << 20).read_bytes()
+
+
+def txn_view(log: Log, high_watermark: int | None = None) -> dict[str, object]:
+    """What read_committed sees of `log` (high watermark: its log end offset unless given):
+    the last stable offset, the records a read_committed consumer gets from the log start
+    offset (Kafka's consumer skipping), the aborted transactions (.txnindex) overlapping the
+    log from its start, and the producer state."""
+    from odradek.client.read_committed import AbortedTransactions, abort_marker_checker
+    from odradek.protocol.records import decode_records
+
+    log.high_watermark = log.log_end_offset if high_watermark is None else high_watermark
+    lso = log.last_stable_offset
+    fetched = log.read(log.log_start_offset, 1 << 30, max_offset=lso, include_aborted_txns=True)
+    data = memoryview(fetched.read_bytes())
+    skipping = AbortedTransactions([(a.producer_id, a.first_offset)
+                                    for a in fetched.aborted_transactions or ()])
+    records = []
+    for h in iter_headers(data):
+        if skipping.skip(h, abort_marker_checker(data, h)) or h.is_control:
+            continue
+        batch = data[h.position:h.position + h.size]
+        records += [(r.offset, r.value) for r in decode_records(batch)
+                    if r.offset >= log.log_start_offset]
+    return {
+        "log start": log.log_start_offset, "log end": log.log_end_offset, "lso": lso,
+        "first unstable": log.first_unstable_offset, "read_committed": records,
+        "aborted": log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset),
+        "producers": {pid: (e.producer_epoch, e.last_seq, e.last_data_offset,
+                            e.current_txn_first_offset, e.coordinator_epoch)
+                      for pid, e in sorted(log.producer_state.producers.items())},
+    }
+
+
+def test_move_with_open_transactions(tmp_path: Path) -> None:
+    """A partition with transactions around a log start offset inside a batch: A open since
+    before the log start offset (no batch of it after), B aborted with its first batch below
+    the log start offset and its marker above, E open whose first batch holds the log start
+    offset, D committed and C open above it. The moved log has the original's last stable
+    offset (never below the log start offset, Kafka's maybeIncrementFirstUnstableOffset),
+    producer state and aborted transactions: a read_committed consumer reads what it read
+    from a copy of the original that never moved -- while moving, after E aborts during the
+    move, after A commits and C aborts after it, and after a restart."""
+    b = Broker(tmp_path, segment_bytes=100_000)
+    p = b.host()
+    lg = p.log
+    produce_batches(lg, 1)      # 0-4
+    txn_batch(lg, 1, 0, 3)      # 5-7    A
+    txn_batch(lg, 2, 0, 3)      # 8-10   B
+    txn_batch(lg, 5, 0, 5)      # 11-15  E: the log start offset 13 in it
+    end_txn(lg, 2, commit=False)  # 16  B aborted
+    txn_batch(lg, 4, 0, 3)      # 17-19  D
+    end_txn(lg, 4, commit=True)  # 20
+    produce_batches(lg, 1)      # 21-25
+    txn_batch(lg, 3, 0, 2)      # 26-27  C
+    produce_batches(lg, 1)      # 28-32
+    reference = Log.open(tmp_path / "reference" / "t-0", LogConfig())
+    reference.append_as_follower(lg.read(0, 1 << 30).read_bytes())
+    for log in (lg, reference):
+        log.high_watermark = log.log_end_offset
+        assert log.maybe_increment_log_start_offset(13)
+    p.high_watermark = lg.log_end_offset
+    view = txn_view(reference)
+    assert txn_view(lg) == view
+    assert view["lso"] == 13  # A keeps the first unstable offset at the log start offset
+    assert [t.producer_id for t in view["aborted"]] == [2]  # type: ignore[attr-defined]
+    assert b.mover.alter_replica_log_dirs({TP: str(other_dir(b, lg))}) == {TP: ErrorCode.none}
+    b.mover.chunk_bytes = 1  # a batch a step
+    assert [b.mover.step(TP) for _ in range(3)] == ["reset", "copy", "copy"]
+    future = b.lm.get_future_log(*TP)
+    assert future is not None
+    assert txn_view(future, high_watermark=lg.log_end_offset)["lso"] == 13
+    reference.append_as_follower(end_txn(lg, 5, commit=False))  # E aborts meanwhile
+    p.high_watermark = lg.log_end_offset
+    assert b.run()[-1] == "swap"
+    assert no_future_dirs(b) and p.log is not lg
+    assert txn_view(p.log) == txn_view(reference)
+    reference.append_as_follower(end_txn(p.log, 1, commit=True))  # A commits
+    reference.append_as_follower(end_txn(p.log, 3, commit=False))  # C aborts
+    p.high_watermark = p.log.log_end_offset
+    after = txn_view(reference)
+    assert after["lso"] == after["log end"] and after["first unstable"] is None
+    assert txn_view(p.log) == after
+    b.lm.shutdown()
+    lm = LogManager(b.dirs, LogConfig(segment_bytes=100_000))
+    moved = lm.get_log(*TP)
+    assert moved is not None and txn_view(moved) == after
+    lm.shutdown()
+    reference.close()
+
+
+def test_a_restart_mid_move_keeps_the_open_transactions(tmp_path: Path) -> None:
+    """The producer state the future log starts with is in a snapshot at its start offset:
+    a broker stopping mid-move (kill -9) loads it with the future log, and the moved log still
+    holds the transaction open since before its log start offset."""
+    b = Broker(tmp_path, segment_bytes=100_000)
+    p = b.host()
+    txn_batch(p.log, 1, 0, 3)   # 0-2: open
+    produce_batches(p.log, 6)   # 3-32
+    delete_records(p, 10)
+    assert txn_view(p.log)["lso"] == 10
+    b.mover.alter_replica_log_dirs({TP: str(other_dir(b, p.log))})
+    b.mover.chunk_bytes = 1
+    assert [b.mover.step(TP) for _ in range(3)] == ["reset", "copy", "copy"]
+    b.lm.checkpoint_recovery_points_and_log_start_offsets()  # the log start offsets
+    b.lm.close_without_shutdown()
+    b2 = Broker(tmp_path, segment_bytes=100_000)
+    p2 = b2.host()
+    future = b2.lm.get_future_log(*TP)
+    assert future is not None and 10 < future.log_end_offset < 33
+    b2.mover.maybe_resume(TP)
+    assert b2.run()[-1] == "swap"
+    view = txn_view(p2.log)
+    assert view["lso"] == 10 and view["first unstable"] == 10
+    assert view["producers"][1][3] == 0  # type: ignore[index]
+    b2.lm.shutdown()
