@@ -529,6 +529,64 @@ def test_move_after_retention_with_the_start_offset_moved(tmp_path: Path, kind: 
     b.lm.shutdown()
 
 
+def latest_per_key(log: Log) -> dict[bytes | None, tuple[int, bytes | None]]:
+    from odradek.protocol.records import decode_records
+
+    data = log.read(log.log_start_offset, 1 << 30).read_bytes()
+    latest: dict[bytes | None, tuple[int, bytes | None]] = {}
+    for h in iter_headers(data):
+        for r in decode_records(data[h.position:h.position + h.size]):
+            if r.offset >= log.log_start_offset:
+                latest[r.key] = (r.offset, r.value)
+    return latest
+
+
+def test_move_while_the_log_is_being_cleaned(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compact,delete topic whose log start offset is inside a batch (DeleteRecords) moves
+    while a cleaning pass of it is under way: the move starts after the pass cleaned its first
+    group and before that group is swapped in. As Kafka's alterReplicaLogDirs
+    (abortAndPauseCleaning) the pass is aborted: the current log is not cleaned under the
+    copy, the moved log is the log as it was, and cleaning resumes on the moved log."""
+    from odradek.storage.cleaner import CleanerConfig
+
+    b = Broker(tmp_path, segment_bytes=1000, cleanup_policy=("compact", "delete"),
+               min_cleanable_dirty_ratio=0.0)
+    p = b.host()
+    produce_batches(p.log, 40, keys=7)
+    delete_records(p, 13)
+    assert inside_a_batch(p.log, 13)
+    cleaner = b.lm.cleaner
+    cleaner.configure(CleanerConfig(dedupe_buffer_size=1 << 20))
+    real = cleaner.cleaner.clean_group
+    before: list[tuple[int, int, bytes, list[tuple[int, int]]]] = []
+
+    def moving_meanwhile(*args: object) -> object:
+        cleaned = real(*args)  # type: ignore[arg-type]
+        if not before:
+            before.append(from_log_start(p.log))
+            assert b.mover.alter_replica_log_dirs({TP: str(other_dir(b, p.log))}) == {
+                TP: ErrorCode.none}
+            for _ in range(3):
+                b.mover.step(TP)
+        return cleaned
+
+    monkeypatch.setattr(cleaner.cleaner, "clean_group", moving_meanwhile)
+    source = p.log.dir
+    assert cleaner.clean_once(NOW) is False  # aborted
+    assert before and from_log_start(p.log) == before[0]  # nothing swapped in
+    assert not [f for f in source.iterdir() if f.name.endswith(".cleaned")]
+    assert b.run()[-1] == "swap"
+    assert from_log_start(p.log) == before[0]
+    assert no_future_dirs(b)
+    latest = latest_per_key(p.log)
+    size = p.log.size
+    cleaner.configure(CleanerConfig(dedupe_buffer_size=1 << 20))  # the real clean_group
+    assert cleaner.clean_once(NOW) is True  # cleaning resumes on the moved log
+    assert latest_per_key(p.log) == latest and p.log.size < size
+    assert p.log.log_start_offset == 13
+    b.lm.shutdown()
+
 # -- transactions ---------------------------------------------------------------------------
 
 def txn_batch(log: Log, pid: int, seq: int, count: int) -> None:
