@@ -384,6 +384,7 @@ class Log:
         return collect_aborted_transactions((s.txn_index for s in segments[i:]), start_offset,
                                             upper_bound_offset)
 
+    @_io("reading the producer state of")
     def producers_at(self, offset: int) -> list[ProducerStateEntry]:
         """The producer state as it was at `offset` (a batch boundary from the first segment's
         base offset up to the log end offset), the log untouched: the newest readable snapshot
@@ -399,6 +400,7 @@ class Log:
         replay_producer_batches(state, self._segments, start, offset)
         return list(state.producers.values())
 
+    @_io("writing a producer snapshot of")
     def restore_producers(self, entries: Sequence[ProducerStateEntry]) -> None:
         """An empty log starts with `entries`, the producer state at its start offset of the
         log it copies (``producers_at``): a snapshot at its start offset keeps them across a
