@@ -403,3 +403,327 @@ def test_dir_names_are_compared_as_absolute_paths(tmp_path: Path,
     assert b.mover.alter_replica_log_dirs({TP: other + "/"}) == {TP: ErrorCode.none}
     assert b.lm.get_future_log(*TP) is not None
     b.lm.shutdown()
+
+
+# -- a log start offset inside a batch (DeleteRecords), retention, compaction, transactions --
+
+NOW = 1_700_000_000_000
+
+
+def produce_batches(log: Log, count: int, per_batch: int = 5, epoch: int = 0,
+                    timestamp_ms: int = NOW, keys: int | None = None) -> None:
+    """`count` batches of `per_batch` records each (keys modulo `keys` when given)."""
+    for _ in range(count):
+        start = log.log_end_offset
+        records = [(b"k%d" % ((start + i) % keys if keys else start + i), b"v%d" % (start + i))
+                   for i in range(per_batch)]
+        buf = bytearray(build_batch(records, timestamp_ms=timestamp_ms))
+        log.append_as_leader(buf, validate_batches(buf), epoch, timestamp_ms)
+
+
+def delete_records(p: Partition, offset: int) -> None:
+    """DeleteRecords on the partition's log (its high watermark at the log end offset)."""
+    p.high_watermark = p.log.high_watermark = p.log.log_end_offset
+    assert p.log.maybe_increment_log_start_offset(offset)
+
+
+def inside_a_batch(log: Log, offset: int) -> bool:
+    return any(h.base_offset < offset <= h.last_offset for h in log.iter_batch_headers(offset))
+
+
+def from_log_start(log: Log) -> tuple[int, int, bytes, list[tuple[int, int]]]:
+    """What a fetch from the log start offset sees: log start and end offsets, the bytes and the
+    leader epochs."""
+    data = log.read(log.log_start_offset, 1 << 30).read_bytes()
+    return (log.log_start_offset, log.log_end_offset, data, log.leader_epoch_cache.entries())
+
+
+def other_dir(b: Broker, log: Log) -> Path:
+    return next(d.absolute() for d in b.dirs if d.absolute() != log.dir.parent)
+
+
+def no_future_dirs(b: Broker) -> bool:
+    return not [e for d in b.dirs for e in d.iterdir() if e.name.endswith("-future")]
+
+
+@pytest.mark.parametrize("where", ["first segment", "later segment"])
+def test_move_after_delete_records_inside_a_batch(tmp_path: Path, where: str) -> None:
+    """The log start offset in the middle of a batch: the future log starts at the current
+    log's log start offset, and the batch holding it (which begins below) is its first copy.
+    Kafka's Partition.appendRecordsToFollowerOrFutureReplica restarts an empty log at that
+    batch's base offset and appends it; the future log's log start offset then follows the
+    current one's."""
+    b = Broker(tmp_path, segment_bytes=1000)
+    p = b.host()
+    produce_batches(p.log, 12, epoch=0)
+    produce_batches(p.log, 12, epoch=2)
+    assert p.log.num_segments >= 4
+    target = 7 if where == "first segment" else p.log.segments[2].base_offset + 8
+    delete_records(p, target)
+    p.log.delete_retention_segments(NOW)  # segments wholly below the log start offset go
+    assert p.log.log_start_offset == target and inside_a_batch(p.log, target)
+    assert p.log.segments[0].base_offset < target
+    before = from_log_start(p.log)
+    assert b.mover.alter_replica_log_dirs({TP: str(other_dir(b, p.log))}) == {TP: ErrorCode.none}
+    steps = b.run()
+    assert steps[-1] == "swap", steps[-3:]
+    assert from_log_start(p.log) == before
+    assert p.log.segments[0].base_offset < target  # the batch holding the log start is whole
+    assert no_future_dirs(b) and b.mover.completed == 1
+    b.lm.shutdown()
+    lm = LogManager(b.dirs, LogConfig(segment_bytes=1000))  # and after a restart
+    lg = lm.get_log(*TP)
+    assert lg is not None and from_log_start(lg) == before
+    lm.shutdown()
+
+
+MINUTE = 60_000
+
+
+@pytest.mark.parametrize("kind", ["time", "size"])
+def test_move_after_retention_with_the_start_offset_moved(tmp_path: Path, kind: str) -> None:
+    """Retention by time (retention.ms) or size (retention.bytes) moves the log start offset
+    to a segment's base offset (a batch boundary), DeleteRecords then into the middle of a
+    batch of that segment, and while the replica moves retention deletes the current log's
+    first segment again: the future log restarts at the new log start offset ("reset") and
+    the move completes with the log as it is."""
+    day = 24 * 60 * MINUTE
+    b = Broker(tmp_path, segment_bytes=1000, retention_ms=day if kind == "time" else -1)
+    p = b.host()
+    for i in range(40):  # a batch a minute
+        produce_batches(p.log, 1, timestamp_ms=NOW + i * MINUTE)
+    p.high_watermark = p.log.high_watermark = p.log.log_end_offset
+    segs = p.log.segments
+    assert len(segs) >= 5
+
+    def retain(first_kept: int) -> None:
+        """A retention pass that deletes the segments below `first_kept`."""
+        kept = p.log.segments
+        if kind == "time":
+            now = kept[first_kept - 1].largest_timestamp() + day + 1
+        else:
+            doomed = sum(s.size for s in kept[:first_kept])
+            b.lm.update_topic_config("t", LogConfig(segment_bytes=1000,
+                                                    retention_bytes=p.log.size - doomed))
+            p.log.config = b.lm.config_for("t")
+            now = NOW + 40 * MINUTE
+        assert p.log.delete_retention_segments(now) == first_kept
+
+    retain(2)
+    start = segs[2].base_offset
+    assert p.log.log_start_offset == start and not inside_a_batch(p.log, start)
+    delete_records(p, start + 3)
+    assert inside_a_batch(p.log, start + 3)
+    assert b.mover.alter_replica_log_dirs({TP: str(other_dir(b, p.log))}) == {TP: ErrorCode.none}
+    steps = [b.mover.step(TP), b.mover.step(TP)]
+    assert steps == ["reset", "copy"]
+    future = b.lm.get_future_log(*TP)
+    assert future is not None and future.log_end_offset < segs[3].base_offset
+    retain(1)  # the current log's first segment goes while moving
+    assert p.log.log_start_offset == segs[3].base_offset
+    before = from_log_start(p.log)
+    steps = b.run()
+    assert steps[0] == "reset" and steps[-1] == "swap", steps
+    assert from_log_start(p.log) == before
+    assert no_future_dirs(b)
+    b.lm.shutdown()
+
+
+def latest_per_key(log: Log) -> dict[bytes | None, tuple[int, bytes | None]]:
+    from odradek.protocol.records import decode_records
+
+    data = log.read(log.log_start_offset, 1 << 30).read_bytes()
+    latest: dict[bytes | None, tuple[int, bytes | None]] = {}
+    for h in iter_headers(data):
+        for r in decode_records(data[h.position:h.position + h.size]):
+            if r.offset >= log.log_start_offset:
+                latest[r.key] = (r.offset, r.value)
+    return latest
+
+
+def test_move_while_the_log_is_being_cleaned(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compact,delete topic whose log start offset is inside a batch (DeleteRecords) moves
+    while a cleaning pass of it is under way: the move starts after the pass cleaned its first
+    group and before that group is swapped in. As Kafka's alterReplicaLogDirs
+    (abortAndPauseCleaning) the pass is aborted: the current log is not cleaned under the
+    copy, the moved log is the log as it was, and cleaning resumes on the moved log."""
+    from odradek.storage.cleaner import CleanerConfig
+
+    b = Broker(tmp_path, segment_bytes=1000, cleanup_policy=("compact", "delete"),
+               min_cleanable_dirty_ratio=0.0)
+    p = b.host()
+    produce_batches(p.log, 40, keys=7)
+    delete_records(p, 13)
+    assert inside_a_batch(p.log, 13)
+    cleaner = b.lm.cleaner
+    cleaner.configure(CleanerConfig(dedupe_buffer_size=1 << 20))
+    real = cleaner.cleaner.clean_group
+    before: list[tuple[int, int, bytes, list[tuple[int, int]]]] = []
+
+    def moving_meanwhile(*args: object) -> object:
+        cleaned = real(*args)  # type: ignore[arg-type]
+        if not before:
+            before.append(from_log_start(p.log))
+            assert b.mover.alter_replica_log_dirs({TP: str(other_dir(b, p.log))}) == {
+                TP: ErrorCode.none}
+            for _ in range(3):
+                b.mover.step(TP)
+        return cleaned
+
+    monkeypatch.setattr(cleaner.cleaner, "clean_group", moving_meanwhile)
+    source = p.log.dir
+    assert cleaner.clean_once(NOW) is False  # aborted
+    assert before and from_log_start(p.log) == before[0]  # nothing swapped in
+    assert not [f for f in source.iterdir() if f.name.endswith(".cleaned")]
+    assert b.run()[-1] == "swap"
+    assert from_log_start(p.log) == before[0]
+    assert no_future_dirs(b)
+    latest = latest_per_key(p.log)
+    size = p.log.size
+    cleaner.configure(CleanerConfig(dedupe_buffer_size=1 << 20))  # the real clean_group
+    assert cleaner.clean_once(NOW) is True  # cleaning resumes on the moved log
+    assert latest_per_key(p.log) == latest and p.log.size < size
+    assert p.log.log_start_offset == 13
+    b.lm.shutdown()
+
+# -- transactions ---------------------------------------------------------------------------
+
+def txn_batch(log: Log, pid: int, seq: int, count: int) -> None:
+    buf = bytearray(build_batch([(b"p%d" % pid, b"%d-%d" % (pid, seq + i)) for i in range(count)],
+                                timestamp_ms=NOW, producer_id=pid, producer_epoch=0,
+                                base_sequence=seq, is_transactional=True))
+    log.append_as_leader(buf, validate_batches(buf), 0, NOW)
+
+
+def end_txn(log: Log, pid: int, commit: bool) -> bytes:
+    """The coordinator's marker appended to `log` (as leader); its bytes."""
+    from odradek.protocol.control_records import (
+        ControlRecordType,
+        EndTransactionMarker,
+        build_end_txn_marker_batch,
+    )
+    from odradek.storage.append_origin import AppendOrigin
+
+    kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    buf = bytearray(build_end_txn_marker_batch(EndTransactionMarker(kind, 3), pid, 0,
+                                               timestamp_ms=NOW))
+    at = log.log_end_offset
+    log.append_as_leader(buf, validate_batches(buf, allow_control=True), 0, NOW,
+                         AppendOrigin.COORDINATOR)
+    return log.read(at, 1 << 20).read_bytes()
+
+
+def txn_view(log: Log, high_watermark: int | None = None) -> dict[str, object]:
+    """What read_committed sees of `log` (high watermark: its log end offset unless given):
+    the last stable offset, the records a read_committed consumer gets from the log start
+    offset (Kafka's consumer skipping), the aborted transactions (.txnindex) overlapping the
+    log from its start, and the producer state."""
+    from odradek.client.read_committed import AbortedTransactions, abort_marker_checker
+    from odradek.protocol.records import decode_records
+
+    log.high_watermark = log.log_end_offset if high_watermark is None else high_watermark
+    lso = log.last_stable_offset
+    fetched = log.read(log.log_start_offset, 1 << 30, max_offset=lso, include_aborted_txns=True)
+    data = memoryview(fetched.read_bytes())
+    skipping = AbortedTransactions([(a.producer_id, a.first_offset)
+                                    for a in fetched.aborted_transactions or ()])
+    records = []
+    for h in iter_headers(data):
+        if skipping.skip(h, abort_marker_checker(data, h)) or h.is_control:
+            continue
+        batch = data[h.position:h.position + h.size]
+        records += [(r.offset, r.value) for r in decode_records(batch)
+                    if r.offset >= log.log_start_offset]
+    return {
+        "log start": log.log_start_offset, "log end": log.log_end_offset, "lso": lso,
+        "first unstable": log.first_unstable_offset, "read_committed": records,
+        "aborted": log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset),
+        "producers": {pid: (e.producer_epoch, e.last_seq, e.last_data_offset,
+                            e.current_txn_first_offset, e.coordinator_epoch)
+                      for pid, e in sorted(log.producer_state.producers.items())},
+    }
+
+
+def test_move_with_open_transactions(tmp_path: Path) -> None:
+    """A partition with transactions around a log start offset inside a batch: A open since
+    before the log start offset (no batch of it after), B aborted with its first batch below
+    the log start offset and its marker above, E open whose first batch holds the log start
+    offset, D committed and C open above it. The moved log has the original's last stable
+    offset (never below the log start offset, Kafka's maybeIncrementFirstUnstableOffset),
+    producer state and aborted transactions: a read_committed consumer reads what it read
+    from a copy of the original that never moved -- while moving, after E aborts during the
+    move, after A commits and C aborts after it, and after a restart."""
+    b = Broker(tmp_path, segment_bytes=100_000)
+    p = b.host()
+    lg = p.log
+    produce_batches(lg, 1)      # 0-4
+    txn_batch(lg, 1, 0, 3)      # 5-7    A
+    txn_batch(lg, 2, 0, 3)      # 8-10   B
+    txn_batch(lg, 5, 0, 5)      # 11-15  E: the log start offset 13 in it
+    end_txn(lg, 2, commit=False)  # 16  B aborted
+    txn_batch(lg, 4, 0, 3)      # 17-19  D
+    end_txn(lg, 4, commit=True)  # 20
+    produce_batches(lg, 1)      # 21-25
+    txn_batch(lg, 3, 0, 2)      # 26-27  C
+    produce_batches(lg, 1)      # 28-32
+    reference = Log.open(tmp_path / "reference" / "t-0", LogConfig())
+    reference.append_as_follower(lg.read(0, 1 << 30).read_bytes())
+    for log in (lg, reference):
+        log.high_watermark = log.log_end_offset
+        assert log.maybe_increment_log_start_offset(13)
+    p.high_watermark = lg.log_end_offset
+    view = txn_view(reference)
+    assert txn_view(lg) == view
+    assert view["lso"] == 13  # A keeps the first unstable offset at the log start offset
+    assert [t.producer_id for t in view["aborted"]] == [2]  # type: ignore[attr-defined]
+    assert b.mover.alter_replica_log_dirs({TP: str(other_dir(b, lg))}) == {TP: ErrorCode.none}
+    b.mover.chunk_bytes = 1  # a batch a step
+    assert [b.mover.step(TP) for _ in range(3)] == ["reset", "copy", "copy"]
+    future = b.lm.get_future_log(*TP)
+    assert future is not None
+    assert txn_view(future, high_watermark=lg.log_end_offset)["lso"] == 13
+    reference.append_as_follower(end_txn(lg, 5, commit=False))  # E aborts meanwhile
+    p.high_watermark = lg.log_end_offset
+    assert b.run()[-1] == "swap"
+    assert no_future_dirs(b) and p.log is not lg
+    assert txn_view(p.log) == txn_view(reference)
+    reference.append_as_follower(end_txn(p.log, 1, commit=True))  # A commits
+    reference.append_as_follower(end_txn(p.log, 3, commit=False))  # C aborts
+    p.high_watermark = p.log.log_end_offset
+    after = txn_view(reference)
+    assert after["lso"] == after["log end"] and after["first unstable"] is None
+    assert txn_view(p.log) == after
+    b.lm.shutdown()
+    lm = LogManager(b.dirs, LogConfig(segment_bytes=100_000))
+    moved = lm.get_log(*TP)
+    assert moved is not None and txn_view(moved) == after
+    lm.shutdown()
+    reference.close()
+
+
+def test_a_restart_mid_move_keeps_the_open_transactions(tmp_path: Path) -> None:
+    """The producer state the future log starts with is in a snapshot at its start offset:
+    a broker stopping mid-move (kill -9) loads it with the future log, and the moved log still
+    holds the transaction open since before its log start offset."""
+    b = Broker(tmp_path, segment_bytes=100_000)
+    p = b.host()
+    txn_batch(p.log, 1, 0, 3)   # 0-2: open
+    produce_batches(p.log, 6)   # 3-32
+    delete_records(p, 10)
+    assert txn_view(p.log)["lso"] == 10
+    b.mover.alter_replica_log_dirs({TP: str(other_dir(b, p.log))})
+    b.mover.chunk_bytes = 1
+    assert [b.mover.step(TP) for _ in range(3)] == ["reset", "copy", "copy"]
+    b.lm.checkpoint_recovery_points_and_log_start_offsets()  # the log start offsets
+    b.lm.close_without_shutdown()
+    b2 = Broker(tmp_path, segment_bytes=100_000)
+    p2 = b2.host()
+    future = b2.lm.get_future_log(*TP)
+    assert future is not None and 10 < future.log_end_offset < 33
+    b2.mover.maybe_resume(TP)
+    assert b2.run()[-1] == "swap"
+    view = txn_view(p2.log)
+    assert view["lso"] == 10 and view["first unstable"] == 10
+    assert view["producers"][1][3] == 0  # type: ignore[index]
+    b2.lm.shutdown()

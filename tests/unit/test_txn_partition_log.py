@@ -257,3 +257,21 @@ def test_retention_and_deletion_take_the_txnindex_with_the_segment(tmp_path: Pat
     log.delete_retention_segments(now_ms=1_000)
     assert not path.exists()
     assert not Path(str(path) + ".deleted").exists()
+
+
+def test_the_last_stable_offset_is_never_below_the_log_start_offset(tmp_path: Path) -> None:
+    """DeleteRecords may move the log start offset past the first offset of an open
+    transaction (only the high watermark bounds it): the first unstable offset is then the log
+    start offset (Kafka's maybeIncrementFirstUnstableOffset keeps log start offset <= last
+    stable offset <= high watermark), so read_committed fetches and ListOffsets never see an
+    offset below the log."""
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    append(log, data(1, 0, 3))                     # 0-2: an open transaction
+    append(log, build_batch([(b"k", b"v")] * 4, timestamp_ms=1_000))  # 3-6
+    log.high_watermark = log.log_end_offset
+    assert log.first_unstable_offset == 0 and log.last_stable_offset == 0
+    assert log.maybe_increment_log_start_offset(5)
+    assert log.first_unstable_offset == 5 and log.last_stable_offset == 5
+    append(log, marker(1, abort=False), COORDINATOR)  # 7
+    log.high_watermark = log.log_end_offset
+    assert log.first_unstable_offset is None and log.last_stable_offset == 8

@@ -707,6 +707,11 @@ def clean_steps(cleaner: Cleaner, log: Log, now_ms: int, last_clean_offset: int 
     for group in groups:
         cleaned = yield (cleaner.clean_group, (plan, group, stats, txns))
         assert isinstance(cleaned, LogSegment)
+        try:
+            cleaner.check_done()  # aborted meanwhile (a move of the replica): no swap
+        except LogCleaningAbortedError:
+            discard_cleaned(cleaned)
+            raise
         if not swap_in(log, plan, group, cleaned):
             cleaner._info("Log %s changed while it was being cleaned: the cleaned segment %d "
                           "is discarded", plan.log_name, cleaned.base_offset)

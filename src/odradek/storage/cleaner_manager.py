@@ -208,6 +208,7 @@ class LogCleaner:
         self._pass_lock: asyncio.Lock | None = None
         self.passes = 0
         self.last_result: CleanResult | None = None
+        self._cleaning: TopicPartition | None = None  # the partition of the pass under way
         self.configure(config or CleanerConfig())
 
     def configure(self, config: CleanerConfig) -> None:
@@ -215,8 +216,15 @@ class LogCleaner:
         self.cleaner = Cleaner(0, config, check_done=self._check_done)
 
     def _check_done(self) -> None:
+        """Kafka's checkDone: the pass stops at shutdown, and when its partition's replica
+        started moving to another log dir (abortAndPauseCleaning: ``paused``). Called between
+        batches and, on the loop, before each swap: an aborted pass swaps nothing in."""
         if self._stopping:
             raise LogCleaningAbortedError("the log cleaner is shutting down")
+        tp = self._cleaning
+        if tp is not None and tp in self.manager.paused:
+            log.info("The cleaning for partition %s-%d is aborted and paused", tp[0], tp[1])
+            raise LogCleaningAbortedError(f"the cleaning of {tp[0]}-{tp[1]} is aborted")
 
     # -- one pass -------------------------------------------------------------------------------
 
@@ -226,11 +234,13 @@ class LogCleaner:
         if grabbed is None:
             return None
         tp, lg, ltc = grabbed
+        self._cleaning = tp
         return tp, lg, clean_steps(self.cleaner, lg, now, ltc.first_dirty_offset)
 
     def _finish(self, tp: TopicPartition, lg: Log, result: CleanResult | None,
                 error: BaseException | None) -> bool:
         self.passes += 1
+        self._cleaning = None
         if error is not None:
             self.manager.done_cleaning(tp, lg, None)
             if isinstance(error, LogCleaningAbortedError | FileNotFoundError):
@@ -299,6 +309,7 @@ class LogCleaner:
                 except StopIteration as stop:
                     result = stop.value
             except asyncio.CancelledError:
+                self._cleaning = None
                 self.manager.done_cleaning(tp, lg, None)
                 raise
             except Exception as exc:

@@ -52,7 +52,7 @@ from .errors import (
 from .index import NO_TIMESTAMP
 from .leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochFileCache
 from .log_config import LogConfig
-from .log_loader import LogLoader, rebuild_producer_state
+from .log_loader import LogLoader, rebuild_producer_state, replay_producer_batches
 from .log_segments import LogSegments, segment_kwargs
 from .log_validator import (
     check_follower_offsets,
@@ -61,7 +61,11 @@ from .log_validator import (
     read_follower_batches,
     validate_leader_batches,
 )
-from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
+from .producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ProducerStateEntry,
+    ProducerStateManager,
+)
 from .segment import DELETED_SUFFIX, SWAP_SUFFIX, FileHandleCache, FileRegion, LogSegment
 from .transaction_index import AbortedTransaction, AbortedTxn
 from .transaction_state import TxnCompletion, collect_aborted_transactions
@@ -353,11 +357,14 @@ class Log:
     @property
     def first_unstable_offset(self) -> int | None:
         """The first offset of an ongoing transaction, or of a completed one whose marker the
-        high watermark has not passed yet (Kafka's firstUnstableOffset); None when none."""
+        high watermark has not passed yet (Kafka's firstUnstableOffset); None when none. Never
+        below the log start offset, which DeleteRecords may move past an open transaction's
+        first offset (Kafka's maybeIncrementFirstUnstableOffset)."""
         psm = self.producer_state
         if self._high_watermark is None:
             psm.on_high_watermark_updated(self._leo)
-        return psm.first_unstable_offset()
+        first = psm.first_unstable_offset()
+        return None if first is None else max(first, self.log_start_offset)
 
     @property
     def last_stable_offset(self) -> int:
@@ -376,6 +383,33 @@ class Log:
         i = self._segments.floor_index(start_offset)
         return collect_aborted_transactions((s.txn_index for s in segments[i:]), start_offset,
                                             upper_bound_offset)
+
+    @_io("reading the producer state of")
+    def producers_at(self, offset: int) -> list[ProducerStateEntry]:
+        """The producer state as it was at `offset` (a batch boundary from the first segment's
+        base offset up to the log end offset), the log untouched: the newest readable snapshot
+        at or below `offset` and the batches from there up to it (from the first segment when
+        there is no snapshot, as a reload does)."""
+        psm = self.producer_state
+        state = ProducerStateManager(producer_id_expiration_ms=psm.producer_id_expiration_ms)
+        start = self._segments.bases[0]
+        found = psm.read_latest_snapshot(offset)
+        if found is not None:
+            state.restore(found[1], found[0])
+            start = max(start, found[0])
+        replay_producer_batches(state, self._segments, start, offset)
+        return list(state.producers.values())
+
+    @_io("writing a producer snapshot of")
+    def restore_producers(self, entries: Sequence[ProducerStateEntry]) -> None:
+        """An empty log starts with `entries`, the producer state at its start offset of the
+        log it copies (``producers_at``): a snapshot at its start offset keeps them across a
+        restart."""
+        if self.size:
+            raise StorageError(f"{self.name} is not empty: its producer state is its own")
+        self.producer_state.restore(entries, self._leo)
+        if entries:
+            self.producer_state.take_snapshot(sync=False)
 
     @property
     def latest_epoch(self) -> int | None:

@@ -53,11 +53,18 @@ def rebuild_producer_state(producer_state: ProducerStateManager, segments: LogSe
     up to `log_end_offset` (Kafka's rebuildProducerState / truncateAndReload: headers only, plus
     the first record of each control batch for its transaction marker). Ongoing transactions
     come back with it, so the last stable offset survives restarts and truncations."""
-    first_base = segments.bases[0]
     start = producer_state.load_latest_snapshot(log_start_offset, log_end_offset)
-    if start < log_end_offset:
-        for segment, header in segments.iter_segment_headers(max(start, first_base),
-                                                             log_end_offset):
+    replay_producer_batches(producer_state, segments, start, log_end_offset)
+
+
+def replay_producer_batches(producer_state: ProducerStateManager, segments: LogSegments,
+                            start: int, end: int) -> None:
+    """Apply the batches of `segments` from `start` (or the first segment) up to `end` to
+    `producer_state`: headers only, plus the first record of each control batch for its
+    transaction marker."""
+    if start < end:
+        for segment, header in segments.iter_segment_headers(max(start, segments.bases[0]),
+                                                             end):
             if header.producer_id < 0:
                 producer_state.update(header)
                 continue
@@ -68,7 +75,7 @@ def rebuild_producer_state(producer_state: ProducerStateManager, segments: LogSe
                 except (InvalidRecordError, CorruptRecordError):
                     marker = None
             producer_state.update(header, marker=marker)
-    producer_state.update_map_end_offset(log_end_offset)
+    producer_state.update_map_end_offset(end)
 
 
 def txn_index_looks_valid(segment: LogSegment) -> bool:

@@ -435,7 +435,9 @@ class LogManager:
         future.on_io_error = self.report_io_error
         self._future_logs[tp] = future
         self.preferred_log_dirs.pop(tp, None)
-        self.cleaner_manager.paused.add(tp)  # no new cleaning pass of it until the swap
+        # Kafka's abortAndPauseCleaning: no cleaning pass of it until the swap, and a pass under
+        # way is aborted (LogCleaner._check_done) before it swaps a cleaned segment in
+        self.cleaner_manager.paused.add(tp)
         log.info("Created the future log of %s-%d in %s", topic, partition, path)
         return future
 

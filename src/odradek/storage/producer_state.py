@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -499,6 +499,28 @@ class ProducerStateManager:
         self.map_end_offset = log_start_offset
         self.last_snapshot_offset = 0
         return log_start_offset
+
+    def read_latest_snapshot(self, max_offset: int
+                             ) -> tuple[int, list[ProducerStateEntry]] | None:
+        """The newest readable snapshot at or below `max_offset` (its offset and entries), the
+        files left as they are; None when there is none."""
+        for offset in reversed(self.snapshot_offsets()):
+            if offset > max_offset:
+                continue
+            try:
+                return offset, self.parse_snapshot(self._snapshot_path(offset).read_bytes())
+            except (CorruptSnapshotError, OSError, struct.error):
+                continue
+        return None
+
+    def restore(self, entries: Iterable[ProducerStateEntry], offset: int) -> None:
+        """Start over from `entries`, the state as of `offset` (their open transactions
+        ongoing again)."""
+        self.producers.clear()
+        for entry in entries:
+            self.producers[entry.producer_id] = entry
+        self._reset_transactions()
+        self.map_end_offset = offset
 
     def delete_snapshots_before(self, offset: int) -> None:
         for snapshot_offset in self.snapshot_offsets():

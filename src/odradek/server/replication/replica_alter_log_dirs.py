@@ -14,13 +14,16 @@ the destination and the mover starts.
 The mover (``ReplicaAlterLogDirsManager``, one task per broker, one partition at a time as
 Kafka's thread) copies whole batches from the current log into the future log with
 ``append_as_follower`` (no record is parsed), follows the current log's log start offset and
-truncations, and when the future log has caught up (same log end offset, checked and swapped
-with no await in between: nothing can append to the partition meanwhile, Kafka's
-leaderIsrUpdateLock) replaces the current log with it (``LogManager.
-replace_current_with_future_log``). The bytes copied count against the dynamic broker config
-``replica.alter.log.dirs.io.max.bytes.per.second`` (a KIP-73 ``ReplicationQuotaManager``);
-while it is exceeded the mover waits. A future log loaded at start-up resumes once its
-partition is hosted again (LeaderAndIsr).
+truncations (the future log starts at the log start offset; when that lies inside a batch,
+after DeleteRecords, the future log restarts at the batch's base offset and takes it whole, as
+Kafka's appendRecordsToFollowerOrFutureReplica does; it starts with the producer state the
+current log had there, so that transactions open across its start stay open), and when the
+future log has caught up (same log end offset, checked and swapped with no await in between:
+nothing can append to the partition meanwhile, Kafka's leaderIsrUpdateLock) replaces the current
+log with it (``LogManager.replace_current_with_future_log``). The bytes copied count against
+the dynamic broker config ``replica.alter.log.dirs.io.max.bytes.per.second`` (a KIP-73
+``ReplicationQuotaManager``); while it is exceeded the mover waits. A future log loaded at
+start-up resumes once its partition is hosted again (LeaderAndIsr).
 
 ``next_step`` is the pure decision of one round.
 """
@@ -37,6 +40,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from ...common import TopicPartition
+from ...protocol.records import iter_headers
 from ...storage.errors import KafkaStorageError
 from ...storage.log import Log
 from ...storage.log_manager import LogDirNotFoundError, LogManager
@@ -236,7 +240,7 @@ class ReplicaAlterLogDirsManager:
         data = current.read(offset, self.chunk_bytes, None, min_one_message=True)
         payload = data.read_bytes()
         if payload:
-            future.append_as_follower(payload)
+            self._append(current, future, payload)
             self.quota.record(len(payload))
         if current.log_start_offset > future.log_start_offset:
             future.high_watermark = min(high_watermark, future.log_end_offset)
@@ -244,6 +248,28 @@ class ReplicaAlterLogDirsManager:
                 future.maybe_increment_log_start_offset(
                     min(current.log_start_offset, future.log_end_offset))
         future.high_watermark = min(high_watermark, future.log_end_offset)
+
+    def _append(self, current: Log, future: Log, payload: bytes) -> None:
+        """Copy `payload` (whole batches of the current log) into the future log. The first
+        batch copied into an empty future log may begin below its log end offset: the current
+        log's log start offset lies inside it (DeleteRecords). As Kafka's
+        Partition.appendRecordsToFollowerOrFutureReplica, the future log then restarts at the
+        batch's base offset and takes it whole; its log start offset follows the current
+        log's afterwards (``_copy``). An empty future log also starts with the current log's
+        producer state as of its start offset (``Log.producers_at``): a transaction open there
+        stays open in the moved log, whose last stable offset, producers and aborted
+        transactions are the current log's. (Kafka's future log starts without them.)"""
+        first = next(iter_headers(payload), None)
+        if first is not None and future.size == 0:
+            leo = future.log_end_offset
+            if first.base_offset < leo <= first.last_offset:
+                log.info("Unexpected offset in append to %s: first offset %d is less than its "
+                         "log start offset %d. Since this is the first batch appended to the "
+                         "future replica's log, it starts at offset %d", future.name,
+                         first.base_offset, leo, first.base_offset)
+                future.truncate_fully_and_start_at(first.base_offset)
+            future.restore_producers(current.producers_at(future.log_end_offset))
+        future.append_as_follower(payload)
 
     def _swap(self, tp: TopicPartition, p: Partition) -> None:
         new = self.log_manager.replace_current_with_future_log(tp[0], tp[1])
