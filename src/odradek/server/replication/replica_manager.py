@@ -695,12 +695,6 @@ class ReplicaManager:
             self.partitions[tp] = p
         return p
 
-    def make_leader(self, topic: str, index: int, leader_epoch: int, isr: list[int],
-                    replicas: list[int]) -> Partition:
-        p = self.get_or_create_partition(topic, index)
-        p.make_leader(leader_epoch, isr, replicas, self.clock())
-        return p
-
     # -- controller requests (LeaderAndIsr, StopReplica, UpdateMetadata) -----------------------
     def _is_stale(self, controller_id: int, epoch: int, what: str) -> bool:
         """S-5.3: a request from a controller older than the newest seen is refused
