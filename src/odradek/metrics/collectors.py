@@ -33,7 +33,8 @@ from .stats import (
 
 
 class PartitionView(Protocol):
-    """What the ReplicaManager gauges read of a hosted partition (server.replication.partition.Partition)."""
+    """What the ReplicaManager gauges read of a hosted partition
+    (server.replication.partition.Partition)."""
 
     topic: str
     index: int
