@@ -16,7 +16,8 @@ from odradek.server.replication.leader_endpoint import (
     FetchPartitionRequest,
     LeaderOffsetError,
 )
-from odradek.server.replication.replica_manager import FetchRequestPartition, ReplicaManager
+from odradek.server.replication.replica_manager import ReplicaManager
+from odradek.server.replication.results import FetchRequestPartition
 
 
 class LocalLeaderEndpoint:

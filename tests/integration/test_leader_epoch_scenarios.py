@@ -129,7 +129,7 @@ async def acked(outcome: Any) -> bool:
 def fetch_arrives(leader: Replica, follower: Replica, offset: int) -> None:
     """A follower's Fetch reaches the leader (the leader records the follower's LEO and moves
     its HW); the response never reaches the follower, which crashes first."""
-    from odradek.server.replication.replica_manager import FetchRequestPartition
+    from odradek.server.replication.results import FetchRequestPartition
     leader.rm.fetch_messages(follower.id, 0, 1, 1 << 20, {
         TP: FetchRequestPartition(offset, 1 << 20, leader.p.leader_epoch, 0)})
 

@@ -14,7 +14,8 @@ from kio.schema.errors import ErrorCode
 from odradek.protocol.records import build_batch
 from odradek.runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 from odradek.runtime.timer import Timer
-from odradek.server.replication.replica_manager import FetchRequestPartition, ReplicaManager
+from odradek.server.replication.replica_manager import ReplicaManager
+from odradek.server.replication.results import FetchRequestPartition
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 

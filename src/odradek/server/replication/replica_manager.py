@@ -21,7 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,17 +64,27 @@ from .leader_endpoint import EpochEndOffset
 from .partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     FencedLeaderEpochError,
-    NotEnoughReplicasError,
-    NotLeaderError,
     Partition,
     UnknownLeaderEpochError,
 )
 from .replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from .replica_selector import (
-    NO_PREFERRED_REPLICA,
     ClientMetadata,
     ReplicaView,
     preferred_read_replica,
+)
+from .results import (
+    EXPECTED_ERRORS,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    DeleteRecordsResult,
+    FetchRequestPartition,
+    FetchResult,
+    LogDirDescription,
+    LogDirPartition,
+    ProduceResult,
+    error_code_for,
+    fetch_limit,
 )
 
 if TYPE_CHECKING:
@@ -93,96 +103,6 @@ LEADER_DURING_DELETE = -2
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(slots=True)
-class ProduceResult:
-    error: ErrorCode = ErrorCode.none
-    base_offset: int = -1
-    last_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    # KIP-467 (Produce v8+): (batch index, message) of the records that failed the batch
-    record_errors: tuple[tuple[int, str | None], ...] = ()
-
-
-@dataclass(slots=True)
-class FetchRequestPartition:
-    fetch_offset: int
-    max_bytes: int
-    current_leader_epoch: int = -1
-    log_start_offset: int = -1
-    last_fetched_epoch: int = -1  # Fetch v12+ (KIP-320): -1 when the fetcher has none
-    topic_id: uuid.UUID | None = None  # Fetch v13+ (KIP-516): the id the request named
-
-
-READ_UNCOMMITTED = 0  # Fetch / ListOffsets isolation levels (KIP-98)
-READ_COMMITTED = 1
-
-
-@dataclass(slots=True)
-class FetchResult:
-    error: ErrorCode = ErrorCode.none
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    regions: list[Any] = field(default_factory=list)
-    size: int = 0
-    leader_end_offset: int = -1  # the leader's LEO when the data was read
-    last_stable_offset: int = -1
-    # read_committed: (producer id, first offset) of the aborted transactions in the data;
-    # None (null in the response) for read_uncommitted and followers, as Kafka
-    aborted_transactions: list[tuple[int, int]] | None = None
-    # KIP-392: the follower this consumer should fetch the partition from (no data then)
-    preferred_read_replica: int = NO_PREFERRED_REPLICA
-    # KIP-320: (epoch, end offset) where the fetcher's log diverges from ours (no data then)
-    diverging_epoch: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LogDirPartition:
-    """One partition of a DescribeLogDirs result."""
-
-    index: int
-    size: int
-    offset_lag: int
-    is_future: bool
-
-
-@dataclass(frozen=True, slots=True)
-class LogDirDescription:
-    """One log dir of a DescribeLogDirs result: topic -> its partitions here."""
-
-    log_dir: str
-    error: ErrorCode
-    topics: dict[str, list[LogDirPartition]]
-
-
-def _error_for(exc: Exception) -> ErrorCode:
-    from ...storage import producer_state
-    from ...storage.errors import OffsetOutOfRangeError
-
-    mapping: list[tuple[type[BaseException], ErrorCode]] = [
-        (NotLeaderError, ErrorCode.not_leader_or_follower),
-        (NotEnoughReplicasError, ErrorCode.not_enough_replicas),
-        (FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
-        (UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
-        (rb.CorruptRecordError, ErrorCode.corrupt_message),
-        (rb.InvalidRecordError, ErrorCode.invalid_record),
-        (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
-        (producer_state.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
-        (producer_state.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
-        (producer_state.InvalidTxnStateError, ErrorCode.invalid_txn_state),
-        (producer_state.TransactionCoordinatorFencedError,
-         ErrorCode.transaction_coordinator_fenced),
-    ]
-    for cls, code in mapping:
-        if isinstance(exc, cls):
-            return code
-    code = getattr(exc, "error_code", None)  # storage errors carry Kafka's code
-    if isinstance(code, int) and code > 0:
-        return ErrorCode(code)
-    return ErrorCode.unknown_server_error
 
 
 class DelayedProduce(DelayedOperation):
@@ -222,15 +142,6 @@ class DelayedProduce(DelayedOperation):
                 self.pending[tp].error = ErrorCode.request_timed_out
         if not self.future.done():
             self.future.set_result(self.pending)
-
-
-@dataclass(slots=True)
-class DeleteRecordsResult:
-    """One partition of a DeleteRecords answer (Kafka's DeleteRecordsPartitionStatus)."""
-
-    error: ErrorCode = ErrorCode.none
-    low_watermark: int = -1
-    requested_offset: int = -1
 
 
 class DelayedDeleteRecords(DelayedOperation):
@@ -437,26 +348,6 @@ class _FetcherChanges:
         added = {tp: init for tp, init in self.pending.items() if init is not None}
         if added:
             manager.add_fetcher_for_partitions(added)
-
-
-def fetch_limit(partition: Partition, replica_id: int, isolation_level: int) -> int:
-    """Where a fetch stops (Kafka's FetchIsolation): the LEO for followers, the last stable
-    offset for read_committed consumers, the high watermark for the others."""
-    if replica_id >= 0:
-        return partition.log_end_offset
-    if isolation_level == READ_COMMITTED:
-        return partition.last_stable_offset
-    return partition.high_watermark
-
-
-#: Errors Kafka's appendToLocalLog and readFromLocalLog answer without marking the failed
-#: produce / fetch meters (a client's stale metadata, a retry, a deleted topic).
-EXPECTED_ERRORS = frozenset({
-    ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
-    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
-    ErrorCode.offset_out_of_range, ErrorCode.message_too_large,
-    ErrorCode.record_list_too_large, ErrorCode.corrupt_message,
-    ErrorCode.kafka_storage_error})
 
 
 class ReplicaManager:
@@ -1123,7 +1014,7 @@ class ReplicaManager:
             info = partition.append_records_to_leader(
                 buf, headers, acks, config.min_insync_replicas, now, origin)
         except Exception as exc:  # every failure is a per-partition error code
-            code = _error_for(exc)
+            code = error_code_for(exc)
             if code not in EXPECTED_ERRORS:  # Kafka marks FailedProduceRequestsPerSec so
                 self.topic_stats.record_failed_produce(tp[0])
             if code == ErrorCode.unknown_server_error:
@@ -1187,7 +1078,7 @@ class ReplicaManager:
         try:
             requested = partition.delete_records_on_leader(offset)
         except Exception as exc:
-            code = _error_for(exc)
+            code = error_code_for(exc)
             if code == ErrorCode.unknown_server_error:
                 log.exception("Error processing delete records operation on partition %s-%d",
                               *tp)
@@ -1383,7 +1274,7 @@ class ReplicaManager:
                                  max_offset=limit, min_one_message=min_one,
                                  include_aborted_txns=committed)
             except Exception as exc:
-                code = _error_for(exc)
+                code = error_code_for(exc)
                 if code == ErrorCode.unknown_server_error:
                     log.exception("Error reading %s-%d", *tp)
                 results[tp] = FetchResult(code, partition.high_watermark,
