@@ -20,8 +20,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,7 @@ from ...coordination import paths
 from ...metrics.stats import IsrStats, TopicStats
 from ...protocol import interbroker as ib
 from ...protocol import records as rb
-from ...runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
+from ...runtime.purgatory import DelayedOperationPurgatory
 from ...runtime.timer import AsyncTimerDriver, Timer
 from ...storage.append_origin import AppendOrigin
 from ...storage.errors import KafkaStorageError
@@ -50,6 +49,9 @@ from ...storage.partition_metadata import (
 from ..metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from ..quotas.replication_quota import ReplicationQuotaManager, should_leader_throttle
 from ..topic_names import INTERNAL_TOPICS
+from .delayed_delete_records import DelayedDeleteRecords
+from .delayed_fetch import DelayedFetch, FollowerFetchKey
+from .delayed_produce import DelayedProduce
 from .diverging_epoch import READ as EPOCH_READ
 from .diverging_epoch import check_last_fetched_epoch
 from .fetch_topic_ids import has_consistent_topic_id
@@ -103,223 +105,6 @@ LEADER_DURING_DELETE = -2
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class DelayedProduce(DelayedOperation):
-    """acks=all: completes when every partition's HW reached its last appended offset + 1 (with
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR that has it is smaller than
-    min.insync.replicas), or the leader lost leadership (Kafka's DelayedProduce and
-    checkEnoughReplicasReachOffset). A deposed leader never acknowledges: it answers
-    NOT_LEADER_OR_FOLLOWER or the request times out."""
-
-    def __init__(self, timeout_ms: int, manager: ReplicaManager,
-                 pending: dict[TopicPartition, ProduceResult],
-                 future: asyncio.Future[dict[TopicPartition, ProduceResult]]) -> None:
-        super().__init__(timeout_ms)
-        self.manager = manager
-        self.pending = pending
-        self.future = future
-        self.waiting = {tp for tp, r in pending.items() if r.error == ErrorCode.none}
-
-    def try_complete(self) -> bool:
-        for tp in list(self.waiting):
-            partition = self.manager.partitions.get(tp)
-            result = self.pending[tp]
-            if partition is None or not partition.is_leader:
-                result.error = (ErrorCode.kafka_storage_error
-                                if tp in self.manager.offline_partitions
-                                else ErrorCode.not_leader_or_follower)
-                self.waiting.discard(tp)
-            elif partition.high_watermark > result.last_offset:
-                if len(partition.maximal_isr) < self.manager.min_insync_replicas(tp[0]):
-                    result.error = ErrorCode.not_enough_replicas_after_append
-                self.waiting.discard(tp)
-        return not self.waiting and self.force_complete()
-
-    def on_complete(self) -> None:
-        if self.timed_out:
-            for tp in self.waiting:
-                self.pending[tp].error = ErrorCode.request_timed_out
-        if not self.future.done():
-            self.future.set_result(self.pending)
-
-
-class DelayedDeleteRecords(DelayedOperation):
-    """Kafka's DelayedDeleteRecords: completes when, for every partition, the low watermark
-    (the smallest log start offset of the leader and its followers on live brokers) reached
-    the offset asked for, or the partition failed (no longer led here). Partitions still
-    waiting at the timeout answer REQUEST_TIMED_OUT with the low watermark first seen."""
-
-    def __init__(self, timeout_ms: int, manager: ReplicaManager,
-                 results: dict[TopicPartition, DeleteRecordsResult],
-                 future: asyncio.Future[dict[TopicPartition, DeleteRecordsResult]]) -> None:
-        super().__init__(timeout_ms)
-        self.manager = manager
-        self.results = results
-        self.future = future
-        self.waiting = {tp for tp, r in results.items() if r.error == ErrorCode.none}
-
-    def try_complete(self) -> bool:
-        for tp in list(self.waiting):
-            partition = self.manager.partitions.get(tp)
-            result = self.results[tp]
-            if partition is None or not partition.is_leader:
-                result.error = (ErrorCode.unknown_topic_or_partition if partition is None
-                                else ErrorCode.not_leader_or_follower)
-                result.low_watermark = -1
-                self.waiting.discard(tp)
-                continue
-            low = partition.low_watermark(self.manager.is_broker_alive)
-            if low >= result.requested_offset:
-                result.low_watermark = low
-                self.waiting.discard(tp)
-        return not self.waiting and self.force_complete()
-
-    def on_complete(self) -> None:
-        if self.timed_out:
-            for tp in self.waiting:
-                self.results[tp].error = ErrorCode.request_timed_out
-        if not self.future.done():
-            self.future.set_result(self.results)
-
-
-@dataclass(frozen=True, slots=True)
-class FollowerFetchKey:
-    """The one purgatory key a follower's waiting fetch is watched under (a `TopicPartition`
-    key per partition meant registering and dropping ~3,333 keys per idle fetch at 10,000
-    partitions). Whatever moves a partition's state checks the waiting fetches of every
-    fetching replica for that partition (`ReplicaManager._check_fetches`); each looks at it
-    only if it fetches it."""
-
-    replica_id: int
-
-
-class DelayedFetch(DelayedOperation):
-    """Waits until min_bytes are readable across the fetched partitions, or max_wait passes."""
-
-    def __init__(self, max_wait_ms: int, manager: ReplicaManager, replica_id: int,
-                 min_bytes: int, max_bytes: int,
-                 requests: dict[TopicPartition, FetchRequestPartition],
-                 future: asyncio.Future[dict[TopicPartition, FetchResult]],
-                 isolation_level: int = READ_UNCOMMITTED,
-                 client_metadata: ClientMetadata | None = None) -> None:
-        super().__init__(max_wait_ms)
-        self.manager = manager
-        self.isolation_level = isolation_level
-        self.client_metadata = client_metadata  # a consumer that may read from a follower
-        self.replica_id = replica_id
-        self.min_bytes = min_bytes
-        self.max_bytes = max_bytes
-        self.requests = requests
-        self.future = future
-        # bytes readable per partition at the last whole check, and their sum: a re-check for
-        # one partition (try_complete_for) updates only its entry
-        self._available: dict[TopicPartition, int] | None = None
-        self._total = 0
-        # a follower's empty first read (result, partition object), kept for the timeout's
-        # answer, and the partitions re-checked since (read again then)
-        self._first_read: Mapping[TopicPartition, FetchResult] | None = None
-        self._moved: set[TopicPartition] = set()
-
-    def _readable(self, tp: TopicPartition, req: FetchRequestPartition) -> int | None:
-        """Bytes readable for `tp` now; None when the fetch must be answered at once (an
-        error to report)."""
-        partition = self.manager.partitions.get(tp)
-        if partition is None or (not partition.is_leader and self.client_metadata is None):
-            return None
-        end = fetch_limit(partition, self.replica_id, self.isolation_level)
-        if req.fetch_offset > end or req.fetch_offset < partition.log_start_offset:
-            return None
-        if req.fetch_offset < end and not self.manager.should_leader_throttle(
-                partition, self.replica_id):  # KIP-73: throttled bytes do not count
-            return self.manager.bytes_between(partition, req.fetch_offset, end, req.max_bytes)
-        return 0
-
-    def try_complete(self) -> bool:
-        available = 0
-        per_partition: dict[TopicPartition, int] = {}
-        for tp, req in self.requests.items():
-            n = self._readable(tp, req)
-            if n is None:
-                return self.force_complete()
-            per_partition[tp] = n
-            available += n
-            if available >= self.min_bytes:
-                return self.force_complete()
-        self._available, self._total = per_partition, available
-        return False
-
-    def seed(self, results: Mapping[TopicPartition, FetchResult]) -> None:
-        """The bytes readable per partition as the read that made this fetch wait found them
-        (with `try_complete_else_watch(tried=True)`: no second and third whole check). A
-        follower's fetch that found nothing keeps that read for its timeout's answer."""
-        available = {tp: 0 for tp in self.requests}
-        total = 0
-        for tp, r in results.items():
-            if tp in available:
-                available[tp] = r.size
-                total += r.size
-        self._available, self._total = available, total
-        if self.replica_id >= 0 and total == 0 and len(results) == len(self.requests):
-            self._first_read = results  # (the caller's, not used after it is seeded)
-
-    def _still(self, tp: TopicPartition, r: FetchResult) -> bool:
-        """A follower's first, empty read of `tp` still stands: still leader in the epoch
-        asked, the same HW, log start and log end offsets (the last stable offset moves only
-        with an append or the HW; a partition replaced or stopped is notified)."""
-        p = self.manager.partitions.get(tp)
-        if p is None or r.error != ErrorCode.none or not p.is_leader:
-            return False
-        req = self.requests[tp]
-        log_ = p.log
-        return (p.high_watermark == r.high_watermark
-                and log_.log_end_offset == r.leader_end_offset
-                and log_.log_start_offset == r.log_start_offset
-                and (req.current_leader_epoch < 0
-                     or req.current_leader_epoch == p.leader_epoch))
-
-    def try_complete_for(self, key: Hashable) -> bool:
-        # Only `key` moved: re-checking every partition for each of thousands of partition
-        # changes (a LeaderAndIsr, ISR updates) made a follower's fetch quadratic.
-        available = self._available
-        tp: Any = key
-        req = self.requests.get(tp)
-        if req is None:  # (a follower's fetch, told of a partition it does not fetch)
-            return False
-        if self._first_read is not None:
-            self._moved.add(tp)
-        if available is None or tp not in available:
-            return self.try_complete()
-        n = self._readable(tp, req)
-        if n is None:
-            return self.force_complete()
-        self._total += n - available[tp]
-        available[tp] = n
-        if self._total >= self.min_bytes:
-            return self.force_complete()
-        return False
-
-    def on_complete(self) -> None:
-        if self.future.done():
-            return
-        first = self._first_read
-        if first is None or not self.timed_out:
-            self.future.set_result(self.manager.read_from_local_log(
-                self.replica_id, self.max_bytes, self.requests, self.isolation_level,
-                self.client_metadata))
-            return
-        # A follower's idle fetch timing out (twice a second per fetcher at 10,000
-        # partitions): read again only the partitions that moved since the first read, and
-        # those whose offsets no longer match it; the others' answer is that read's.
-        moved, offline = self._moved, self.manager.offline_partitions
-        again = {tp: req for tp, req in self.requests.items()
-                 if tp in moved or (offline and tp in offline)
-                 or not self._still(tp, first[tp])}
-        fresh = self.manager.read_from_local_log(
-            self.replica_id, self.max_bytes, again, self.isolation_level,
-            self.client_metadata) if again else {}
-        self.future.set_result({tp: fresh[tp] if tp in again else first[tp]
-                                for tp in self.requests})
 
 
 class _FetcherChanges:
