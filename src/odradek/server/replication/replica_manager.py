@@ -46,7 +46,7 @@ from ...storage.partition_metadata import (
     read_partition_metadata,
     write_partition_metadata,
 )
-from ..metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
+from ..metadata_cache import MetadataCache
 from ..quotas.replication_quota import ReplicationQuotaManager, should_leader_throttle
 from ..topic_names import INTERNAL_TOPICS
 from .delayed_delete_records import DelayedDeleteRecords
@@ -97,10 +97,6 @@ log = logging.getLogger("odradek.replica_manager")
 # Kafka's FetchRequest.DEBUGGING_CONSUMER_ID: a consumer fetch (below the HW) that followers
 # answer too (replica-verification, S-6.4).
 DEBUGGING_CONSUMER_ID = -2
-
-# UpdateMetadata's leader of a partition whose topic is being deleted (Kafka's
-# LeaderAndIsr.LeaderDuringDelete).
-LEADER_DURING_DELETE = -2
 
 
 def _now_ms() -> int:
@@ -488,31 +484,12 @@ class ReplicaManager:
         from an UpdateMetadata (STALE_CONTROLLER_EPOCH from an older controller)."""
         if self._is_stale(req.controller_id, req.controller_epoch, "UpdateMetadata"):
             return ErrorCode.stale_controller_epoch
-        cache = self.metadata_cache
-        cache.controller_id = req.controller_id
-        brokers: dict[int, BrokerInfo] = {}
-        for b in req.live_brokers:
-            brokers[b.id] = BrokerInfo.from_update_metadata(b)  # every listener's endpoint
-        cache.brokers = brokers
-        topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
-        count = 0
-        no_id = uuid.UUID(int=0)
-        for topic, s in req.named_partition_states():
-            count += 1
-            if s.leader == LEADER_DURING_DELETE:
-                cache.remove_partition(topic, s.partition_index)
-                continue
-            cache.update_partition(
-                topic, topic_ids.get(topic, no_id), s.partition_index,
-                PartitionInfo(s.leader, s.leader_epoch, list(s.replicas), list(s.isr),
-                              list(s.offline_replicas), s.zk_version, s.controller_epoch),
-                internal=topic.startswith("__"))
+        count = self.metadata_cache.update_metadata(req)
         # Kafka traces this per partition; one line per request says the same at DEBUG.
         self.state_change.broker(req.controller_epoch, (
-            f"Cached live brokers {sorted(brokers)} and the leadership of "
+            f"Cached live brokers {sorted(self.metadata_cache.brokers)} and the leadership of "
             f"{count} partitions (UpdateMetadata correlationId "
             f"{correlation_id} from controller {req.controller_id})"), logging.DEBUG)
-        cache.initialized.set()
         if self.delete_records_purgatory.delayed():  # a dead follower no longer holds them
             for tp in [tp for tp, p in self.partitions.items() if p.is_leader]:
                 self.delete_records_purgatory.check_and_complete(tp)
