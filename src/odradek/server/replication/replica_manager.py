@@ -20,9 +20,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -30,7 +30,7 @@ from ...common import TopicPartition
 from ...common.state_change import StateChangeLogger, leadership_text
 from ...common.topic_id import topic_id_to_text
 from ...coordination import paths
-from ...metrics.stats import IsrStats, TopicStats
+from ...metrics.stats import TopicStats
 from ...protocol import interbroker as ib
 from ...protocol import records as rb
 from ...runtime.purgatory import DelayedOperationPurgatory
@@ -47,7 +47,7 @@ from ...storage.partition_metadata import (
     write_partition_metadata,
 )
 from ..metadata_cache import MetadataCache
-from ..quotas.replication_quota import ReplicationQuotaManager, should_leader_throttle
+from ..quotas.replication_quota import ReplicationQuotas, should_leader_throttle
 from ..topic_names import INTERNAL_TOPICS
 from .delayed_delete_records import DelayedDeleteRecords
 from .delayed_fetch import DelayedFetch, FollowerFetchKey
@@ -56,12 +56,9 @@ from .diverging_epoch import READ as EPOCH_READ
 from .diverging_epoch import check_last_fetched_epoch
 from .fetch_topic_ids import has_consistent_topic_id
 from .fetcher import (
-    FetcherConfig,
     InitialFetchState,
-    ReplicaFetcherManager,
     initial_fetch_offset,
 )
-from .isr import IsrChangeManager
 from .leader_endpoint import EpochEndOffset
 from .partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -69,7 +66,7 @@ from .partition import (
     Partition,
     UnknownLeaderEpochError,
 )
-from .replica_alter_log_dirs import ReplicaAlterLogDirsManager
+from .replica_alter_log_dirs import DEFAULT_CHUNK_BYTES, ReplicaAlterLogDirsManager
 from .replica_selector import (
     ClientMetadata,
     ReplicaView,
@@ -103,6 +100,33 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class ReplicaFetchers(Protocol):
+    """The replica fetcher manager as the replica manager drives it from LeaderAndIsr,
+    StopReplica and log-dir failures (Kafka's ReplicaFetcherManager:
+    addFetcherForPartitions, removeFetcherForPartitions); server/replication/fetcher.py."""
+
+    def add_fetcher_for_partitions(self, initial: Mapping[TopicPartition, InitialFetchState]
+                                   ) -> None: ...
+
+    def remove_fetcher_for_partitions(self, tps: Iterable[TopicPartition]) -> None: ...
+
+    def is_fetching(self, tp: TopicPartition) -> bool: ...
+
+    def shutdown(self) -> None: ...
+
+
+class IsrChanges(Protocol):
+    """The ISR tasks as the replica manager drives them: started and stopped with it, told of
+    a follower that caught up (server/replication/isr.py, Kafka's ISR expiration task and
+    AlterIsrManager)."""
+
+    def start(self) -> None: ...
+
+    def expand_isr(self, p: Partition, new_isr: Iterable[int], follower: int) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
 class _FetcherChanges:
     """The replica fetcher changes of one LeaderAndIsr request, told to the fetcher manager
     at its end: the partitions to stop fetching, then those to (re)start, each in one call.
@@ -121,9 +145,7 @@ class _FetcherChanges:
     def add(self, tp: TopicPartition, init: InitialFetchState) -> None:
         self.pending[tp] = init
 
-    def apply(self, manager: ReplicaFetcherManager | None) -> None:
-        if manager is None:
-            return
+    def apply(self, manager: ReplicaFetchers) -> None:
         if self.removed:
             manager.remove_fetcher_for_partitions(self.removed)
         added = {tp: init for tp, init in self.pending.items() if init is not None}
@@ -136,16 +158,26 @@ class ReplicaManager:
                  topic_config: Callable[[str], LogConfig],
                  clock: Callable[[], int] = _now_ms,
                  replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS, *,
+                 fetcher_manager: ReplicaFetchers,
+                 isr_manager: IsrChanges,
+                 partitions: dict[TopicPartition, Partition] | None = None,
+                 quotas: ReplicationQuotas | None = None,
+                 alter_log_dirs_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 store: Callable[[], CoordinationStore | None] = lambda: None,
+                 on_all_log_dirs_offline: Callable[[], None] = lambda: None,
                  metadata_cache: MetadataCache | None = None,
                  topic_stats: TopicStats | None = None,
-                 isr_stats: IsrStats | None = None,
                  replica_selector: str | None = None) -> None:
+        """`fetcher_manager` and `isr_manager` act on `partitions`, the partitions hosted here
+        (Kafka's allPartitions), which this manager alone changes: the composition root
+        (server/broker.py) builds that map first, hands it to them, then to this manager.
+        `store` is where ``/log_dir_event_notification`` nodes go; `on_all_log_dirs_offline`
+        stops the broker when no log dir is left (KIP-112)."""
         self.broker_id = broker_id
         # replica.selector.class (KIP-392): None, or the rack-aware selector
         self.replica_selector = replica_selector
-        # BrokerTopicMetrics (messages and bytes in per topic) and the ISR meters (metrics/)
+        # BrokerTopicMetrics (messages and bytes in per topic, metrics/)
         self.topic_stats = topic_stats if topic_stats is not None else TopicStats()
-        self.isr_stats = isr_stats if isr_stats is not None else IsrStats()
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.metadata_cache = metadata_cache if metadata_cache is not None else MetadataCache()
@@ -154,7 +186,8 @@ class ReplicaManager:
         self.state_change = StateChangeLogger(broker_id)
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
-        self.partitions: dict[TopicPartition, Partition] = {}
+        self.partitions: dict[TopicPartition, Partition] = \
+            partitions if partitions is not None else {}
         self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = \
             DelayedOperationPurgatory("Produce", Timer())
         self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
@@ -170,8 +203,8 @@ class ReplicaManager:
                          AsyncTimerDriver(self.delete_records_purgatory.timer)]
         self._log_start_checkpoint_due = False
         self._shut_down = False
-        self.fetcher_manager: ReplicaFetcherManager | None = None
-        self.isr_manager: IsrChangeManager | None = None
+        self.fetcher_manager = fetcher_manager
+        self.isr_manager = isr_manager
         self._checkpointed_hw: dict[TopicPartition, int] = {}
         # topic -> f(partition, is_leader, leader_epoch): told when this broker becomes leader or
         # follower of one of the topic's partitions, and (False, -1) when it stops hosting one.
@@ -179,18 +212,20 @@ class ReplicaManager:
         self.role_listeners: dict[str, Callable[[int, bool, int], None]] = {}
         # KIP-73 replication quotas: bytes this leader sends to followers, and bytes this
         # follower fetches, for throttled partitions (rates set by dynamic broker configs).
-        self.leader_quota = ReplicationQuotaManager("LeaderReplication")
-        self.follower_quota = ReplicationQuotaManager("FollowerReplication")
+        quotas = quotas if quotas is not None else ReplicationQuotas.create()
+        self.leader_quota = quotas.leader
+        self.follower_quota = quotas.follower
         # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline);
         # they answer KAFKA_STORAGE_ERROR until the broker restarts
         self.offline_partitions: set[TopicPartition] = set()
         # KIP-113: replicas moving between this broker's log dirs (AlterReplicaLogDirs)
         self.alter_log_dirs = ReplicaAlterLogDirsManager(
             log_manager, self.partitions.get, lambda tp: tp in self.offline_partitions,
-            lambda tp: self.metadata_cache.partition(tp[0], tp[1]) is not None)
+            lambda tp: self.metadata_cache.partition(tp[0], tp[1]) is not None,
+            quota=quotas.alter_log_dirs, chunk_bytes=alter_log_dirs_chunk_bytes)
         # called when every log dir is offline (the broker must stop, as Kafka halts)
-        self.on_all_log_dirs_offline: Callable[[], None] | None = None
-        self._store: Callable[[], CoordinationStore | None] = lambda: None
+        self.on_all_log_dirs_offline = on_all_log_dirs_offline
+        self._store = store
         self._loop: asyncio.AbstractEventLoop | None = None
         self._log_dir_tasks: set[asyncio.Task[None]] = set()
 
@@ -209,6 +244,9 @@ class ReplicaManager:
         channel.add_listener(self._on_log_dir_offline)
         for log_dir in channel.offline_log_dirs():  # failed at start-up (Kafka's queue)
             self._on_log_dir_offline(log_dir)
+        # the ISR tasks: the shrink check every replica.lag.time.max.ms / 2 and the ISR
+        # change notifications
+        self.isr_manager.start()
 
     def _on_log_dir_offline(self, log_dir: Path) -> None:
         """The failure channel's listener (any thread): handled on the broker's loop."""
@@ -236,8 +274,7 @@ class ReplicaManager:
                 self.alter_log_dirs.remove(tp)
         log.warning("[ReplicaManager broker=%d] Stopping serving replicas in dir %s",
                     self.broker_id, log_dir)
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.remove_fetcher_for_partitions(in_dir)
+        self.fetcher_manager.remove_fetcher_for_partitions(in_dir)
         for tp in in_dir:
             p = self.partitions.pop(tp)
             p.abort_isr_update()
@@ -249,8 +286,7 @@ class ReplicaManager:
         except KafkaStorageError:
             log.error("[ReplicaManager broker=%d] Shutting down the broker: every log dir "
                       "of %s has failed", self.broker_id, self.log_manager.log_dirs)
-            if self.on_all_log_dirs_offline is not None:
-                self.on_all_log_dirs_offline()
+            self.on_all_log_dirs_offline()
             return
         self.offline_partitions.update(closed)
         for tp in in_dir:
@@ -283,37 +319,13 @@ class ReplicaManager:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    def start_replication(self, config: Any,
-                          store: Callable[[], CoordinationStore | None],
-                          broker_endpoint: Callable[[int], tuple[str, int] | None]
-                          = lambda _b: None, connector: Any = None) -> None:
-        """Start the replica fetchers (driven by LeaderAndIsr) and the ISR tasks: the shrink
-        check every replica.lag.time.max.ms / 2 and the ISR change notifications."""
-        self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"]
-        self._store = store
-        for p in self.partitions.values():
-            p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
-        self.alter_log_dirs.chunk_bytes = max(1, config["replica.fetch.max.bytes"])
-        for quota in (self.leader_quota, self.follower_quota, self.alter_log_dirs.quota):
-            quota.configure_window(config["replication.quota.window.num"],
-                                   config["replication.quota.window.size.seconds"])
-        self.fetcher_manager = ReplicaFetcherManager(
-            self.broker_id, self.partitions.get, FetcherConfig.from_config(config),
-            broker_endpoint, quota=self.follower_quota,
-            **({"connector": connector} if connector is not None else {}))
-        self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock,
-                                            isr_stats=self.isr_stats)
-        self.isr_manager.start()
-
     def shutdown(self) -> None:
         self.log_manager.failure_channel.remove_listener(self._on_log_dir_offline)
         for task in list(self._log_dir_tasks):
             task.cancel()
         self.alter_log_dirs.shutdown()
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.shutdown()
-        if self.isr_manager is not None:
-            self.isr_manager.shutdown()
+        self.fetcher_manager.shutdown()
+        self.isr_manager.shutdown()
         for d in self._drivers:
             d.stop()
         self.produce_purgatory.shutdown()
@@ -356,7 +368,7 @@ class ReplicaManager:
             log_: Log = self.log_manager.get_or_create_log(topic, index)
             p = Partition(topic, index, log_, self.broker_id,
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                          clock=self.clock)
+                          clock=self.clock, delayed_operations=self)
             p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
             try:  # KIP-516: the topic id this log was written for, if recorded
                 p.topic_id = read_partition_metadata(log_.dir)
@@ -447,11 +459,10 @@ class ReplicaManager:
         changes = self._fetcher_changes
         if changes is not None:
             changes.remove(tp)
-        elif self.fetcher_manager is not None:
+        else:
             self.fetcher_manager.remove_fetcher_for_partitions([tp])
 
     def _is_fetching(self, tp: TopicPartition) -> bool:
-        assert self.fetcher_manager is not None
         changes = self._fetcher_changes
         if changes is not None and tp in changes.pending:
             return changes.pending[tp] is not None
@@ -552,8 +563,7 @@ class ReplicaManager:
             if partition_epoch > current.zk_version:
                 current.isr, current.zk_version = list(isr), partition_epoch
                 current.abort_isr_update()  # an ISR write in flight now fails its check
-            if leader != self.broker_id and self.fetcher_manager is not None \
-                    and not self._is_fetching(tp):
+            if leader != self.broker_id and not self._is_fetching(tp):
                 self.start_fetching(current, leader_endpoint)
             return ErrorCode.none
         # Kafka's makeLeader answers whether this replica *became* leader: the coordinators
@@ -575,7 +585,7 @@ class ReplicaManager:
         else:
             changed = p.make_follower(leader, leader_epoch, isr, replicas)
             p.zk_version = partition_epoch
-            if self.fetcher_manager is not None and (changed or not self._is_fetching(tp)):
+            if changed or not self._is_fetching(tp):
                 self._remove_fetcher(tp)
                 self.start_fetching(p, leader_endpoint)
         listener = self.role_listeners.get(tp[0])
@@ -610,7 +620,6 @@ class ReplicaManager:
     def start_fetching(self, p: Partition, leader_endpoint: tuple[str, int] | None = None
                        ) -> None:
         """(Re)start fetching a follower partition from its leader, Truncating first."""
-        assert self.fetcher_manager is not None
         tp = (p.topic, p.index)
         init = InitialFetchState(p.leader_id, leader_endpoint, p.leader_epoch,
                                  initial_fetch_offset(p))
@@ -628,8 +637,7 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is not None and 0 <= leader_epoch < p.leader_epoch:
             return ErrorCode.fenced_leader_epoch
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.remove_fetcher_for_partitions([tp])
+        self.fetcher_manager.remove_fetcher_for_partitions([tp])
         if p is None:
             self.alter_log_dirs.remove(TopicPartition(*tp))
             if delete and self.log_manager.get_log(*tp) is not None:
@@ -649,8 +657,7 @@ class ReplicaManager:
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
         self.alter_log_dirs.remove(TopicPartition(topic, index))
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.remove_fetcher_for_partitions([(topic, index)])
+        self.fetcher_manager.remove_fetcher_for_partitions([(topic, index)])
         p = self.partitions.pop((topic, index), None)
         if p is not None:
             p.abort_isr_update()
@@ -705,7 +712,7 @@ class ReplicaManager:
             out.append(LogDirDescription(str(log_dir), ErrorCode.none, topics))
         return out
 
-    # -- ISR changes (called by isr.IsrChangeManager) -----------------------------------------
+    # -- DelayedOperations of each hosted partition (told by isr.IsrChangeManager) -----------
     def on_high_watermark_moved(self, tp: TopicPartition) -> None:
         """The HW or the ISR moved: waiting produces and consumer fetches re-check at once."""
         self._after_append(tp)
@@ -938,7 +945,7 @@ class ReplicaManager:
                                           partition.log_start_offset,
                                           last_stable_offset=partition.last_stable_offset)
                 continue
-            if outcome.expand_isr_to is not None and self.isr_manager is not None:
+            if outcome.expand_isr_to is not None:
                 self.isr_manager.expand_isr(partition, outcome.expand_isr_to, replica_id)
             if outcome.high_watermark_moved:
                 self._after_append(tp)
