@@ -29,7 +29,6 @@ from kio.schema.errors import ErrorCode
 from ...common import TopicPartition
 from ...common.state_change import StateChangeLogger, leadership_text
 from ...common.topic_id import topic_id_to_text
-from ...coordination import paths
 from ...metrics.stats import TopicStats
 from ...protocol import interbroker as ib
 from ...protocol import records as rb
@@ -60,6 +59,7 @@ from .fetcher import (
     initial_fetch_offset,
 )
 from .leader_endpoint import EpochEndOffset
+from .log_dir_failure import LogDirFailureHandler
 from .partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     FencedLeaderEpochError,
@@ -223,51 +223,28 @@ class ReplicaManager:
             log_manager, self.partitions.get, lambda tp: tp in self.offline_partitions,
             lambda tp: self.metadata_cache.partition(tp[0], tp[1]) is not None,
             quota=quotas.alter_log_dirs, chunk_bytes=alter_log_dirs_chunk_bytes)
-        # called when every log dir is offline (the broker must stop, as Kafka halts)
-        self.on_all_log_dirs_offline = on_all_log_dirs_offline
-        self._store = store
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._log_dir_tasks: set[asyncio.Task[None]] = set()
+        # KIP-112: a failed log dir takes its partitions offline and tells the controller;
+        # with none left, `on_all_log_dirs_offline` (the broker must stop, as Kafka halts)
+        self.log_dir_failures = LogDirFailureHandler(broker_id, self, log_manager, store,
+                                                     on_all_log_dirs_offline)
 
     def start(self) -> None:
         """Start the purgatories' timers and read replication-offset-checkpoint: partitions
         created from now on start with the HW they had (S-3.3, S-2.5). From now on a log dir
-        reported offline is handled on this loop (``handle_log_dir_failure``)."""
+        reported offline is handled on this loop (``log_dir_failure.LogDirFailureHandler``)."""
         self._checkpointed_hw = self.log_manager.read_high_watermarks()
         for d in self._drivers:
             d.start()
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._loop = None
-        channel = self.log_manager.failure_channel
-        channel.add_listener(self._on_log_dir_offline)
-        for log_dir in channel.offline_log_dirs():  # failed at start-up (Kafka's queue)
-            self._on_log_dir_offline(log_dir)
+        self.log_dir_failures.start()
         # the ISR tasks: the shrink check every replica.lag.time.max.ms / 2 and the ISR
         # change notifications
         self.isr_manager.start()
 
-    def _on_log_dir_offline(self, log_dir: Path) -> None:
-        """The failure channel's listener (any thread): handled on the broker's loop."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            if asyncio.get_running_loop() is loop:
-                loop.call_soon(self.handle_log_dir_failure, log_dir)
-                return
-        except RuntimeError:
-            pass
-        loop.call_soon_threadsafe(self.handle_log_dir_failure, log_dir)
-
-    def handle_log_dir_failure(self, log_dir: Path, send_notification: bool = True) -> None:
-        """Kafka's ReplicaManager.handleLogDirFailure: the dir's partitions stop fetching and
-        go offline (KAFKA_STORAGE_ERROR from now on), the log manager closes their logs, the
-        controller is told with a ``/log_dir_event_notification`` node (it moves leadership
-        away), and waiting produces and fetches of those partitions complete. Every log dir
-        offline: ``on_all_log_dirs_offline`` (the broker stops)."""
-        log_dir = Path(log_dir).absolute()
+    # -- KIP-112: a failed log dir (log_dir_failure.LogDirFailureHandler) ------------------
+    def stop_serving_replicas_in_dir(self, log_dir: Path) -> list[TopicPartition]:
+        """The partitions whose log is in the failed `log_dir` stop fetching (and moving
+        between log dirs, as do moves into it) and go offline, Kafka's markPartitionOffline:
+        KAFKA_STORAGE_ERROR from now on; their role listeners hear (False, -1). Returns them."""
         in_dir = [tp for tp, p in self.partitions.items() if p.log.dir.parent == log_dir]
         for tp in list(self.alter_log_dirs.moving):  # moves from or into the failed dir stop
             if tp in in_dir or self.alter_log_dirs.future_dir(tp) == log_dir:
@@ -281,48 +258,18 @@ class ReplicaManager:
             self.offline_partitions.add(tp)
             if (listener := self.role_listeners.get(tp[0])) is not None:
                 listener(tp[1], False, -1)
-        try:
-            closed = self.log_manager.handle_log_dir_failure(log_dir)
-        except KafkaStorageError:
-            log.error("[ReplicaManager broker=%d] Shutting down the broker: every log dir "
-                      "of %s has failed", self.broker_id, self.log_manager.log_dirs)
-            self.on_all_log_dirs_offline()
-            return
-        self.offline_partitions.update(closed)
-        for tp in in_dir:
-            self._after_append(tp)
-        log.warning("[ReplicaManager broker=%d] Partitions %s are offline due to the failure "
-                    "of log dir %s", self.broker_id,
-                    ", ".join(f"{t}-{i}" for t, i in sorted(self.offline_partitions)), log_dir)
-        if send_notification:
-            task = asyncio.ensure_future(self._propagate_log_dir_event())
-            self._log_dir_tasks.add(task)
-            task.add_done_callback(self._log_dir_tasks.discard)
+        return in_dir
 
-    async def _propagate_log_dir_event(self) -> None:
-        """Kafka's propagateLogDirEvent: a sequential ``log_dir_event_<seq>`` node naming
-        this broker; retried while the store is unreachable."""
-        delay = 0.1
-        while True:
-            store = self._store()
-            if store is not None:
-                try:
-                    await store.create(paths.log_dir_event_path(),
-                                       paths.encode_log_dir_event(self.broker_id),
-                                       sequence=True)
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("[ReplicaManager broker=%d] Could not write the log dir event "
-                                "notification: %s; retrying", self.broker_id, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+    def complete_offline(self, stopped: Iterable[TopicPartition],
+                         closed: Iterable[TopicPartition]) -> None:
+        """The log manager closed the failed dir's logs (`closed`, of hosted partitions or
+        not): all are offline, and the requests waiting on the `stopped` partitions complete."""
+        self.offline_partitions.update(closed)
+        for tp in stopped:
+            self._after_append(tp)
 
     def shutdown(self) -> None:
-        self.log_manager.failure_channel.remove_listener(self._on_log_dir_offline)
-        for task in list(self._log_dir_tasks):
-            task.cancel()
+        self.log_dir_failures.shutdown()
         self.alter_log_dirs.shutdown()
         self.fetcher_manager.shutdown()
         self.isr_manager.shutdown()
