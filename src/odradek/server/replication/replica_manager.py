@@ -1,11 +1,12 @@
 """The replica manager: this broker's partitions, appends, reads, and their purgatories.
 
-Produce: validate each partition's record set by batch headers and CRC (records only for a
-compacted topic, whose records need keys: Kafka's LogValidator.validateKey), append on the
-leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
-(S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO (followers); if
-fewer than min_bytes are ready, wait in the fetch purgatory until an append or HW move completes
-the DelayedFetch, or max_wait passes.
+Produce: check each partition's record set by its batch headers and CRCs, append it on the
+leader, whose log validates it (Kafka's LogValidator from Log.appendAsLeader: sizes, and the
+keys of a client's records on a compacted topic, storage/log_validator.py), map what failed to
+an error code (results.py), and for acks=all wait in the produce purgatory until the HW passes
+the last offset (S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO
+(followers); if fewer than min_bytes are ready, wait in the fetch purgatory until an append or
+HW move completes the DelayedFetch, or max_wait passes.
 
 Replication (S-3.2 - S-3.4, S-3.7): a follower's fetch records its LEO on the leader, which may
 move the HW (completing waiting produces and fetches at once) and expand the ISR; LeaderAndIsr
@@ -39,7 +40,7 @@ from ...storage.errors import KafkaStorageError
 from ...storage.log import Log
 from ...storage.log_config import LogConfig
 from ...storage.log_manager import LogManager
-from ...storage.log_validator import RecordValidationError, validate_record_keys
+from ...storage.log_validator import RecordValidationError
 from ...storage.partition_metadata import (
     PartitionMetadataError,
     read_partition_metadata,
@@ -709,26 +710,14 @@ class ReplicaManager:
         if partition is None:
             return ProduceResult(ErrorCode.kafka_storage_error if tp in self.offline_partitions
                                  else ErrorCode.unknown_topic_or_partition)
-        config = self.topic_config(tp[0])
+        records = data or b""  # (a null record set fails as an empty one)
         try:
-            if not data:
-                raise rb.InvalidRecordError("empty record set")
-            headers = rb.validate_batches(data,
+            # the batches' framing and CRCs, by their headers; the log validates the rest
+            # (Kafka's LogValidator from Log.appendAsLeader: sizes, keys, timestamps)
+            headers = rb.validate_batches(records,
                                           allow_control=origin is AppendOrigin.COORDINATOR)
-            for h in headers:
-                if h.size > config.max_message_bytes:
-                    return ProduceResult(
-                        ErrorCode.message_too_large,
-                        message=f"batch of {h.size} bytes exceeds max.message.bytes "
-                                f"{config.max_message_bytes}")
-            if origin is AppendOrigin.CLIENT and partition.is_leader \
-                    and partition.log.config.compact:
-                # Kafka's validateKey (after the leader and size checks, as the Log's append
-                # runs it): the only records a produce request has read
-                validate_record_keys(data, headers, f"{tp[0]}-{tp[1]}")
-            buf = bytearray(data)
             info = partition.append_records_to_leader(
-                buf, headers, acks, config.min_insync_replicas, now, origin)
+                bytearray(records), headers, acks, self.min_insync_replicas(tp[0]), now, origin)
         except Exception as exc:  # every failure is a per-partition error code
             code = error_code_for(exc)
             if code not in EXPECTED_ERRORS:  # Kafka marks FailedProduceRequestsPerSec so
@@ -744,7 +733,7 @@ class ReplicaManager:
         if not getattr(info, "duplicate", False):
             # counted from the batch headers: no record is parsed for the metrics
             self.topic_stats.record_append(
-                tp[0], sum(h.last_offset_delta + 1 for h in headers), len(data))
+                tp[0], sum(h.last_offset_delta + 1 for h in headers), len(records))
             self._after_append(tp)
         return ProduceResult(ErrorCode.none, info.first_offset, info.last_offset,
                              info.log_append_time, partition.log_start_offset)
