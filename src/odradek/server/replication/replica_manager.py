@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,10 +52,7 @@ from ..topic_names import INTERNAL_TOPICS
 from .delayed_delete_records import DelayedDeleteRecords
 from .delayed_fetch import DelayedFetch, FollowerFetchKey
 from .delayed_produce import DelayedProduce
-from .fetcher import (
-    InitialFetchState,
-    initial_fetch_offset,
-)
+from .fetcher import FetcherChanges, InitialFetchState, ReplicaFetchers, initial_fetch_offset
 from .leader_endpoint import EpochEndOffset
 from .local_reads import LocalLogReader
 from .log_dir_failure import LogDirFailureHandler
@@ -90,17 +87,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class ReplicaFetchers(Protocol):
-    """The replica fetcher manager as the replica manager drives it from LeaderAndIsr,
-    StopReplica and log-dir failures (Kafka's ReplicaFetcherManager:
-    addFetcherForPartitions, removeFetcherForPartitions); server/replication/fetcher.py."""
-
-    def add_fetcher_for_partitions(self, initial: Mapping[TopicPartition, InitialFetchState]
-                                   ) -> None: ...
-
-    def remove_fetcher_for_partitions(self, tps: Iterable[TopicPartition]) -> None: ...
-
-    def is_fetching(self, tp: TopicPartition) -> bool: ...
+class FetcherManager(ReplicaFetchers, Protocol):
+    """The replica fetcher manager (server/replication/fetcher.py) as the replica manager
+    holds it: driven through `ReplicaFetchers`, and stopped with it."""
 
     def shutdown(self) -> None: ...
 
@@ -117,38 +106,12 @@ class IsrChanges(Protocol):
     def shutdown(self) -> None: ...
 
 
-class _FetcherChanges:
-    """The replica fetcher changes of one LeaderAndIsr request, told to the fetcher manager
-    at its end: the partitions to stop fetching, then those to (re)start, each in one call.
-    `pending`: a partition's last change (its initial fetch state, or None: removed)."""
-
-    __slots__ = ("pending", "removed")
-
-    def __init__(self) -> None:
-        self.removed: list[TopicPartition] = []
-        self.pending: dict[TopicPartition, InitialFetchState | None] = {}
-
-    def remove(self, tp: TopicPartition) -> None:
-        self.removed.append(tp)
-        self.pending[tp] = None
-
-    def add(self, tp: TopicPartition, init: InitialFetchState) -> None:
-        self.pending[tp] = init
-
-    def apply(self, manager: ReplicaFetchers) -> None:
-        if self.removed:
-            manager.remove_fetcher_for_partitions(self.removed)
-        added = {tp: init for tp, init in self.pending.items() if init is not None}
-        if added:
-            manager.add_fetcher_for_partitions(added)
-
-
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  topic_config: Callable[[str], LogConfig],
                  clock: Callable[[], int] = _now_ms,
                  replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS, *,
-                 fetcher_manager: ReplicaFetchers,
+                 fetcher_manager: FetcherManager,
                  isr_manager: IsrChanges,
                  partitions: dict[TopicPartition, Partition] | None = None,
                  quotas: ReplicationQuotas | None = None,
@@ -182,8 +145,9 @@ class ReplicaManager:
             DelayedOperationPurgatory("Fetch", Timer())
         # the purgatory key of each replica that has fetched from this leader (a handful)
         self._follower_fetch_keys: dict[int, FollowerFetchKey] = {}
-        # while a LeaderAndIsr is applied: the fetcher changes told at its end, at once
-        self._fetcher_changes: _FetcherChanges | None = None
+        # where LeaderAndIsr's fetcher changes go: the manager, or while a request is
+        # applied, its FetcherChanges, told to the manager at its end
+        self._fetchers: ReplicaFetchers = fetcher_manager
         self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
             DelayedOperationPurgatory("DeleteRecords", Timer())
         self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
@@ -347,10 +311,8 @@ class ReplicaManager:
                  f"{req.controller_id})"
         errors: list[tuple[TopicPartition, ErrorCode]] = []
         topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
-        # The fetcher manager is told once for the whole request, as Kafka's
-        # removeFetcherForPartitions / addFetcherForPartitions with a map (once per partition
-        # it was ~10,000 calls, log lines and fetcher scans per failover).
-        self._fetcher_changes = changes = _FetcherChanges()
+        # the fetcher manager is told once for the whole request
+        self._fetchers = changes = FetcherChanges(self.fetcher_manager)
         started = time.monotonic()
         # Kafka's two INFO lines around the request (ReplicaManager.becomeLeaderOrFollower)
         self.state_change.broker(req.controller_epoch, (
@@ -362,8 +324,8 @@ class ReplicaManager:
             with self.log_manager.checkpoint_writer.hold():
                 self._apply_partition_states(req, live_leaders, topic_ids, origin, errors)
         finally:
-            self._fetcher_changes = None
-            changes.apply(self.fetcher_manager)
+            self._fetchers = self.fetcher_manager
+            changes.apply()
         self.state_change.broker(req.controller_epoch, (
             f"Finished LeaderAndIsr request in {(time.monotonic() - started) * 1000:.0f}ms "
             f"correlationId {correlation_id} from controller {req.controller_id} epoch "
@@ -392,19 +354,6 @@ class ReplicaManager:
                     f"{leadership_text(s.leader, s.leader_epoch, s.isr)} {origin}: "
                     f"{code.name.upper()}"), logging.WARNING)
             errors.append((tp, code))
-
-    def _remove_fetcher(self, tp: TopicPartition) -> None:
-        changes = self._fetcher_changes
-        if changes is not None:
-            changes.remove(tp)
-        else:
-            self.fetcher_manager.remove_fetcher_for_partitions([tp])
-
-    def _is_fetching(self, tp: TopicPartition) -> bool:
-        changes = self._fetcher_changes
-        if changes is not None and tp in changes.pending:
-            return changes.pending[tp] is not None
-        return self.fetcher_manager.is_fetching(tp)
 
     def stop_replicas(self, controller_id: int, controller_epoch: int,
                       partitions: list[tuple[TopicPartition, int, bool]]
@@ -501,7 +450,7 @@ class ReplicaManager:
             if partition_epoch > current.zk_version:
                 current.isr, current.zk_version = list(isr), partition_epoch
                 current.abort_isr_update()  # an ISR write in flight now fails its check
-            if leader != self.broker_id and not self._is_fetching(tp):
+            if leader != self.broker_id and not self._fetchers.is_fetching(tp):
                 self.start_fetching(current, leader_endpoint)
             return ErrorCode.none
         # Kafka's makeLeader answers whether this replica *became* leader: the coordinators
@@ -517,14 +466,14 @@ class ReplicaManager:
             return ErrorCode.inconsistent_topic_id
         self.alter_log_dirs.maybe_resume(tp)  # a move interrupted by a restart goes on
         if leader == self.broker_id:
-            self._remove_fetcher(tp)
+            self._fetchers.remove_fetcher_for_partitions([tp])
             p.make_leader(leader_epoch, isr, replicas, self.clock())
             p.zk_version = partition_epoch
         else:
             changed = p.make_follower(leader, leader_epoch, isr, replicas)
             p.zk_version = partition_epoch
-            if changed or not self._is_fetching(tp):
-                self._remove_fetcher(tp)
+            if changed or not self._fetchers.is_fetching(tp):
+                self._fetchers.remove_fetcher_for_partitions([tp])
                 self.start_fetching(p, leader_endpoint)
         listener = self.role_listeners.get(tp[0])
         if listener is not None and not (leader == self.broker_id and was_leader):
@@ -558,13 +507,8 @@ class ReplicaManager:
     def start_fetching(self, p: Partition, leader_endpoint: tuple[str, int] | None = None
                        ) -> None:
         """(Re)start fetching a follower partition from its leader, Truncating first."""
-        tp = (p.topic, p.index)
-        init = InitialFetchState(p.leader_id, leader_endpoint, p.leader_epoch,
-                                 initial_fetch_offset(p))
-        if self._fetcher_changes is not None:
-            self._fetcher_changes.add(tp, init)
-        else:
-            self.fetcher_manager.add_fetcher_for_partitions({tp: init})
+        self._fetchers.add_fetcher_for_partitions({(p.topic, p.index): InitialFetchState(
+            p.leader_id, leader_endpoint, p.leader_epoch, initial_fetch_offset(p))})
 
     def stop_replica_request(self, tp: TopicPartition, leader_epoch: int,
                              delete: bool) -> ErrorCode:
