@@ -49,7 +49,7 @@ class FollowerFetchKey:
     """The one purgatory key a follower's waiting fetch is watched under (a `TopicPartition`
     key per partition meant registering and dropping ~3,333 keys per idle fetch at 10,000
     partitions). Whatever moves a partition's state checks the waiting fetches of every
-    fetching replica for that partition (the replica manager's `_check_fetches`); each looks at it
+    fetching replica for that partition (`ReplicaPurgatories.check_fetches`); each looks at it
     only if it fetches it."""
 
     replica_id: int

@@ -13,6 +13,11 @@ move the HW (completing waiting produces and fetches at once) and expand the ISR
 starts (`fetcher.ReplicaFetcherManager`) or stops the replica fetchers; `isr.IsrChangeManager`
 shrinks ISRs of lagging followers and writes every ISR change to the partition state node.
 Partitions start with the HW of `replication-offset-checkpoint`.
+
+Beside it in server/replication/: the delayed operations (`delayed_produce`, `delayed_fetch`,
+`delayed_delete_records`) and their `purgatories`, Fetch's reads (`local_reads`), the result
+types and error codes (`results`), log dir failures (`log_dir_failure`); UpdateMetadata is the
+metadata cache's own (server/metadata_cache.py).
 """
 
 from __future__ import annotations
@@ -33,8 +38,6 @@ from ...common.topic_id import topic_id_to_text
 from ...metrics.stats import TopicStats
 from ...protocol import interbroker as ib
 from ...protocol import records as rb
-from ...runtime.purgatory import DelayedOperationPurgatory
-from ...runtime.timer import AsyncTimerDriver, Timer
 from ...storage.append_origin import AppendOrigin
 from ...storage.errors import KafkaStorageError
 from ...storage.log import Log
@@ -50,7 +53,7 @@ from ..metadata_cache import MetadataCache
 from ..quotas.replication_quota import ReplicationQuotas, should_leader_throttle
 from ..topic_names import INTERNAL_TOPICS
 from .delayed_delete_records import DelayedDeleteRecords
-from .delayed_fetch import DelayedFetch, FollowerFetchKey
+from .delayed_fetch import DelayedFetch
 from .delayed_produce import DelayedProduce
 from .fetcher import FetcherChanges, InitialFetchState, ReplicaFetchers, initial_fetch_offset
 from .leader_endpoint import EpochEndOffset
@@ -62,6 +65,7 @@ from .partition import (
     Partition,
     UnknownLeaderEpochError,
 )
+from .purgatories import ReplicaPurgatories
 from .replica_alter_log_dirs import DEFAULT_CHUNK_BYTES, ReplicaAlterLogDirsManager
 from .replica_selector import (
     ClientMetadata,
@@ -139,20 +143,14 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[TopicPartition, Partition] = \
             partitions if partitions is not None else {}
-        self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = \
-            DelayedOperationPurgatory("Produce", Timer())
-        self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
-            DelayedOperationPurgatory("Fetch", Timer())
-        # the purgatory key of each replica that has fetched from this leader (a handful)
-        self._follower_fetch_keys: dict[int, FollowerFetchKey] = {}
+        # the waiting requests, told by every hosted partition's changes (its delayed_operations)
+        self.purgatories = ReplicaPurgatories()
+        self.produce_purgatory = self.purgatories.produce
+        self.fetch_purgatory = self.purgatories.fetch
+        self.delete_records_purgatory = self.purgatories.delete_records
         # where LeaderAndIsr's fetcher changes go: the manager, or while a request is
         # applied, its FetcherChanges, told to the manager at its end
         self._fetchers: ReplicaFetchers = fetcher_manager
-        self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
-            DelayedOperationPurgatory("DeleteRecords", Timer())
-        self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
-                         AsyncTimerDriver(self.fetch_purgatory.timer),
-                         AsyncTimerDriver(self.delete_records_purgatory.timer)]
         self._log_start_checkpoint_due = False
         self._shut_down = False
         self.fetcher_manager = fetcher_manager
@@ -188,8 +186,7 @@ class ReplicaManager:
         created from now on start with the HW they had (S-3.3, S-2.5). From now on a log dir
         reported offline is handled on this loop (``log_dir_failure.LogDirFailureHandler``)."""
         self._checkpointed_hw = self.log_manager.read_high_watermarks()
-        for d in self._drivers:
-            d.start()
+        self.purgatories.start()
         self.log_dir_failures.start()
         # the ISR tasks: the shrink check every replica.lag.time.max.ms / 2 and the ISR
         # change notifications
@@ -221,18 +218,14 @@ class ReplicaManager:
         not): all are offline, and the requests waiting on the `stopped` partitions complete."""
         self.offline_partitions.update(closed)
         for tp in stopped:
-            self._after_append(tp)
+            self.purgatories.check_produce_and_fetch(tp)
 
     def shutdown(self) -> None:
         self.log_dir_failures.shutdown()
         self.alter_log_dirs.shutdown()
         self.fetcher_manager.shutdown()
         self.isr_manager.shutdown()
-        for d in self._drivers:
-            d.stop()
-        self.produce_purgatory.shutdown()
-        self.fetch_purgatory.shutdown()
-        self.delete_records_purgatory.shutdown()
+        self.purgatories.shutdown()
         self._shut_down = True  # the log manager writes its own checkpoints at shutdown
 
     def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
@@ -270,7 +263,7 @@ class ReplicaManager:
             log_: Log = self.log_manager.get_or_create_log(topic, index)
             p = Partition(topic, index, log_, self.broker_id,
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                          clock=self.clock, delayed_operations=self)
+                          clock=self.clock, delayed_operations=self.purgatories)
             p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
             try:  # KIP-516: the topic id this log was written for, if recorded
                 p.topic_id = read_partition_metadata(log_.dir)
@@ -479,7 +472,7 @@ class ReplicaManager:
         if listener is not None and not (leader == self.broker_id and was_leader):
             listener(tp[1], leader == self.broker_id, leader_epoch)
         # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
-        self._after_append(tp)
+        self.purgatories.check_produce_and_fetch(tp)
         self.delete_records_purgatory.check_and_complete(tp)
         return ErrorCode.none
 
@@ -549,7 +542,7 @@ class ReplicaManager:
             listener(index, False, -1)
         for purgatory in (self.produce_purgatory, self.delete_records_purgatory):
             purgatory.check_and_complete((topic, index))
-        self._check_fetches((topic, index))
+        self.purgatories.check_fetches((topic, index))
         if delete:
             self._checkpointed_hw.pop((topic, index), None)
             self.log_manager.delete_log(topic, index)
@@ -594,15 +587,9 @@ class ReplicaManager:
             out.append(LogDirDescription(str(log_dir), ErrorCode.none, topics))
         return out
 
-    # -- DelayedOperations of each hosted partition (told by isr.IsrChangeManager) -----------
     def on_high_watermark_moved(self, tp: TopicPartition) -> None:
         """The HW or the ISR moved: waiting produces and consumer fetches re-check at once."""
-        self._after_append(tp)
-
-    def on_leadership_lost(self, tp: TopicPartition) -> None:
-        """The state node names another leader: answer waiting produces NOT_LEADER."""
-        self._after_append(tp)
-        self.delete_records_purgatory.check_and_complete(tp)
+        self.purgatories.check_produce_and_fetch(tp)
 
     # -- OffsetForLeaderEpoch (leader side) ---------------------------------------------------
     def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
@@ -668,22 +655,9 @@ class ReplicaManager:
             # counted from the batch headers: no record is parsed for the metrics
             self.topic_stats.record_append(
                 tp[0], sum(h.last_offset_delta + 1 for h in headers), len(records))
-            self._after_append(tp)
+            self.purgatories.check_produce_and_fetch(tp)
         return ProduceResult(ErrorCode.none, info.first_offset, info.last_offset,
                              info.log_append_time, partition.log_start_offset)
-
-    def _after_append(self, tp: TopicPartition) -> None:
-        self._check_fetches(tp)
-        self.produce_purgatory.check_and_complete(tp)
-
-    def _check_fetches(self, tp: TopicPartition) -> None:
-        """`tp`'s state moved: waiting consumer fetches of it (keyed by partition) and every
-        follower's waiting fetch (keyed by replica; one that does not fetch `tp` ignores it)
-        re-check it."""
-        purgatory = self.fetch_purgatory
-        purgatory.check_and_complete(tp)
-        for key in self._follower_fetch_keys.values():
-            purgatory.check_and_complete(key, tp)
 
     # -- DeleteRecords ----------------------------------------------------------------------
     def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int]
@@ -777,15 +751,8 @@ class ReplicaManager:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future,
                           isolation_level, client_metadata)
-        # The read above is this fetch's first check (nothing can move before it is watched).
-        op.seed(results)
-        if replica_id >= 0:  # a follower: one key, checked for each partition that moves
-            key = self._follower_fetch_keys.get(replica_id)
-            if key is None:
-                key = self._follower_fetch_keys[replica_id] = FollowerFetchKey(replica_id)
-            self.fetch_purgatory.try_complete_else_watch(op, [key], tried=True)
-        else:
-            self.fetch_purgatory.try_complete_else_watch(op, list(requests), tried=True)
+        op.seed(results)  # the read above is its first check
+        self.purgatories.watch_fetch(op, replica_id, requests)
         return future
 
     def _update_follower_fetch_states(self, replica_id: int,
@@ -818,7 +785,7 @@ class ReplicaManager:
             if outcome.expand_isr_to is not None:
                 self.isr_manager.expand_isr(partition, outcome.expand_isr_to, replica_id)
             if outcome.high_watermark_moved:
-                self._after_append(tp)
+                self.purgatories.check_produce_and_fetch(tp)
             if outcome.log_start_moved:
                 self.delete_records_purgatory.check_and_complete(tp)
             if result.high_watermark != partition.high_watermark:  # (the LSO moves with it)
