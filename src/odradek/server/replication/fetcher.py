@@ -719,6 +719,13 @@ class ReplicaFetchers(Protocol):
     def is_fetching(self, tp: TopicPartition) -> bool: ...
 
 
+class FetcherManager(ReplicaFetchers, Protocol):
+    """`ReplicaFetcherManager` as the replica manager holds it: driven through
+    `ReplicaFetchers`, and stopped with it."""
+
+    def shutdown(self) -> None: ...
+
+
 class FetcherChanges:
     """The replica fetcher changes of one LeaderAndIsr request, told to the fetcher manager
     at its end (`apply`), as Kafka's makeFollowers tells it the request's whole map: the

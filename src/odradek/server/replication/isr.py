@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...common import TopicPartition
 from ...common.state_change import StateChangeLogger
@@ -35,6 +35,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.isr")
 
+
+
+class IsrChanges(Protocol):
+    """The ISR tasks as the replica manager drives them (as Kafka's ReplicaManager drives its
+    AlterIsrManager): started and stopped with it, told of a follower that caught up.
+    `IsrChangeManager` is the one."""
+
+    def start(self) -> None: ...
+
+    def expand_isr(self, p: Partition, new_isr: Iterable[int], follower: int) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 class IsrChangeManager:

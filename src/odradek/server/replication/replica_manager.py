@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -55,7 +55,14 @@ from ..topic_names import INTERNAL_TOPICS
 from .delayed_delete_records import DelayedDeleteRecords
 from .delayed_fetch import DelayedFetch
 from .delayed_produce import DelayedProduce
-from .fetcher import FetcherChanges, InitialFetchState, ReplicaFetchers, initial_fetch_offset
+from .fetcher import (
+    FetcherChanges,
+    FetcherManager,
+    InitialFetchState,
+    ReplicaFetchers,
+    initial_fetch_offset,
+)
+from .isr import IsrChanges
 from .leader_endpoint import EpochEndOffset
 from .local_reads import LocalLogReader
 from .log_dir_failure import LogDirFailureHandler
@@ -67,9 +74,7 @@ from .partition import (
 )
 from .purgatories import ReplicaPurgatories
 from .replica_alter_log_dirs import DEFAULT_CHUNK_BYTES, ReplicaAlterLogDirsManager
-from .replica_selector import (
-    ClientMetadata,
-)
+from .replica_selector import ClientMetadata
 from .results import (
     EXPECTED_ERRORS,
     READ_UNCOMMITTED,
@@ -87,27 +92,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.replica_manager")
 
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class FetcherManager(ReplicaFetchers, Protocol):
-    """The replica fetcher manager (server/replication/fetcher.py) as the replica manager
-    holds it: driven through `ReplicaFetchers`, and stopped with it."""
-
-    def shutdown(self) -> None: ...
-
-
-class IsrChanges(Protocol):
-    """The ISR tasks as the replica manager drives them: started and stopped with it, told of
-    a follower that caught up (server/replication/isr.py, Kafka's ISR expiration task and
-    AlterIsrManager)."""
-
-    def start(self) -> None: ...
-
-    def expand_isr(self, p: Partition, new_isr: Iterable[int], follower: int) -> None: ...
-
-    def shutdown(self) -> None: ...
 
 
 class ReplicaManager:
