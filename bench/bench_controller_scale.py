@@ -13,7 +13,8 @@ Steps (``--partitions`` of RF 3 on brokers 0, 1, 2; the controller is broker 0):
    its ephemeral registration goes: from the BrokerChange event to the LeaderAndIsr and
    UpdateMetadata requests handed to the channel;
 4. **UpdateMetadata apply**: the last 10,000-partition UpdateMetadata request, applied to a
-   fresh broker MetadataCache through the broker's handler (server/apis/interbroker.py).
+   fresh broker MetadataCache with ``MetadataCache.update_metadata`` (what the replica manager
+   calls once the request passed its controller-epoch check).
 
     python bench/bench_controller_scale.py [--partitions 10000] [--profile DIR]
 
@@ -250,43 +251,23 @@ async def main(a: argparse.Namespace) -> None:
                     p.dump_stats(str(Path(a.profile) / f"{name}.prof"))
 
 
-class _Purgatory:
-    def delayed(self) -> int:
-        return 0
-
-
-class _Broker:
-    """What ReplicaManager.maybe_update_metadata_cache reads of its broker."""
-
-    def __init__(self) -> None:
-        from odradek.common.state_change import StateChangeLogger
-        from odradek.server.metadata_cache import MetadataCache
-        self.metadata_cache = MetadataCache()
-        self.state_change = StateChangeLogger(1)
-        self.delete_records_purgatory = _Purgatory()
-        self.partitions: dict[Any, Any] = {}
-
-    def _is_stale(self, *_a: Any) -> bool:
-        return False
-
-
 async def apply_update_metadata(msg: Any, a: argparse.Namespace,
                                 profiles: dict[str, cProfile.Profile]) -> None:
     """Decode the request as the broker does, then apply it to an empty cache and again."""
-    from odradek.server.replication.replica_manager import ReplicaManager
+    from odradek.server.metadata_cache import MetadataCache
     n = sum(len(ts.partition_states) for ts in msg.topic_states)
     frame = ib.encode_request_frame(6, 7, msg, 1, "bench")
     t = time.perf_counter()
     decoded = ib.decode_request_frame(frame[4:])[3]
     t_dec = time.perf_counter() - t
-    broker = _Broker()
+    cache = MetadataCache()
     prof = profiles["update_metadata"] = cProfile.Profile() if a.profile else None  # type: ignore
     if prof:
         prof.enable()
     times = []
     for _ in range(3):
         t = time.perf_counter()
-        ReplicaManager.maybe_update_metadata_cache(broker, decoded)  # type: ignore[arg-type]
+        cache.update_metadata(decoded)
         times.append(time.perf_counter() - t)
     if prof:
         prof.disable()

@@ -1,22 +1,29 @@
 """Replication test support: `LocalLeaderEndpoint`, a `LeaderEndpoint` that calls a leader's
 replica manager in the same process (no wait, no socket), so that tests run the production
-`ReplicaFetcher` against an in-process leader; the data path is the same as over the wire."""
+`ReplicaFetcher` against an in-process leader; the data path is the same as over the wire.
+`replica_manager` builds a replica manager on its own: without replica fetchers or ISR
+writes (`NoFetchers`, `NoIsrChanges`), which such tests drive themselves."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from odradek.common import TopicPartition
-from odradek.server.replication.fetcher import FetcherConfig
+from odradek.server.replication.fetcher import FetcherConfig, InitialFetchState
 from odradek.server.replication.leader_endpoint import (
     EpochEndOffset,
     FetchedPartition,
     FetchPartitionRequest,
     LeaderOffsetError,
 )
-from odradek.server.replication.replica_manager import FetchRequestPartition, ReplicaManager
+from odradek.server.replication.partition import Partition
+from odradek.server.replication.replica_manager import ReplicaManager
+from odradek.server.replication.results import FetchRequestPartition
+from odradek.storage.log_config import LogConfig
+from odradek.storage.log_manager import LogManager
 
 
 class LocalLeaderEndpoint:
@@ -70,4 +77,43 @@ class LocalLeaderEndpoint:
         pass
 
 
-__all__ = ["LocalLeaderEndpoint"]
+class NoFetchers:
+    """A replica manager's fetcher manager that starts no fetcher: a follower stays where it
+    is unless the test fetches for it."""
+
+    def add_fetcher_for_partitions(self, initial: Mapping[TopicPartition, InitialFetchState]
+                                   ) -> None:
+        pass
+
+    def remove_fetcher_for_partitions(self, tps: Iterable[TopicPartition]) -> None:
+        pass
+
+    def is_fetching(self, tp: TopicPartition) -> bool:
+        return False
+
+    def shutdown(self) -> None:
+        pass
+
+
+class NoIsrChanges:
+    """A replica manager's ISR tasks that neither shrink nor expand an ISR: the ISR is what
+    the test sets."""
+
+    def start(self) -> None:
+        pass
+
+    def expand_isr(self, p: Partition, new_isr: Iterable[int], follower: int) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def replica_manager(broker_id: int, log_manager: LogManager,
+                    topic_config: Callable[[str], LogConfig], **kwargs: Any) -> ReplicaManager:
+    """A replica manager without replica fetchers or ISR writes (`kwargs` as ReplicaManager's)."""
+    return ReplicaManager(broker_id, log_manager, topic_config, fetcher_manager=NoFetchers(),
+                          isr_manager=NoIsrChanges(), **kwargs)
+
+
+__all__ = ["LocalLeaderEndpoint", "NoFetchers", "NoIsrChanges", "replica_manager"]

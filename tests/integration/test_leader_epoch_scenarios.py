@@ -33,10 +33,9 @@ from odradek.server.replication.fetcher import (
     initial_fetch_offset,
 )
 from odradek.server.replication.partition import Partition
-from odradek.server.replication.replica_manager import ReplicaManager
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
-from tests.replication_support import LocalLeaderEndpoint
+from tests.replication_support import LocalLeaderEndpoint, replica_manager
 
 TP = ("t", 0)
 REPLICAS = [1, 2]
@@ -54,7 +53,8 @@ class Replica:
 
     def open(self) -> None:
         self.lm = LogManager([self.dir], lock_dirs=False)
-        self.rm = ReplicaManager(self.id, self.lm, lambda _t: LogConfig(min_insync_replicas=1))
+        self.rm = replica_manager(self.id, self.lm,
+                                  lambda _t: LogConfig(min_insync_replicas=1))
         self.rm.start()  # reads replication-offset-checkpoint
 
     @property
@@ -129,7 +129,7 @@ async def acked(outcome: Any) -> bool:
 def fetch_arrives(leader: Replica, follower: Replica, offset: int) -> None:
     """A follower's Fetch reaches the leader (the leader records the follower's LEO and moves
     its HW); the response never reaches the follower, which crashes first."""
-    from odradek.server.replication.replica_manager import FetchRequestPartition
+    from odradek.server.replication.results import FetchRequestPartition
     leader.rm.fetch_messages(follower.id, 0, 1, 1 << 20, {
         TP: FetchRequestPartition(offset, 1 << 20, leader.p.leader_epoch, 0)})
 

@@ -7,15 +7,19 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from odradek.cluster import AsyncCluster
+from odradek.common import TopicPartition
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedZooKeeper
 from odradek.protocol.records import decode_records, iter_headers
+from odradek.server.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from odradek.server.replication.isr import IsrChangeManager
 from odradek.server.replication.partition import Partition
 from odradek.server.replication.replica_manager import ReplicaManager
 from odradek.storage.log_config import LogConfig
@@ -364,13 +368,20 @@ def test_deposed_leader_never_acknowledges(tmp_path: Path) -> None:
         await store.start()
         await paths.create_top_level_paths(store)
         lm = LogManager([tmp_path / "logs"], lock_dirs=False)
-        rm = ReplicaManager(1, lm, lambda _t: LogConfig(), replica_lag_time_max_ms=200)
-        rm.start()
         from odradek.server.configs.config import KafkaConfig
         config = KafkaConfig.from_properties({
             "broker.id": "1", "log.dirs": str(tmp_path / "logs"),
             "replica.lag.time.max.ms": "200"})
-        rm.start_replication(config, lambda: store)
+        partitions: dict[TopicPartition, Partition] = {}  # wired as server/broker.py does
+        rm = ReplicaManager(
+            1, lm, lambda _t: LogConfig(), replica_lag_time_max_ms=200, partitions=partitions,
+            fetcher_manager=ReplicaFetcherManager(1, partitions.get,
+                                                  FetcherConfig.from_config(config)),
+            isr_manager=IsrChangeManager(1, partitions, lambda: store,
+                                         lambda: int(time.time() * 1000),
+                                         replica_lag_time_max_ms=200),
+            store=lambda: store)
+        rm.start()
         try:
             path = paths.partition_state_path("t", 0)
             await store.create(path, paths.encode_partition_state(

@@ -14,9 +14,11 @@ from kio.schema.errors import ErrorCode
 from odradek.protocol.records import build_batch
 from odradek.runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
 from odradek.runtime.timer import Timer
-from odradek.server.replication.replica_manager import FetchRequestPartition, ReplicaManager
+from odradek.server.replication.replica_manager import ReplicaManager
+from odradek.server.replication.results import FetchRequestPartition
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
+from tests.replication_support import replica_manager
 
 FOLLOWER = 2
 
@@ -50,7 +52,7 @@ def test_the_purgatory_passes_the_checked_key() -> None:
 
 def _manager(tmp_path: Path, partitions: int) -> tuple[LogManager, ReplicaManager]:
     lm = LogManager([tmp_path / "logs"], lock_dirs=False)
-    rm = ReplicaManager(1, lm, lambda _t: LogConfig())
+    rm = replica_manager(1, lm, lambda _t: LogConfig())
     rm.start()
     for i in range(partitions):
         rm.become_leader_or_follower(("t", i), 1, 0, [1, FOLLOWER], [1, FOLLOWER], 0)

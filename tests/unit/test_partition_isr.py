@@ -19,10 +19,10 @@ from odradek.server.replication.partition import (
     high_watermark_candidate,
     out_of_sync_replicas,
 )
-from odradek.server.replication.replica_manager import ReplicaManager
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
+from tests.replication_support import replica_manager
 
 LAG = 10_000
 
@@ -200,7 +200,7 @@ def test_isr_shrinking_below_min_isr_while_waiting_answers_after_append(tmp_path
     async def body() -> None:
         clock = Clock()
         lm = LogManager([tmp_path / "logs"], lock_dirs=False)
-        rm = ReplicaManager(1, lm, lambda _t: LogConfig(min_insync_replicas=2), clock=clock)
+        rm = replica_manager(1, lm, lambda _t: LogConfig(min_insync_replicas=2), clock=clock)
         rm.start()
         try:
             rm.become_leader_or_follower(("t", 0), 1, 0, [1, 2], [1, 2], 0)
@@ -232,7 +232,7 @@ def test_partitions_start_from_the_checkpointed_high_watermark(tmp_path: Path) -
     lm.write_high_watermarks({("t", 0): 3, ("t", 1): 7})
 
     async def body() -> None:
-        rm = ReplicaManager(1, lm, lambda _t: LogConfig())
+        rm = replica_manager(1, lm, lambda _t: LogConfig())
         rm.start()
         try:
             p = rm.get_or_create_partition("t", 0)
@@ -280,7 +280,7 @@ def test_isr_change_notifications_are_batched_by_linger_and_max_delay() -> None:
         await store.start()
         await paths.create_top_level_paths(store)
         clock = Clock(0)
-        mgr = IsrChangeManager(1, None, lambda: store, clock,  # type: ignore[arg-type]
+        mgr = IsrChangeManager(1, {}, lambda: store, clock, replica_lag_time_max_ms=LAG,
                                linger_ms=100, max_delay_ms=500)
 
         def change(tp: tuple[str, int]) -> None:
@@ -348,7 +348,9 @@ def test_a_stale_isr_write_does_not_abort_a_newer_proposal_of_the_same_isr(tmp_p
         p.zk_version = (await store.get(path))[1].version
         rm = Replicas()
         rm.partitions[("t", 0)] = p
-        mgr = IsrChangeManager(1, rm, lambda: store, clock)  # type: ignore[arg-type]
+        p.delayed_operations = rm
+        mgr = IsrChangeManager(1, rm.partitions, lambda: store, clock,
+                               replica_lag_time_max_ms=rm.replica_lag_time_max_ms)
         mgr.expand_isr(p, (1, 2, 3), 3)  # proposal at epoch 8: its task has not run yet
         # The controller's LeaderAndIsr of epoch 9 (e.g. a reassignment step) overtakes it.
         stat = await store.set(path, paths.encode_partition_state(

@@ -68,6 +68,10 @@ from .producer_id_manager import ProducerIdManager
 from .quotas import connection_quotas
 from .quotas.client_quota_manager import QuotaManagers
 from .quotas.quota_config import ClientQuotaConfigManager
+from .quotas.replication_quota import ReplicationQuotas
+from .replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from .replication.isr import IsrChangeManager
+from .replication.partition import Partition
 from .replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("odradek.broker")
@@ -224,18 +228,29 @@ class Broker:
         if process_owned():  # the checkpoint writer threads get the GIL back quickly
             lower_switch_interval()
         log_configs = self.log_configs = TopicConfigs(defaults, log_manager)
-        rm = self.replica_manager = ReplicaManager(self.broker_id, log_manager, log_configs.config,
-                                                   metadata_cache=cache,
-                                                   topic_stats=metrics.topics,
-                                                   isr_stats=metrics.isr,
-                                                   replica_selector=cfg["replica.selector.class"])
-        rm.on_all_log_dirs_offline = self._halt_on_log_dir_failure  # KIP-112
-        rm.start()
+        # Replication (S-3) on the inter-broker listener. The replica fetchers and the ISR tasks
+        # act on the partitions the replica manager hosts (Kafka's allPartitions): that map
+        # comes first, then they, then the replica manager that drives them.
+        partitions: dict[TopicPartition, Partition] = {}
+        lag_ms = cfg["replica.lag.time.max.ms"]
+        replication_quotas = ReplicationQuotas.create(
+            cfg["replication.quota.window.num"], cfg["replication.quota.window.size.seconds"])
         inter_broker = cfg.inter_broker_listener_name
-        rm.start_replication(  # replica fetchers and ISR tasks (S-3), on the inter-broker listener
-            self.config, lambda: self.store,
+        fetchers = ReplicaFetcherManager(
+            self.broker_id, partitions.get, FetcherConfig.from_config(cfg),
             lambda b: (e.host, e.port) if (e := cache.broker_endpoint(b, inter_broker)) else None,
-            connector=self.connector)
+            quota=replication_quotas.follower, connector=self.connector)
+        isr = IsrChangeManager(self.broker_id, partitions, lambda: self.store, _now_ms,
+                               replica_lag_time_max_ms=lag_ms, isr_stats=metrics.isr)
+        rm = self.replica_manager = ReplicaManager(
+            self.broker_id, log_manager, log_configs.config, _now_ms, lag_ms,
+            fetcher_manager=fetchers, isr_manager=isr, partitions=partitions,
+            quotas=replication_quotas, alter_log_dirs_chunk_bytes=cfg["replica.fetch.max.bytes"],
+            store=lambda: self.store,
+            on_all_log_dirs_offline=self._halt_on_log_dir_failure,  # KIP-112
+            metadata_cache=cache, topic_stats=metrics.topics,
+            replica_selector=cfg["replica.selector.class"])
+        rm.start()  # purgatory timers, replication-offset-checkpoint, log dir failures, ISR tasks
         broker_configs = self.broker_configs = BrokerConfigManager(
             self.broker_id, cfg, store, log_configs, rm, self._enable_unclean_leader_election)
         topic_configs = self.topic_configs = TopicConfigManager(
@@ -295,7 +310,7 @@ class Broker:
             flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer,
             credential_cache=credentials, request_stats=metrics.requests,
             topic_stats=metrics.topics, quotas=quotas)
-        self._register_metrics()
+        self._register_metrics(fetchers)
         connection_limits = connection_quotas.ConnectionQuotas()
         connection_quotas.configure(connection_limits, cfg)
         socket_server = self.socket_server = SocketServer(
@@ -371,7 +386,7 @@ class Broker:
         return {partition: LocalReplica(p.log_end_offset, p.log.size)
                 for (name, partition), p in list(rm.partitions.items()) if name == topic}
 
-    def _register_metrics(self) -> None:
+    def _register_metrics(self, fetchers: ReplicaFetcherManager) -> None:
         """The scrape-time gauges read the components' state through these callables."""
         rm, lm, coordinator = self.replica_manager, self.log_manager, self.group_coordinator
         assert rm is not None and lm is not None and coordinator is not None
@@ -381,7 +396,7 @@ class Broker:
             lambda topic: rm.topic_config(topic).min_insync_replicas,
             {"Produce": rm.produce_purgatory, "Fetch": rm.fetch_purgatory,
              "DeleteRecords": rm.delete_records_purgatory},
-            lambda: rm.fetcher_manager.max_lag() if rm.fetcher_manager is not None else 0)
+            fetchers.max_lag)
         metrics.register_logs(lm.all_logs)
         metrics.register_controller(
             lambda: self.controller is not None and self.controller.is_active,

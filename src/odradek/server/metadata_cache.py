@@ -1,7 +1,8 @@
 """What this broker believes about the cluster: live brokers, topics, partition leadership.
 
-Kafka's MetadataCache, filled from UpdateMetadata requests (or, for a single broker, by the solo
-controller). Metadata responses are built from here only.
+Kafka's MetadataCache, filled from UpdateMetadata requests (``update_metadata``, called by the
+replica manager once the request passed its controller-epoch check, as Kafka's
+maybeUpdateMetadataCache does). Metadata responses are built from here only.
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..protocol.interbroker import UpdateMetadataRequest
+
+# UpdateMetadata's leader of a partition whose topic is being deleted (Kafka's
+# LeaderAndIsr.LeaderDuringDelete).
+LEADER_DURING_DELETE = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +124,29 @@ class MetadataCache:
             t.topic_id = topic_id
             self._names_by_id[topic_id] = topic
         t.partitions[partition] = info
+
+    def update_metadata(self, request: UpdateMetadataRequest) -> int:
+        """Kafka's MetadataCache.updateMetadata: the live brokers (every listener's endpoint),
+        the controller and the leadership of each partition the request names; a partition
+        whose leader is LEADER_DURING_DELETE leaves the cache. The first update sets
+        `initialized`. Returns how many partition states the request held."""
+        self.controller_id = request.controller_id
+        self.brokers = {b.id: BrokerInfo.from_update_metadata(b) for b in request.live_brokers}
+        topic_ids = {t.topic_name: t.topic_id for t in getattr(request, "topic_states", ())}
+        count = 0
+        no_id = uuid.UUID(int=0)
+        for topic, s in request.named_partition_states():
+            count += 1
+            if s.leader == LEADER_DURING_DELETE:
+                self.remove_partition(topic, s.partition_index)
+                continue
+            self.update_partition(
+                topic, topic_ids.get(topic, no_id), s.partition_index,
+                PartitionInfo(s.leader, s.leader_epoch, list(s.replicas), list(s.isr),
+                              list(s.offline_replicas), s.zk_version, s.controller_epoch),
+                internal=topic.startswith("__"))
+        self.initialized.set()
+        return count
 
     def remove_topic(self, topic: str) -> None:
         t = self.topics.pop(topic, None)

@@ -438,13 +438,15 @@ class Log:
         assign offsets in place, stamp `leader_epoch` (and LogAppendTime), de-duplicate
         idempotent producers, roll if needed, write with one write. `origin` decides the
         producer checks (``AppendOrigin``); only COORDINATOR appends may hold control batches
-        (transaction markers, whose first record is read). Raises RecordTooLargeError,
-        RecordBatchTooLargeError, InvalidTimestampError, InvalidRecordError,
+        (transaction markers, whose first record is read), and only CLIENT appends to a
+        compacted topic have their records' keys read (``log_validator``). Raises
+        RecordTooLargeError, RecordValidationError, RecordBatchTooLargeError,
+        InvalidTimestampError, InvalidRecordError,
         OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
         TransactionCoordinatorFencedError."""
         cfg = self.config
         size = len(buf)
-        has_producer = validate_leader_batches(headers, size, cfg, self.name)
+        has_producer = validate_leader_batches(buf, headers, cfg, self.name, origin)
         log_append = cfg.log_append_time
         if not log_append:
             check_timestamps(headers, now_ms, cfg, self.name)

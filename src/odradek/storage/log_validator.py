@@ -1,13 +1,14 @@
-"""The checks of an append before it touches the log (Kafka's LogValidator and the
-follower's analyzeAndValidateRecords): batch and append sizes and timestamps for a leader
-append; complete batches, CRCs and increasing offsets for a follower append, and the runs in
+"""The checks of an append before it touches the log (Kafka's LogValidator and
+analyzeAndValidateRecords): batch and append sizes, record keys and timestamps for a leader
+append (``validate_leader_batches``, from ``Log.append_as_leader``, the one owner of these
+checks); complete batches, CRCs and increasing offsets for a follower append, and the runs in
 which a follower's fetched batches fit segments.
 
 Records are read only where Kafka must: a client's append to a compacted topic
 (``cleanup.policy`` holding ``compact``) needs a key in every record (``validate_record_keys``,
-which reads each record's key length and nothing else; the replica manager calls it for
-Produce requests, the coordinators' own appends are trusted). Every other leader append is
-checked by its batch headers alone."""
+which reads each record's key length and nothing else). The append's origin decides: the
+coordinators' own appends (``AppendOrigin.COORDINATOR``) are trusted. Every other leader append
+is checked by its batch headers alone."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..protocol.records import (
     check_batch,
     read_varint,
 )
+from .append_origin import AppendOrigin
 from .errors import (
     InvalidTimestampError,
     RecordBatchTooLargeError,
@@ -33,11 +35,15 @@ from .index import NO_TIMESTAMP
 from .log_config import LONG_MAX, LogConfig
 
 
-def validate_leader_batches(headers: Sequence[BatchHeader], size: int, config: LogConfig,
-                            log_name: str) -> bool:
-    """Check a produce request's batches (`size` bytes in all) against max.message.bytes and
-    segment.bytes; returns whether any batch has a producer id (an idempotent producer).
-    Raises InvalidRecordError (no batch), RecordTooLargeError, RecordBatchTooLargeError."""
+def validate_leader_batches(buf: bytes | bytearray | memoryview,
+                            headers: Sequence[BatchHeader], config: LogConfig, log_name: str,
+                            origin: AppendOrigin) -> bool:
+    """Check a leader append's batches (the whole of `buf`) in Kafka's order: each against
+    max.message.bytes, then, for a client's append to a compacted topic, every record's key
+    (Kafka's LogValidator.validateKey; coordinators' appends are exempt), then the whole
+    against segment.bytes. Returns whether any batch has a producer id (an idempotent
+    producer). Raises InvalidRecordError (no batch), RecordTooLargeError,
+    RecordValidationError (keyless records, with their indexes), RecordBatchTooLargeError."""
     if not headers:
         raise InvalidRecordError("empty record set")
     max_message = config.max_message_bytes
@@ -45,11 +51,12 @@ def validate_leader_batches(headers: Sequence[BatchHeader], size: int, config: L
     for h in headers:
         if h.size > max_message:
             raise RecordTooLargeError(
-                f"message batch size is {h.size} bytes in append to {log_name}, which "
-                f"exceeds the maximum configured size of {max_message}"
-            )
+                f"batch of {h.size} bytes exceeds max.message.bytes {max_message}")
         if h.producer_id >= 0:
             has_producer = True
+    if origin is AppendOrigin.CLIENT and config.compact:
+        validate_record_keys(buf, headers, log_name)
+    size = len(buf)
     if size > config.segment_bytes:
         raise RecordBatchTooLargeError(
             f"message batch size is {size} bytes in append to {log_name}, which exceeds "

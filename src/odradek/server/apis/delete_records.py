@@ -20,7 +20,8 @@ from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..metadata_cache import MetadataCache
 from ..network import Connection
-from ..replication.replica_manager import DeleteRecordsResult, ReplicaManager
+from ..replication.replica_manager import ReplicaManager
+from ..replication.results import DeleteRecordsResult
 from .authz import allowed_names
 
 

@@ -48,13 +48,9 @@ from ..fetch_session import (
 )
 from ..network import Connection, Response
 from ..replication.fetch_topic_ids import ZERO_ID, ResolvedTopics, replica_id_of, resolve_topics
-from ..replication.replica_manager import (
-    EXPECTED_ERRORS,
-    FetchRequestPartition,
-    FetchResult,
-    ReplicaManager,
-)
+from ..replication.replica_manager import ReplicaManager
 from ..replication.replica_selector import ClientMetadata
+from ..replication.results import EXPECTED_ERRORS, FetchRequestPartition, FetchResult
 from .authz import allowed, allowed_names
 
 TopicPartition = tuple[str, int]

@@ -22,7 +22,8 @@ from ...security.authorizer import ALLOW_ALL, Authorizer
 from ...storage.errors import KafkaStorageError
 from ..network import Connection
 from ..replication.partition import Partition
-from ..replication.replica_manager import READ_COMMITTED, READ_UNCOMMITTED, ReplicaManager
+from ..replication.replica_manager import ReplicaManager
+from ..replication.results import READ_COMMITTED, READ_UNCOMMITTED
 from .authz import allowed_names
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3

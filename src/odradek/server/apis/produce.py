@@ -23,7 +23,8 @@ from ...protocol.produce_response import PartitionResult, encode_produce_respons
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import CloseConnection, Connection, Response
-from ..replication.replica_manager import ProduceResult, ReplicaManager
+from ..replication.replica_manager import ReplicaManager
+from ..replication.results import ProduceResult
 from ..topic_names import INTERNAL_TOPICS
 from .authz import allowed, allowed_names
 

@@ -36,7 +36,8 @@ from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
 from ...storage.append_origin import AppendOrigin
 from ..network import Connection
-from ..replication.replica_manager import ProduceResult, ReplicaManager
+from ..replication.replica_manager import ReplicaManager
+from ..replication.results import ProduceResult
 from .authz import allowed
 
 log = logging.getLogger("odradek.apis.write_txn_markers")

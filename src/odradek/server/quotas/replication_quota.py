@@ -133,9 +133,6 @@ class ReplicationQuotaManager:
         self.quota = LONG_MAX  # bytes/s; LONG_MAX = unthrottled
         self._throttled: dict[str, str | frozenset[int]] = {}
 
-    def configure_window(self, num_samples: int, window_seconds: int) -> None:
-        self.rate = Rate(max(1, num_samples), max(1, window_seconds) * 1000)
-
     def update_quota(self, bytes_per_second: int) -> None:
         self.quota = bytes_per_second
 
@@ -165,6 +162,24 @@ class ReplicationQuotaManager:
 
     def throttled_topics(self) -> dict[str, str | frozenset[int]]:
         return dict(self._throttled)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationQuotas:
+    """A broker's three replication quotas (Kafka's QuotaManagers.leader, .follower and
+    .alterLogDirs): bytes a leader sends to followers, bytes a follower fetches, bytes copied
+    between log dirs (KIP-113), each over the same sampled window."""
+
+    leader: ReplicationQuotaManager
+    follower: ReplicationQuotaManager
+    alter_log_dirs: ReplicationQuotaManager
+
+    @classmethod
+    def create(cls, num_samples: int = DEFAULT_NUM_SAMPLES,
+               window_seconds: int = DEFAULT_WINDOW_SECONDS) -> ReplicationQuotas:
+        """`replication.quota.window.num` samples of `replication.quota.window.size.seconds`."""
+        return cls(*(ReplicationQuotaManager(name, num_samples, window_seconds)
+                     for name in ("LeaderReplication", "FollowerReplication", "AlterLogDirs")))
 
 
 def should_leader_throttle(quota: ReplicationQuotaManager, topic: str, partition: int,

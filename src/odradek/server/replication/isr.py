@@ -38,29 +38,30 @@ log = logging.getLogger("odradek.isr")
 
 
 
-class IsrReplicaManager(Protocol):
-    """What the ISR tasks ask of the replica manager: its partitions and lag limit, and the two
-    notifications (HW or ISR moved; leadership lost)."""
+class IsrChanges(Protocol):
+    """The ISR tasks as the replica manager drives them (as Kafka's ReplicaManager drives its
+    AlterIsrManager): started and stopped with it, told of a follower that caught up.
+    `IsrChangeManager` is the one."""
 
-    @property
-    def replica_lag_time_max_ms(self) -> int: ...
+    def start(self) -> None: ...
 
-    @property
-    def partitions(self) -> Mapping[TopicPartition, Partition]: ...
+    def expand_isr(self, p: Partition, new_isr: Iterable[int], follower: int) -> None: ...
 
-    def on_high_watermark_moved(self, tp: TopicPartition) -> None: ...
-
-    def on_leadership_lost(self, tp: TopicPartition) -> None: ...
+    def shutdown(self) -> None: ...
 
 
 class IsrChangeManager:
-    def __init__(self, broker_id: int, replica_manager: IsrReplicaManager,
+    def __init__(self, broker_id: int, partitions: Mapping[TopicPartition, Partition],
                  store: Callable[[], CoordinationStore | None], clock: Callable[[], int], *,
+                 replica_lag_time_max_ms: int,
                  check_interval_ms: int = 100, linger_ms: int = 100,
                  max_delay_ms: int = 500, isr_stats: IsrStats | None = None) -> None:
         self.broker_id = broker_id
         self.isr_stats = isr_stats if isr_stats is not None else IsrStats()
-        self.replica_manager = replica_manager
+        # the partitions this broker hosts, as the replica manager keeps them (it alone
+        # changes them); the waiting requests of each are its `delayed_operations`
+        self.partitions = partitions
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.store = store
         self.clock = clock
         self.check_interval_ms = check_interval_ms
@@ -76,7 +77,7 @@ class IsrChangeManager:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        lag = self.replica_manager.replica_lag_time_max_ms
+        lag = self.replica_lag_time_max_ms
         self._loops = [
             self._every(f"isr-expiration-{self.broker_id}", max(lag // 2, 1),
                         self.maybe_shrink_isrs),
@@ -106,7 +107,7 @@ class IsrChangeManager:
     def maybe_shrink_isrs(self) -> None:
         """Kafka's maybeShrinkIsr over every partition led here."""
         now = self.clock()
-        for p in list(self.replica_manager.partitions.values()):
+        for p in list(self.partitions.values()):
             new_isr, out = p.isr_to_shrink_to(now)
             if not out:
                 continue
@@ -139,7 +140,7 @@ class IsrChangeManager:
     def _still_current(self, p: Partition, new_isr: tuple[int, ...], epoch: int,
                        version: int) -> bool:
         """No LeaderAndIsr (or StopReplica) came while the write was in flight."""
-        return (self.replica_manager.partitions.get((p.topic, p.index)) is p
+        return (self.partitions.get((p.topic, p.index)) is p
                 and p.is_leader and p.leader_epoch == epoch and p.zk_version == version
                 and p.pending_isr == new_isr)
 
@@ -219,7 +220,7 @@ class IsrChangeManager:
         # The write is in the store: apply it unless a LeaderAndIsr (new epoch or version) or
         # a StopReplica replaced what it was based on, even if the proposal is no longer
         # pending, so memory never holds an older ISR and version than the store.
-        if not (self.replica_manager.partitions.get(tp) is p and p.is_leader
+        if not (self.partitions.get(tp) is p and p.is_leader
                 and p.leader_epoch == epoch and p.zk_version == version):
             self._drop(p, new_isr, epoch, version)
             return
@@ -228,7 +229,7 @@ class IsrChangeManager:
         self.state_change.broker(controller_epoch, (
             f"{self._prefix(p)} ISR of partition {p} updated to {fmt_isr(new_isr)} and "
             f"zkVersion updated to {new_version}"))
-        self.replica_manager.on_high_watermark_moved(tp)
+        p.delayed_operations.on_high_watermark_moved(tp)
 
     def _skip(self, p: Partition, new_isr: tuple[int, ...], epoch: int, version: int,
               current: paths.LeaderIsrAndControllerEpoch | None, zk_version: int) -> None:
@@ -247,7 +248,7 @@ class IsrChangeManager:
                 f"{new_epoch} (ours: {epoch}); refusing writes until the controller's "
                 f"LeaderAndIsr arrives"), logging.WARNING)
             p.fence()
-            self.replica_manager.on_leadership_lost((p.topic, p.index))
+            p.delayed_operations.on_leadership_lost((p.topic, p.index))
 
     # -- notifications to the controller --------------------------------------------------------
 

@@ -21,7 +21,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from ...common import TopicPartition
 from ...protocol.records import BatchHeader
 from ...storage.append_origin import AppendOrigin
 from ...storage.errors import OffsetOutOfRangeError
@@ -153,6 +155,29 @@ class FollowerFetchOutcome:
     log_start_moved: bool = False  # the follower's log start offset changed (DeleteRecords)
 
 
+class DelayedOperations(Protocol):
+    """The requests waiting on a partition in the replica manager's purgatories (Kafka's
+    DelayedOperations, which Partition completes after its state changed): told when the ISR
+    write moved the HW, and when the partition lost leadership (fenced by the state node)."""
+
+    def on_high_watermark_moved(self, tp: TopicPartition) -> None: ...
+
+    def on_leadership_lost(self, tp: TopicPartition) -> None: ...
+
+
+class _NoDelayedOperations:
+    """A partition outside a replica manager: nothing waits on it."""
+
+    def on_high_watermark_moved(self, tp: TopicPartition) -> None:
+        pass
+
+    def on_leadership_lost(self, tp: TopicPartition) -> None:
+        pass
+
+
+NO_DELAYED_OPERATIONS: DelayedOperations = _NoDelayedOperations()
+
+
 @dataclass
 class Partition:
     topic: str
@@ -175,6 +200,8 @@ class Partition:
     clock: Callable[[], int] = _now_ms
     # told when DeleteRecords (or, on a follower, the leader's) moved the log start offset
     log_start_listener: Callable[[Partition], None] | None = None
+    # the replica manager's purgatories, told by the ISR tasks (server/replication/isr.py)
+    delayed_operations: DelayedOperations = NO_DELAYED_OPERATIONS
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.index}"

@@ -1,17 +1,23 @@
 """The replica manager: this broker's partitions, appends, reads, and their purgatories.
 
-Produce: validate each partition's record set by batch headers and CRC (records only for a
-compacted topic, whose records need keys: Kafka's LogValidator.validateKey), append on the
-leader, and for acks=all wait in the produce purgatory until the HW passes the last offset
-(S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO (followers); if
-fewer than min_bytes are ready, wait in the fetch purgatory until an append or HW move completes
-the DelayedFetch, or max_wait passes.
+Produce: check each partition's record set by its batch headers and CRCs, append it on the
+leader, whose log validates it (Kafka's LogValidator from Log.appendAsLeader: sizes, and the
+keys of a client's records on a compacted topic, storage/log_validator.py), map what failed to
+an error code (results.py), and for acks=all wait in the produce purgatory until the HW passes
+the last offset (S-3.5, S-3.6). Fetch: read file regions below the HW (consumers) or the LEO
+(followers); if fewer than min_bytes are ready, wait in the fetch purgatory until an append or
+HW move completes the DelayedFetch, or max_wait passes.
 
 Replication (S-3.2 - S-3.4, S-3.7): a follower's fetch records its LEO on the leader, which may
 move the HW (completing waiting produces and fetches at once) and expand the ISR; LeaderAndIsr
 starts (`fetcher.ReplicaFetcherManager`) or stops the replica fetchers; `isr.IsrChangeManager`
 shrinks ISRs of lagging followers and writes every ISR change to the partition state node.
 Partitions start with the HW of `replication-offset-checkpoint`.
+
+Beside it in server/replication/: the delayed operations (`delayed_produce`, `delayed_fetch`,
+`delayed_delete_records`) and their `purgatories`, Fetch's reads (`local_reads`), the result
+types and error codes (`results`), log dir failures (`log_dir_failure`); UpdateMetadata is the
+metadata cache's own (server/metadata_cache.py).
 """
 
 from __future__ import annotations
@@ -20,8 +26,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,51 +35,56 @@ from kio.schema.errors import ErrorCode
 from ...common import TopicPartition
 from ...common.state_change import StateChangeLogger, leadership_text
 from ...common.topic_id import topic_id_to_text
-from ...coordination import paths
-from ...metrics.stats import IsrStats, TopicStats
+from ...metrics.stats import TopicStats
 from ...protocol import interbroker as ib
 from ...protocol import records as rb
-from ...runtime.purgatory import DelayedOperation, DelayedOperationPurgatory
-from ...runtime.timer import AsyncTimerDriver, Timer
 from ...storage.append_origin import AppendOrigin
 from ...storage.errors import KafkaStorageError
 from ...storage.log import Log
 from ...storage.log_config import LogConfig
 from ...storage.log_manager import LogManager
-from ...storage.log_validator import RecordValidationError, validate_record_keys
+from ...storage.log_validator import RecordValidationError
 from ...storage.partition_metadata import (
     PartitionMetadataError,
     read_partition_metadata,
     write_partition_metadata,
 )
-from ..metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
-from ..quotas.replication_quota import ReplicationQuotaManager, should_leader_throttle
+from ..metadata_cache import MetadataCache
+from ..quotas.replication_quota import ReplicationQuotas, should_leader_throttle
 from ..topic_names import INTERNAL_TOPICS
-from .diverging_epoch import READ as EPOCH_READ
-from .diverging_epoch import check_last_fetched_epoch
-from .fetch_topic_ids import has_consistent_topic_id
+from .delayed_delete_records import DelayedDeleteRecords
+from .delayed_fetch import DelayedFetch
+from .delayed_produce import DelayedProduce
 from .fetcher import (
-    FetcherConfig,
+    FetcherChanges,
+    FetcherManager,
     InitialFetchState,
-    ReplicaFetcherManager,
+    ReplicaFetchers,
     initial_fetch_offset,
 )
-from .isr import IsrChangeManager
+from .isr import IsrChanges
 from .leader_endpoint import EpochEndOffset
+from .local_reads import LocalLogReader
+from .log_dir_failure import LogDirFailureHandler
 from .partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     FencedLeaderEpochError,
-    NotEnoughReplicasError,
-    NotLeaderError,
     Partition,
     UnknownLeaderEpochError,
 )
-from .replica_alter_log_dirs import ReplicaAlterLogDirsManager
-from .replica_selector import (
-    NO_PREFERRED_REPLICA,
-    ClientMetadata,
-    ReplicaView,
-    preferred_read_replica,
+from .purgatories import ReplicaPurgatories
+from .replica_alter_log_dirs import DEFAULT_CHUNK_BYTES, ReplicaAlterLogDirsManager
+from .replica_selector import ClientMetadata
+from .results import (
+    EXPECTED_ERRORS,
+    READ_UNCOMMITTED,
+    DeleteRecordsResult,
+    FetchRequestPartition,
+    FetchResult,
+    LogDirDescription,
+    LogDirPartition,
+    ProduceResult,
+    error_code_for,
 )
 
 if TYPE_CHECKING:
@@ -82,381 +92,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("odradek.replica_manager")
 
-# Kafka's FetchRequest.DEBUGGING_CONSUMER_ID: a consumer fetch (below the HW) that followers
-# answer too (replica-verification, S-6.4).
-DEBUGGING_CONSUMER_ID = -2
-
-# UpdateMetadata's leader of a partition whose topic is being deleted (Kafka's
-# LeaderAndIsr.LeaderDuringDelete).
-LEADER_DURING_DELETE = -2
-
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(slots=True)
-class ProduceResult:
-    error: ErrorCode = ErrorCode.none
-    base_offset: int = -1
-    last_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    # KIP-467 (Produce v8+): (batch index, message) of the records that failed the batch
-    record_errors: tuple[tuple[int, str | None], ...] = ()
-
-
-@dataclass(slots=True)
-class FetchRequestPartition:
-    fetch_offset: int
-    max_bytes: int
-    current_leader_epoch: int = -1
-    log_start_offset: int = -1
-    last_fetched_epoch: int = -1  # Fetch v12+ (KIP-320): -1 when the fetcher has none
-    topic_id: uuid.UUID | None = None  # Fetch v13+ (KIP-516): the id the request named
-
-
-READ_UNCOMMITTED = 0  # Fetch / ListOffsets isolation levels (KIP-98)
-READ_COMMITTED = 1
-
-
-@dataclass(slots=True)
-class FetchResult:
-    error: ErrorCode = ErrorCode.none
-    high_watermark: int = -1
-    log_start_offset: int = -1
-    regions: list[Any] = field(default_factory=list)
-    size: int = 0
-    leader_end_offset: int = -1  # the leader's LEO when the data was read
-    last_stable_offset: int = -1
-    # read_committed: (producer id, first offset) of the aborted transactions in the data;
-    # None (null in the response) for read_uncommitted and followers, as Kafka
-    aborted_transactions: list[tuple[int, int]] | None = None
-    # KIP-392: the follower this consumer should fetch the partition from (no data then)
-    preferred_read_replica: int = NO_PREFERRED_REPLICA
-    # KIP-320: (epoch, end offset) where the fetcher's log diverges from ours (no data then)
-    diverging_epoch: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LogDirPartition:
-    """One partition of a DescribeLogDirs result."""
-
-    index: int
-    size: int
-    offset_lag: int
-    is_future: bool
-
-
-@dataclass(frozen=True, slots=True)
-class LogDirDescription:
-    """One log dir of a DescribeLogDirs result: topic -> its partitions here."""
-
-    log_dir: str
-    error: ErrorCode
-    topics: dict[str, list[LogDirPartition]]
-
-
-def _error_for(exc: Exception) -> ErrorCode:
-    from ...storage import producer_state
-    from ...storage.errors import OffsetOutOfRangeError
-
-    mapping: list[tuple[type[BaseException], ErrorCode]] = [
-        (NotLeaderError, ErrorCode.not_leader_or_follower),
-        (NotEnoughReplicasError, ErrorCode.not_enough_replicas),
-        (FencedLeaderEpochError, ErrorCode.fenced_leader_epoch),
-        (UnknownLeaderEpochError, ErrorCode.unknown_leader_epoch),
-        (rb.CorruptRecordError, ErrorCode.corrupt_message),
-        (rb.InvalidRecordError, ErrorCode.invalid_record),
-        (OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
-        (producer_state.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
-        (producer_state.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
-        (producer_state.InvalidTxnStateError, ErrorCode.invalid_txn_state),
-        (producer_state.TransactionCoordinatorFencedError,
-         ErrorCode.transaction_coordinator_fenced),
-    ]
-    for cls, code in mapping:
-        if isinstance(exc, cls):
-            return code
-    code = getattr(exc, "error_code", None)  # storage errors carry Kafka's code
-    if isinstance(code, int) and code > 0:
-        return ErrorCode(code)
-    return ErrorCode.unknown_server_error
-
-
-class DelayedProduce(DelayedOperation):
-    """acks=all: completes when every partition's HW reached its last appended offset + 1 (with
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR that has it is smaller than
-    min.insync.replicas), or the leader lost leadership (Kafka's DelayedProduce and
-    checkEnoughReplicasReachOffset). A deposed leader never acknowledges: it answers
-    NOT_LEADER_OR_FOLLOWER or the request times out."""
-
-    def __init__(self, timeout_ms: int, manager: ReplicaManager,
-                 pending: dict[TopicPartition, ProduceResult],
-                 future: asyncio.Future[dict[TopicPartition, ProduceResult]]) -> None:
-        super().__init__(timeout_ms)
-        self.manager = manager
-        self.pending = pending
-        self.future = future
-        self.waiting = {tp for tp, r in pending.items() if r.error == ErrorCode.none}
-
-    def try_complete(self) -> bool:
-        for tp in list(self.waiting):
-            partition = self.manager.partitions.get(tp)
-            result = self.pending[tp]
-            if partition is None or not partition.is_leader:
-                result.error = (ErrorCode.kafka_storage_error
-                                if tp in self.manager.offline_partitions
-                                else ErrorCode.not_leader_or_follower)
-                self.waiting.discard(tp)
-            elif partition.high_watermark > result.last_offset:
-                if len(partition.maximal_isr) < self.manager.min_insync_replicas(tp[0]):
-                    result.error = ErrorCode.not_enough_replicas_after_append
-                self.waiting.discard(tp)
-        return not self.waiting and self.force_complete()
-
-    def on_complete(self) -> None:
-        if self.timed_out:
-            for tp in self.waiting:
-                self.pending[tp].error = ErrorCode.request_timed_out
-        if not self.future.done():
-            self.future.set_result(self.pending)
-
-
-@dataclass(slots=True)
-class DeleteRecordsResult:
-    """One partition of a DeleteRecords answer (Kafka's DeleteRecordsPartitionStatus)."""
-
-    error: ErrorCode = ErrorCode.none
-    low_watermark: int = -1
-    requested_offset: int = -1
-
-
-class DelayedDeleteRecords(DelayedOperation):
-    """Kafka's DelayedDeleteRecords: completes when, for every partition, the low watermark
-    (the smallest log start offset of the leader and its followers on live brokers) reached
-    the offset asked for, or the partition failed (no longer led here). Partitions still
-    waiting at the timeout answer REQUEST_TIMED_OUT with the low watermark first seen."""
-
-    def __init__(self, timeout_ms: int, manager: ReplicaManager,
-                 results: dict[TopicPartition, DeleteRecordsResult],
-                 future: asyncio.Future[dict[TopicPartition, DeleteRecordsResult]]) -> None:
-        super().__init__(timeout_ms)
-        self.manager = manager
-        self.results = results
-        self.future = future
-        self.waiting = {tp for tp, r in results.items() if r.error == ErrorCode.none}
-
-    def try_complete(self) -> bool:
-        for tp in list(self.waiting):
-            partition = self.manager.partitions.get(tp)
-            result = self.results[tp]
-            if partition is None or not partition.is_leader:
-                result.error = (ErrorCode.unknown_topic_or_partition if partition is None
-                                else ErrorCode.not_leader_or_follower)
-                result.low_watermark = -1
-                self.waiting.discard(tp)
-                continue
-            low = partition.low_watermark(self.manager.is_broker_alive)
-            if low >= result.requested_offset:
-                result.low_watermark = low
-                self.waiting.discard(tp)
-        return not self.waiting and self.force_complete()
-
-    def on_complete(self) -> None:
-        if self.timed_out:
-            for tp in self.waiting:
-                self.results[tp].error = ErrorCode.request_timed_out
-        if not self.future.done():
-            self.future.set_result(self.results)
-
-
-@dataclass(frozen=True, slots=True)
-class FollowerFetchKey:
-    """The one purgatory key a follower's waiting fetch is watched under (a `TopicPartition`
-    key per partition meant registering and dropping ~3,333 keys per idle fetch at 10,000
-    partitions). Whatever moves a partition's state checks the waiting fetches of every
-    fetching replica for that partition (`ReplicaManager._check_fetches`); each looks at it
-    only if it fetches it."""
-
-    replica_id: int
-
-
-class DelayedFetch(DelayedOperation):
-    """Waits until min_bytes are readable across the fetched partitions, or max_wait passes."""
-
-    def __init__(self, max_wait_ms: int, manager: ReplicaManager, replica_id: int,
-                 min_bytes: int, max_bytes: int,
-                 requests: dict[TopicPartition, FetchRequestPartition],
-                 future: asyncio.Future[dict[TopicPartition, FetchResult]],
-                 isolation_level: int = READ_UNCOMMITTED,
-                 client_metadata: ClientMetadata | None = None) -> None:
-        super().__init__(max_wait_ms)
-        self.manager = manager
-        self.isolation_level = isolation_level
-        self.client_metadata = client_metadata  # a consumer that may read from a follower
-        self.replica_id = replica_id
-        self.min_bytes = min_bytes
-        self.max_bytes = max_bytes
-        self.requests = requests
-        self.future = future
-        # bytes readable per partition at the last whole check, and their sum: a re-check for
-        # one partition (try_complete_for) updates only its entry
-        self._available: dict[TopicPartition, int] | None = None
-        self._total = 0
-        # a follower's empty first read (result, partition object), kept for the timeout's
-        # answer, and the partitions re-checked since (read again then)
-        self._first_read: Mapping[TopicPartition, FetchResult] | None = None
-        self._moved: set[TopicPartition] = set()
-
-    def _readable(self, tp: TopicPartition, req: FetchRequestPartition) -> int | None:
-        """Bytes readable for `tp` now; None when the fetch must be answered at once (an
-        error to report)."""
-        partition = self.manager.partitions.get(tp)
-        if partition is None or (not partition.is_leader and self.client_metadata is None):
-            return None
-        end = fetch_limit(partition, self.replica_id, self.isolation_level)
-        if req.fetch_offset > end or req.fetch_offset < partition.log_start_offset:
-            return None
-        if req.fetch_offset < end and not self.manager.should_leader_throttle(
-                partition, self.replica_id):  # KIP-73: throttled bytes do not count
-            return self.manager.bytes_between(partition, req.fetch_offset, end, req.max_bytes)
-        return 0
-
-    def try_complete(self) -> bool:
-        available = 0
-        per_partition: dict[TopicPartition, int] = {}
-        for tp, req in self.requests.items():
-            n = self._readable(tp, req)
-            if n is None:
-                return self.force_complete()
-            per_partition[tp] = n
-            available += n
-            if available >= self.min_bytes:
-                return self.force_complete()
-        self._available, self._total = per_partition, available
-        return False
-
-    def seed(self, results: Mapping[TopicPartition, FetchResult]) -> None:
-        """The bytes readable per partition as the read that made this fetch wait found them
-        (with `try_complete_else_watch(tried=True)`: no second and third whole check). A
-        follower's fetch that found nothing keeps that read for its timeout's answer."""
-        available = {tp: 0 for tp in self.requests}
-        total = 0
-        for tp, r in results.items():
-            if tp in available:
-                available[tp] = r.size
-                total += r.size
-        self._available, self._total = available, total
-        if self.replica_id >= 0 and total == 0 and len(results) == len(self.requests):
-            self._first_read = results  # (the caller's, not used after it is seeded)
-
-    def _still(self, tp: TopicPartition, r: FetchResult) -> bool:
-        """A follower's first, empty read of `tp` still stands: still leader in the epoch
-        asked, the same HW, log start and log end offsets (the last stable offset moves only
-        with an append or the HW; a partition replaced or stopped is notified)."""
-        p = self.manager.partitions.get(tp)
-        if p is None or r.error != ErrorCode.none or not p.is_leader:
-            return False
-        req = self.requests[tp]
-        log_ = p.log
-        return (p.high_watermark == r.high_watermark
-                and log_.log_end_offset == r.leader_end_offset
-                and log_.log_start_offset == r.log_start_offset
-                and (req.current_leader_epoch < 0
-                     or req.current_leader_epoch == p.leader_epoch))
-
-    def try_complete_for(self, key: Hashable) -> bool:
-        # Only `key` moved: re-checking every partition for each of thousands of partition
-        # changes (a LeaderAndIsr, ISR updates) made a follower's fetch quadratic.
-        available = self._available
-        tp: Any = key
-        req = self.requests.get(tp)
-        if req is None:  # (a follower's fetch, told of a partition it does not fetch)
-            return False
-        if self._first_read is not None:
-            self._moved.add(tp)
-        if available is None or tp not in available:
-            return self.try_complete()
-        n = self._readable(tp, req)
-        if n is None:
-            return self.force_complete()
-        self._total += n - available[tp]
-        available[tp] = n
-        if self._total >= self.min_bytes:
-            return self.force_complete()
-        return False
-
-    def on_complete(self) -> None:
-        if self.future.done():
-            return
-        first = self._first_read
-        if first is None or not self.timed_out:
-            self.future.set_result(self.manager.read_from_local_log(
-                self.replica_id, self.max_bytes, self.requests, self.isolation_level,
-                self.client_metadata))
-            return
-        # A follower's idle fetch timing out (twice a second per fetcher at 10,000
-        # partitions): read again only the partitions that moved since the first read, and
-        # those whose offsets no longer match it; the others' answer is that read's.
-        moved, offline = self._moved, self.manager.offline_partitions
-        again = {tp: req for tp, req in self.requests.items()
-                 if tp in moved or (offline and tp in offline)
-                 or not self._still(tp, first[tp])}
-        fresh = self.manager.read_from_local_log(
-            self.replica_id, self.max_bytes, again, self.isolation_level,
-            self.client_metadata) if again else {}
-        self.future.set_result({tp: fresh[tp] if tp in again else first[tp]
-                                for tp in self.requests})
-
-
-class _FetcherChanges:
-    """The replica fetcher changes of one LeaderAndIsr request, told to the fetcher manager
-    at its end: the partitions to stop fetching, then those to (re)start, each in one call.
-    `pending`: a partition's last change (its initial fetch state, or None: removed)."""
-
-    __slots__ = ("pending", "removed")
-
-    def __init__(self) -> None:
-        self.removed: list[TopicPartition] = []
-        self.pending: dict[TopicPartition, InitialFetchState | None] = {}
-
-    def remove(self, tp: TopicPartition) -> None:
-        self.removed.append(tp)
-        self.pending[tp] = None
-
-    def add(self, tp: TopicPartition, init: InitialFetchState) -> None:
-        self.pending[tp] = init
-
-    def apply(self, manager: ReplicaFetcherManager | None) -> None:
-        if manager is None:
-            return
-        if self.removed:
-            manager.remove_fetcher_for_partitions(self.removed)
-        added = {tp: init for tp, init in self.pending.items() if init is not None}
-        if added:
-            manager.add_fetcher_for_partitions(added)
-
-
-def fetch_limit(partition: Partition, replica_id: int, isolation_level: int) -> int:
-    """Where a fetch stops (Kafka's FetchIsolation): the LEO for followers, the last stable
-    offset for read_committed consumers, the high watermark for the others."""
-    if replica_id >= 0:
-        return partition.log_end_offset
-    if isolation_level == READ_COMMITTED:
-        return partition.last_stable_offset
-    return partition.high_watermark
-
-
-#: Errors Kafka's appendToLocalLog and readFromLocalLog answer without marking the failed
-#: produce / fetch meters (a client's stale metadata, a retry, a deleted topic).
-EXPECTED_ERRORS = frozenset({
-    ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower,
-    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch,
-    ErrorCode.offset_out_of_range, ErrorCode.message_too_large,
-    ErrorCode.record_list_too_large, ErrorCode.corrupt_message,
-    ErrorCode.kafka_storage_error})
 
 
 class ReplicaManager:
@@ -464,16 +102,24 @@ class ReplicaManager:
                  topic_config: Callable[[str], LogConfig],
                  clock: Callable[[], int] = _now_ms,
                  replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS, *,
+                 fetcher_manager: FetcherManager,
+                 isr_manager: IsrChanges,
+                 partitions: dict[TopicPartition, Partition] | None = None,
+                 quotas: ReplicationQuotas | None = None,
+                 alter_log_dirs_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 store: Callable[[], CoordinationStore | None] = lambda: None,
+                 on_all_log_dirs_offline: Callable[[], None] = lambda: None,
                  metadata_cache: MetadataCache | None = None,
                  topic_stats: TopicStats | None = None,
-                 isr_stats: IsrStats | None = None,
                  replica_selector: str | None = None) -> None:
+        """`fetcher_manager` and `isr_manager` act on `partitions`, the partitions hosted here
+        (Kafka's allPartitions), which this manager alone changes: the composition root
+        (server/broker.py) builds that map first, hands it to them, then to this manager.
+        `store` is where ``/log_dir_event_notification`` nodes go; `on_all_log_dirs_offline`
+        stops the broker when no log dir is left (KIP-112)."""
         self.broker_id = broker_id
-        # replica.selector.class (KIP-392): None, or the rack-aware selector
-        self.replica_selector = replica_selector
-        # BrokerTopicMetrics (messages and bytes in per topic) and the ISR meters (metrics/)
+        # BrokerTopicMetrics (messages and bytes in per topic, metrics/)
         self.topic_stats = topic_stats if topic_stats is not None else TopicStats()
-        self.isr_stats = isr_stats if isr_stats is not None else IsrStats()
         self.log_manager = log_manager
         self.topic_config = topic_config
         self.metadata_cache = metadata_cache if metadata_cache is not None else MetadataCache()
@@ -482,24 +128,20 @@ class ReplicaManager:
         self.state_change = StateChangeLogger(broker_id)
         self.clock = clock
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
-        self.partitions: dict[TopicPartition, Partition] = {}
-        self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = \
-            DelayedOperationPurgatory("Produce", Timer())
-        self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = \
-            DelayedOperationPurgatory("Fetch", Timer())
-        # the purgatory key of each replica that has fetched from this leader (a handful)
-        self._follower_fetch_keys: dict[int, FollowerFetchKey] = {}
-        # while a LeaderAndIsr is applied: the fetcher changes told at its end, at once
-        self._fetcher_changes: _FetcherChanges | None = None
-        self.delete_records_purgatory: DelayedOperationPurgatory[DelayedDeleteRecords] = \
-            DelayedOperationPurgatory("DeleteRecords", Timer())
-        self._drivers = [AsyncTimerDriver(self.produce_purgatory.timer),
-                         AsyncTimerDriver(self.fetch_purgatory.timer),
-                         AsyncTimerDriver(self.delete_records_purgatory.timer)]
+        self.partitions: dict[TopicPartition, Partition] = \
+            partitions if partitions is not None else {}
+        # the waiting requests, told by every hosted partition's changes (its delayed_operations)
+        self.purgatories = ReplicaPurgatories()
+        self.produce_purgatory = self.purgatories.produce
+        self.fetch_purgatory = self.purgatories.fetch
+        self.delete_records_purgatory = self.purgatories.delete_records
+        # where LeaderAndIsr's fetcher changes go: the manager, or while a request is
+        # applied, its FetcherChanges, told to the manager at its end
+        self._fetchers: ReplicaFetchers = fetcher_manager
         self._log_start_checkpoint_due = False
         self._shut_down = False
-        self.fetcher_manager: ReplicaFetcherManager | None = None
-        self.isr_manager: IsrChangeManager | None = None
+        self.fetcher_manager = fetcher_manager
+        self.isr_manager = isr_manager
         self._checkpointed_hw: dict[TopicPartition, int] = {}
         # topic -> f(partition, is_leader, leader_epoch): told when this broker becomes leader or
         # follower of one of the topic's partitions, and (False, -1) when it stops hosting one.
@@ -507,146 +149,70 @@ class ReplicaManager:
         self.role_listeners: dict[str, Callable[[int, bool, int], None]] = {}
         # KIP-73 replication quotas: bytes this leader sends to followers, and bytes this
         # follower fetches, for throttled partitions (rates set by dynamic broker configs).
-        self.leader_quota = ReplicationQuotaManager("LeaderReplication")
-        self.follower_quota = ReplicationQuotaManager("FollowerReplication")
+        quotas = quotas if quotas is not None else ReplicationQuotas.create()
+        self.leader_quota = quotas.leader
+        self.follower_quota = quotas.follower
+        # Fetch's reads (KIP-392: replica.selector.class, None or the rack-aware selector)
+        self.local_reads = LocalLogReader(broker_id, self, self.leader_quota,
+                                          self.metadata_cache, replica_selector, clock)
         # KIP-112: partitions whose log dir went offline (Kafka's HostedPartition.Offline);
         # they answer KAFKA_STORAGE_ERROR until the broker restarts
         self.offline_partitions: set[TopicPartition] = set()
         # KIP-113: replicas moving between this broker's log dirs (AlterReplicaLogDirs)
         self.alter_log_dirs = ReplicaAlterLogDirsManager(
             log_manager, self.partitions.get, lambda tp: tp in self.offline_partitions,
-            lambda tp: self.metadata_cache.partition(tp[0], tp[1]) is not None)
-        # called when every log dir is offline (the broker must stop, as Kafka halts)
-        self.on_all_log_dirs_offline: Callable[[], None] | None = None
-        self._store: Callable[[], CoordinationStore | None] = lambda: None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._log_dir_tasks: set[asyncio.Task[None]] = set()
+            lambda tp: self.metadata_cache.partition(tp[0], tp[1]) is not None,
+            quota=quotas.alter_log_dirs, chunk_bytes=alter_log_dirs_chunk_bytes)
+        # KIP-112: a failed log dir takes its partitions offline and tells the controller;
+        # with none left, `on_all_log_dirs_offline` (the broker must stop, as Kafka halts)
+        self.log_dir_failures = LogDirFailureHandler(broker_id, self, log_manager, store,
+                                                     on_all_log_dirs_offline)
 
     def start(self) -> None:
         """Start the purgatories' timers and read replication-offset-checkpoint: partitions
         created from now on start with the HW they had (S-3.3, S-2.5). From now on a log dir
-        reported offline is handled on this loop (``handle_log_dir_failure``)."""
+        reported offline is handled on this loop (``log_dir_failure.LogDirFailureHandler``)."""
         self._checkpointed_hw = self.log_manager.read_high_watermarks()
-        for d in self._drivers:
-            d.start()
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._loop = None
-        channel = self.log_manager.failure_channel
-        channel.add_listener(self._on_log_dir_offline)
-        for log_dir in channel.offline_log_dirs():  # failed at start-up (Kafka's queue)
-            self._on_log_dir_offline(log_dir)
+        self.purgatories.start()
+        self.log_dir_failures.start()
+        # the ISR tasks: the shrink check every replica.lag.time.max.ms / 2 and the ISR
+        # change notifications
+        self.isr_manager.start()
 
-    def _on_log_dir_offline(self, log_dir: Path) -> None:
-        """The failure channel's listener (any thread): handled on the broker's loop."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            if asyncio.get_running_loop() is loop:
-                loop.call_soon(self.handle_log_dir_failure, log_dir)
-                return
-        except RuntimeError:
-            pass
-        loop.call_soon_threadsafe(self.handle_log_dir_failure, log_dir)
-
-    def handle_log_dir_failure(self, log_dir: Path, send_notification: bool = True) -> None:
-        """Kafka's ReplicaManager.handleLogDirFailure: the dir's partitions stop fetching and
-        go offline (KAFKA_STORAGE_ERROR from now on), the log manager closes their logs, the
-        controller is told with a ``/log_dir_event_notification`` node (it moves leadership
-        away), and waiting produces and fetches of those partitions complete. Every log dir
-        offline: ``on_all_log_dirs_offline`` (the broker stops)."""
-        log_dir = Path(log_dir).absolute()
+    # -- KIP-112: a failed log dir (log_dir_failure.LogDirFailureHandler) ------------------
+    def stop_serving_replicas_in_dir(self, log_dir: Path) -> list[TopicPartition]:
+        """The partitions whose log is in the failed `log_dir` stop fetching (and moving
+        between log dirs, as do moves into it) and go offline, Kafka's markPartitionOffline:
+        KAFKA_STORAGE_ERROR from now on; their role listeners hear (False, -1). Returns them."""
         in_dir = [tp for tp, p in self.partitions.items() if p.log.dir.parent == log_dir]
         for tp in list(self.alter_log_dirs.moving):  # moves from or into the failed dir stop
             if tp in in_dir or self.alter_log_dirs.future_dir(tp) == log_dir:
                 self.alter_log_dirs.remove(tp)
         log.warning("[ReplicaManager broker=%d] Stopping serving replicas in dir %s",
                     self.broker_id, log_dir)
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.remove_fetcher_for_partitions(in_dir)
+        self.fetcher_manager.remove_fetcher_for_partitions(in_dir)
         for tp in in_dir:
             p = self.partitions.pop(tp)
             p.abort_isr_update()
             self.offline_partitions.add(tp)
             if (listener := self.role_listeners.get(tp[0])) is not None:
                 listener(tp[1], False, -1)
-        try:
-            closed = self.log_manager.handle_log_dir_failure(log_dir)
-        except KafkaStorageError:
-            log.error("[ReplicaManager broker=%d] Shutting down the broker: every log dir "
-                      "of %s has failed", self.broker_id, self.log_manager.log_dirs)
-            if self.on_all_log_dirs_offline is not None:
-                self.on_all_log_dirs_offline()
-            return
+        return in_dir
+
+    def complete_offline(self, stopped: Iterable[TopicPartition],
+                         closed: Iterable[TopicPartition]) -> None:
+        """The log manager closed the failed dir's logs (`closed`, of hosted partitions or
+        not): all are offline, and the requests waiting on the `stopped` partitions complete."""
         self.offline_partitions.update(closed)
-        for tp in in_dir:
-            self._after_append(tp)
-        log.warning("[ReplicaManager broker=%d] Partitions %s are offline due to the failure "
-                    "of log dir %s", self.broker_id,
-                    ", ".join(f"{t}-{i}" for t, i in sorted(self.offline_partitions)), log_dir)
-        if send_notification:
-            task = asyncio.ensure_future(self._propagate_log_dir_event())
-            self._log_dir_tasks.add(task)
-            task.add_done_callback(self._log_dir_tasks.discard)
-
-    async def _propagate_log_dir_event(self) -> None:
-        """Kafka's propagateLogDirEvent: a sequential ``log_dir_event_<seq>`` node naming
-        this broker; retried while the store is unreachable."""
-        delay = 0.1
-        while True:
-            store = self._store()
-            if store is not None:
-                try:
-                    await store.create(paths.log_dir_event_path(),
-                                       paths.encode_log_dir_event(self.broker_id),
-                                       sequence=True)
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("[ReplicaManager broker=%d] Could not write the log dir event "
-                                "notification: %s; retrying", self.broker_id, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-    def start_replication(self, config: Any,
-                          store: Callable[[], CoordinationStore | None],
-                          broker_endpoint: Callable[[int], tuple[str, int] | None]
-                          = lambda _b: None, connector: Any = None) -> None:
-        """Start the replica fetchers (driven by LeaderAndIsr) and the ISR tasks: the shrink
-        check every replica.lag.time.max.ms / 2 and the ISR change notifications."""
-        self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"]
-        self._store = store
-        for p in self.partitions.values():
-            p.replica_lag_time_max_ms = self.replica_lag_time_max_ms
-        self.alter_log_dirs.chunk_bytes = max(1, config["replica.fetch.max.bytes"])
-        for quota in (self.leader_quota, self.follower_quota, self.alter_log_dirs.quota):
-            quota.configure_window(config["replication.quota.window.num"],
-                                   config["replication.quota.window.size.seconds"])
-        self.fetcher_manager = ReplicaFetcherManager(
-            self.broker_id, self.partitions.get, FetcherConfig.from_config(config),
-            broker_endpoint, quota=self.follower_quota,
-            **({"connector": connector} if connector is not None else {}))
-        self.isr_manager = IsrChangeManager(self.broker_id, self, store, self.clock,
-                                            isr_stats=self.isr_stats)
-        self.isr_manager.start()
+        for tp in stopped:
+            self.purgatories.check_produce_and_fetch(tp)
 
     def shutdown(self) -> None:
-        self.log_manager.failure_channel.remove_listener(self._on_log_dir_offline)
-        for task in list(self._log_dir_tasks):
-            task.cancel()
+        self.log_dir_failures.shutdown()
         self.alter_log_dirs.shutdown()
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.shutdown()
-        if self.isr_manager is not None:
-            self.isr_manager.shutdown()
-        for d in self._drivers:
-            d.stop()
-        self.produce_purgatory.shutdown()
-        self.fetch_purgatory.shutdown()
-        self.delete_records_purgatory.shutdown()
+        self.fetcher_manager.shutdown()
+        self.isr_manager.shutdown()
+        self.purgatories.shutdown()
         self._shut_down = True  # the log manager writes its own checkpoints at shutdown
 
     def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
@@ -684,7 +250,7 @@ class ReplicaManager:
             log_: Log = self.log_manager.get_or_create_log(topic, index)
             p = Partition(topic, index, log_, self.broker_id,
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                          clock=self.clock)
+                          clock=self.clock, delayed_operations=self.purgatories)
             p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
             try:  # KIP-516: the topic id this log was written for, if recorded
                 p.topic_id = read_partition_metadata(log_.dir)
@@ -693,12 +259,6 @@ class ReplicaManager:
                             exc)
             p.log_start_listener = self._on_log_start_moved
             self.partitions[tp] = p
-        return p
-
-    def make_leader(self, topic: str, index: int, leader_epoch: int, isr: list[int],
-                    replicas: list[int]) -> Partition:
-        p = self.get_or_create_partition(topic, index)
-        p.make_leader(leader_epoch, isr, replicas, self.clock())
         return p
 
     # -- controller requests (LeaderAndIsr, StopReplica, UpdateMetadata) -----------------------
@@ -731,10 +291,8 @@ class ReplicaManager:
                  f"{req.controller_id})"
         errors: list[tuple[TopicPartition, ErrorCode]] = []
         topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
-        # The fetcher manager is told once for the whole request, as Kafka's
-        # removeFetcherForPartitions / addFetcherForPartitions with a map (once per partition
-        # it was ~10,000 calls, log lines and fetcher scans per failover).
-        self._fetcher_changes = changes = _FetcherChanges()
+        # the fetcher manager is told once for the whole request
+        self._fetchers = changes = FetcherChanges(self.fetcher_manager)
         started = time.monotonic()
         # Kafka's two INFO lines around the request (ReplicaManager.becomeLeaderOrFollower)
         self.state_change.broker(req.controller_epoch, (
@@ -746,8 +304,8 @@ class ReplicaManager:
             with self.log_manager.checkpoint_writer.hold():
                 self._apply_partition_states(req, live_leaders, topic_ids, origin, errors)
         finally:
-            self._fetcher_changes = None
-            changes.apply(self.fetcher_manager)
+            self._fetchers = self.fetcher_manager
+            changes.apply()
         self.state_change.broker(req.controller_epoch, (
             f"Finished LeaderAndIsr request in {(time.monotonic() - started) * 1000:.0f}ms "
             f"correlationId {correlation_id} from controller {req.controller_id} epoch "
@@ -777,20 +335,6 @@ class ReplicaManager:
                     f"{code.name.upper()}"), logging.WARNING)
             errors.append((tp, code))
 
-    def _remove_fetcher(self, tp: TopicPartition) -> None:
-        changes = self._fetcher_changes
-        if changes is not None:
-            changes.remove(tp)
-        elif self.fetcher_manager is not None:
-            self.fetcher_manager.remove_fetcher_for_partitions([tp])
-
-    def _is_fetching(self, tp: TopicPartition) -> bool:
-        assert self.fetcher_manager is not None
-        changes = self._fetcher_changes
-        if changes is not None and tp in changes.pending:
-            return changes.pending[tp] is not None
-        return self.fetcher_manager.is_fetching(tp)
-
     def stop_replicas(self, controller_id: int, controller_epoch: int,
                       partitions: list[tuple[TopicPartition, int, bool]]
                       ) -> tuple[ErrorCode, list[tuple[TopicPartition, ErrorCode]]]:
@@ -818,31 +362,12 @@ class ReplicaManager:
         from an UpdateMetadata (STALE_CONTROLLER_EPOCH from an older controller)."""
         if self._is_stale(req.controller_id, req.controller_epoch, "UpdateMetadata"):
             return ErrorCode.stale_controller_epoch
-        cache = self.metadata_cache
-        cache.controller_id = req.controller_id
-        brokers: dict[int, BrokerInfo] = {}
-        for b in req.live_brokers:
-            brokers[b.id] = BrokerInfo.from_update_metadata(b)  # every listener's endpoint
-        cache.brokers = brokers
-        topic_ids = {t.topic_name: t.topic_id for t in getattr(req, "topic_states", ())}
-        count = 0
-        no_id = uuid.UUID(int=0)
-        for topic, s in req.named_partition_states():
-            count += 1
-            if s.leader == LEADER_DURING_DELETE:
-                cache.remove_partition(topic, s.partition_index)
-                continue
-            cache.update_partition(
-                topic, topic_ids.get(topic, no_id), s.partition_index,
-                PartitionInfo(s.leader, s.leader_epoch, list(s.replicas), list(s.isr),
-                              list(s.offline_replicas), s.zk_version, s.controller_epoch),
-                internal=topic.startswith("__"))
+        count = self.metadata_cache.update_metadata(req)
         # Kafka traces this per partition; one line per request says the same at DEBUG.
         self.state_change.broker(req.controller_epoch, (
-            f"Cached live brokers {sorted(brokers)} and the leadership of "
+            f"Cached live brokers {sorted(self.metadata_cache.brokers)} and the leadership of "
             f"{count} partitions (UpdateMetadata correlationId "
             f"{correlation_id} from controller {req.controller_id})"), logging.DEBUG)
-        cache.initialized.set()
         if self.delete_records_purgatory.delayed():  # a dead follower no longer holds them
             for tp in [tp for tp, p in self.partitions.items() if p.is_leader]:
                 self.delete_records_purgatory.check_and_complete(tp)
@@ -905,8 +430,7 @@ class ReplicaManager:
             if partition_epoch > current.zk_version:
                 current.isr, current.zk_version = list(isr), partition_epoch
                 current.abort_isr_update()  # an ISR write in flight now fails its check
-            if leader != self.broker_id and self.fetcher_manager is not None \
-                    and not self._is_fetching(tp):
+            if leader != self.broker_id and not self._fetchers.is_fetching(tp):
                 self.start_fetching(current, leader_endpoint)
             return ErrorCode.none
         # Kafka's makeLeader answers whether this replica *became* leader: the coordinators
@@ -922,20 +446,20 @@ class ReplicaManager:
             return ErrorCode.inconsistent_topic_id
         self.alter_log_dirs.maybe_resume(tp)  # a move interrupted by a restart goes on
         if leader == self.broker_id:
-            self._remove_fetcher(tp)
+            self._fetchers.remove_fetcher_for_partitions([tp])
             p.make_leader(leader_epoch, isr, replicas, self.clock())
             p.zk_version = partition_epoch
         else:
             changed = p.make_follower(leader, leader_epoch, isr, replicas)
             p.zk_version = partition_epoch
-            if self.fetcher_manager is not None and (changed or not self._is_fetching(tp)):
-                self._remove_fetcher(tp)
+            if changed or not self._fetchers.is_fetching(tp):
+                self._fetchers.remove_fetcher_for_partitions([tp])
                 self.start_fetching(p, leader_endpoint)
         listener = self.role_listeners.get(tp[0])
         if listener is not None and not (leader == self.broker_id and was_leader):
             listener(tp[1], leader == self.broker_id, leader_epoch)
         # Waiting produces and fetches re-check: a former leader answers NOT_LEADER now.
-        self._after_append(tp)
+        self.purgatories.check_produce_and_fetch(tp)
         self.delete_records_purgatory.check_and_complete(tp)
         return ErrorCode.none
 
@@ -963,14 +487,8 @@ class ReplicaManager:
     def start_fetching(self, p: Partition, leader_endpoint: tuple[str, int] | None = None
                        ) -> None:
         """(Re)start fetching a follower partition from its leader, Truncating first."""
-        assert self.fetcher_manager is not None
-        tp = (p.topic, p.index)
-        init = InitialFetchState(p.leader_id, leader_endpoint, p.leader_epoch,
-                                 initial_fetch_offset(p))
-        if self._fetcher_changes is not None:
-            self._fetcher_changes.add(tp, init)
-        else:
-            self.fetcher_manager.add_fetcher_for_partitions({tp: init})
+        self._fetchers.add_fetcher_for_partitions({(p.topic, p.index): InitialFetchState(
+            p.leader_id, leader_endpoint, p.leader_epoch, initial_fetch_offset(p))})
 
     def stop_replica_request(self, tp: TopicPartition, leader_epoch: int,
                              delete: bool) -> ErrorCode:
@@ -981,8 +499,7 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is not None and 0 <= leader_epoch < p.leader_epoch:
             return ErrorCode.fenced_leader_epoch
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.remove_fetcher_for_partitions([tp])
+        self.fetcher_manager.remove_fetcher_for_partitions([tp])
         if p is None:
             self.alter_log_dirs.remove(TopicPartition(*tp))
             if delete and self.log_manager.get_log(*tp) is not None:
@@ -1002,8 +519,7 @@ class ReplicaManager:
 
     def stop_replica(self, topic: str, index: int, delete: bool) -> None:
         self.alter_log_dirs.remove(TopicPartition(topic, index))
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.remove_fetcher_for_partitions([(topic, index)])
+        self.fetcher_manager.remove_fetcher_for_partitions([(topic, index)])
         p = self.partitions.pop((topic, index), None)
         if p is not None:
             p.abort_isr_update()
@@ -1013,7 +529,7 @@ class ReplicaManager:
             listener(index, False, -1)
         for purgatory in (self.produce_purgatory, self.delete_records_purgatory):
             purgatory.check_and_complete((topic, index))
-        self._check_fetches((topic, index))
+        self.purgatories.check_fetches((topic, index))
         if delete:
             self._checkpointed_hw.pop((topic, index), None)
             self.log_manager.delete_log(topic, index)
@@ -1058,15 +574,9 @@ class ReplicaManager:
             out.append(LogDirDescription(str(log_dir), ErrorCode.none, topics))
         return out
 
-    # -- ISR changes (called by isr.IsrChangeManager) -----------------------------------------
     def on_high_watermark_moved(self, tp: TopicPartition) -> None:
         """The HW or the ISR moved: waiting produces and consumer fetches re-check at once."""
-        self._after_append(tp)
-
-    def on_leadership_lost(self, tp: TopicPartition) -> None:
-        """The state node names another leader: answer waiting produces NOT_LEADER."""
-        self._after_append(tp)
-        self.delete_records_purgatory.check_and_complete(tp)
+        self.purgatories.check_produce_and_fetch(tp)
 
     # -- OffsetForLeaderEpoch (leader side) ---------------------------------------------------
     def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
@@ -1108,28 +618,16 @@ class ReplicaManager:
         if partition is None:
             return ProduceResult(ErrorCode.kafka_storage_error if tp in self.offline_partitions
                                  else ErrorCode.unknown_topic_or_partition)
-        config = self.topic_config(tp[0])
+        records = data or b""  # (a null record set fails as an empty one)
         try:
-            if not data:
-                raise rb.InvalidRecordError("empty record set")
-            headers = rb.validate_batches(data,
+            # the batches' framing and CRCs, by their headers; the log validates the rest
+            # (Kafka's LogValidator from Log.appendAsLeader: sizes, keys, timestamps)
+            headers = rb.validate_batches(records,
                                           allow_control=origin is AppendOrigin.COORDINATOR)
-            for h in headers:
-                if h.size > config.max_message_bytes:
-                    return ProduceResult(
-                        ErrorCode.message_too_large,
-                        message=f"batch of {h.size} bytes exceeds max.message.bytes "
-                                f"{config.max_message_bytes}")
-            if origin is AppendOrigin.CLIENT and partition.is_leader \
-                    and partition.log.config.compact:
-                # Kafka's validateKey (after the leader and size checks, as the Log's append
-                # runs it): the only records a produce request has read
-                validate_record_keys(data, headers, f"{tp[0]}-{tp[1]}")
-            buf = bytearray(data)
             info = partition.append_records_to_leader(
-                buf, headers, acks, config.min_insync_replicas, now, origin)
+                bytearray(records), headers, acks, self.min_insync_replicas(tp[0]), now, origin)
         except Exception as exc:  # every failure is a per-partition error code
-            code = _error_for(exc)
+            code = error_code_for(exc)
             if code not in EXPECTED_ERRORS:  # Kafka marks FailedProduceRequestsPerSec so
                 self.topic_stats.record_failed_produce(tp[0])
             if code == ErrorCode.unknown_server_error:
@@ -1143,23 +641,10 @@ class ReplicaManager:
         if not getattr(info, "duplicate", False):
             # counted from the batch headers: no record is parsed for the metrics
             self.topic_stats.record_append(
-                tp[0], sum(h.last_offset_delta + 1 for h in headers), len(data))
-            self._after_append(tp)
+                tp[0], sum(h.last_offset_delta + 1 for h in headers), len(records))
+            self.purgatories.check_produce_and_fetch(tp)
         return ProduceResult(ErrorCode.none, info.first_offset, info.last_offset,
                              info.log_append_time, partition.log_start_offset)
-
-    def _after_append(self, tp: TopicPartition) -> None:
-        self._check_fetches(tp)
-        self.produce_purgatory.check_and_complete(tp)
-
-    def _check_fetches(self, tp: TopicPartition) -> None:
-        """`tp`'s state moved: waiting consumer fetches of it (keyed by partition) and every
-        follower's waiting fetch (keyed by replica; one that does not fetch `tp` ignores it)
-        re-check it."""
-        purgatory = self.fetch_purgatory
-        purgatory.check_and_complete(tp)
-        for key in self._follower_fetch_keys.values():
-            purgatory.check_and_complete(key, tp)
 
     # -- DeleteRecords ----------------------------------------------------------------------
     def delete_records(self, timeout_ms: int, offsets: dict[TopicPartition, int]
@@ -1193,7 +678,7 @@ class ReplicaManager:
         try:
             requested = partition.delete_records_on_leader(offset)
         except Exception as exc:
-            code = _error_for(exc)
+            code = error_code_for(exc)
             if code == ErrorCode.unknown_server_error:
                 log.exception("Error processing delete records operation on partition %s-%d",
                               *tp)
@@ -1253,15 +738,8 @@ class ReplicaManager:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         op = DelayedFetch(max_wait_ms, self, replica_id, min_bytes, max_bytes, requests, future,
                           isolation_level, client_metadata)
-        # The read above is this fetch's first check (nothing can move before it is watched).
-        op.seed(results)
-        if replica_id >= 0:  # a follower: one key, checked for each partition that moves
-            key = self._follower_fetch_keys.get(replica_id)
-            if key is None:
-                key = self._follower_fetch_keys[replica_id] = FollowerFetchKey(replica_id)
-            self.fetch_purgatory.try_complete_else_watch(op, [key], tried=True)
-        else:
-            self.fetch_purgatory.try_complete_else_watch(op, list(requests), tried=True)
+        op.seed(results)  # the read above is its first check
+        self.purgatories.watch_fetch(op, replica_id, requests)
         return future
 
     def _update_follower_fetch_states(self, replica_id: int,
@@ -1291,124 +769,24 @@ class ReplicaManager:
                                           partition.log_start_offset,
                                           last_stable_offset=partition.last_stable_offset)
                 continue
-            if outcome.expand_isr_to is not None and self.isr_manager is not None:
+            if outcome.expand_isr_to is not None:
                 self.isr_manager.expand_isr(partition, outcome.expand_isr_to, replica_id)
             if outcome.high_watermark_moved:
-                self._after_append(tp)
+                self.purgatories.check_produce_and_fetch(tp)
             if outcome.log_start_moved:
                 self.delete_records_purgatory.check_and_complete(tp)
             if result.high_watermark != partition.high_watermark:  # (the LSO moves with it)
                 result.high_watermark = partition.high_watermark
                 result.last_stable_offset = partition.last_stable_offset
 
-    def _preferred_read_replica(self, partition: Partition, client: ClientMetadata,
-                                fetch_offset: int) -> int:
-        """Kafka's findPreferredReadReplica: the views of the leader and its followers, racks
-        from the metadata cache, handed to the selector (server/replication/replica_selector.py)."""
-        now = self.clock()
-        brokers = self.metadata_cache.brokers
-
-        def rack(broker_id: int) -> str | None:
-            info = brokers.get(broker_id)
-            return info.rack if info is not None else None
-
-        followers = [ReplicaView(r.broker_id, rack(r.broker_id), r.log_end_offset,
-                                 now - r.last_caught_up_time_ms)
-                     for r in partition.remote.values() if r.broker_id in brokers]
-        leader = ReplicaView(self.broker_id, rack(self.broker_id), partition.log_end_offset)
-        return preferred_read_replica(
-            self.replica_selector, client.rack_id, leader, followers, fetch_offset,
-            {r.broker_id: r.log_start_offset for r in partition.remote.values()})
-
     def read_from_local_log(self, replica_id: int, max_bytes: int,
                             requests: dict[TopicPartition, FetchRequestPartition],
                             isolation_level: int = READ_UNCOMMITTED,
                             client_metadata: ClientMetadata | None = None
                             ) -> dict[TopicPartition, FetchResult]:
-        committed = replica_id < 0 and isolation_level == READ_COMMITTED
-        # Kafka's fetchOnlyFromLeader: followers always, consumers without client metadata
-        from_follower_ok = replica_id == DEBUGGING_CONSUMER_ID or (
-            replica_id < 0 and client_metadata is not None)
-        results: dict[TopicPartition, FetchResult] = {}
-        remaining = max_bytes
-        min_one = True  # KIP-74: the first batch of the response is sent whole even if too large
-        for tp, req in requests.items():
-            partition, code = self.leader_partition_or_error(
-                tp, req.current_leader_epoch, require_leader=not from_follower_ok)
-            if partition is not None and not has_consistent_topic_id(req.topic_id,
-                                                                     partition.topic_id):
-                code = ErrorCode.inconsistent_topic_id  # KIP-516: another topic's log
-            if partition is None or code != ErrorCode.none:
-                results[tp] = (FetchResult(code) if partition is None else FetchResult(
-                    code, partition.high_watermark, partition.log_start_offset,
-                    last_stable_offset=partition.last_stable_offset))
-                continue
-            lso = partition.last_stable_offset
-            if client_metadata is not None and self.replica_selector is not None \
-                    and partition.is_leader:
-                preferred = self._preferred_read_replica(partition, client_metadata,
-                                                         req.fetch_offset)
-                if preferred >= 0:  # no read: the consumer goes to that replica
-                    results[tp] = FetchResult(
-                        ErrorCode.none, partition.high_watermark, partition.log_start_offset,
-                        [], 0, partition.log_end_offset, lso, preferred_read_replica=preferred)
-                    continue
-            log_ = partition.log
-            fetch_offset = req.fetch_offset
-            # KIP-320: does the fetcher's log diverge? Not if its last fetched epoch is our
-            # latest and it fetches within our log (the check would answer "read": an idle
-            # follower's case, thousands of times a second at 10,000 partitions).
-            if req.last_fetched_epoch >= 0 and not (
-                    req.last_fetched_epoch == log_.latest_epoch
-                    and log_.log_start_offset <= fetch_offset <= log_.log_end_offset):
-                check = check_last_fetched_epoch(
-                    req.last_fetched_epoch, req.fetch_offset, partition.log_start_offset,
-                    partition.log.end_offset_for_epoch)
-                if check is not EPOCH_READ:
-                    results[tp] = FetchResult(
-                        check.error, partition.high_watermark, partition.log_start_offset, [], 0,
-                        partition.log_end_offset, lso, diverging_epoch=check.diverging_epoch)
-                    continue
-            try:
-                limit = fetch_limit(partition, replica_id, isolation_level)
-                if self.should_leader_throttle(partition, replica_id):
-                    # KIP-73: left out of this response (no data, no error)
-                    results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
-                                              partition.log_start_offset, [], 0,
-                                              partition.log_end_offset, lso)
-                    continue
-                if fetch_offset == limit and log_.log_start_offset <= fetch_offset \
-                        <= log_.log_end_offset:
-                    # nothing new (what `read` answers at its limit), without a read
-                    results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
-                                              log_.log_start_offset, [], 0,
-                                              log_.log_end_offset, lso,
-                                              [] if committed else None)
-                    continue
-                data = log_.read(fetch_offset, min(req.max_bytes, remaining),
-                                 max_offset=limit, min_one_message=min_one,
-                                 include_aborted_txns=committed)
-            except Exception as exc:
-                code = _error_for(exc)
-                if code == ErrorCode.unknown_server_error:
-                    log.exception("Error reading %s-%d", *tp)
-                results[tp] = FetchResult(code, partition.high_watermark,
-                                          partition.log_start_offset, last_stable_offset=lso)
-                continue
-            regions = data.regions
-            size = regions[0].size if len(regions) == 1 else sum(r.size for r in regions)
-            if size and replica_id >= 0 and self.leader_quota.is_throttled(*tp):
-                self.leader_quota.record(size)
-            if size:
-                min_one = False
-                remaining = max(0, remaining - size)
-            aborted = data.aborted_transactions
-            results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
-                                      partition.log_start_offset, list(data.regions), size,
-                                      data.log_end_offset, lso,
-                                      None if aborted is None else
-                                      [(t.producer_id, t.first_offset) for t in aborted])
-        return results
+        """Read the requested partitions as they are now (local_reads.LocalLogReader)."""
+        return self.local_reads.read_from_local_log(replica_id, max_bytes, requests,
+                                                    isolation_level, client_metadata)
 
     def bytes_between(self, partition: Partition, start: int, end: int, cap: int) -> int:
         """Bytes readable from `start` up to `end` (at most `cap`), for DelayedFetch."""
