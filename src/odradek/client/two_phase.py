@@ -112,7 +112,11 @@ class TwoPhaseProducer:
         for topic, value, key, partition, headers in rows:
             if self.errors:
                 return
-            fut = await send(topic, value, key, partition=partition, headers=headers)
+            try:
+                fut = await send(topic, value, key, partition=partition, headers=headers)
+            except KafkaError as exc:  # refused before sending (no such partition, too large)
+                self.errors.append(exc)
+                return
             fut.add_done_callback(self._done)
             self.sent += 1
 
