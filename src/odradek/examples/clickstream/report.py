@@ -61,8 +61,10 @@ def read_parquet(spark: SparkSession, path: Path) -> list[WindowCount]:
 def read_topic(bootstrap_servers: str, topic: str, timeout_s: float = 30.0
                ) -> list[WindowCount]:
     """Every record of `topic`, from the beginning of each partition to its end now, with
-    odradek's own Consumer (independent of the Spark source)."""
-    c = Consumer({"bootstrap.servers": bootstrap_servers, "enable.auto.commit": False})
+    odradek's own Consumer (independent of the Spark source), read_committed: with the
+    exactly-once sink, records of aborted attempts are never counted."""
+    c = Consumer({"bootstrap.servers": bootstrap_servers, "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})
     try:
         tps = [TopicPartition(topic, p) for p in c.partitions_for_topic(topic)]
         ends = {tp: off for tp, off in c.end_offsets(tps, timeout_s).items() if off > 0}
