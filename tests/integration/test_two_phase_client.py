@@ -35,9 +35,10 @@ def _bs(c: Cluster) -> str:
     return c.inner.bootstrap_servers
 
 
-def _topic(bs: str, name: str, partitions: int = 2) -> str:
+def _topic(bs: str, name: str, partitions: int = 2, replication: int = 1) -> str:
     with Admin({"bootstrap.servers": bs}) as a:
-        a.create_topics([NewTopic(name, partitions, 1)])
+        a.create_topics([NewTopic(name, partitions, replication)])
+        a.wait_for_topics([name], timeout=30)
     return name
 
 
@@ -100,3 +101,19 @@ def test_timeout_above_broker_max_is_a_clear_error(cluster: Cluster) -> None:
     with pytest.raises(Exception, match=r"(?i)invalid.transaction.timeout"):
         _write(bs, "tp-too-long", _topic(bs, "two-phase-max"), [b"x"],
                **{"transaction.timeout.ms": 3_600_000})
+
+
+def test_commit_after_the_coordinator_moved(cluster: Cluster) -> None:
+    """The coordinator's broker dies between prepare and commit: EndTxn finds the new one
+    (FindCoordinator again after the lost connection / NOT_COORDINATOR)."""
+    bs = _bs(cluster)
+    topic = _topic(bs, "two-phase-moved", 1, 3)
+    prepared = _write(bs, "tp-moved-0", topic, [b"m1", b"m2", b"m3"])
+    with Admin({"bootstrap.servers": bs}) as a:
+        node = a.describe_transactions(["tp-moved-0"])["tp-moved-0"].coordinator_id
+    cluster.faults.kill(node)
+    try:
+        finish_transactions({"bootstrap.servers": bs}, [prepared], commit=True, timeout=90)
+        assert sorted(read_topic(bs, topic)) == [b"m1", b"m2", b"m3"]
+    finally:
+        cluster.faults.restart(node, clean=False)
