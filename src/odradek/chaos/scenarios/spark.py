@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,8 @@ class SparkChaosResult:
     guarantee: str
     check: CountCheck
     events: list[tuple[float, str]] = field(default_factory=list)
-    batches: list[tuple[float, int, int]] = field(default_factory=list)  # (t, rows, ms)
+    # (seconds since the start at the batch's end, rows, duration ms)
+    batches: list[tuple[float, int, int]] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -140,7 +142,7 @@ def run_spark_chaos(guarantee: str = "exactly-once", faults: tuple[str, ...] = F
     """One run; `standalone`: a running cluster to use (else one is started and stopped)."""
     base = Path(work_dir or tempfile.mkdtemp(prefix="odradek-spark-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     events: list[tuple[float, str]] = []
 
     def event(what: str) -> None:
@@ -223,8 +225,9 @@ def run_spark_chaos(guarantee: str = "exactly-once", faults: tuple[str, ...] = F
         for lg in driver_logs:
             for b in _batches(lg):
                 if "rows" in b:
-                    batches.append((time.monotonic() - t0, int(b["rows"]),
-                                    int(b.get("durations", {}).get("triggerExecution", 0))))
+                    ms = int(b.get("durations", {}).get("triggerExecution", 0))
+                    start = datetime.fromisoformat(b["ts"].replace("Z", "+00:00")).timestamp()
+                    batches.append((start - wall0 + ms / 1000, int(b["rows"]), ms))
         result = SparkChaosResult(guarantee, check, events, batches, time.monotonic() - t0)
         log(result.summary())
         return result
@@ -246,10 +249,11 @@ def plot_results(results: list[SparkChaosResult], path: str) -> Path:
     charts = []
     for r in results:
         charts.append(plot.line_chart(
-            {"rows per micro-batch": [(i, rows) for i, (_, rows, _) in enumerate(r.batches)],
-             "micro-batch ms / 10": [(i, ms / 10) for i, (_, _, ms) in enumerate(r.batches)]},
+            {"rows per micro-batch": [(t, rows) for t, rows, _ in r.batches],
+             "micro-batch duration, ms / 10": [(t, ms / 10) for t, _, ms in r.batches]},
             title=f"Spark pipeline, {r.guarantee}: {r.check.summary()}",
-            x_label="micro-batch (in order of completion)", y_label="rows, ms/10"))
+            x_label="seconds (micro-batches at their end)", y_label="rows, ms/10",
+            markers=[(t, e) for t, e in r.events if e.startswith(("kill", "driver r"))]))
     charts.append(plot.bar_chart(
         {r.guarantee: {"missing": len(r.check.missing), "duplicates": r.check.duplicates,
                        "unexpected": len(r.check.unexpected)} for r in results},
