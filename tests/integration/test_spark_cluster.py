@@ -1,5 +1,6 @@
 """The Spark pipeline (odradek source with read_committed, a transform, odradek sink) on a Spark
-standalone cluster (tests/spark_cluster_fixture.py), under faults (odradek.chaos.scenarios.spark,
+standalone cluster (tests/spark_cluster_fixture.py) and three broker processes on ZooKeeper,
+under faults (odradek.chaos.scenarios.spark,
 the library of `odradek chaos --spark`): with deliveryGuarantee=exactly-once, kill -9 of a
 worker mid-batch, of the driver (restarted on its checkpoint) and of the transaction
 coordinator's broker leave every input exactly once in the output read with read_committed;
@@ -15,9 +16,9 @@ from odradek.spark.standalone import StandaloneCluster
 
 
 def test_exactly_once_under_worker_driver_and_coordinator_kills(
-        spark_standalone: StandaloneCluster, tmp_path: Path) -> None:
-    r = run_spark_chaos("exactly-once", work_dir=str(tmp_path), standalone=spark_standalone,
-                        settle=4.0)
+        spark_standalone: StandaloneCluster, zookeeper_connect: str, tmp_path: Path) -> None:
+    r = run_spark_chaos(zookeeper_connect, "exactly-once", work_dir=str(tmp_path),
+                        standalone=spark_standalone, settle=4.0)
     assert r.check.expected > 1000 and len(r.batches) >= 6, r.summary()
     assert r.check.exactly_once, r.summary()
     assert [e for _, e in r.events if e.startswith("kill -9")] == [
@@ -26,8 +27,8 @@ def test_exactly_once_under_worker_driver_and_coordinator_kills(
 
 
 def test_at_least_once_under_the_same_kills_counts_duplicates(
-        spark_standalone: StandaloneCluster, tmp_path: Path) -> None:
-    r = run_spark_chaos("at-least-once", faults=("worker", "driver"), work_dir=str(tmp_path),
-                        standalone=spark_standalone, settle=4.0)
+        spark_standalone: StandaloneCluster, zookeeper_connect: str, tmp_path: Path) -> None:
+    r = run_spark_chaos(zookeeper_connect, "at-least-once", faults=("worker", "driver"),
+                        work_dir=str(tmp_path), standalone=spark_standalone, settle=4.0)
     print(r.summary())  # duplicates are expected and reported, not failed
     assert r.check.at_least_once, r.summary()

@@ -2,7 +2,8 @@
 odradek sink) on a Spark standalone cluster (a master and two workers, separate JVMs), under
 faults, checked for exactly once.
 
-An in-process odradek cluster (3 brokers, topics with replication 3) is fed records at a steady
+Three broker processes (odradek.chaos.environment.processes, on ZooKeeper; topics with
+replication 3) are fed records at a steady
 rate while a driver process (`odradek.spark.pipeline`, Spark's default trigger) copies them.
 Faults, in turn: kill -9 a worker's process group mid-batch (its executor dies; Spark retries the
 tasks elsewhere, the retried attempt's InitProducerId fences the dead one's transaction); kill -9
@@ -33,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from ...client import Admin, NewTopic, Producer
-from ...cluster import Cluster
 from ...common import plot
 from ...spark.audit import CountCheck, count_check, read_topic
 from ...spark.eos import checkpoint_prefix
 from ...spark.standalone import StandaloneCluster
+from ..environment.processes import ProcessCluster, stop_cleanly
 
 FAULTS = ("worker", "driver", "coordinator")
 
@@ -134,12 +135,14 @@ def coordinator_of(bootstrap: str, transactional_id: str) -> int | None:
             return None
 
 
-def run_spark_chaos(guarantee: str = "exactly-once", faults: tuple[str, ...] = FAULTS,
+def run_spark_chaos(zookeeper_connect: str, guarantee: str = "exactly-once",
+                    faults: tuple[str, ...] = FAULTS,
                     rate: float = 400.0, partitions: int = 4, settle: float = 6.0,
                     drain_timeout: float = 60.0,
                     work_dir: str | None = None, log: Any = print,
                     standalone: StandaloneCluster | None = None) -> SparkChaosResult:
-    """One run; `standalone`: a running cluster to use (else one is started and stopped)."""
+    """One run, brokers on `zookeeper_connect` (a chroot of its own); `standalone`: a running
+    Spark cluster to use (else one is started and stopped)."""
     base = Path(work_dir or tempfile.mkdtemp(prefix="odradek-spark-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
     t0, wall0 = time.monotonic(), time.time()
@@ -149,14 +152,18 @@ def run_spark_chaos(guarantee: str = "exactly-once", faults: tuple[str, ...] = F
         events.append((time.monotonic() - t0, what))
         log(f"[{time.monotonic() - t0:6.1f}s] {what}")
 
-    cluster = Cluster(brokers=3, overrides={
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 2000}).start()
+    cluster = ProcessCluster(base / "brokers", zookeeper_connect, 3, overrides={
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000",
+        "offsets.topic.replication.factor": "3",
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2"})
     sc: StandaloneCluster | None = None
     driver: _Driver | None = None
     feed: _Feed | None = None
     try:
-        assert cluster.inner is not None
-        bs = cluster.inner.bootstrap_servers
+        cluster.start()
+        bs = cluster.bootstrap
+        event("3 broker processes up")
         with Admin({"bootstrap.servers": bs}) as a:
             a.create_topics([NewTopic("spark-in", partitions, 3), NewTopic("spark-out",
                                                                             partitions, 3)])
@@ -193,11 +200,11 @@ def run_spark_chaos(guarantee: str = "exactly-once", faults: tuple[str, ...] = F
             prefix = checkpoint_prefix({"checkpointlocation": ck})
             node = coordinator_of(bs, f"{prefix}-0") if guarantee == "exactly-once" else None
             node = 1 if node is None else node
-            cluster.faults.kill(node)
+            cluster.brokers[node].kill()
             event(f"kill -9 broker {node} (transaction coordinator)")
             n = len(_batches(driver_logs[-1]))
             time.sleep(settle)
-            cluster.faults.restart(node, clean=False)
+            cluster.brokers[node].restart(clean=False)
             event(f"broker {node} restarted")
             _wait_batches(driver_logs[-1], n + 2, 120)
         feed.stop_event.set()
@@ -242,7 +249,8 @@ def run_spark_chaos(guarantee: str = "exactly-once", faults: tuple[str, ...] = F
             for i in range(sc.workers):
                 if i not in sc.worker_procs:
                     sc.start_worker(i)
-        cluster.stop()
+        stop_cleanly(cluster)
+        cluster.close()
 
 
 def plot_results(results: list[SparkChaosResult], path: str) -> Path:
@@ -263,9 +271,26 @@ def plot_results(results: list[SparkChaosResult], path: str) -> Path:
 
 
 def run_spark_command(args: Any) -> int:
+    """`odradek chaos --spark`: both guarantees, on --zookeeper or a local ZooKeeper."""
+    import uuid
+
+    rate = float(getattr(args, "rate", 400.0) or 400.0)
+    work = Path(getattr(args, "data_dir", None) or tempfile.mkdtemp(prefix="odradek-spark-"))
     results = []
-    for g in ("exactly-once", "at-least-once"):
-        results.append(run_spark_chaos(g, rate=float(getattr(args, "rate", 400.0) or 400.0)))
+
+    def both(connect: str) -> None:
+        for g in ("exactly-once", "at-least-once"):
+            chroot = f"/odradek-chaos-spark-{uuid.uuid4().hex[:8]}"
+            results.append(run_spark_chaos(connect + chroot, g, rate=rate,
+                                           work_dir=str(work / g)))
+
+    if getattr(args, "zookeeper", None):
+        both(args.zookeeper.rstrip("/"))
+    else:
+        from ...coordination.zk_server import ZooKeeperServer
+
+        with ZooKeeperServer(data_dir=work / "zookeeper", tick_time=500) as zk:
+            both(zk.connect_string)
     for r in results:
         print(r.summary())
     if getattr(args, "plot", None):
