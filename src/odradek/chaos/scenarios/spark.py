@@ -201,7 +201,8 @@ def run_spark_chaos(zookeeper_connect: str, guarantee: str = "exactly-once",
             node = coordinator_of(bs, f"{prefix}-0") if guarantee == "exactly-once" else None
             node = 1 if node is None else node
             cluster.brokers[node].kill()
-            event(f"kill -9 broker {node} (transaction coordinator)")
+            event(f"kill -9 broker {node}" + (" (transaction coordinator)"
+                                              if guarantee == "exactly-once" else ""))
             n = len(_batches(driver_logs[-1]))
             time.sleep(settle)
             cluster.brokers[node].restart(clean=False)
