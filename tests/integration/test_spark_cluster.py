@@ -5,7 +5,8 @@ the library of `odradek chaos --spark`): with deliveryGuarantee=exactly-once, ki
 worker mid-batch, of the driver (restarted on its checkpoint) and of the transaction
 coordinator's broker leave every input exactly once in the output read with read_committed;
 with at-least-once under a worker and a driver kill nothing is lost and the duplicates are
-counted (expected there)."""
+counted (expected there); a batch copy (spark.read, df.write) with the exactly-once sink on
+the executors."""
 
 from __future__ import annotations
 
@@ -32,3 +33,32 @@ def test_at_least_once_under_the_same_kills_counts_duplicates(
                         work_dir=str(tmp_path), standalone=spark_standalone, settle=4.0)
     print(r.summary())  # duplicates are expected and reported, not failed
     assert r.check.at_least_once, r.summary()
+
+
+def test_batch_copy_with_the_exactly_once_sink_on_executors(
+        spark_standalone: StandaloneCluster, tmp_path: Path) -> None:
+    """spark.read -> transform -> df.write with deliveryGuarantee=exactly-once on the
+    standalone cluster's executors: one two-phase commit, every row once."""
+    import subprocess
+    import sys
+
+    from odradek.client import Admin, NewTopic, Producer
+    from odradek.cluster import Cluster
+    from odradek.spark.audit import count_check, read_topic
+
+    with Cluster(brokers=1) as c:
+        bs = c.bootstrap_servers
+        with Admin({"bootstrap.servers": bs}) as a:
+            a.create_topics([NewTopic("b-in", 3, 1), NewTopic("b-out", 3, 1)])
+            a.wait_for_topics(["b-in", "b-out"], timeout=30)
+        with Producer({"bootstrap.servers": bs, "linger.ms": 5}) as p:
+            for i in range(3000):
+                p.send("b-in", f"row-{i}".encode(), partition=i % 3)
+        r = subprocess.run(
+            [sys.executable, "-m", "odradek.spark.pipeline", "--master", spark_standalone.url,
+             "--bootstrap", bs, "--source", "b-in", "--sink", "b-out", "--batch",
+             "--guarantee", "exactly-once"],
+            env=spark_standalone.env, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stderr[-3000:]
+        check = count_check([f"ROW-{i}".encode() for i in range(3000)], read_topic(bs, "b-out"))
+        assert check.exactly_once, check.summary()
