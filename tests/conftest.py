@@ -5,4 +5,4 @@ from __future__ import annotations
 import pytest
 
 pytest.register_assert_rewrite("tests.zookeeper_fixture")
-pytest_plugins = ["tests.zookeeper_fixture", "tests.spark_fixture"]
+pytest_plugins = ["tests.zookeeper_fixture", "tests.spark_fixture", "tests.spark_cluster_fixture"]

@@ -40,7 +40,8 @@ def _run(args: argparse.Namespace) -> int:
     if problem:
         raise ToolError(problem, exit_code=2)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
-    chosen = [f"--{m}" for m in ("network", "disk", "transactions") if getattr(args, m)]
+    chosen = [f"--{m}" for m in ("network", "disk", "transactions", "spark")
+              if getattr(args, m)]
     if len(chosen) > 1:
         raise ToolError(f"{' and '.join(chosen)} are different runs: choose one", exit_code=2)
     if args.network:
@@ -51,6 +52,10 @@ def _run(args: argparse.Namespace) -> int:
         return run_disk_command(args, seed, _run_with_zookeeper)
     if args.transactions:
         return _run_transactions(args, seed)
+    if args.spark:  # the Spark sink on a standalone cluster (odradek.chaos.scenarios.spark)
+        from .scenarios.spark import run_spark_command
+
+        return run_spark_command(args)
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     known = FAULT_KINDS + ADMIN_FAULT_KINDS
     unknown = [f for f in faults if f not in known]
@@ -221,6 +226,11 @@ def add_parser(sub: Subcommands) -> None:
                         "group coordinators, partition leaders and the pipeline processes; "
                         "checks every input value is read_committed exactly once and nothing "
                         f"aborted is visible (faults: {','.join(TXN_FAULT_KINDS)})")
+    p.add_argument("--spark", action="store_true",
+                   help="the Spark pipeline (odradek source, sink with exactly-once and then "
+                        "at-least-once) on a standalone cluster: kill -9 a worker, the driver, "
+                        "the transaction coordinator; output checked exactly once "
+                        "(odradek.chaos.scenarios.spark; needs the spark extra)")
     p.add_argument("--network", action="store_true",
                    help="instead: network faults between broker and ZooKeeper processes, each "
                         "in a Linux network namespace of its own (needs root), on a ZooKeeper "

@@ -6,6 +6,10 @@ Columns (KafkaWriter's): `value` (string or binary, required), `key` (string or 
 producer (`enable.idempotence=true`, `acks=all` unless `kafka.`-options say otherwise; every
 `kafka.`-prefixed option goes to the producer), flushes before returning its commit message, and
 fails if any record was not delivered.
+
+`deliveryGuarantee` (Flink's KafkaSink option names): `at-least-once` (the default, the above)
+or `exactly-once`: a two-phase commit over Kafka transactions (`eos`), each task writing in a
+transaction `<transactionalIdPrefix>-<partition>` that the driver commits; see docs/spark.md.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ from pyspark.sql.types import (
 )
 
 from ..client import KafkaError, Producer, RecordMetadata
+from .eos import (
+    Delivery,
+    TaskTxn,
+    abort_all,
+    checkpoint_prefix,
+    commit_all,
+    parse_delivery,
+    write_transactional,
+)
 from .offsets import OptionError, kafka_params
 
 log = logging.getLogger("odradek.spark")
@@ -44,6 +57,7 @@ class WriteResult(WriterCommitMessage):
 
     records: int
     partition_id: int = -1
+    txn: TaskTxn | None = None  # exactly-once: the task's open transaction
 
 
 @dataclass(frozen=True)
@@ -170,38 +184,70 @@ def write_batches(batches: Iterator[pa.RecordBatch], plan: WritePlan,
 
 
 class _Writer:
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType,
+                 default_prefix: str | None) -> None:
         self.plan = plan_write(schema, options)
         self.producer_config = kafka_params(options)
+        self.delivery: Delivery = parse_delivery(options, default_prefix)
 
     def _write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         from pyspark import TaskContext
         ctx = TaskContext.get()
-        return WriteResult(write_batches(iterator, self.plan, self.producer_config),
-                           ctx.partitionId() if ctx is not None else -1)
+        pid = ctx.partitionId() if ctx is not None else -1
+        if self.delivery.exactly_once:
+            plan = self.plan
+            n, txn = write_transactional(iterator, lambda b: _rows(b, plan),
+                                         self.producer_config, self.delivery)
+            return WriteResult(n, pid, txn)
+        return WriteResult(write_batches(iterator, self.plan, self.producer_config), pid)
+
+    def _txns(self, messages: list[WriterCommitMessage | None]) -> list[TaskTxn]:
+        return [m.txn for m in messages if isinstance(m, WriteResult) and m.txn is not None]
+
+    def _commit(self, messages: list[WriterCommitMessage | None], what: str) -> None:
+        if self.delivery.exactly_once:
+            commit_all(self.producer_config, self._txns(messages), self.delivery, what)
+
+    def _abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.delivery.exactly_once:
+            abort_all(self.producer_config, self._txns(messages))
 
 
 class OdradekBatchWriter(_Writer, DataSourceArrowWriter):
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        # One write: a fresh prefix unless given (its retried tasks share it and fence).
+        import uuid
+        super().__init__(options, schema, f"odradek-spark-write-{uuid.uuid4().hex[:12]}")
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         return self._write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._commit(messages, "The write")
         total = sum(m.records for m in messages if isinstance(m, WriteResult))
         log.info("Wrote %d records to odradek", total)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._abort(messages)
         done = sum(m.records for m in messages if isinstance(m, WriteResult))
         log.warning("Write aborted; %d records had been delivered by tasks that finished", done)
 
 
 class OdradekStreamWriter(_Writer, DataSourceStreamArrowWriter):
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        # Stable across restarts: from the checkpoint location, else (on the executors) from
+        # the query id that Spark keeps in the checkpoint.
+        super().__init__(options, schema, checkpoint_prefix(options))
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         return self._write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._commit(messages, f"Micro-batch {batchId}")
         total = sum(m.records for m in messages if isinstance(m, WriteResult))
         log.info("Micro-batch %d: wrote %d records to odradek", batchId, total)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._abort(messages)
         done = sum(m.records for m in messages if isinstance(m, WriteResult))
         log.warning("Micro-batch %d aborted; %d records had been delivered", batchId, done)

@@ -97,6 +97,11 @@ def parser() -> argparse.ArgumentParser:
                     help="watermark delay: how late an event may be ('2 minutes')")
     ap.add_argument("--max-offsets-per-trigger", type=_positive, default=None,
                     help="rate limit per micro-batch (default: all available)")
+    ap.add_argument("--exactly-once", action="store_true",
+                    help="the topic sink with deliveryGuarantee=exactly-once (Kafka "
+                         "transactions committed by the driver; output read read_committed)")
+    ap.add_argument("--master", default=None,
+                    help="Spark master URL, e.g. spark://127.0.0.1:7077 (default local[2])")
     ap.add_argument("--top", type=_positive, default=3, help="pages shown per window (3)")
     ap.add_argument("--max-windows", type=_positive, default=20,
                     help="windows shown per table (20; first and last ones)")
@@ -175,12 +180,15 @@ def run(args: argparse.Namespace) -> int:
         progress(f"events span {iso_ms(first)} .. {iso_ms(last)}; heartbeat at "
                  f"{iso_ms(hb.ts)}")
 
-        progress("starting Spark (local[2]); the first job takes a few seconds more")
-        spark = job.local_session()
+        progress(f"starting Spark ({args.master or 'local[2]'}); the first job takes a few "
+                 "seconds more")
+        spark = job.session(args.master)
         try:
             cfg = job.JobConfig(bootstrap_servers=bootstrap, output_dir=args.data_dir / "output",
                                 window=args.window, watermark=args.watermark,
-                                max_offsets_per_trigger=args.max_offsets_per_trigger)
+                                max_offsets_per_trigger=args.max_offsets_per_trigger,
+                                delivery_guarantee="exactly-once" if args.exactly_once
+                                else "at-least-once")
             progress(f"running the job (availableNow): {job.SOURCE_TOPIC} -> windows of "
                      f"{args.window}, watermark {args.watermark} -> {job.SINK_TOPIC} and "
                      f"{cfg.parquet_dir}")

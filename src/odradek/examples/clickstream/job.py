@@ -40,6 +40,7 @@ class JobConfig:
     watermark: str = "2 minutes"
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
+    delivery_guarantee: str = "at-least-once"  # the sink's; "exactly-once": docs/spark.md
 
     @property
     def parquet_dir(self) -> Path:
@@ -112,6 +113,7 @@ def start(spark: SparkSession, cfg: JobConfig, *, available_now: bool = True,
                 .queryName("page_counts_to_topic")
                 .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
                 .option("topic", cfg.sink_topic)
+                .option("deliveryGuarantee", cfg.delivery_guarantee)
                 .option("checkpointLocation", str(cfg.checkpoint("topic")))
                 .outputMode("append").trigger(**trigger).start())
     try:
@@ -162,6 +164,16 @@ def run_available_now(spark: SparkSession, cfg: JobConfig, timeout_s: float = 60
         for q in queries:
             if q.isActive:
                 q.stop()
+
+
+def session(master: str | None, app_name: str = "odradek-clickstream") -> SparkSession:
+    """`local_session()`, or one on a Spark standalone cluster (`spark://host:port`) whose
+    executors run this interpreter with this `odradek` importable."""
+    if master is None or master.startswith("local"):
+        return local_session(app_name)
+    from ...spark.pipeline import build_session
+
+    return build_session(master, app_name)
 
 
 def local_session(app_name: str = "odradek-clickstream", cores: int = 2) -> SparkSession:

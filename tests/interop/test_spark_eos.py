@@ -1,0 +1,151 @@
+"""The `odradek` sink with deliveryGuarantee=exactly-once (a two-phase commit over KIP-98
+transactions, spark/eos.py), on the shared local SparkSession: a batch write appears all at once
+under read_committed and a failed one not at all; a streaming copy delivers every record once;
+a micro-batch replayed after its Kafka transactions were committed (the driver died before
+Spark's commit log recorded it: here its commit file is removed) is skipped, where the
+at-least-once sink writes it twice; option errors are clear."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from odradek.cluster import Cluster
+from odradek.spark.audit import count_check, read_topic
+from tests.interop.spark_helpers import (
+    bootstrap,
+    create_topic,
+    produce,
+    start_cluster,
+    topic_name,
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = start_cluster(1)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_batch_write_commits_all_at_once_or_nothing(spark: Any, cluster: Cluster) -> None:
+    bs = bootstrap(cluster)
+    topic = topic_name("eos-batch")
+    create_topic(bs, topic, 3)
+    values = [f"v{i}" for i in range(300)]
+    df = spark.createDataFrame([(v,) for v in values], "value string").repartition(3)
+    (df.write.format("odradek").mode("append").option("kafka.bootstrap.servers", bs)
+     .option("topic", topic).option("deliveryGuarantee", "exactly-once").save())
+    check = count_check([v.encode() for v in values], read_topic(bs, topic))
+    assert check.exactly_once, check.summary()
+
+    # One task fails (partition 7 does not exist): the others' transactions are aborted.
+    bad = spark.createDataFrame([(f"w{i}", 7 if i == 5 else i % 3) for i in range(90)],
+                                "value string, partition int").repartition(3)
+    with pytest.raises(Exception, match="Writing to odradek failed"):
+        (bad.write.format("odradek").mode("append").option("kafka.bootstrap.servers", bs)
+         .option("topic", topic).option("deliveryGuarantee", "exactly-once")
+         .option("kafka.delivery.timeout.ms", "1500").option("kafka.max.block.ms", "1500")
+         .option("kafka.request.timeout.ms", "1000").save())
+    after = read_topic(bs, topic)
+    assert count_check([v.encode() for v in values], after).exactly_once
+    # ... and read_uncommitted shows the aborted records are really there, just not visible.
+    assert len(read_topic(bs, topic, read_committed=False)) > len(after)
+
+
+def _copy(spark: Any, bs: str, src: str, dst: str, ck: Path, guarantee: str) -> None:
+    q = (spark.readStream.format("odradek").option("kafka.bootstrap.servers", bs)
+         .option("subscribe", src).option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", "100")
+         .option("kafka.isolation.level", "read_committed").load()
+         .selectExpr("key", "value").writeStream.format("odradek")
+         .option("kafka.bootstrap.servers", bs).option("topic", dst)
+         .option("deliveryGuarantee", guarantee)
+         .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert not q.isActive and q.exception() is None, q.exception()
+
+
+def _forget_last_commit(ck: Path) -> int:
+    """What a driver killed between the sink's commit and Spark's commit log leaves: the
+    batch's offsets are logged, its commit is not."""
+    last = max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+    (ck / "commits" / str(last)).unlink()
+    crc = ck / "commits" / f".{last}.crc"
+    if crc.exists():
+        crc.unlink()
+    return last
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_replayed_micro_batch(spark: Any, cluster: Cluster, tmp_path: Path,
+                              guarantee: str) -> None:
+    bs = bootstrap(cluster)
+    src, dst = topic_name("eos-src"), topic_name("eos-dst")
+    create_topic(bs, src, 2)
+    create_topic(bs, dst, 2)
+    produced = produce(bs, src, 2, 400, with_headers=False)
+    inputs = [r.value for r in produced]
+    _copy(spark, bs, src, dst, tmp_path / "ck", guarantee)
+    assert count_check(inputs, read_topic(bs, dst)).exactly_once
+    _forget_last_commit(tmp_path / "ck")
+    more = produce(bs, src, 2, 100, start=400, with_headers=False)
+    _copy(spark, bs, src, dst, tmp_path / "ck", guarantee)
+    check = count_check(inputs + [r.value for r in more], read_topic(bs, dst))
+    if guarantee == "exactly-once":
+        assert check.exactly_once, check.summary()
+    else:  # the replayed batch (100 records) is written twice
+        assert check.at_least_once and check.duplicates == 100, check.summary()
+
+
+def test_option_errors(spark: Any, cluster: Cluster) -> None:
+    bs = bootstrap(cluster)
+    topic = topic_name("eos-opts")
+    create_topic(bs, topic, 1)
+    df = spark.createDataFrame([("x",)], "value string")
+
+    def write(**opts: str) -> None:
+        w = (df.write.format("odradek").mode("append").option("kafka.bootstrap.servers", bs)
+             .option("topic", topic))
+        for k, v in opts.items():
+            w = w.option(k, v)
+        w.save()
+
+    with pytest.raises(Exception, match="deliveryGuarantee must be"):
+        write(deliveryGuarantee="twice")
+    with pytest.raises(Exception, match="INVALID_TRANSACTION_TIMEOUT"):
+        write(deliveryGuarantee="exactly-once", **{"kafka.transaction.timeout.ms": "3600000"})
+    assert read_topic(bs, topic) == []
+
+
+def test_transaction_timeout_shorter_than_the_write_is_a_clear_error(spark: Any) -> None:
+    """A write that takes longer than kafka.transaction.timeout.ms: the coordinator aborts
+    the tasks' transactions, the driver's commit fails naming the option, nothing is
+    visible."""
+    c = start_cluster(1, **{"transaction.abort.timed.out.transaction.cleanup.interval.ms": 300})
+    try:
+        bs = bootstrap(c)
+        topic = topic_name("eos-timeout")
+        create_topic(bs, topic, 1)
+        from pyspark.sql.functions import udf
+
+        @udf("string")
+        def slow(v: str) -> str:
+            import time
+            time.sleep(0.05)
+            return v
+
+        df = spark.createDataFrame([(f"s{i}",) for i in range(60)], "value string")
+        df = df.repartition(1).select(slow("value").alias("value"))
+        with pytest.raises(Exception, match=r"more than\s+kafka\.transaction\.timeout\.ms=1000"):
+            (df.write.format("odradek").mode("append").option("kafka.bootstrap.servers", bs)
+             .option("topic", topic).option("deliveryGuarantee", "exactly-once")
+             .option("kafka.transaction.timeout.ms", "1000").save())
+        assert read_topic(bs, topic) == []
+    finally:
+        c.stop()
