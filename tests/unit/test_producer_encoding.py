@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from odradek.client.producer import encode_plain_record
+from odradek.client.producer_batch import encode_plain_record
 from odradek.protocol.records import encode_record
 
 EDGES = [0, 1, 63, 64, 127, 128, 8191, 8192, 16383, 16384, 1 << 20]

@@ -17,7 +17,7 @@ Configs use Kafka's names and defaults (a dict, and/or keyword arguments with `_
 
 from .admin import Admin, AsyncAdmin
 from .assignors import RangeAssignor, RoundRobinAssignor
-from .consumer import AsyncConsumer, Consumer
+from .consumer import AsyncConsumer
 from .delivery import DeliveryHandle
 from .errors import (
     CommitFailedError,
@@ -30,7 +30,9 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .partitioner import murmur2, murmur2_partition
-from .producer import AsyncProducer, Producer
+from .producer import AsyncProducer
+from .sync_consumer import Consumer
+from .sync_producer import Producer
 from .types import (
     ConfigResource,
     ConsumerRecord,

@@ -30,28 +30,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import struct
-import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from ..protocol.compression import Codec, compress
-from ..protocol.records import encode_record, write_varint
-from ._loop import LoopThread
+from ..common.clock import now_ms
+from ..protocol.compression import Codec
 from .cluster_metadata import REFRESH_ERRORS, KafkaClient
 from .config import PRODUCER, acks_value, build_config, to_bytes
 from .delivery import (
     BatchResult,
     DeliveryCallback,
-    DeliveryHandle,
-    SendQueue,
     complete_batch,
 )
 from .errors import (
@@ -64,151 +56,32 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .partitioner import Partitioner
+from .producer_batch import (
+    BATCH_OVERHEAD,
+    PartitionBatches,
+    PendingRecord,
+    ProducerBatch,
+    RecordSink,
+)
 from .transaction_manager import TransactionManager, TxnState
 from .txn_requests import TransactionalRequests, offsets_of
 from .types import ConsumerGroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition
 
 log = logging.getLogger("odradek.client.producer")
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_TRANSACTIONAL = 0x10  # the batch attribute of a transaction's batches
-_CRC = struct.Struct(">I")
-BATCH_OVERHEAD = 61
 RECORD_OVERHEAD = 21  # varint length + attributes + deltas + key/value/header counts, at most
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
 
-_order = itertools.count()
-# Where a record's RecordMetadata goes: an asyncio.Future, or the synchronous face's
-# DeliveryHandle (both have done / set_result / set_exception / exception).
-_Sink = Any
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    write_varint(out, n)
-    return bytes(out)
 
 
-_SMALL_VARINTS = tuple(_varint(n) for n in range(1 << 14))  # varints of 1-3 bytes
-_NULL = _varint(-1)
-_NO_HEADERS = _varint(0)
-_ATTRIBUTES = b"\x00"
 
 
-def encode_plain_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
-                        value: bytes | None,
-                        headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
-    """`protocol.records.encode_record`, byte for byte, with the varints of the producer's
-    common case (no headers, deltas and sizes under 16384) taken from a table: the per-record
-    step of the send path."""
-    small = _SMALL_VARINTS
-    limit = len(small)
-    klen = -1 if key is None else len(key)
-    vlen = -1 if value is None else len(value)
-    if headers or not (0 <= offset_delta < limit and 0 <= timestamp_delta < limit
-                       and klen < limit and vlen < limit):
-        return encode_record(offset_delta, timestamp_delta, key, value, headers)
-    body = b"".join((_ATTRIBUTES, small[timestamp_delta], small[offset_delta],
-                     _NULL if key is None else small[klen], key or b"",
-                     _NULL if value is None else small[vlen], value or b"", _NO_HEADERS))
-    n = len(body)
-    return (small[n] if n < limit else _varint(n)) + body
 
 
-@dataclass(slots=True)
-class _Record:
-    topic: str
-    partition: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    timestamp: int
-    size: int
-    enqueued: float = 0.0
-    appended: bool = False
-
-
-class _Batch:
-    __slots__ = ("attempts", "base_sequence", "base_ts", "body", "closed", "count", "created",
-                 "deadline", "done", "encoded", "futures", "max_ts", "memory", "order",
-                 "producer_epoch", "producer_id", "sizes", "stamps", "tp", "transactional")
-
-    def __init__(self, tp: TopicPartition, created: float, deadline: float,
-                 loop: asyncio.AbstractEventLoop) -> None:
-        self.tp = tp
-        self.order = next(_order)
-        self.body = bytearray()
-        self.count = 0
-        self.base_ts = 0
-        self.max_ts = -1
-        self.futures: list[_Sink] = []
-        self.stamps: list[int] = []
-        self.sizes: list[tuple[int, int]] = []
-        self.created = created
-        self.deadline = deadline
-        self.attempts = 0
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self.base_sequence = -1
-        self.encoded: bytes | None = None
-        self.closed = False
-        self.memory = 0
-        self.transactional = False
-        self.done: asyncio.Future[None] = loop.create_future()
-
-    def append(self, rec: _Record, fut: _Sink, batch_size: int) -> bool:
-        if self.closed:
-            return False
-        if self.count == 0:
-            self.base_ts = rec.timestamp
-        data = encode_plain_record(self.count, rec.timestamp - self.base_ts, rec.key,
-                                   rec.value, rec.headers)
-        if self.count and len(self.body) + len(data) > batch_size:
-            self.closed = True
-            return False
-        self.body += data
-        self.memory += rec.size
-        self.count += 1
-        self.max_ts = max(self.max_ts, rec.timestamp)
-        self.futures.append(fut)
-        self.stamps.append(rec.timestamp)
-        self.sizes.append((-1 if rec.key is None else len(rec.key),
-                           -1 if rec.value is None else len(rec.value)))
-        if len(self.body) >= batch_size:
-            self.closed = True
-        return True
-
-    @property
-    def size(self) -> int:
-        return len(self.body) + BATCH_OVERHEAD
-
-    def encode(self, codec: int) -> bytes:
-        """The v2 batch (CRC32C over attributes..end), cached until its producer id/sequence
-        change."""
-        if self.encoded is None:
-            payload = compress(codec, bytes(self.body)) if codec else bytes(self.body)
-            buf = bytearray(_HEADER.pack(
-                0, BATCH_OVERHEAD - 12 + len(payload), -1, 2, 0,
-                (int(codec) & 0x07) | (_TRANSACTIONAL if self.transactional else 0),
-                self.count - 1, self.base_ts, self.max_ts, self.producer_id,
-                self.producer_epoch, self.base_sequence, self.count))
-            buf += payload
-            _CRC.pack_into(buf, 17, crc32c(memoryview(buf)[21:]))
-            self.encoded = bytes(buf)
-        return self.encoded
-
-
-@dataclass(slots=True)
-class _PartitionState:
-    inflight: list[_Batch] = field(default_factory=list)
-    failed: list[_Batch] = field(default_factory=list)
-    next_sequence: int = 0
-    backoff_until: float = 0.0
-    gap: bool = False  # a sequenced batch failed for good: later sequences will be refused
 
 
 class AsyncProducer:
@@ -242,9 +115,9 @@ class AsyncProducer:
         self.client = KafkaClient(cfg)
         self.producer_id = -1
         self.producer_epoch = -1
-        self._batches: dict[TopicPartition, deque[_Batch]] = {}
-        self._states: dict[TopicPartition, _PartitionState] = {}
-        self._waiting: deque[tuple[_Record, _Sink]] = deque()
+        self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._states: dict[TopicPartition, PartitionBatches] = {}
+        self._waiting: deque[tuple[PendingRecord, RecordSink]] = deque()
         self._waiting_task: asyncio.Task[None] | None = None
         self._node_inflight: dict[int, int] = {}
         self._connecting: set[int] = set()
@@ -297,6 +170,11 @@ class AsyncProducer:
             return False  # Kafka 3.2+: the default gives way to explicit conflicting settings
         return True
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() has begun."""
+        return self._closed
+
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> AsyncProducer:
         self.loop = asyncio.get_running_loop()
@@ -336,7 +214,7 @@ class AsyncProducer:
 
     # -- sending ---------------------------------------------------------------------------------
     def _make_record(self, topic: str, value: Any, key: Any, partition: int | None,
-                     timestamp_ms: int | None, headers: Headers | None) -> _Record:
+                     timestamp_ms: int | None, headers: Headers | None) -> PendingRecord:
         if self._closing:
             raise KafkaError("the producer is closed")
         if self._fatal is not None:
@@ -361,8 +239,8 @@ class AsyncProducer:
                 f"max.request.size ({self.max_request_size})")
         if size > self.buffer_memory:
             raise RecordTooLargeError(f"the record is {size} bytes, larger than buffer.memory")
-        ts = _now_ms() if timestamp_ms is None else int(timestamp_ms)
-        return _Record(topic, partition, k, v, hdrs, ts, size)
+        ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
+        return PendingRecord(topic, partition, k, v, hdrs, ts, size)
 
     async def send(self, topic: str, value: Any = None, key: Any = None, *,
                    partition: int | None = None, timestamp_ms: int | None = None,
@@ -383,7 +261,7 @@ class AsyncProducer:
         fut = await self.send(topic, value, key, **kwargs)
         return await fut
 
-    def enqueue(self, rec: _Record, on_delivery: DeliveryCallback | None = None,
+    def enqueue(self, rec: PendingRecord, on_delivery: DeliveryCallback | None = None,
                 sink: Any = None) -> Any:
         """Buffer a record now if its topic is known and memory allows, else queue it behind
         the records already waiting (order is kept). Runs on the loop. The returned future
@@ -400,7 +278,7 @@ class AsyncProducer:
                 self._waiting_task = self.loop.create_task(self._drain_waiting())
         return fut
 
-    async def _wait_appended(self, fut: _Sink) -> None:
+    async def _wait_appended(self, fut: RecordSink) -> None:
         while not fut.done() and any(f is fut for _, f in self._waiting):
             task = self._waiting_task
             if task is None or task.done():
@@ -436,7 +314,7 @@ class AsyncProducer:
                 if not fut.done():
                     fut.set_exception(exc)
 
-    def _try_append(self, rec: _Record, fut: _Sink) -> bool:
+    def _try_append(self, rec: PendingRecord, fut: RecordSink) -> bool:
         assert self.loop is not None
         md = self.client.metadata
         if md is not self._topics_of:  # metadata objects are replaced, never changed
@@ -475,7 +353,7 @@ class AsyncProducer:
         new_batch = False
         if not dq or not dq[-1].append(rec, fut, self.batch_size):
             now = self.loop.time()
-            batch = _Batch(tp, now, now + self.delivery_timeout, self.loop)
+            batch = ProducerBatch(tp, now, now + self.delivery_timeout, self.loop)
             batch.append(rec, fut, self.batch_size)
             dq.append(batch)
             new_batch = True
@@ -675,10 +553,10 @@ class AsyncProducer:
         if self._wakeup is not None:
             self._wakeup.set()
 
-    def _state(self, tp: TopicPartition) -> _PartitionState:
+    def _state(self, tp: TopicPartition) -> PartitionBatches:
         st = self._states.get(tp)
         if st is None:
-            st = self._states[tp] = _PartitionState()
+            st = self._states[tp] = PartitionBatches()
         return st
 
     def _inflight_total(self) -> int:
@@ -831,7 +709,7 @@ class AsyncProducer:
         # Rotate the starting partition so that no partition starves under max.request.size.
         self._rotate = (self._rotate + 1) % max(1, len(tps))
         tps = tps[self._rotate:] + tps[:self._rotate]
-        batches: list[_Batch] = []
+        batches: list[ProducerBatch] = []
         size = 0
         for tp in tps:
             dq = self._batches[tp]
@@ -877,7 +755,7 @@ class AsyncProducer:
         fut = conn.send_nowait(req)
         self._spawn(self._await_response(node, conn, batches, fut))
 
-    async def _await_response(self, node: int, conn: Any, batches: list[_Batch],
+    async def _await_response(self, node: int, conn: Any, batches: list[ProducerBatch],
                               fut: asyncio.Future[Any]) -> None:
         try:
             try:
@@ -913,7 +791,7 @@ class AsyncProducer:
             self._node_inflight[node] = max(0, self._node_inflight.get(node, 0) - 1)
             self._wake()
 
-    def _batch_result(self, b: _Batch, code: int, base_offset: int, log_append_time: int,
+    def _batch_result(self, b: ProducerBatch, code: int, base_offset: int, log_append_time: int,
                       message: str | None) -> None:
         assert self.loop is not None
         st = self._state(b.tp)
@@ -964,19 +842,19 @@ class AsyncProducer:
             st.failed = []
             st.backoff_until = now + self.retry_backoff
 
-    def _complete_batch(self, b: _Batch, base_offset: int, log_append_time: int) -> None:
+    def _complete_batch(self, b: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         complete_batch(b.futures, BatchResult(b.tp.topic, b.tp.partition, base_offset,
                                               log_append_time, b.stamps, b.sizes))
         self._release(b)
 
-    def _fail_batch(self, b: _Batch, exc: KafkaError) -> None:
+    def _fail_batch(self, b: ProducerBatch, exc: KafkaError) -> None:
         for fut in b.futures:
             if not fut.done():
                 fut.set_exception(exc)
                 fut.exception()  # a caller may never look: no "never retrieved" noise
         self._release(b)
 
-    def _release(self, b: _Batch) -> None:
+    def _release(self, b: ProducerBatch) -> None:
         self._buffered = max(0, self._buffered - b.memory)
         b.memory = 0
         if not b.done.done():
@@ -1027,143 +905,3 @@ def _callback(cb: DeliveryCallback) -> Callable[[asyncio.Future[RecordMetadata]]
 
 
 # ---------------------------------------------------------------------------------------------
-class Producer:
-    """The synchronous producer: an AsyncProducer on a background loop thread.
-
-        p = Producer({"bootstrap.servers": "localhost:9092", "acks": "all"})
-        p.send("topic", b"value", key=b"key", on_delivery=lambda err, md: ...)
-        p.flush()
-        p.close()
-
-    `send` serializes the record on the caller's thread and queues it for the loop thread
-    (`delivery.SendQueue`: the loop is woken once per run of sends, not per record), and
-    returns a `DeliveryHandle`, a Future-like object (`result(timeout)`, `done()`,
-    `exception()`, `add_done_callback`). Any number of threads may send; each thread's records
-    keep their order within a partition. Records sent and not yet delivered are bounded by
-    `buffer.memory` bytes and `queue.buffering.max.messages` records: a send beyond that blocks
-    until earlier records are delivered, at most `max.block.ms`, then raises KafkaTimeoutError.
-
-    Delivery callbacks (`on_delivery=` of send, `on_delivery`/`callback` of produce) run on the
-    producer's loop thread as each batch is acknowledged, once per record, before `flush()`
-    returns: keep them short. Sending from a callback works while the buffer has room (it
-    raises instead of blocking); flush/close from a callback raise RuntimeError.
-    """
-
-    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        self._runner = LoopThread("odradek-producer")
-        try:
-            self._p: AsyncProducer = self._runner.run(self._create(config, kwargs))
-        except BaseException:
-            self._runner.stop()
-            raise
-        cfg = self._p.config
-        self._queue = SendQueue(int(cfg["buffer.memory"]),
-                                int(cfg["queue.buffering.max.messages"]), self._p.max_block)
-        self._make_record = self._p._make_record
-        self._call = self._runner.loop.call_soon_threadsafe
-
-    @staticmethod
-    async def _create(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> AsyncProducer:
-        p = AsyncProducer(config, **kwargs)
-        try:
-            return await p.start()
-        except BaseException:
-            await p.client.close()
-            raise
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self._p.config
-
-    def send(self, topic: str, value: Any = None, key: Any = None, *,
-             partition: int | None = None, timestamp_ms: int | None = None,
-             headers: Headers | None = None, on_delivery: DeliveryCallback | None = None
-             ) -> DeliveryHandle:
-        """Queue one record; returns its DeliveryHandle. Serialization and size errors, and a
-        buffer still full after max.block.ms, raise here; delivery errors (including metadata
-        not found within max.block.ms) come through the handle and `on_delivery(err, md)`."""
-        rec = self._make_record(topic, value, key, partition, timestamp_ms, headers)
-        handle = DeliveryHandle(self._queue, rec.size, on_delivery)
-        if self._queue.put((rec, handle), rec.size, not self._runner.in_loop_thread):
-            self._call(self._hand_over)
-        return handle
-
-    def _hand_over(self) -> None:
-        """On the loop: every queued record joins the accumulator, in queue order."""
-        enqueue = self._p.enqueue
-        closed = self._p._closed
-        for rec, handle in self._queue.take():
-            if closed:  # sent while close() ran
-                handle.set_exception(KafkaError("producer closed before the record was sent"))
-                continue
-            try:
-                enqueue(rec, None, handle)
-            except BaseException as exc:
-                handle.set_exception(exc)
-
-    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                on_delivery: DeliveryCallback | None = None, timestamp: int = 0,
-                headers: Headers | None = None,
-                callback: DeliveryCallback | None = None) -> None:
-        """confluent-kafka's signature (partition -1 and timestamp 0 mean unset; `callback` is
-        its alias of `on_delivery`)."""
-        self.send(topic, value, key, partition=None if partition < 0 else partition,
-                  timestamp_ms=timestamp or None, headers=headers,
-                  on_delivery=on_delivery or callback)
-
-    def flush(self, timeout: float | None = None) -> int:
-        """Deliver everything sent before the call (or wait `timeout` seconds); their delivery
-        callbacks have run when it returns. Returns the number of records undelivered then,
-        counting those other threads (or callbacks) sent meanwhile."""
-        left = self._runner.run(self._p.flush(timeout))
-        return max(left, self._queue.outstanding)
-
-    def partitions_for(self, topic: str) -> list[int]:
-        return self._runner.run(self._p.partitions_for(topic))
-
-    # -- transactions (confluent-kafka's names; timeouts in seconds) ------------------------------
-    def init_transactions(self, timeout: float | None = None) -> None:
-        self._runner.run(self._p.init_transactions(timeout))
-
-    def begin_transaction(self) -> None:
-        self._runner.run(self._on_loop(self._p.begin_transaction))
-
-    def send_offsets_to_transaction(
-            self, offsets: Mapping[Any, int | OffsetAndMetadata] | Sequence[Any],
-            group_metadata: ConsumerGroupMetadata | str, timeout: float | None = None) -> None:
-        self._runner.run(self._p.send_offsets_to_transaction(offsets, group_metadata, timeout))
-
-    def commit_transaction(self, timeout: float | None = None) -> None:
-        """Records sent before the call are delivered first (their callbacks have run)."""
-        self._runner.run(self._p.commit_transaction(timeout))
-
-    def abort_transaction(self, timeout: float | None = None) -> None:
-        self._runner.run(self._p.abort_transaction(timeout))
-
-    @staticmethod
-    async def _on_loop(fn: Callable[[], Any]) -> Any:
-        return fn()
-
-    def __len__(self) -> int:
-        """Records sent and not yet delivered or failed (confluent-kafka's len(producer))."""
-        return self._queue.outstanding
-
-    def close(self, timeout: float | None = None) -> None:
-        """Deliver what is buffered (waiting at most `timeout` seconds), then stop; what could
-        not be delivered fails. Closing twice is harmless."""
-        if self._queue.closed is not None:
-            return
-        try:
-            self._runner.run(self._p.close(timeout))
-        finally:
-            self._queue.close(KafkaError("the producer is closed"))
-            self._runner.stop()
-            # Records queued while close() ran, whose hand-over the stopped loop never ran.
-            for _, handle in self._queue.take():
-                handle.set_exception(KafkaError("producer closed before the record was sent"))
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

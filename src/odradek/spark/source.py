@@ -42,8 +42,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..client.consumer import Consumer
 from ..client.errors import KafkaConnectionError, KafkaTimeoutError
+from ..client.sync_consumer import Consumer
 from ..client.types import TopicPartition
 from ..common import TopicPartition as TP
 from .offsets import (

@@ -24,16 +24,14 @@ reference to the open file and POSIX keeps an unlinked file readable while it is
 from __future__ import annotations
 
 import bisect
-import contextlib
 import functools
-import re
 import shutil
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
+from ..common.clock import now_ms
 from ..protocol.control_records import EndTransactionMarker, end_txn_marker_of
 from ..protocol.records import (
     BatchHeader,
@@ -43,7 +41,7 @@ from ..protocol.records import (
 )
 from .append_origin import AppendOrigin
 from .checkpoint_writer import CheckpointWriter
-from .checkpoints import fsync_dir, fsync_path
+from .checkpoints import fsync_dir
 from .errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -52,7 +50,9 @@ from .errors import (
 from .index import NO_TIMESTAMP
 from .leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochFileCache
 from .log_config import LogConfig
+from .log_dir_name import parse_topic_partition
 from .log_loader import LogLoader, rebuild_producer_state, replay_producer_batches
+from .log_results import AppendInfo, FetchData, FlushPlan, OffsetAndTimestamp, fsync_files
 from .log_segments import LogSegments, segment_kwargs
 from .log_validator import (
     check_follower_offsets,
@@ -66,8 +66,8 @@ from .producer_state import (
     ProducerStateEntry,
     ProducerStateManager,
 )
-from .segment import DELETED_SUFFIX, SWAP_SUFFIX, FileHandleCache, FileRegion, LogSegment
-from .transaction_index import AbortedTransaction, AbortedTxn
+from .segment import DELETED_SUFFIX, SWAP_SUFFIX, FileHandleCache, LogSegment
+from .transaction_index import AbortedTxn
 from .transaction_state import TxnCompletion, collect_aborted_transactions
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets special timestamps
@@ -102,66 +102,14 @@ def _io(what: str) -> Callable[[_F], _F]:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
-    """What an append did (Kafka's LogAppendInfo). For a duplicate of an idempotent producer's
-    batch, the ORIGINAL offsets and ``duplicate=True``; nothing was written."""
-
-    first_offset: int
-    last_offset: int
-    log_append_time: int
-    log_start_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    duplicate: bool = False
-    valid_bytes: int = 0
 
 
-@dataclass(slots=True)
-class FetchData:
-    """The result of ``Log.read``: file regions of whole batches (possibly from several
-    segments) plus the offsets a Fetch response reports."""
-
-    regions: list[FileRegion]
-    fetch_offset: int
-    high_offset: int  # the bound used: no batch at or after it was returned
-    log_start_offset: int
-    log_end_offset: int
-    first_entry_incomplete: bool = False
-    # read_committed reads: the aborted transactions overlapping the data (else None)
-    aborted_transactions: list[AbortedTransaction] | None = None
-
-    @property
-    def size(self) -> int:
-        return sum(r.size for r in self.regions)
-
-    def read_bytes(self) -> bytes:
-        return b"".join(r.read_bytes() for r in self.regions)
 
 
-class OffsetAndTimestamp(NamedTuple):
-    offset: int
-    timestamp: int
 
 
-_MARKED_DIR = re.compile(r"^(.+)\.[0-9a-f]{32}-(?:future|delete)$")
 
 
-def parse_topic_partition(dir_name: str) -> tuple[str, int]:
-    """``<topic>-<partition>`` -> (topic, partition). Topics may contain '-'. A future or
-    deleted log's ``<topic>-<partition>.<uuid>-future`` / ``-delete`` names its partition too
-    (Kafka's parseTopicPartitionName)."""
-    marked = _MARKED_DIR.match(dir_name)
-    if marked is not None:
-        dir_name = marked.group(1)
-    topic, sep, partition = dir_name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        raise ValueError(f"{dir_name!r} is not a <topic>-<partition> log directory name")
-    return topic, int(partition)
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,25 +159,8 @@ class _MaxPositionCache:
     position: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class FlushPlan:
-    """What a flush up to `offset` must fsync: files (log and indexes of the segments below
-    it) and, for segments created since the last flush, their directory."""
-
-    offset: int
-    files: tuple[Path, ...]
-    directory: Path | None
-    truncations: int
 
 
-def fsync_files(plan: FlushPlan) -> None:
-    """The plan's fsyncs (any thread). A file removed meanwhile (retention, truncation) needs
-    none; other errors propagate."""
-    for path in plan.files:
-        with contextlib.suppress(FileNotFoundError):
-            fsync_path(path)
-    if plan.directory is not None:
-        fsync_dir(plan.directory)
 
 
 class Log:
@@ -246,7 +177,7 @@ class Log:
         self.checkpoint_writer = checkpoint_writer  # leader-epoch-checkpoint off the loop
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
-        self.clock = clock or _wall_clock_ms
+        self.clock = clock or now_ms
         self.handle_cache = handle_cache if handle_cache is not None else FileHandleCache(64)
         self._segments = LogSegments()
         self.log_start_offset = 0
