@@ -121,31 +121,3 @@ def test_option_errors(spark: Any, cluster: Cluster) -> None:
     with pytest.raises(Exception, match="INVALID_TRANSACTION_TIMEOUT"):
         write(deliveryGuarantee="exactly-once", **{"kafka.transaction.timeout.ms": "3600000"})
     assert read_topic(bs, topic) == []
-
-
-def test_transaction_timeout_shorter_than_the_write_is_a_clear_error(spark: Any) -> None:
-    """A write that takes longer than kafka.transaction.timeout.ms: the coordinator aborts
-    the tasks' transactions, the driver's commit fails naming the option, nothing is
-    visible."""
-    c = start_cluster(1, **{"transaction.abort.timed.out.transaction.cleanup.interval.ms": 300})
-    try:
-        bs = bootstrap(c)
-        topic = topic_name("eos-timeout")
-        create_topic(bs, topic, 1)
-        from pyspark.sql.functions import udf
-
-        @udf("string")
-        def slow(v: str) -> str:
-            import time
-            time.sleep(0.05)
-            return v
-
-        df = spark.createDataFrame([(f"s{i}",) for i in range(60)], "value string")
-        df = df.repartition(1).select(slow("value").alias("value"))
-        with pytest.raises(Exception, match=r"more than\s+kafka\.transaction\.timeout\.ms=1000"):
-            (df.write.format("odradek").mode("append").option("kafka.bootstrap.servers", bs)
-             .option("topic", topic).option("deliveryGuarantee", "exactly-once")
-             .option("kafka.transaction.timeout.ms", "1000").save())
-        assert read_topic(bs, topic) == []
-    finally:
-        c.stop()
