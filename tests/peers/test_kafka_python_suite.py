@@ -42,20 +42,36 @@ KAFKA_VERSION = "2.8.2"
 EXPECTED_PASSED = 50
 
 #: kafka-python's test broker (servers/resources/1.0/kafka.properties) for one broker, with the
-#: partition and replica counts its `KafkaFixture` renders into it (4 and 1).
+#: partition and replica counts its `KafkaFixture` renders into it (4 and 1). The cluster sets
+#: `broker.id`, `listeners` and `log.dirs`; it runs on its embedded coordination store, so the
+#: template's `zookeeper.*` keys are left out (its 500 ms session would expire on a loaded
+#: machine). `auto.create.topics.enable` is Kafka's default, written out.
 BROKER_CONFIG: dict[str, str] = {
-    "auto.create.topics.enable": "true",
-    "num.partitions": "4",
-    "default.replication.factor": "1",
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "2",
-    "offsets.commit.timeout.ms": "500",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "group.min.session.timeout.ms": "1000",
-    "group.initial.rebalance.delay.ms": "0",
+    "security.inter.broker.protocol": "PLAINTEXT",
     "authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer",
     "allow.everyone.if.no.acl.found": "true",
+    "num.network.threads": "3",
+    "num.io.threads": "8",
+    "socket.send.buffer.bytes": "102400",
+    "socket.receive.buffer.bytes": "102400",
+    "socket.request.max.bytes": "104857600",
+    "num.partitions": "4",
+    "default.replication.factor": "1",
+    "replica.lag.time.max.ms": "1000",
+    "replica.socket.timeout.ms": "1000",
+    "num.recovery.threads.per.data.dir": "1",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "log.retention.hours": "168",
+    "log.segment.bytes": "1073741824",
+    "log.retention.check.interval.ms": "300000",
+    "log.cleaner.enable": "false",
+    "offsets.commit.timeout.ms": "500",
+    "offsets.topic.num.partitions": "2",
+    "group.min.session.timeout.ms": "1000",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "true",
 }
 
 #: Tests not run, each with the reason: they need a broker of their own, or (the last) odradek
