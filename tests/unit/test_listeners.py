@@ -151,6 +151,21 @@ def test_security_defaults_change_nothing() -> None:
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
 
 
+@pytest.mark.parametrize("name", ["kafka.security.authorizer.AclAuthorizer",
+                                  "kafka.security.auth.SimpleAclAuthorizer"])
+def test_kafka_28_authorizer_names_run_the_acl_authorizer(name: str) -> None:
+    """Kafka 2.8 still runs its deprecated SimpleAclAuthorizer (KIP-504 replaced it with
+    AclAuthorizer, 3.0 removed it) on the same ACLs; test brokers such as kafka-python's name
+    it."""
+    from odradek.server.authorizer import AclAuthorizer, authorizer_from_config
+
+    c = KafkaConfig.from_properties({"authorizer.class.name": name,
+                                     "allow.everyone.if.no.acl.found": "true"})
+    authorizer = authorizer_from_config(c, store=None, broker_id=0)  # type: ignore[arg-type]
+    assert isinstance(authorizer, AclAuthorizer)
+    assert authorizer.allow_everyone_if_no_acl_found
+
+
 def test_listener_prefixed_unknown_keys_are_reported() -> None:
     c = KafkaConfig.from_properties({"listener.name.plaintext.no.such.key": "1",
                                      "listener.name.plaintext.plain.sasl.jaas.config": "x"})

@@ -12,8 +12,9 @@ Decisions are logged as Kafka's authorizer logger (`kafka.authorizer.logger`) lo
 denials at INFO, allows at DEBUG, to `kafka-authorizer.log` beside the state-change log.
 
 `authorizer_from_config` builds the broker's authorizer from `authorizer.class.name`:
-empty is ALLOW_ALL; Kafka's `kafka.security.authorizer.AclAuthorizer` (and its odradek name
-`odradek.security.AclAuthorizer`) is this class; anything else is a ConfigError.
+empty is ALLOW_ALL; Kafka's `kafka.security.authorizer.AclAuthorizer` (also under 2.8's deprecated
+`kafka.security.auth.SimpleAclAuthorizer` and odradek's `odradek.security.AclAuthorizer`) is this
+class; anything else is a ConfigError.
 """
 
 from __future__ import annotations
@@ -50,14 +51,12 @@ from ..security.acl import (
     parse_super_users,
 )
 from ..security.authorizer import ALLOW_ALL, Authorizer
-from .configs.config import ConfigError
+from .configs.config import ACL_AUTHORIZER_NAMES, ConfigError
 
 log = logging.getLogger("odradek.authorizer")
 AUTHORIZER_LOGGER = "kafka.authorizer.logger"
 audit = logging.getLogger(AUTHORIZER_LOGGER)
 
-ACL_AUTHORIZER_NAMES = ("kafka.security.authorizer.AclAuthorizer",
-                        "odradek.security.AclAuthorizer")
 #: Kafka's ZkNodeChangeNotificationListener purges notifications older than this.
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 #: Decisions cached between ACL changes, at most (then the cache starts over).

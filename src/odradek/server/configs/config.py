@@ -138,6 +138,14 @@ class Def:
 #: The replica selectors odradek knows (KIP-392), by Kafka's class names.
 REPLICA_SELECTORS = ("org.apache.kafka.common.replica.RackAwareReplicaSelector",)
 
+#: The `authorizer.class.name` values that mean Kafka's ACL authorizer
+#: (server/authorizer.py): AclAuthorizer (KIP-504, Kafka 2.4), the deprecated
+#: SimpleAclAuthorizer that Kafka 2.8 still runs over the same ACLs (removed in 3.0), and
+#: odradek's own name for it.
+ACL_AUTHORIZER_NAMES = ("kafka.security.authorizer.AclAuthorizer",
+                        "kafka.security.auth.SimpleAclAuthorizer",
+                        "odradek.security.AclAuthorizer")
+
 
 def _at_least(n: int) -> Callable[[Any], bool]:
     return lambda v: v >= n
@@ -336,9 +344,8 @@ DEFS: dict[str, Def] = {
     "connection.failed.authentication.delay.ms": Def(_int32, 100, _at_least(0), ">= 0"),
     "java.security.auth.login.config": Def(_str, None),  # a JAAS file (KafkaServer, Client)
     # -- authorization ------------------------------------------------------------------------
-    "authorizer.class.name": Def(_str, "", _one_of(
-        "", "kafka.security.authorizer.AclAuthorizer", "odradek.security.AclAuthorizer"),
-        "empty, kafka.security.authorizer.AclAuthorizer or odradek.security.AclAuthorizer"),
+    "authorizer.class.name": Def(_str, "", _one_of("", *ACL_AUTHORIZER_NAMES),
+                                 "empty or " + ", ".join(ACL_AUTHORIZER_NAMES)),
     "super.users": Def(_str, ""),  # principals separated by ";" (see KafkaConfig.super_users)
     "allow.everyone.if.no.acl.found": Def(_bool, False),
     "zookeeper.set.acl": Def(_bool, False),

@@ -1,0 +1,1 @@
+"""Peers' own test suites, fetched at test time and run against odradek (docs/compatibility.md)."""
