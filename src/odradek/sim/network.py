@@ -43,13 +43,15 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..faults.network import RETRANSMISSION_TIMEOUT_MS
-from ..security.connector import ClientSecurity
 from .digest import Digest
 from .loop import NotSimulated, pread_region
 from .random import SimRandom
+
+if TYPE_CHECKING:
+    from ..security.connector import ClientSecurity
 
 __all__ = ["TCP_TIMEOUT_S", "Link", "SimListener", "SimNetwork", "SimTransport"]
 
