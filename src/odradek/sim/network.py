@@ -361,11 +361,17 @@ class SimListener:
     """A listening (host, port): `close()` stops accepting; accepted connections stay."""
 
     def __init__(self, net: SimNetwork, host: str, port: int,
-                 protocol_factory: ProtocolFactory) -> None:
+                 protocol_factory: Callable[..., asyncio.BaseProtocol],
+                 peer_aware: bool = False) -> None:
         self.net = net
         self.host = host
         self.port = port
         self.protocol_factory = protocol_factory
+        self.peer_aware = peer_aware
+
+    def protocol_for(self, peer: tuple[str, int]) -> asyncio.BaseProtocol:
+        """The protocol of a connection accepted from `peer`."""
+        return self.protocol_factory(peer) if self.peer_aware else self.protocol_factory()
 
     def close(self) -> None:
         if self.net.listeners.get((self.host, self.port)) is self:
@@ -414,15 +420,17 @@ class SimNetwork:
             if (host, port) not in self.listeners:
                 return port
 
-    def listen(self, host: str, port: int, protocol_factory: ProtocolFactory) -> SimListener:
-        """Accept connections to (host, port) with a protocol from `protocol_factory`; port 0
-        picks a free one (the listener's `port`). OSError if the address is taken."""
+    def listen(self, host: str, port: int, protocol_factory: Callable[..., asyncio.BaseProtocol],
+               *, peer_aware: bool = False) -> SimListener:
+        """Accept connections to (host, port) with a protocol from `protocol_factory` (called
+        with the peer's (host, port) if `peer_aware`); port 0 picks a free one (the
+        listener's `port`). OSError if the address is taken."""
         if port == 0:
             port = self._ephemeral_port(host)
         if (host, port) in self.listeners:
             raise OSError(98, f"address already in use: {host}:{port}")
         listener = self.listeners[(host, port)] = SimListener(self, host, port,
-                                                              protocol_factory)
+                                                              protocol_factory, peer_aware)
         return listener
 
     # -- connecting ------------------------------------------------------------------------
@@ -530,7 +538,7 @@ class SimNetwork:
             server.closing = server.lost = True
             self._forget_if_done(conn)
             return
-        server.protocol = listener.protocol_factory()
+        server.protocol = listener.protocol_for(server.remote)
         server.connected = True
         server.out.send(SYNACK)  # type: ignore[union-attr]
         server.protocol.connection_made(server)
