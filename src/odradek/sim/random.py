@@ -9,12 +9,12 @@ draws then do not shift when another component draws more or less, so adding a w
 does not change every link's latency. Forks are cached: one stream per name.
 
 The seam for production code (designed, not wired yet): odradek's own random choices
-(`uuid.uuid4()` for topic ids and member ids, `random` in the fetch session cache, the client's
-sticky partitioner) would call one accessor in `odradek.common`, say `common.entropy.source()`,
-returning a `random.Random`; it returns a process-wide `random.SystemRandom` unless a simulation
-has installed its fork (`install(sim.random.fork("odradek"))`) for the run, the same shape as
-`common.clock.now_ms()` for the wall clock. Nothing reads that hook yet, so it does not exist
-yet; see docs/simulation.md.
+(`uuid.uuid4()` for topic ids and member ids, the client's sticky partitioner; the fetch
+session cache already takes an `rng`) would call one accessor in `odradek.common`, say
+`common.entropy.source()`, returning a `random.Random`: a process-wide `random.SystemRandom`
+unless a simulation has installed its fork (`install(sim.random.fork("odradek"))`) for the run,
+the same shape as `common.clock.now_ms()` for the wall clock. Nothing reads that hook yet, so
+it does not exist yet; see docs/simulation.md.
 """
 
 from __future__ import annotations
