@@ -415,3 +415,37 @@ def test_under_timeouts_and_resets_each_connection_gets_a_prefix(
         assert complete + len(errors) >= len(received) - sum(1 for b in received if not b)
 
     run(main, seed=seed)
+
+
+def test_a_stall_never_times_out() -> None:
+    async def main(sim: Simulation) -> None:
+        net = sim.network
+        stream_server(net, "broker", 9092, echo)
+        reader, writer = await net.open_connection("client", "broker", 9092)
+        net.stall("client", "broker")
+        writer.write(b"patience")
+        read = asyncio.ensure_future(reader.readexactly(8))
+        await asyncio.sleep(3600)  # far past TCP's give-up time of a cut
+        assert not read.done()
+        net.heal("client", "broker")
+        assert await read == b"patience"
+
+    run(main)
+
+
+def test_write_eof_half_closes() -> None:
+    async def main(sim: Simulation) -> None:
+        async def reply_after_eof(reader: asyncio.StreamReader,
+                                  writer: asyncio.StreamWriter) -> None:
+            request = await reader.read()  # until the client's FIN
+            writer.write(request[::-1])
+            writer.close()
+
+        stream_server(sim.network, "broker", 9092, reply_after_eof)
+        reader, writer = await sim.network.open_connection("client", "broker", 9092)
+        writer.write(b"abc")
+        assert writer.can_write_eof()
+        writer.write_eof()
+        assert await reader.read() == b"cba"
+
+    run(main)
