@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 import pytest
 
 from odradek.client.connection import BrokerConnection
+from odradek.client.errors import KafkaConnectionError, KafkaTimeoutError
 from odradek.protocol.codec import decode_request
 from odradek.server.apis import advertised_versions
 from odradek.server.apis.api_versions import ApiVersionsApi
@@ -128,3 +129,53 @@ def test_file_regions_go_out_through_sendfile_as_bytes(tmp_path: Path) -> None:
         assert sent == [300_000, 70_000] * 3  # regions of 64 KiB or more: loop.sendfile
 
     Simulation(3).run(main)
+
+
+def slow_after_the_first(conn: Connection, payload: bytes) -> Any:
+    """ApiVersions, answered at once the first time on a connection, after 5 s later on."""
+    response = api_versions_only(conn, payload)
+    if not conn.attributes.get("answered"):
+        conn.attributes["answered"] = True
+        return response
+
+    async def later() -> bytes:
+        await asyncio.sleep(5)
+        assert isinstance(response, bytes)
+        return response
+
+    return later()
+
+
+def test_faults_fail_the_clients_requests_and_free_the_brokers_slots() -> None:
+    async def main(sim: Simulation) -> None:
+        net = sim.network
+        server = SocketServer(slow_after_the_first, max_request_size=1 << 20)
+        serve_socket_server(net, BROKER, 9092, server)
+        connect = net.connector(CLIENT)
+
+        # a reset fails every request in flight with KafkaConnectionError
+        client = BrokerConnection(BROKER, 9092, connector=connect)
+        await client.connect()
+        pending = [asyncio.ensure_future(client.send(18, client_software_name="odradek",
+                                                     client_software_version="1"))
+                   for _ in range(10)]
+        await asyncio.sleep(1)
+        net.reset(CLIENT, BROKER)
+        results = await asyncio.gather(*pending, return_exceptions=True)
+        assert all(isinstance(r, KafkaConnectionError) for r in results)
+        await asyncio.sleep(0.1)
+        assert not server.connections and server.connection_quotas.total == 0
+
+        # a stall: the request times out at request.timeout.ms, exactly
+        client = BrokerConnection(BROKER, 9092, connector=connect, request_timeout_ms=3000)
+        await client.connect()
+        net.stall(CLIENT, BROKER)
+        sent_at = sim.now
+        with pytest.raises(KafkaTimeoutError):
+            await client.send(18, client_software_name="odradek", client_software_version="1")
+        assert sim.now - sent_at == pytest.approx(3.0, abs=1e-9)
+        net.heal(CLIENT, BROKER)
+        await asyncio.sleep(1)  # the client's close reaches the broker
+        assert not server.connections
+
+    Simulation(9).run(main)
