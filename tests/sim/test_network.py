@@ -36,6 +36,17 @@ def stream_server(net: SimNetwork, host: str, port: int,
     net.listen(host, port, factory)
 
 
+def keep_accepted(net: SimNetwork) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A stream server on broker:9092 that only keeps what it accepts, for the test to use."""
+    accepted: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def keep(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append((reader, writer))
+
+    stream_server(net, "broker", 9092, keep)
+    return accepted
+
+
 async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(4096):
@@ -119,12 +130,7 @@ def test_order_and_no_duplicates_under_jitter_and_loss() -> None:
 
 def test_a_reset_raises_on_both_ends() -> None:
     async def main(sim: Simulation) -> None:
-        accepted: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-
-        async def keep(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            accepted.append((reader, writer))
-
-        stream_server(sim.network, "broker", 9092, keep)
+        accepted = keep_accepted(sim.network)
         reader, writer = await sim.network.open_connection("client", "broker", 9092)
         await asyncio.sleep(0.1)
         sim.network.reset("client", "broker")
@@ -141,21 +147,16 @@ def test_a_reset_raises_on_both_ends() -> None:
 
 def test_abort_resets_the_peer_and_close_ends_its_stream() -> None:
     async def main(sim: Simulation) -> None:
-        accepted: list[asyncio.StreamReader] = []
-
-        async def keep(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            accepted.append(reader)
-
-        stream_server(sim.network, "broker", 9092, keep)
+        accepted = keep_accepted(sim.network)
         _, w1 = await sim.network.open_connection("client", "broker", 9092)
         _, w2 = await sim.network.open_connection("client", "broker", 9092)
         await asyncio.sleep(0.1)
         w1.write(b"last words")
         w1.close()
-        assert await accepted[0].read() == b"last words"  # then end-of-stream
+        assert await accepted[0][0].read() == b"last words"  # then end-of-stream
         w2.transport.abort()
         with pytest.raises(ConnectionResetError):
-            await accepted[1].read(10)
+            await accepted[1][0].read(10)
 
     run(main)
 
@@ -212,12 +213,7 @@ def test_a_connect_across_a_cut_times_out_and_works_after_the_heal() -> None:
 def test_a_long_cut_times_the_connection_out_like_tcp() -> None:
     async def main(sim: Simulation) -> None:
         net = sim.network
-        accepted: list[asyncio.StreamReader] = []
-
-        async def keep(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            accepted.append(reader)
-
-        stream_server(net, "broker", 9092, keep)
+        accepted = keep_accepted(net)
         reader, writer = await net.open_connection("client", "broker", 9092)
         await asyncio.sleep(0.1)
         net.cut("client", "broker", timeout=30.0)
@@ -227,7 +223,7 @@ def test_a_long_cut_times_the_connection_out_like_tcp() -> None:
             await reader.read(10)
         assert 30.0 < sim.now - cut_at < 30.1  # parked when due, then 30 s
         with pytest.raises(ConnectionResetError):
-            await accepted[0].read(10)
+            await accepted[0][0].read(10)
 
     run(main)
 
