@@ -22,7 +22,7 @@ as a heuristic to let coroutines reach their timers; executors still run on real
 while one is busy it advances time in real-time steps (`idle_step`), so how far time moved
 depends on thread scheduling; equal deadlines keep asyncio's heap order. Fast-forwarding is
 what it is built for, determinism is not, and it is shaped as a pytest plugin. The loop here
-is about two hundred lines of plain asyncio subclassing with none of those heuristics: when
+is under three hundred lines of plain asyncio subclassing with none of those heuristics: when
 nothing is ready nothing can happen until the next timer, because nothing outside the loop
 exists.
 """
