@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from .. import __version__
 from ..protocol.codec import build, decode_response, encode_request, request_class, response_class
-from ..security.connector import ClientSecurity, open_connection
+from ..security.connector import ClientSecurity, Connector, open_connection
 from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
 
 log = logging.getLogger("odradek.client")
@@ -105,8 +105,12 @@ class BrokerConnection:
 
     def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str = "odradek",
                  request_timeout_ms: int = 30000, connect_timeout_ms: int = 10000,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 connector: Connector = open_connection) -> None:
         self.host = host
+        # how the connection is opened (security.connector's seam; a simulated network's
+        # connector in odradek.sim)
+        self.connector = connector
         self.port = port
         self.security = security  # TLS / SASL (security.protocol and friends); None: PLAINTEXT
         self.node_id = node_id
@@ -136,7 +140,7 @@ class BrokerConnection:
 
     async def connect(self) -> None:
         try:
-            self._reader, self._writer = await open_connection(
+            self._reader, self._writer = await self.connector(
                 self.host, self.port, self.security, timeout=self.connect_timeout,
                 client_id=self.client_id)
         except (TimeoutError, OSError) as exc:  # TLS handshake failures are OSErrors too

@@ -512,11 +512,17 @@ class SocketServer:
             self._sockets.append((sock, listener))
         if bound < 0:
             raise OSError(f"could not bind {host}:{port}")
-        self.bound_ports.append(bound)
-        listener.port = bound
+        self.add_listener(listener, bound)
+        return bound
+
+    def add_listener(self, listener: Listener, port: int) -> None:
+        """Record a listener bound on `port`: by :meth:`start`, or by a transport of another
+        kind (the simulated network, odradek.sim) that hands its connections to
+        :meth:`admit` and :meth:`connection_for` as the accept loop does."""
+        self.bound_ports.append(port)
+        listener.port = port
         self.listeners[listener.name] = listener
         self.connection_quotas.add_listener(listener.name)
-        return bound
 
     async def start_serving(self) -> None:
         if self._accept_tasks:
@@ -557,19 +563,13 @@ class SocketServer:
                 await asyncio.sleep(0.1)
                 continue
             ip = normalize_ip(str(address[0]))
-            try:
-                quotas.inc(listener.name, ip)
-            except TooManyConnections as exc:
-                quotas.dec(listener.name, ip)
-                log.info("Rejected connection from %s, address already has the configured "
-                         "maximum of %d connections.", ip, exc.limit)
+            if not self.admit(listener, ip):
                 _close_quietly(client)
                 continue
-            self._enforce_broker_limit(listener)
             try:
                 client.setblocking(False)
                 await loop.connect_accepted_socket(
-                    lambda ip=ip: self._connection(listener, ip), client)
+                    lambda ip=ip: self.connection_for(listener, ip), client)
             except asyncio.CancelledError:
                 quotas.dec(listener.name, ip)
                 _close_quietly(client)
@@ -579,7 +579,23 @@ class SocketServer:
                 _close_quietly(client)
                 log.info("Could not set up a connection from %s: %s", ip, exc)
 
-    def _connection(self, listener: Listener, ip: str) -> Connection:
+    def admit(self, listener: Listener, ip: str) -> bool:
+        """Count a connection just accepted from `ip` (Kafka's ConnectionQuotas.inc) and
+        enforce the broker-wide limit; False, with nothing counted, when `ip` already has
+        max.connections.per.ip connections (the caller closes it)."""
+        quotas = self.connection_quotas
+        try:
+            quotas.inc(listener.name, ip)
+        except TooManyConnections as exc:
+            quotas.dec(listener.name, ip)
+            log.info("Rejected connection from %s, address already has the configured "
+                     "maximum of %d connections.", ip, exc.limit)
+            return False
+        self._enforce_broker_limit(listener)
+        return True
+
+    def connection_for(self, listener: Listener, ip: str) -> Connection:
+        """The protocol of an admitted connection from `ip` on `listener`."""
         conn = Connection(self, listener)
         conn.quota_address = ip
         return conn
