@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from odradek.coordinator.group import Empty
 from odradek.coordinator.metadata_manager import GroupMetadataManager
 from odradek.coordinator.offsets import partition_for
-from tests.unit.txn_groups_support import (
+from tests.unit.coordinator.txn_groups_support import (
     FakeReplicas,
     group_batch,
     load_all,

@@ -20,7 +20,7 @@ from odradek.coordinator.group import (
 )
 from odradek.coordinator.group_coordinator import GroupConfig, GroupCoordinator, txn_commit_error
 from odradek.coordinator.offsets import OffsetAndMetadata
-from tests.unit.txn_groups_support import FakeReplicas
+from tests.unit.coordinator.txn_groups_support import FakeReplicas
 
 TP = ("t", 0)
 

@@ -23,7 +23,12 @@ from odradek.coordinator.group import (
 from odradek.coordinator.metadata_manager import GroupMetadataManager
 from odradek.coordinator.offsets import OffsetAndMetadata, partition_for
 from odradek.storage.append_origin import AppendOrigin
-from tests.unit.txn_groups_support import FakeReplicas, load_all, make_manager, marker_batch
+from tests.unit.coordinator.txn_groups_support import (
+    FakeReplicas,
+    load_all,
+    make_manager,
+    marker_batch,
+)
 
 PARTITIONS = 2
 

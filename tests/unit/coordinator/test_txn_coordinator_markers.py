@@ -25,7 +25,11 @@ from odradek.coordinator.transaction_state import (
 )
 from odradek.coordinator.transaction_state_manager import TransactionConfig, TransactionStateManager
 from odradek.protocol.codec import decode_request, encode_response, make, response_module
-from tests.unit.test_txn_coordinator_decisions import Clock, MemoryPartition, MemoryReplicas
+from tests.unit.coordinator.test_txn_coordinator_decisions import (
+    Clock,
+    MemoryPartition,
+    MemoryReplicas,
+)
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 STATE_TP = TopicPartition("__transaction_state", 0)
