@@ -140,7 +140,7 @@ def test_security_doc_python_snippets_compile_and_import() -> None:
     import ast
     import importlib
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
     snippets = re.findall(r"```python\n(.*?)```", doc, re.S)
     assert len(snippets) >= 2
     for snippet in snippets:
