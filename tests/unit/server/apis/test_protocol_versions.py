@@ -12,7 +12,7 @@ from odradek.server.apis import advertised_versions
 from odradek.server.configs.config import KafkaConfig
 from odradek.storage.log_config import LogConfig
 
-DESIGN = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text(encoding="utf-8")
+DESIGN = (Path(__file__).resolve().parents[4] / "docs" / "design.md").read_text(encoding="utf-8")
 
 # Kafka 2.8's validVersions of every request schema whose listeners include "zkBroker"
 # (clients/src/main/resources/common/message/*Request.json at the 2.8 branch).
