@@ -32,7 +32,8 @@ def wait_until(pred: object, timeout: float = 10.0) -> None:
     (0, 9, 10, True),          # under the record bound
     (0, 10, 10, False),        # at the record bound
 ])
-def test_fits(bytes_out: int, records_out: int, size: int, expected: bool) -> None:
+def test_fits_within_the_byte_and_record_bounds(bytes_out: int, records_out: int, size: int,
+                                                 expected: bool) -> None:
     assert fits(bytes_out, records_out, size, 1000, 10) is expected
 
 

@@ -243,7 +243,7 @@ def test_nice_ticks_cover_the_range(lo: float, hi: float) -> None:
     assert steps == {1.0}
 
 
-def test_human() -> None:
+def test_human_shortens_thousands_and_millions() -> None:
     assert [human(v) for v in (0, 1234, 12345, 2.5e6, 0.5, -7)] == \
         ["0", "1234", "12.3k", "2.5M", "0.5", "-7"]
 

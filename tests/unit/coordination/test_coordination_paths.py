@@ -19,7 +19,7 @@ def j(data: bytes) -> object:
     return json.loads(data)
 
 
-def test_layout() -> None:
+def test_znode_paths_and_sequence_numbers_are_kafkas() -> None:
     assert paths.broker_path(3) == "/brokers/ids/3"
     assert paths.topic_path("t") == "/brokers/topics/t"
     assert paths.topic_partitions_path("t") == "/brokers/topics/t/partitions"

@@ -61,7 +61,7 @@ def scram_exchange(auth: SaslAuthenticator, mechanism: str, user: str, password:
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_scram(mechanism: str) -> None:
+def test_scram_authenticates_and_refuses_bad_credentials(mechanism: str) -> None:
     auth = SaslAuthenticator(ALL)
     auth.handshake(mechanism, 0)
     assert auth.raw

@@ -24,7 +24,7 @@ def test_defaults_and_names() -> None:
     assert (d.prefix, d.transaction_timeout_ms) == ("mine", 60000)
 
 
-def test_errors() -> None:
+def test_bad_delivery_options_are_refused_with_a_message() -> None:
     with pytest.raises(OptionError, match="deliveryGuarantee must be"):
         parse_delivery({"deliveryguarantee": "twice"}, None)
     with pytest.raises(OptionError, match=r"transactional\.id' is not supported"):

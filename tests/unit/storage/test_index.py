@@ -176,7 +176,7 @@ class TestTimeIndex:
         idx.maybe_append(200, BASE + 5)
         assert idx.last_entry() == (200, BASE + 5)
 
-    def test_lookup(self, tmp_path: Path) -> None:
+    def test_lookup_finds_the_last_entry_at_or_before_the_timestamp(self, tmp_path: Path) -> None:
         idx = time_index(tmp_path)
         for ts, rel in [(100, 1), (200, 5), (300, 9)]:
             idx.maybe_append(ts, BASE + rel)

@@ -101,7 +101,7 @@ def test_epoch_for_offset(tmp_path: Path) -> None:
     assert c.earliest_entry() == (1, 10)
 
 
-def test_clear(tmp_path: Path) -> None:
+def test_clear_empties_the_cache_and_its_checkpoint(tmp_path: Path) -> None:
     c = cache(tmp_path, (1, 10))
     c.clear()
     assert c.entries() == [] and c.latest_epoch is None

@@ -149,7 +149,8 @@ def test_find_logs_dirs_files_and_rotation(tmp_path: Path) -> None:
         find_logs([str(tmp_path)], "(")
 
 
-def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_merges_broker_logs_in_time_order_and_filters(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for b in (0, 1):
         d = tmp_path / f"broker-{b}"
         d.mkdir()
