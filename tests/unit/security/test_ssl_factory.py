@@ -21,11 +21,6 @@ from odradek.security.ssl_factory import (
 from tests.tls_certs import PASSWORD, Certs, handshake, make_certs
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
-
-
 def _client(certs: Certs, **extra: str) -> ssl.SSLContext:
     return client_ssl_context({"ssl.truststore.location": str(certs.ca_pem),
                                "ssl.truststore.type": "PEM", **extra})

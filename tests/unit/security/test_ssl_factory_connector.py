@@ -12,12 +12,7 @@ from odradek.client.config import PRODUCER, build_config
 from odradek.security.connector import ClientSecurity, open_connection
 from odradek.security.protocol import SecurityProtocol
 from odradek.security.ssl_factory import SslConfigError, server_ssl_context
-from tests.tls_certs import Certs, make_certs
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
+from tests.tls_certs import Certs
 
 
 def test_plaintext_by_default() -> None:

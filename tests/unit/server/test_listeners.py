@@ -16,12 +16,7 @@ from odradek.security.protocol import SecurityProtocol
 from odradek.server.apis.metadata import build_response
 from odradek.server.configs.config import ConfigError, Endpoint, KafkaConfig
 from odradek.server.metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
-from tests.tls_certs import Certs, make_certs
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
+from tests.tls_certs import Certs
 
 
 def cfg(**props: str) -> KafkaConfig:
