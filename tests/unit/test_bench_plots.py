@@ -62,7 +62,7 @@ def bars(svg: str) -> list[tuple[str, float]]:
             for r in root.iter(f"{NS}rect") if r.attrib.get("class") == "bar"]
 
 
-def test_number() -> None:
+def test_number_reads_a_table_cell_and_refuses_a_dash() -> None:
     assert pfd.number("**2,191,697**") == 2191697
     assert pfd.number("0.19 (0.18-0.23)") == 0.19
     assert pfd.number("-3.5 ms") == -3.5

@@ -33,7 +33,7 @@ replicas stay OAR, and replicas added for the old target that the new one does n
 stopped and deleted at once. Cancelling (AlterPartitionReassignments with null replicas) is a
 reassignment back to OAR.
 
-The decisions are pure functions (unit-tested in tests/unit/test_reassignment.py); the
+The decisions are pure functions (unit-tested in tests/unit/controller/test_reassignment.py); the
 :class:`ReassignmentManager` applies them through the state machines, the fenced writes of
 zk_client.py and the request batches. The admin side (writing and listing the admin node) is
 coordination/admin_zk.py.

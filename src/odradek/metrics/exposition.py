@@ -3,7 +3,7 @@
 timestamps, no `_created` samples) but without its per-sample name validation and escaping of
 label names: a scrape of a broker hosting many partitions (four Log gauges per partition) spends
 its time formatting samples. Anything outside that subset goes through `generate_latest`.
-tests/unit/test_metrics_exposition.py checks the two agree byte for byte.
+tests/unit/metrics/test_metrics_exposition.py checks the two agree byte for byte.
 
 `text(registry)` collects and formats at once; `format_metrics(metrics)` formats metric families
 collected earlier (a snapshot), so the HTTP listener can collect on the event loop and format in
