@@ -158,11 +158,14 @@ class FollowerFetchOutcome:
 class DelayedOperations(Protocol):
     """The requests waiting on a partition in the replica manager's purgatories (Kafka's
     DelayedOperations, which Partition completes after its state changed): told when the ISR
-    write moved the HW, and when the partition lost leadership (fenced by the state node)."""
+    write moved the HW, when the partition lost leadership (fenced by the state node), and,
+    on a follower, when a fetch response moved its HW (the replica fetcher)."""
 
     def on_high_watermark_moved(self, tp: TopicPartition) -> None: ...
 
     def on_leadership_lost(self, tp: TopicPartition) -> None: ...
+
+    def on_follower_high_watermark_moved(self, tp: TopicPartition) -> None: ...
 
 
 class _NoDelayedOperations:
@@ -172,6 +175,9 @@ class _NoDelayedOperations:
         pass
 
     def on_leadership_lost(self, tp: TopicPartition) -> None:
+        pass
+
+    def on_follower_high_watermark_moved(self, tp: TopicPartition) -> None:
         pass
 
 
@@ -433,9 +439,12 @@ class Partition:
         return self.log.append_as_follower(data)
 
     def update_follower_high_watermark(self, leader_high_watermark: int,
-                                       leader_log_start_offset: int) -> None:
+                                       leader_log_start_offset: int) -> bool:
         """S-3.3: follower HW = min(own LEO, leader HW); the log start offset follows the
-        leader's (never past the HW)."""
+        leader's (never past the HW). True when the HW changed (Kafka's
+        Log.maybeUpdateHighWatermark): consumers waiting on this follower (KIP-392) may now
+        read more."""
+        previous = self.high_watermark
         self._set_high_watermark(leader_high_watermark)
         if leader_log_start_offset >= 0:
             target = min(leader_log_start_offset, self.high_watermark)
@@ -443,6 +452,7 @@ class Partition:
                     self.log.maybe_increment_log_start_offset(target) and \
                     self.log_start_listener is not None:
                 self.log_start_listener(self)
+        return self.high_watermark != previous
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
