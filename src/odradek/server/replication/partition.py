@@ -26,7 +26,7 @@ from typing import Protocol
 from ...common import TopicPartition
 from ...protocol.records import BatchHeader
 from ...storage.append_origin import AppendOrigin
-from ...storage.errors import OffsetOutOfRangeError
+from ...storage.errors import OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from ...storage.log import AppendInfo, Log
 
 log = logging.getLogger("odradek.partition")
@@ -433,10 +433,27 @@ class Partition:
 
     def append_records_to_follower(self, data: bytes | bytearray | memoryview
                                    ) -> AppendInfo | None:
+        """Kafka's appendRecordsToFollowerOrFutureReplica. A log start offset moved inside a
+        batch (DeleteRecords) makes the leader send that batch whole to a follower whose log
+        is empty and starts at that offset: the follower restarts its log at the batch's base
+        offset and appends it (the leader's log start offset is taken after the append),
+        rather than failing the partition with UnexpectedAppendOffsetError."""
         if self.is_leader:
             raise NotLeaderError(f"broker {self.local_broker_id} leads {self}; it cannot append "
                                  f"as a follower")
-        return self.log.append_as_follower(data)
+        try:
+            return self.log.append_as_follower(data)
+        except UnexpectedAppendOffsetError as exc:
+            end = self.log.log_end_offset
+            if not (end == self.log.log_start_offset
+                    and exc.first_offset < end <= exc.last_offset):
+                raise
+            log.info("Unexpected offset in append to %s. First offset %d is less than log start "
+                     "offset %d. Since this is the first record to be appended to the "
+                     "follower's log, will start the log from offset %d.", self,
+                     exc.first_offset, end, exc.first_offset)
+            self.truncate_fully_and_start_at(exc.first_offset)
+            return self.log.append_as_follower(data)
 
     def update_follower_high_watermark(self, leader_high_watermark: int,
                                        leader_log_start_offset: int) -> bool:
