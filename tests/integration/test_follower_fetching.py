@@ -5,7 +5,7 @@ confluent-kafka consumer whose `client.rack` is a follower's rack is sent there 
 high watermark: the follower's BytesOut for the topic moves and the leader's does not. Without
 a selector, or with a client rack no replica has, the leader serves. A consumer waiting on the
 follower gets a new record once the follower's high watermark covers it (the replica fetcher
-completes its delayed fetch, Kafka's completeDelayedFetchRequests), not at its
+completes its delayed fetch, Kafka 3.4's completeDelayedFetchRequests), not at its
 `fetch.wait.max.ms`."""
 
 from __future__ import annotations

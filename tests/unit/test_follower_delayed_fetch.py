@@ -1,8 +1,9 @@
 """A follower's replica fetcher completes the consumer fetches waiting on it (KIP-392) when a
-fetch response moves its high watermark, as Kafka's ReplicaFetcherThread does
+fetch response moves its high watermark, as Kafka 3.4's ReplicaFetcherThread does
 (partitionsWithNewHighWatermark, then ReplicaManager.completeDelayedFetchRequests once per
-response): the fetch purgatory is checked for exactly the partitions whose HW moved, and a
-consumer parked on the follower gets the new record without waiting out its max wait."""
+response; Kafka 2.8 left them to their max wait): the fetch purgatory is checked for exactly the
+partitions whose HW moved, and a consumer parked on the follower gets the new record without
+waiting out its max wait."""
 
 from __future__ import annotations
 

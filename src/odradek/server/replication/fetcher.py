@@ -8,9 +8,9 @@ per partition, `replica.fetch.response.max.bytes` in all, the partition's curren
 Fetched batches are appended as they are (`Log.append_as_follower`: batch headers and CRCs only,
 never records); the follower's HW is min(its LEO, the leader's HW) and its log start offset
 follows the leader's. Once the response is processed, the consumer fetches waiting on the
-partitions whose HW moved complete (Kafka's completeDelayedFetchRequests): a consumer reading
-from this follower (KIP-392) sees new records as soon as the follower may serve them, not at its
-`fetch.max.wait.ms`.
+partitions whose HW moved complete (Kafka 3.4's completeDelayedFetchRequests; Kafka 2.8 left
+them to their max wait): a consumer reading from this follower (KIP-392) sees new records as soon
+as the follower may serve them, not at its `fetch.max.wait.ms` (docs/design.md S-3.2).
 
 A partition added to a fetcher (LeaderAndIsr made this replica a follower of a new leader or at a
 new epoch) whose log has a leader epoch goes straight to *Fetching* with that epoch as its
@@ -204,7 +204,7 @@ class ReplicaFetcher:
         self._last_requests: dict[TopicPartition, FetchPartitionRequest] = {}
         self.epoch_requests = 0  # OffsetForLeaderEpoch requests sent
         self.truncations_on_fetch = 0  # diverging epochs answered by the leader's Fetch
-        # Kafka's partitionsWithNewHighWatermark: of the response being processed
+        # Kafka 3.4's partitionsWithNewHighWatermark: of the response being processed
         self._partitions_with_new_high_watermark: list[Partition] = []
 
     def __repr__(self) -> str:
@@ -564,8 +564,9 @@ class ReplicaFetcher:
         return True
 
     def _complete_delayed_fetch_requests(self) -> None:
-        """Kafka's ReplicaFetcherThread.completeDelayedFetchRequests, once per fetch response:
-        the consumer fetches waiting on the partitions whose HW it moved re-check (KIP-392)."""
+        """Kafka 3.4's ReplicaFetcherThread.completeDelayedFetchRequests, once per fetch
+        response: the consumer fetches waiting on the partitions whose HW it moved re-check
+        (KIP-392)."""
         moved = self._partitions_with_new_high_watermark
         if not moved:
             return

@@ -82,8 +82,8 @@ class ReplicaPurgatories:
 
     def on_follower_high_watermark_moved(self, tp: TopicPartition) -> None:
         """A fetch response moved this follower's HW (told by the replica fetcher once per
-        response, Kafka's ReplicaFetcherThread.completeDelayedFetchRequests): the consumer
-        fetches waiting on `tp` here (KIP-392, keyed by partition) re-check, as Kafka's
+        response, Kafka 3.4's ReplicaFetcherThread.completeDelayedFetchRequests): the consumer
+        fetches waiting on `tp` here (KIP-392, keyed by partition) re-check, as Kafka 3.4's
         ReplicaManager.completeDelayedFetchRequests does. No replica fetches from a follower,
         so the follower keys are left alone."""
         self.fetch.check_and_complete(tp)
