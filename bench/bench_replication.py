@@ -99,9 +99,11 @@ class ProcessCluster:
 
     kind = "processes"
 
-    def __init__(self, n: int = 3, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, n: int = 3, overrides: dict[str, str] | None = None,
+                 broker_overrides: dict[int, dict[str, str]] | None = None) -> None:
         self.n = n
         self.overrides = overrides or {}
+        self.broker_overrides = broker_overrides or {}  # by broker id, e.g. broker.rack
         self.zk = None
         self.brokers: list[BrokerProcess] = []
         self.bootstrap = ""
@@ -116,7 +118,8 @@ class ProcessCluster:
             for i in range(self.n):
                 progress(f"starting broker {i} (zookeeper.connect={self.zk.connect_string})")
                 b = BrokerProcess({"broker.id": str(i), "zookeeper.connect": self.zk.connect_string,
-                                   **self.overrides}, start_timeout=60)
+                                   **self.overrides, **self.broker_overrides.get(i, {})},
+                                  start_timeout=60)
                 self.brokers.append(b)
                 b.start()
         except BaseException:

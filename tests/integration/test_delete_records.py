@@ -295,3 +295,38 @@ def test_a_follower_that_does_not_fetch_holds_the_answer_until_the_timeout(
         cluster.run(fetch_again())
     assert wire_delete(cluster, leader, topic, 0, 9) == (ErrorCode.none, 9)
     assert log_starts(cluster, topic) == {0: 9, 1: 9, 2: 9}
+
+
+def test_a_new_replica_starts_from_a_log_start_inside_a_batch(cluster: Cluster,
+                                                               admin: Admin) -> None:
+    """RF 2, one batch of 10, DeleteRecords to 5: the leader's log start offset is inside the
+    batch. A replica added by reassignment has an empty log; it starts at 5 (the leader's log
+    start), gets the whole batch from offset 0, restarts its log at 0 to append it (Kafka's
+    appendRecordsToFollowerOrFutureReplica) and takes log start 5: it catches up, joins the
+    ISR and the reassignment completes."""
+    topic = new_topic(admin, rf=2)
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                   "linger.ms": 5000}) as p:
+        for i in range(10):
+            p.send(topic, b"v-%d" % i, partition=0)
+        p.flush()
+    leader = leader_of(cluster, topic)
+
+    async def batches() -> list[tuple[int, int]]:
+        log_ = replicas(cluster, topic)[leader].log
+        return [(h.base_offset, h.last_offset) for h in log_.iter_batch_headers(0)]
+    assert cluster.run(batches()) == [(0, 9)]  # one batch
+    assert wire_delete(cluster, leader, topic, 0, 5) == (ErrorCode.none, 5)
+    new = next(b for b in range(3) if b not in replicas(cluster, topic))
+    admin.alter_partition_reassignments({(topic, 0): [leader, new]})
+    cluster.wait_for(lambda: not admin.list_partition_reassignments(), timeout=60,
+                     what="the reassignment to complete")
+
+    async def state() -> tuple[int, int, int, bool]:
+        p = cluster.brokers[new].replica_manager.partitions[(topic, 0)]
+        fetchers = cluster.brokers[new].replica_manager.fetcher_manager
+        failed = any((topic, 0) in f.failed for f in fetchers.fetchers.values())
+        return p.log_start_offset, p.log_end_offset, p.high_watermark, failed
+    cluster.wait_for(lambda: cluster.run(state()) == (5, 10, 10, False),
+                     what="the new replica at log start 5, log end 10")
+    assert first_offsets(cluster, topic)[0] == 5

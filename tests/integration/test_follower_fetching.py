@@ -3,10 +3,14 @@
 confluent-kafka consumer whose `client.rack` is a follower's rack is sent there by the leader
 (`preferred_read_replica`) and reads every record from that follower, which serves it below its
 high watermark: the follower's BytesOut for the topic moves and the leader's does not. Without
-a selector, or with a client rack no replica has, the leader serves."""
+a selector, or with a client rack no replica has, the leader serves. A consumer waiting on the
+follower gets a new record once the follower's high watermark covers it (the replica fetcher
+completes its delayed fetch, Kafka 3.4's completeDelayedFetchRequests), not at its
+`fetch.wait.max.ms`."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -96,3 +100,44 @@ def test_no_replica_in_the_client_rack_means_the_leader(cluster: Cluster) -> Non
     assert len(got) == n
     assert bytes_out(cluster, leader, topic) > 0
     assert all(bytes_out(cluster, f, topic) == 0 for f in followers)
+
+
+def test_a_consumer_waiting_on_the_follower_gets_a_new_record_before_its_max_wait(
+        cluster: Cluster) -> None:
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as Tp
+
+    max_wait_ms = 20_000  # waiting it out would take 20 s; the record must come well before
+    topic, leader, followers = topic_with_records(cluster, 1)
+    target = followers[0]
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                  "group.id": f"g-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False,
+                  "client.rack": RACKS[target], "fetch.wait.max.ms": max_wait_ms})
+    try:
+        c.assign([Tp(topic, 0, 0)])
+        first = None
+        deadline = time.monotonic() + 60
+        while first is None and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                first = m
+        assert first is not None and first.value() == b"v0"
+        cluster.wait_for(lambda: bytes_out(cluster, target, topic) > 0,
+                         what="the consumer fetching from the follower")
+        time.sleep(1.0)  # its next fetch is parked on the follower, nothing to read
+        with Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
+                       "linger.ms": 0}) as p:
+            sent = time.monotonic()
+            p.send(topic, b"late", partition=0)
+            assert p.flush(30) == 0
+        got = None
+        while got is None and time.monotonic() - sent < 30:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                got = m
+        waited = time.monotonic() - sent
+    finally:
+        c.close()
+    assert got is not None and got.value() == b"late"
+    assert bytes_out(cluster, leader, topic) == 0  # it was the follower that served it
+    assert waited < 10, f"the record took {waited:.1f} s: the fetch waited out its max wait"

@@ -32,9 +32,16 @@ class InvalidTimestampError(StorageError):
 
 
 class UnexpectedAppendOffsetError(StorageError):
-    """A follower append whose first offset is below the log end offset."""
+    """A follower append whose first offset is below the log end offset (Kafka's
+    UnexpectedAppendOffsetException): `first_offset` is the first batch's base offset,
+    `last_offset` the append's last offset."""
 
     error_code = 2  # reported as CORRUPT_MESSAGE, as Kafka's follower treats it
+
+    def __init__(self, message: str, first_offset: int = -1, last_offset: int = -1) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
 
 
 class KafkaStorageError(StorageError):

@@ -175,7 +175,7 @@ def check_follower_offsets(headers: Sequence[BatchHeader], log_end_offset: int,
     if first < log_end_offset:
         raise UnexpectedAppendOffsetError(
             f"unexpected offset in append to {log_name}: first offset {first} is less than "
-            f"the next offset {log_end_offset}"
+            f"the next offset {log_end_offset}", first, headers[-1].last_offset
         )
     prev = log_end_offset - 1
     max_ts, shallow = NO_TIMESTAMP, first

@@ -7,7 +7,10 @@ pulls every partition this broker follows from that leader in one Fetch request 
 per partition, `replica.fetch.response.max.bytes` in all, the partition's current leader epoch).
 Fetched batches are appended as they are (`Log.append_as_follower`: batch headers and CRCs only,
 never records); the follower's HW is min(its LEO, the leader's HW) and its log start offset
-follows the leader's.
+follows the leader's. Once the response is processed, the consumer fetches waiting on the
+partitions whose HW moved complete (Kafka 3.4's completeDelayedFetchRequests; Kafka 2.8 left
+them to their max wait): a consumer reading from this follower (KIP-392) sees new records as soon
+as the follower may serve them, not at its `fetch.max.wait.ms` (docs/design.md S-3.2).
 
 A partition added to a fetcher (LeaderAndIsr made this replica a follower of a new leader or at a
 new epoch) whose log has a leader epoch goes straight to *Fetching* with that epoch as its
@@ -201,6 +204,8 @@ class ReplicaFetcher:
         self._last_requests: dict[TopicPartition, FetchPartitionRequest] = {}
         self.epoch_requests = 0  # OffsetForLeaderEpoch requests sent
         self.truncations_on_fetch = 0  # diverging epochs answered by the leader's Fetch
+        # Kafka 3.4's partitionsWithNewHighWatermark: of the response being processed
+        self._partitions_with_new_high_watermark: list[Partition] = []
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher({self.name}, partitions={len(self.states)})"
@@ -515,6 +520,7 @@ class ReplicaFetcher:
                     log.debug("[%s] Error %s for partition %s-%d at offset %d", self.name,
                               err.name, tp[0], tp[1], st.fetch_offset)
                 errors.append(tp)
+        self._complete_delayed_fetch_requests()
         if diverging:
             self._truncate_on_fetch_response(diverging)
         for tp, epoch in out_of_range:
@@ -536,8 +542,9 @@ class ReplicaFetcher:
                                    f"offset = {st.fetch_offset}, log end offset = "
                                    f"{partition.log_end_offset}")
             info = partition.append_records_to_follower(data.records) if data.records else None
-            partition.update_follower_high_watermark(data.high_watermark,
-                                                     data.log_start_offset)
+            if partition.update_follower_high_watermark(data.high_watermark,
+                                                        data.log_start_offset):
+                self._partitions_with_new_high_watermark.append(partition)
         except (CorruptRecordError, InvalidRecordError) as exc:
             log.error("[%s] Found invalid messages during fetch for partition %s-%d offset %d: "
                       "%s", self.name, tp[0], tp[1], st.fetch_offset, exc)
@@ -555,6 +562,18 @@ class ReplicaFetcher:
                                   lag=max(0, data.high_watermark - next_offset),
                                   last_fetched_epoch=partition.log.latest_epoch)
         return True
+
+    def _complete_delayed_fetch_requests(self) -> None:
+        """Kafka 3.4's ReplicaFetcherThread.completeDelayedFetchRequests, once per fetch
+        response: the consumer fetches waiting on the partitions whose HW it moved re-check
+        (KIP-392)."""
+        moved = self._partitions_with_new_high_watermark
+        if not moved:
+            return
+        self._partitions_with_new_high_watermark = []
+        for partition in moved:
+            partition.delayed_operations.on_follower_high_watermark_moved(
+                (partition.topic, partition.index))
 
     async def _handle_out_of_range(self, tp: TopicPartition, request_epoch: int) -> bool:
         """Kafka's handleOutOfRangeError; True to back the partition off."""

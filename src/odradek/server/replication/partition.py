@@ -26,7 +26,7 @@ from typing import Protocol
 from ...common import TopicPartition
 from ...protocol.records import BatchHeader
 from ...storage.append_origin import AppendOrigin
-from ...storage.errors import OffsetOutOfRangeError
+from ...storage.errors import OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from ...storage.log import AppendInfo, Log
 
 log = logging.getLogger("odradek.partition")
@@ -158,11 +158,14 @@ class FollowerFetchOutcome:
 class DelayedOperations(Protocol):
     """The requests waiting on a partition in the replica manager's purgatories (Kafka's
     DelayedOperations, which Partition completes after its state changed): told when the ISR
-    write moved the HW, and when the partition lost leadership (fenced by the state node)."""
+    write moved the HW, when the partition lost leadership (fenced by the state node), and,
+    on a follower, when a fetch response moved its HW (the replica fetcher)."""
 
     def on_high_watermark_moved(self, tp: TopicPartition) -> None: ...
 
     def on_leadership_lost(self, tp: TopicPartition) -> None: ...
+
+    def on_follower_high_watermark_moved(self, tp: TopicPartition) -> None: ...
 
 
 class _NoDelayedOperations:
@@ -172,6 +175,9 @@ class _NoDelayedOperations:
         pass
 
     def on_leadership_lost(self, tp: TopicPartition) -> None:
+        pass
+
+    def on_follower_high_watermark_moved(self, tp: TopicPartition) -> None:
         pass
 
 
@@ -427,15 +433,35 @@ class Partition:
 
     def append_records_to_follower(self, data: bytes | bytearray | memoryview
                                    ) -> AppendInfo | None:
+        """Kafka's appendRecordsToFollowerOrFutureReplica. A log start offset moved inside a
+        batch (DeleteRecords) makes the leader send that batch whole to a follower whose log
+        is empty and starts at that offset: the follower restarts its log at the batch's base
+        offset and appends it (the leader's log start offset is taken after the append),
+        rather than failing the partition with UnexpectedAppendOffsetError."""
         if self.is_leader:
             raise NotLeaderError(f"broker {self.local_broker_id} leads {self}; it cannot append "
                                  f"as a follower")
-        return self.log.append_as_follower(data)
+        try:
+            return self.log.append_as_follower(data)
+        except UnexpectedAppendOffsetError as exc:
+            end = self.log.log_end_offset
+            if not (end == self.log.log_start_offset
+                    and exc.first_offset < end <= exc.last_offset):
+                raise
+            log.info("Unexpected offset in append to %s. First offset %d is less than log start "
+                     "offset %d. Since this is the first record to be appended to the "
+                     "follower's log, will start the log from offset %d.", self,
+                     exc.first_offset, end, exc.first_offset)
+            self.truncate_fully_and_start_at(exc.first_offset)
+            return self.log.append_as_follower(data)
 
     def update_follower_high_watermark(self, leader_high_watermark: int,
-                                       leader_log_start_offset: int) -> None:
+                                       leader_log_start_offset: int) -> bool:
         """S-3.3: follower HW = min(own LEO, leader HW); the log start offset follows the
-        leader's (never past the HW)."""
+        leader's (never past the HW). True when the HW changed (Kafka's
+        Log.maybeUpdateHighWatermark): consumers waiting on this follower (KIP-392) may now
+        read more."""
+        previous = self.high_watermark
         self._set_high_watermark(leader_high_watermark)
         if leader_log_start_offset >= 0:
             target = min(leader_log_start_offset, self.high_watermark)
@@ -443,6 +469,7 @@ class Partition:
                     self.log.maybe_increment_log_start_offset(target) and \
                     self.log_start_listener is not None:
                 self.log_start_listener(self)
+        return self.high_watermark != previous
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

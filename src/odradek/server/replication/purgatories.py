@@ -73,11 +73,20 @@ class ReplicaPurgatories:
         self.check_fetches(tp)
         self.produce.check_and_complete(tp)
 
-    # -- Partition.delayed_operations (told by the ISR tasks, server/replication/isr.py) ------
+    # -- Partition.delayed_operations (told by the ISR tasks, server/replication/isr.py, and
+    #    the replica fetchers, server/replication/fetcher.py) ---------------------------------
 
     def on_high_watermark_moved(self, tp: TopicPartition) -> None:
         """An ISR write moved the HW (or the ISR): waiting produces and fetches re-check."""
         self.check_produce_and_fetch(tp)
+
+    def on_follower_high_watermark_moved(self, tp: TopicPartition) -> None:
+        """A fetch response moved this follower's HW (told by the replica fetcher once per
+        response, Kafka 3.4's ReplicaFetcherThread.completeDelayedFetchRequests): the consumer
+        fetches waiting on `tp` here (KIP-392, keyed by partition) re-check, as Kafka 3.4's
+        ReplicaManager.completeDelayedFetchRequests does. No replica fetches from a follower,
+        so the follower keys are left alone."""
+        self.fetch.check_and_complete(tp)
 
     def on_leadership_lost(self, tp: TopicPartition) -> None:
         """The state node names another leader: waiting produces and DeleteRecords answer

@@ -4,6 +4,7 @@ start offset, and the tool's offset JSON and output lines (Kafka's DeleteRecords
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,20 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.records import build_batch, validate_batches
+from odradek.server.replication.fetcher import (
+    FetcherConfig,
+    InitialFetchState,
+    ReplicaFetcher,
+    initial_fetch_offset,
+)
 from odradek.server.replication.partition import NotLeaderError, Partition, PolicyViolationError
-from odradek.storage.errors import OffsetOutOfRangeError
+from odradek.storage.errors import OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
+from odradek.storage.log_manager import LogManager
 from odradek.tools.command import ToolError
 from odradek.tools.delete_records import check_duplicates, parse_offset_json, result_lines
+from tests.replication_support import LocalLeaderEndpoint, replica_manager
 
 NOW = 1_000_000
 
@@ -127,3 +136,64 @@ def test_result_lines_are_kafkas() -> None:
         "partition: a-0\tlow_watermark: 3",
         "partition: b-1\terror: org.apache.kafka.common.errors.PolicyViolationException: "
         "Request parameters do not satisfy the configured policy."]
+
+
+def test_a_new_follower_fetches_from_a_log_start_inside_a_batch(tmp_path: Path) -> None:
+    """DeleteRecords to offset 5 of one batch of 10 leaves the leader's log start inside that
+    batch; a follower with an empty log starts there (OFFSET_OUT_OF_RANGE, truncate fully at
+    5) and gets the whole batch from offset 0. As Kafka's Partition.appendRecordsToFollower
+    does on UnexpectedAppendOffsetException, it restarts its empty log at the batch's base
+    offset and appends it, then takes the leader's log start offset: no failed partition."""
+    tp = ("t", 0)
+
+    async def body() -> None:
+        rms = [replica_manager(b, LogManager([tmp_path / f"logs-{b}"], lock_dirs=False),
+                               lambda _t: LogConfig()) for b in (1, 2)]
+        leader_rm, follower_rm = rms
+        for rm in rms:
+            rm.start()
+            assert rm.become_leader_or_follower(tp, 1, 0, [1], [1, 2], 0) == ErrorCode.none
+        fetcher = ReplicaFetcher("f", 2, 1, LocalLeaderEndpoint(leader_rm, 2),
+                                 follower_rm.partitions.get, FetcherConfig())
+        try:
+            res = leader_rm.append_records(1, 1000, {tp: build_batch([(b"k", b"v")] * 10)})
+            assert isinstance(res, dict) and res[tp].error == ErrorCode.none
+            lead = leader_rm.partitions[tp]
+            assert lead.high_watermark == 10
+            assert lead.delete_records_on_leader(5) == 5 and lead.log_start_offset == 5
+            follower = follower_rm.partitions[tp]
+            fetcher.add_partitions({tp: InitialFetchState(1, None, 0,
+                                                          initial_fetch_offset(follower))})
+            for _ in range(5):
+                await fetcher.do_work(wait_if_idle=False)
+            assert tp not in fetcher.failed
+            assert fetcher.states[tp].fetch_offset == 10
+            assert (follower.log_start_offset, follower.log_end_offset,
+                    follower.high_watermark) == (5, 10, 10)
+            assert follower.log.read(5, 1 << 20).read_bytes() == \
+                lead.log.read(5, 1 << 20).read_bytes()
+        finally:
+            fetcher.stop()
+            for rm in rms:
+                rm.shutdown()
+    asyncio.run(body())
+
+
+def test_only_an_empty_follower_log_restarts_at_the_batch(tmp_path: Path) -> None:
+    """Kafka's condition: the log is empty (log end = log start) and the batch holds its log
+    end offset. A follower with records below its log end still refuses a batch from before
+    it (a real offset mismatch), and so does an empty log handed a batch wholly below it."""
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    p = Partition("t", 0, log, 2)
+    p.make_follower(1, 0, [1, 2], [1, 2])
+    p.append_records_to_follower(build_batch([(b"k", b"v")] * 3, base_offset=0))
+    with pytest.raises(UnexpectedAppendOffsetError) as exc:
+        p.append_records_to_follower(build_batch([(b"k", b"v")] * 3, base_offset=1))
+    assert (exc.value.first_offset, exc.value.last_offset) == (1, 3)
+    assert (p.log_start_offset, p.log_end_offset) == (0, 3)
+    p.truncate_fully_and_start_at(10)
+    with pytest.raises(UnexpectedAppendOffsetError):
+        p.append_records_to_follower(build_batch([(b"k", b"v")] * 3, base_offset=5))
+    info = p.append_records_to_follower(build_batch([(b"k", b"v")] * 3, base_offset=8))
+    assert info is not None and (info.first_offset, info.last_offset) == (8, 10)
+    assert (p.log_start_offset, p.log_end_offset) == (8, 11)
