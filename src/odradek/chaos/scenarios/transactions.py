@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checker.replicas import ReplicaCheck, compare_replicas
+from ..checker.verdict import run_failures
 from ..config import ChaosConfig
 from ..environment.process_faults import FaultInjector, FaultRecord, in_sync
 from ..environment.processes import ProcessCluster, stop_cleanly
@@ -176,12 +177,7 @@ class TxnChaosReport:
         if not self.replicas or any(r.problem for r in self.replicas):
             out.append("output replicas differ below the high watermark" if self.replicas
                        else "output replicas not compared")
-        if not self.healed:
-            out.append(f"cluster did not heal: {self.heal_problem}")
-        out.extend(f"clean shutdown failed: {p}" for p in self.stop_problems)
-        out.extend(f"run aborted: {e}" for e in self.errors)
-        out.extend(f"fault {f.kind} at {f.at_s:.1f}s: {f.error}" for f in self.faults
-                   if f.error)
+        out.extend(run_failures(self))
         return out
 
     @property
