@@ -28,8 +28,9 @@ import logging
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .common.properties import parse_properties
 from .server.configs.config import ConfigError, KafkaConfig
@@ -68,21 +69,36 @@ def _overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
-async def _serve(config: KafkaConfig, announce: bool) -> int:
-    from .server.broker import Broker
+class _Service(Protocol):
+    async def start(self) -> object: ...
 
-    broker = Broker(config)
+    async def stop(self) -> object: ...
+
+
+async def _run_until_signal(service: _Service, announce: Callable[[], None]) -> int:
+    """Start `service` (a broker, a cluster), `announce` it, and stop it cleanly on SIGTERM or
+    SIGINT, as kafka-server-stop's SIGTERM makes Kafka shut down."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await broker.start()
-    if announce:
-        print(f"odradek broker {broker.broker_id} ready; bootstrap.servers={broker.bootstrap}",
-              flush=True)
+    await service.start()
+    announce()
     await stop.wait()
-    await broker.stop()
+    await service.stop()
     return 0
+
+
+async def _serve(config: KafkaConfig, announce: bool) -> int:
+    from .server.broker import Broker
+
+    broker = Broker(config)
+
+    def ready() -> None:
+        if announce:
+            print(f"odradek broker {broker.broker_id} ready; "
+                  f"bootstrap.servers={broker.bootstrap}", flush=True)
+    return await _run_until_signal(broker, ready)
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -171,24 +187,19 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                                host=args.host, overrides=_overrides(args.override),
                                security=security, http=not args.no_http,
                                console_faults=args.console_faults)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await cluster.start()
-        print(f"odradek cluster of {args.brokers} brokers ready (controller: broker "
-              f"{cluster.controller_id()}, data in {data_dir}); "
-              f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
-        if security is not None:
-            for line in _write_client_properties(cluster, security, data_dir):
-                print(line, flush=True)
-        for broker_id, url in sorted((i, b.http_url) for i, b in cluster.brokers.items()):
-            if url:
-                print(f"console: {url}/ (broker {broker_id}; metrics at {url}/metrics)",
-                      flush=True)
-        await stop.wait()
-        await cluster.stop()
-        return 0
+
+        def ready() -> None:
+            print(f"odradek cluster of {args.brokers} brokers ready (controller: broker "
+                  f"{cluster.controller_id()}, data in {data_dir}); "
+                  f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+            if security is not None:
+                for line in _write_client_properties(cluster, security, data_dir):
+                    print(line, flush=True)
+            for broker_id, url in sorted((i, b.http_url) for i, b in cluster.brokers.items()):
+                if url:
+                    print(f"console: {url}/ (broker {broker_id}; metrics at {url}/metrics)",
+                          flush=True)
+        return await _run_until_signal(cluster, ready)
     return asyncio.run(serve())
 
 
@@ -235,6 +246,15 @@ LOG_CONFIG_HELP = ("configure logging from a file: Python logging's fileConfig I
                    "state.change.logger, kafka.controller, ...) apply (docs/console.md)")
 
 
+def _add_broker_options(p: argparse.ArgumentParser, override_help: str | None = None) -> None:
+    """The options of every command that runs brokers: server.properties overrides, the log
+    level, a --log-config file."""
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help=override_help)
+    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-config", metavar="FILE", help=LOG_CONFIG_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="odradek", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -242,18 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("broker", help="run one broker (Kafka's kafka-server-start)")
     p.add_argument("--config", help="server.properties file")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("--log-config", metavar="FILE", help=LOG_CONFIG_HELP)
+    _add_broker_options(p)
     p.set_defaults(func=cmd_broker)
 
     p = sub.add_parser("standalone", help="a one-broker cluster on an embedded store")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=9092)
     p.add_argument("--data-dir", help="default: a new temporary directory")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("--log-config", metavar="FILE", help=LOG_CONFIG_HELP)
+    _add_broker_options(p)
     p.set_defaults(func=cmd_standalone)
 
     p = sub.add_parser("cluster", help="N brokers in one process on an embedded store")
@@ -262,10 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="broker i listens on base-port + i (0: free ports)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--data-dir", help="default: a new temporary directory")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="a server.properties setting for every broker")
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("--log-config", metavar="FILE", help=LOG_CONFIG_HELP)
+    _add_broker_options(p, "a server.properties setting for every broker")
     p.add_argument("--no-http", action="store_true",
                    help="no HTTP listener (by default broker i serves /metrics and the console "
                         "on base-port + i + 100 * number of listeners; free ports with "

@@ -11,10 +11,8 @@ import shutil
 import signal
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..tools.command import Subcommands, ToolError, prefixed, run_tool
 from .checker.verdict import format_report, plot_report
@@ -28,7 +26,7 @@ from .scenarios.transactions import (
     plot_txn_report,
     run_txn_chaos,
 )
-from .support import Progress, chaos_workdir, stderr_progress
+from .support import chaos_workdir, run_on_zookeeper, stderr_progress
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.disk:  # KIP-112 log dir failures (chaos_disk)
         from .scenarios.disk import run_disk_command
 
-        return run_disk_command(args, seed, _run_with_zookeeper)
+        return run_disk_command(args, seed)
     if args.transactions:
         return _run_transactions(args, seed)
     if args.spark:  # the Spark sink on a standalone cluster (odradek.chaos.scenarios.spark)
@@ -72,14 +70,8 @@ def _run(args: argparse.Namespace) -> int:
                          idempotence=args.idempotence,
                          min_insync_replicas=args.min_insync_replicas,
                          unclean_leader_election=args.unclean_leader_election)
-    workdir, own_dir = chaos_workdir(args.data_dir, "odradek-chaos-")
-    t0 = time.monotonic()
-    progress = stderr_progress(t0)
-    progress(f"odradek chaos: seed {seed}, data in {workdir}")
-    try:
-        report = _run_with_zookeeper(config, workdir, args.zookeeper, progress)
-    except (OSError, RuntimeError, TimeoutError) as exc:  # ZooKeeper missing or not starting
-        raise ToolError(str(exc), exit_code=2) from None
+    report, workdir, own_dir = run_on_zookeeper(args, seed, "", "odradek-chaos-", config,
+                                                run_chaos)
     print(format_report(report), flush=True)
     return _finish(report.ok, args, workdir, own_dir,
                    lambda path: plot_report(report, path), "throughput chart",
@@ -103,21 +95,6 @@ def _finish(ok: bool, args: argparse.Namespace, workdir: Path, own_dir: bool,
         print(f"{kept} kept in {workdir}", file=sys.stderr)
     return 0 if ok else 1
 
-def _run_with_zookeeper(config: Any, workdir: Path, zookeeper: str | None,
-                        progress: Progress, runner: Callable[..., Any] | None = None) -> Any:
-    """`runner` (run_chaos, or run_txn_chaos with a TxnChaosConfig) on `zookeeper` or on a
-    local ZooKeeper started for the run, in a chroot of its own."""
-    runner = runner or run_chaos
-    chroot = f"/odradek-chaos-{uuid.uuid4().hex[:8]}"
-    if zookeeper:
-        return runner(config, workdir / "brokers", zookeeper.rstrip("/") + chroot, progress)
-    from ..coordination.zk_server import ZooKeeperServer
-
-    with ZooKeeperServer(data_dir=workdir / "zookeeper", tick_time=500) as zk:
-        progress(f"ZooKeeper on {zk.connect_string}")
-        return runner(config, workdir / "brokers", zk.connect_string + chroot, progress)
-
-
 def _run_transactions(args: argparse.Namespace, seed: int) -> int:
     """`odradek chaos --transactions`: the exactly-once pipeline under the transactional
     faults (run_txn_chaos); --duration is not used (the schedule is each fault once)."""
@@ -133,14 +110,8 @@ def _run_transactions(args: argparse.Namespace, seed: int) -> int:
                         exit_code=2)
     config = TxnChaosConfig(brokers=args.brokers, partitions=args.partitions, seed=seed,
                             values=args.values, pipelines=args.pipelines, schedule=faults)
-    workdir, own_dir = chaos_workdir(args.data_dir, "odradek-chaos-txn-")
-    progress = stderr_progress(time.monotonic())
-    progress(f"odradek chaos --transactions: seed {seed}, data in {workdir}")
-    try:
-        report = _run_with_zookeeper(config, workdir, args.zookeeper, progress,
-                                     runner=run_txn_chaos)
-    except (OSError, RuntimeError, TimeoutError) as exc:
-        raise ToolError(str(exc), exit_code=2) from None
+    report, workdir, own_dir = run_on_zookeeper(args, seed, " --transactions",
+                                                "odradek-chaos-txn-", config, run_txn_chaos)
     print(format_txn_report(report), flush=True)
     return _finish(report.ok, args, workdir, own_dir,
                    lambda path: plot_txn_report(report, path), "commits chart",

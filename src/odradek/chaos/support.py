@@ -1,16 +1,21 @@
 """What every chaos run shares that is neither its workload nor its faults: waiting for a
 condition (`poll_for`), the progress lines on stderr (`Progress`, `stderr_progress`), the run's
-directory (`chaos_workdir`) and the file librdkafka's log lines go to (`client_logger`)."""
+directory (`chaos_workdir`), the file librdkafka's log lines go to (`client_logger`) and the
+start of a run on its ZooKeeper (`run_on_zookeeper`)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from ..tools.command import ToolError
 
 T = TypeVar("T")
 Progress = Callable[[str], None]
@@ -60,3 +65,34 @@ def stderr_progress(t0: float) -> Progress:
     def progress(message: str) -> None:
         print(f"[{time.monotonic() - t0:7.1f}s] {message}", file=sys.stderr, flush=True)
     return progress
+
+
+R = TypeVar("R")
+
+
+def run_on_zookeeper(args: argparse.Namespace, seed: int, flag: str, dir_prefix: str,
+                     config: Any, runner: Callable[[Any, Path, str, Progress], R]
+                     ) -> tuple[R, Path, bool]:
+    """A run as `odradek chaos{flag}` starts it: its directory (`chaos_workdir` with
+    `dir_prefix`), progress on stderr, then `runner(config, brokers dir, connect string,
+    progress)` on --zookeeper or on a local ZooKeeper started for the run, in a chroot of its
+    own. A ZooKeeper missing or not starting is a ToolError (exit 2). Returns (the report, the
+    directory, whether the run owns it)."""
+    workdir, own_dir = chaos_workdir(args.data_dir, dir_prefix)
+    progress = stderr_progress(time.monotonic())
+    progress(f"odradek chaos{flag}: seed {seed}, data in {workdir}")
+    chroot = f"/odradek-chaos-{uuid.uuid4().hex[:8]}"
+    try:
+        if args.zookeeper:
+            report = runner(config, workdir / "brokers", args.zookeeper.rstrip("/") + chroot,
+                            progress)
+        else:
+            from ..coordination.zk_server import ZooKeeperServer
+
+            with ZooKeeperServer(data_dir=workdir / "zookeeper", tick_time=500) as zk:
+                progress(f"ZooKeeper on {zk.connect_string}")
+                report = runner(config, workdir / "brokers", zk.connect_string + chroot,
+                                progress)
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        raise ToolError(str(exc), exit_code=2) from None
+    return report, workdir, own_dir

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +156,27 @@ class ConsumerWorker(threading.Thread):
             consumer.close()
 
 
+def poll_until_read(consumer: Any, remaining: set[int], timeout: float,
+                    stuck: Callable[[], str]) -> Iterator[Any]:
+    """The records and partition-EOF events a confluent-kafka `consumer` (with
+    enable.partition.eof) polls while `remaining` (the partitions still to read, which the
+    caller discards as it reaches their ends) is not empty; any other consumer error raises
+    RuntimeError, and `timeout` seconds without finishing TimeoutError (`stuck()` says
+    where)."""
+    from confluent_kafka import KafkaError
+
+    deadline = time.monotonic() + timeout
+    while remaining:
+        if time.monotonic() > deadline:
+            raise TimeoutError(stuck())
+        msg = consumer.poll(1.0)
+        if msg is None:
+            continue
+        if msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
+            raise RuntimeError(f"consumer error: {msg.error()}")
+        yield msg
+
+
 def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 120.0,
                 logger: logging.Logger | None = None,
                 client_config: dict[str, Any] | None = None
@@ -163,7 +184,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 12
     """Every record of every partition from the beginning to the high watermark, as
     (offset, value) pairs, with a confluent-kafka consumer (assign, no group);
     `client_config` adds librdkafka properties (security.protocol, sasl.*, ssl.*)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap, "group.id": "odradek-chaos-verify",
@@ -183,16 +204,10 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 12
         out: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
         position = {p: 0 for p in range(partitions)}
         remaining = {p for p, end in ends.items() if end > 0}
-        deadline = time.monotonic() + timeout
-        while remaining:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"consumer stuck: positions {position}, ends {ends}")
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"consumer error: {msg.error()}")
+        for msg in poll_until_read(
+                consumer, remaining, timeout,
+                lambda: f"consumer stuck: positions {position}, ends {ends}"):
+            if msg.error():  # the end of a partition
                 continue
             p = msg.partition()
             out[p].append((msg.offset(), msg.value().decode()))

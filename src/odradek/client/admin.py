@@ -30,9 +30,8 @@ from ..security.acl import (
 from ..security.connector import ClientSecurity, open_connection
 from ..security.errors import UnsupportedSaslMechanismError
 from ..security.scram import ScramMechanism, salted_password
-from ._loop import LoopThread
 from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
-from .cluster_metadata import KafkaClient
+from .cluster_metadata import KafkaClient, start_on_loop_thread
 from .config import ADMIN, build_config, parse_servers
 from .errors import (
     ConfigException,
@@ -848,21 +847,8 @@ class Admin:
     methods, blocking."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        self._runner = LoopThread("odradek-admin")
-        try:
-            self._a: AsyncAdmin = self._runner.run(self._create(config, kwargs))
-        except BaseException:
-            self._runner.stop()
-            raise
-
-    @staticmethod
-    async def _create(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> AsyncAdmin:
-        a = AsyncAdmin(config, **kwargs)
-        try:
-            return await a.start()
-        except BaseException:
-            await a.client.close()
-            raise
+        self._runner, self._a = start_on_loop_thread(
+            "odradek-admin", lambda: AsyncAdmin(config, **kwargs))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, Self, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from ..security.connector import ClientSecurity
+from ._loop import LoopThread
 from .config import parse_servers
 from .connection import BrokerConnection
 from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
@@ -428,3 +429,38 @@ class KafkaClient:
             if n == node_id and conn.closed:
                 del self._conns[(n, _)]
         self.request_update()
+
+
+# -- starting a client -----------------------------------------------------------------------
+
+class StartableClient(Protocol):
+    """AsyncProducer, AsyncConsumer and AsyncAdmin: started once, over one KafkaClient."""
+
+    client: KafkaClient
+
+    async def start(self) -> Self: ...
+
+
+C = TypeVar("C", bound=StartableClient)
+
+
+async def started(create: Callable[[], C]) -> C:
+    """The client `create` makes (on the running loop), started; when the start fails its
+    connections are closed, so a client never handed back leaves no socket open."""
+    c = create()
+    try:
+        return await c.start()
+    except BaseException:
+        await c.client.close()
+        raise
+
+
+def start_on_loop_thread(name: str, create: Callable[[], C]) -> tuple[LoopThread, C]:
+    """The synchronous faces' start: a LoopThread called `name` and the client `create` makes,
+    started on it (`started`); the thread is stopped when the start fails."""
+    runner = LoopThread(name)
+    try:
+        return runner, runner.run(started(create))
+    except BaseException:
+        runner.stop()
+        raise

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._loop import LoopThread
+from .cluster_metadata import start_on_loop_thread
 from .consumer import AsyncConsumer
 from .group import Listener
 from .types import (
@@ -32,21 +32,8 @@ class Consumer:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        self._runner = LoopThread("odradek-consumer")
-        try:
-            self._c: AsyncConsumer = self._runner.run(self._create(config, kwargs))
-        except BaseException:
-            self._runner.stop()
-            raise
-
-    @staticmethod
-    async def _create(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> AsyncConsumer:
-        c = AsyncConsumer(config, **kwargs)
-        try:
-            return await c.start()
-        except BaseException:
-            await c.client.close()
-            raise
+        self._runner, self._c = start_on_loop_thread(
+            "odradek-consumer", lambda: AsyncConsumer(config, **kwargs))
 
     def _sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a non-blocking core method on the loop (directly when already on it)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._loop import LoopThread
+from .cluster_metadata import start_on_loop_thread
 from .delivery import (
     DeliveryCallback,
     DeliveryHandle,
@@ -42,26 +42,13 @@ class Producer:
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
-        self._runner = LoopThread("odradek-producer")
-        try:
-            self._p: AsyncProducer = self._runner.run(self._create(config, kwargs))
-        except BaseException:
-            self._runner.stop()
-            raise
+        self._runner, self._p = start_on_loop_thread(
+            "odradek-producer", lambda: AsyncProducer(config, **kwargs))
         cfg = self._p.config
         self._queue = SendQueue(int(cfg["buffer.memory"]),
                                 int(cfg["queue.buffering.max.messages"]), self._p.max_block)
         self._make_record = self._p._make_record
         self._call = self._runner.loop.call_soon_threadsafe
-
-    @staticmethod
-    async def _create(config: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> AsyncProducer:
-        p = AsyncProducer(config, **kwargs)
-        try:
-            return await p.start()
-        except BaseException:
-            await p.client.close()
-            raise
 
     @property
     def config(self) -> dict[str, Any]:

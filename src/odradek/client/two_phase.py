@@ -31,8 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ._loop import LoopThread
-from .cluster_metadata import KafkaClient
+from .cluster_metadata import KafkaClient, start_on_loop_thread
 from .config import PRODUCER, build_config
 from .errors import KafkaError, ProducerFencedError
 from .producer import AsyncProducer
@@ -67,24 +66,11 @@ class TwoPhaseProducer:
         cfg = dict(config)
         if not cfg.get("transactional.id"):
             raise ValueError("TwoPhaseProducer needs a transactional.id")
-        self._runner = LoopThread("odradek-two-phase")
-        try:
-            self.producer: AsyncProducer = self._runner.run(self._create(cfg))
-        except BaseException:
-            self._runner.stop()
-            raise
+        self._runner, self.producer = start_on_loop_thread(
+            "odradek-two-phase", lambda: AsyncProducer(cfg))
         self.errors: list[BaseException] = []
         self.sent = 0
         self.delivered = 0
-
-    @staticmethod
-    async def _create(cfg: dict[str, Any]) -> AsyncProducer:
-        p = AsyncProducer(cfg)
-        try:
-            return await p.start()
-        except BaseException:
-            await p.client.close()
-            raise
 
     @property
     def transactional_id(self) -> str:

@@ -151,6 +151,22 @@ async def alter_admin_node(store: CoordinationStore,
     await optimistic_update(read, compute, write)
 
 
+# -- /config/<type>/<entity> and /config/changes (Kafka's AdminZkClient.changeEntityConfig) ------
+
+async def change_entity_config(store: CoordinationStore, path: str, config: Mapping[str, str],
+                               entity_path: str) -> None:
+    """Write an entity's config znode `path` (created, with its parents, if absent), then the
+    sequential `/config/changes` notification naming `entity_path` (``<type>/<entity>``) that
+    every broker's config change watcher reacts to."""
+    data = paths.encode_entity_config(config)
+    try:
+        await store.create(path, data, makepath=True)
+    except NodeExistsError:
+        await store.set(path, data)
+    await store.create(paths.config_change_path(), paths.encode_config_change(entity_path),
+                       sequence=True, makepath=True)
+
+
 # -- /config/users/<user> (SCRAM credentials; Kafka's AdminZkClient.changeUserOrUserClientIdConfig)
 USERS = f"{paths.CONFIG}/users"
 
@@ -166,12 +182,5 @@ async def read_user_config(store: CoordinationStore, user: str) -> dict[str, str
 
 async def write_user_config(store: CoordinationStore, user: str, config: dict[str, str]) -> None:
     """Write `/config/users/<user>` and the change notification every broker reacts to."""
-    path = user_config_path(user)
-    data = paths.encode_entity_config(config)
-    try:
-        await store.create(path, data, makepath=True)
-    except NodeExistsError:
-        await store.set(path, data)
-    await store.create(paths.config_change_path(),
-                       paths.encode_config_change(f"users/{sanitize_user(user)}"),
-                       sequence=True, makepath=True)
+    await change_entity_config(store, user_config_path(user), config,
+                               f"users/{sanitize_user(user)}")

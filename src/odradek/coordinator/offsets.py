@@ -7,56 +7,18 @@ they are re-exported here for the coordinator's modules.
 
 from __future__ import annotations
 
-from ..protocol.group_metadata_records import (
-    GROUP_KEY_VERSION,
-    GROUP_VALUE_VERSION,
-    NO_LEADER_EPOCH,
-    NO_TIMESTAMP,
-    OFFSET_KEY_VERSION,
-    OFFSET_VALUE_VERSION,
-    OFFSET_VALUE_VERSION_WITH_EXPIRE,
-    GroupMetadataKey,
-    GroupMetadataValue,
-    MemberRecord,
-    OffsetAndMetadata,
-    OffsetKey,
-    group_metadata_key,
-    group_metadata_value,
-    offset_commit_key,
-    offset_commit_value,
-    read_group_value,
-    read_message_key,
-    read_offset_value,
-)
-from ..protocol.primitives import Reader, SchemaError
+from ..protocol import group_metadata_records
+from ..protocol.group_metadata_records import *  # noqa: F403 (re-exported, see __all__)
+from ..protocol.primitives import Reader
 
 __all__ = [
-    "GROUP_KEY_VERSION",
-    "GROUP_VALUE_VERSION",
-    "NO_LEADER_EPOCH",
-    "NO_TIMESTAMP",
     "OFFSETS_TOPIC",
-    "OFFSET_KEY_VERSION",
-    "OFFSET_VALUE_VERSION",
-    "OFFSET_VALUE_VERSION_WITH_EXPIRE",
-    "GroupMetadataKey",
-    "GroupMetadataValue",
-    "MemberRecord",
-    "OffsetAndMetadata",
-    "OffsetKey",
-    "SchemaError",
-    "group_metadata_key",
-    "group_metadata_value",
     "java_string_hashcode",
     "kafka_abs",
-    "offset_commit_key",
-    "offset_commit_value",
     "partition_for",
-    "read_group_value",
-    "read_message_key",
-    "read_offset_value",
     "subscribed_topics",
 ]
+__all__ += group_metadata_records.__all__
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

@@ -33,7 +33,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -170,17 +170,28 @@ def init_producer_id_decision(metadata: TransactionMetadata, txn_timeout_ms: int
     raise _illegal(metadata)
 
 
-def add_partitions_decision(metadata: TransactionMetadata, producer_id: int, producer_epoch: int,
-                            partitions: frozenset[TopicPartition], now_ms: int
-                            ) -> int | TxnTransitMetadata:
-    """Kafka's handleAddPartitionsToTransaction checks: an error (NONE when the partitions are
-    already in the ongoing transaction) or the transition to Ongoing."""
+def _producer_error(metadata: TransactionMetadata, producer_id: int, producer_epoch: int
+                    ) -> int | None:
+    """The checks Kafka's handleAddPartitionsToTransaction and endTransaction (after the
+    Prepare* append) share: the request comes from the transaction's producer, at its epoch,
+    and no other transition is under way. None when it passes."""
     if metadata.producer_id != producer_id:
         return ErrorCode.invalid_producer_id_mapping
     if metadata.producer_epoch != producer_epoch:
         return ErrorCode.producer_fenced
     if metadata.pending_transition_in_progress:
         return ErrorCode.concurrent_transactions
+    return None
+
+
+def add_partitions_decision(metadata: TransactionMetadata, producer_id: int, producer_epoch: int,
+                            partitions: frozenset[TopicPartition], now_ms: int
+                            ) -> int | TxnTransitMetadata:
+    """Kafka's handleAddPartitionsToTransaction checks: an error (NONE when the partitions are
+    already in the ongoing transaction) or the transition to Ongoing."""
+    error = _producer_error(metadata, producer_id, producer_epoch)
+    if error is not None:
+        return error
     if metadata.state in (PrepareCommit, PrepareAbort):
         return ErrorCode.concurrent_transactions
     if metadata.state is Ongoing and partitions <= metadata.topic_partitions:
@@ -238,12 +249,9 @@ def end_txn_complete_decision(metadata: TransactionMetadata, producer_id: int,
                               ) -> int | TxnTransitMetadata:
     """Kafka's endTransaction after the Prepare* record is written: an error, or the
     transition to CompleteCommit / CompleteAbort that the markers' completion writes."""
-    if metadata.producer_id != producer_id:
-        return ErrorCode.invalid_producer_id_mapping
-    if metadata.producer_epoch != producer_epoch:
-        return ErrorCode.producer_fenced
-    if metadata.pending_transition_in_progress:
-        return ErrorCode.concurrent_transactions
+    error = _producer_error(metadata, producer_id, producer_epoch)
+    if error is not None:
+        return error
     state = metadata.state
     if state in (Empty, Ongoing, CompleteCommit, CompleteAbort):
         return ErrorCode.invalid_txn_state
@@ -256,6 +264,20 @@ def end_txn_complete_decision(metadata: TransactionMetadata, producer_id: int,
             return ErrorCode.invalid_txn_state
         return metadata.prepare_complete(now_ms)
     raise _illegal(metadata)
+
+
+_D = TypeVar("_D")
+
+
+def _decide(failure: str, transactional_id: str, decision: Callable[[], int | _D]) -> int | _D:
+    """A decision's outcome, with an IllegalTransactionState it raises logged (`failure`, a
+    format of the transactional id and the exception) and turned into its error code, as
+    Kafka's coordinator answers it."""
+    try:
+        return decision()
+    except TransactionStateError as exc:
+        log.error(failure, transactional_id, exc)
+        return exc.error_code
 
 
 # -- the coordinator -------------------------------------------------------------------------------
@@ -472,12 +494,10 @@ class TransactionCoordinator:
             return error
         if found is None:
             return ErrorCode.invalid_producer_id_mapping
-        try:
-            decision = add_partitions_decision(found.transaction_metadata, producer_id,
-                                               producer_epoch, wanted, self.clock())
-        except TransactionStateError as exc:
-            log.error("AddPartitionsToTxn of %s failed: %s", transactional_id, exc)
-            return exc.error_code
+        decision = _decide("AddPartitionsToTxn of %s failed: %s", transactional_id,
+                           lambda: add_partitions_decision(found.transaction_metadata,
+                                                           producer_id, producer_epoch, wanted,
+                                                           self.clock()))
         if isinstance(decision, int):
             return decision
         return await self.txn_manager.append(transactional_id, found.coordinator_epoch,
@@ -510,13 +530,10 @@ class TransactionCoordinator:
             respond(ErrorCode.invalid_producer_id_mapping)
             return
         coordinator_epoch = found.coordinator_epoch
-        try:
-            decision = end_txn_decision(found.transaction_metadata, producer_id, producer_epoch,
-                                        result, is_from_client, self.clock())
-        except TransactionStateError as exc:
-            log.error("EndTxn of %s failed: %s", transactional_id, exc)
-            respond(exc.error_code)
-            return
+        decision = _decide("EndTxn of %s failed: %s", transactional_id,
+                           lambda: end_txn_decision(found.transaction_metadata, producer_id,
+                                                    producer_epoch, result, is_from_client,
+                                                    self.clock()))
         if isinstance(decision, int):
             respond(decision)
             return
@@ -543,13 +560,10 @@ class TransactionCoordinator:
                 respond(ErrorCode.not_coordinator)
                 return
             metadata = current.transaction_metadata
-            try:
-                complete = end_txn_complete_decision(metadata, producer_id, producer_epoch,
-                                                     result, self.clock())
-            except TransactionStateError as exc:
-                log.error("EndTxn of %s failed after its append: %s", transactional_id, exc)
-                respond(exc.error_code)
-                return
+            complete = _decide("EndTxn of %s failed after its append: %s", transactional_id,
+                               lambda: end_txn_complete_decision(metadata, producer_id,
+                                                                 producer_epoch, result,
+                                                                 self.clock()))
             if isinstance(complete, int):
                 respond(complete)
                 return

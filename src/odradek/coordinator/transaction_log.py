@@ -5,14 +5,7 @@ The transaction state manager writes and loads these (transaction_state_manager.
 the bytes, and formatting them as dump-log prints them, is protocol/transaction_log_records.py,
 shared with the tools.
 
-Key and value start with an int16 schema version. Kafka 2.8 knows only version 0 of each, and
-neither is flexible: strings are int16 length + UTF-8, arrays int32 count + elements (-1 = null).
-
-  key v0    transactional_id string
-  value v0  producer_id int64, producer_epoch int16, transaction_timeout_ms int32,
-            transaction_status int8 (the TransactionState byte),
-            transaction_partitions [topic string, partition_ids [int32]] (nullable),
-            transaction_last_update_timestamp_ms int64, transaction_start_timestamp_ms int64
+The layout of key v0 and value v0 is in protocol/transaction_log_records.py's docstring.
 
 An Empty transaction is written with a null partitions array (and partitions are ignored when an
 Empty one is read); other states group their partitions by topic. Kafka's order of topics and

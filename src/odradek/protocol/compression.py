@@ -7,7 +7,9 @@ compressed batches exactly as producers send them.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from enum import IntEnum
+from typing import Any
 
 import cramjam
 
@@ -43,31 +45,32 @@ def _xerial_decompress(data: bytes) -> bytes:
     return bytes(out)
 
 
+def _snappy_decompress(data: bytes) -> bytes:
+    if bytes(data[:8]) == _XERIAL_MAGIC:
+        return _xerial_decompress(bytes(data))
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+# codec -> (compress, decompress); NONE copies
+_CODECS: dict[int, tuple[Callable[[bytes], Any], Callable[[bytes], Any]]] = {
+    Codec.NONE: (bytes, bytes),
+    Codec.GZIP: (cramjam.gzip.compress, cramjam.gzip.decompress),
+    Codec.SNAPPY: (cramjam.snappy.compress_raw, _snappy_decompress),
+    Codec.LZ4: (cramjam.lz4.compress, cramjam.lz4.decompress),
+    Codec.ZSTD: (cramjam.zstd.compress, cramjam.zstd.decompress),
+}
+
+
+def _codec(codec: int) -> tuple[Callable[[bytes], Any], Callable[[bytes], Any]]:
+    try:
+        return _CODECS[codec]
+    except KeyError:
+        raise ValueError(f"unknown compression codec id {codec}") from None
+
+
 def decompress(codec: int, data: bytes) -> bytes:
-    if codec == Codec.NONE:
-        return bytes(data)
-    if codec == Codec.GZIP:
-        return bytes(cramjam.gzip.decompress(data))
-    if codec == Codec.SNAPPY:
-        if bytes(data[:8]) == _XERIAL_MAGIC:
-            return _xerial_decompress(bytes(data))
-        return bytes(cramjam.snappy.decompress_raw(data))
-    if codec == Codec.LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == Codec.ZSTD:
-        return bytes(cramjam.zstd.decompress(data))
-    raise ValueError(f"unknown compression codec id {codec}")
+    return bytes(_codec(codec)[1](data))
 
 
 def compress(codec: int, data: bytes) -> bytes:
-    if codec == Codec.NONE:
-        return bytes(data)
-    if codec == Codec.GZIP:
-        return bytes(cramjam.gzip.compress(data))
-    if codec == Codec.SNAPPY:
-        return bytes(cramjam.snappy.compress_raw(data))
-    if codec == Codec.LZ4:
-        return bytes(cramjam.lz4.compress(data))
-    if codec == Codec.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
-    raise ValueError(f"unknown compression codec id {codec}")
+    return bytes(_codec(codec)[0](data))

@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from ..common import replica_assignment as asg
 from ..common.topic_id import topic_id_to_text
 from ..coordination import paths
+from ..coordination.admin_zk import change_entity_config
 from ..coordination.store import CoordinationStore, NodeExistsError
 from ..storage.log_config import LogConfig
 from .configs.broker_config_manager import (
@@ -373,7 +374,7 @@ class AdminManager:
         new = apply_incremental(base, ops, TOPIC_LIST_DEFAULTS, LogConfig.config_names())
         self.topic_configs.validate(new)  # raises naming the key
         if not validate_only:
-            await self._write_entity_config(path, new, f"topics/{topic}")
+            await change_entity_config(self.store, path, new, f"topics/{topic}")
             log.info("Updated topic %s configs: %s", topic, new)
             # read-your-writes on this broker; the others follow the notification
             await self.topic_config_manager.reload(topic)
@@ -407,22 +408,11 @@ class AdminManager:
         validate_dynamic_broker_configs(new, per_broker)
         if not validate_only:
             check_password_configs(new, per_broker)
-            await self._write_entity_config(path, new, f"brokers/{entity}")
+            await change_entity_config(self.store, path, new, f"brokers/{entity}")
             log.info("Updated broker %s configs: %s", entity, new)
             if self.broker_configs.on_change(entity):
                 await self.broker_configs.reload()
         return new
-
-    async def _write_entity_config(self, path: str, config: dict[str, str],
-                                   entity_path: str) -> None:
-        data = paths.encode_entity_config(config)
-        try:
-            await self.store.create(path, data, makepath=True)
-        except NodeExistsError:
-            await self.store.set(path, data)
-        await self.store.create(paths.config_change_path(),
-                                paths.encode_config_change(entity_path),
-                                sequence=True, makepath=True)
 
     # -- configs ----------------------------------------------------------------------------
     def _effective_configs(self, overrides: dict[str, str]) -> dict[str, tuple[str, int]]:

@@ -610,32 +610,32 @@ class Broker:
         log.info("[KafkaServer id=%d] shutting down", self.broker_id)
         if self.config["controlled.shutdown.enable"] and self.started:
             await self._controlled_shutdown()
-        await self._stop_network_and_tasks()
-        if self.txn_coordinator is not None:
-            await self.txn_coordinator.shutdown()
-        if self.group_coordinator is not None:
-            self.group_coordinator.shutdown()
-        if self.replica_manager is not None:
-            self.checkpoint_high_watermarks()
-            self.replica_manager.shutdown()
-        if self.log_manager is not None:
-            self.log_manager.shutdown()
-        await self._close_store()
-        self.started = False
+        await self._shut_down(clean=True)
         log.info("[KafkaServer id=%d] shut down completed", self.broker_id)
 
     async def kill(self) -> None:
         """Simulate a crash in-process: drop connections and the session; no flush, no
         checkpoints, no clean-shutdown marker (what kill -9 leaves, minus the page cache)."""
+        await self._shut_down(clean=False)
+
+    async def _shut_down(self, clean: bool) -> None:
+        """What stop and kill share, in Kafka's KafkaServer.shutdown order: the network and
+        tasks, the coordinators, the replica manager, the logs, the store. Only a `clean` one
+        checkpoints the high watermarks and flushes the logs with the clean-shutdown marker."""
         await self._stop_network_and_tasks()
         if self.txn_coordinator is not None:
             await self.txn_coordinator.shutdown()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
         if self.replica_manager is not None:
+            if clean:
+                self.checkpoint_high_watermarks()
             self.replica_manager.shutdown()
         if self.log_manager is not None:
-            self.log_manager.close_without_shutdown()
+            if clean:
+                self.log_manager.shutdown()
+            else:
+                self.log_manager.close_without_shutdown()
         await self._close_store()
         self.started = False
 

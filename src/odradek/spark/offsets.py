@@ -284,22 +284,26 @@ def parse_offset_spec(options: Mapping[str, str], which: str, default: str) -> O
     return OffsetSpec("specific", tuple(sorted(offsets.items())))
 
 
+def _batch_limit(options: Mapping[str, str], which: str, default: str, refused: str,
+                 per_partition: str) -> OffsetSpec:
+    """The starting or ending (`which`) offsets of a batch query, refused (Spark's
+    validateBatchOptions) when they are `refused` ("latest" for the start, "earliest" for the
+    end) as a whole or for one partition (`per_partition` names them in that message)."""
+    spec = parse_offset_spec(options, which, default)
+    if spec.kind == refused:
+        raise OptionError(f"{which} offset can't be {refused} for batch queries on Kafka")
+    sentinel = LATEST if refused == "latest" else EARLIEST
+    for tp, off in spec.offsets:
+        if off == sentinel:
+            raise OptionError(f"{per_partition} for {tp} can't be {refused} for batch "
+                              "queries on Kafka")
+    return spec
+
+
 def validate_batch_options(options: Mapping[str, str]) -> tuple[OffsetSpec, OffsetSpec]:
     """Spark's validateBatchOptions + checkOffsetLimitValidity; returns (start, end)."""
-    start = parse_offset_spec(options, "starting", "earliest")
-    if start.kind == "latest":
-        raise OptionError("starting offset can't be latest for batch queries on Kafka")
-    for tp, off in start.offsets:
-        if off == LATEST:
-            raise OptionError(f"startingOffsets for {tp} can't be latest for batch "
-                              "queries on Kafka")
-    end = parse_offset_spec(options, "ending", "latest")
-    if end.kind == "earliest":
-        raise OptionError("ending offset can't be earliest for batch queries on Kafka")
-    for tp, off in end.offsets:
-        if off == EARLIEST:
-            raise OptionError(f"ending offset for {tp} can't be earliest for batch "
-                              "queries on Kafka")
+    start = _batch_limit(options, "starting", "earliest", "latest", "startingOffsets")
+    end = _batch_limit(options, "ending", "latest", "earliest", "ending offset")
     validate_general_options(options)
     if start.kind == end.kind and start.kind in ("specific", "timestamps"):
         what = "offset" if start.kind == "specific" else "timestamp"

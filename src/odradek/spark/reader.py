@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kio.schema.errors import ErrorCode
 
-from ..client.cluster_metadata import REFRESH_ERRORS
+from ..client.cluster_metadata import REFRESH_ERRORS, started
 from ..client.consumer import AsyncConsumer
 from ..client.errors import KafkaError
 from ..client.read_committed import (
@@ -272,15 +272,7 @@ class RangeReader:
 
     def open(self) -> None:
         self._loop = asyncio.new_event_loop()
-
-        async def make() -> AsyncConsumer:
-            c = AsyncConsumer(self.config)
-            try:
-                return await c.start()
-            except BaseException:
-                await c.client.close()
-                raise
-        self._consumer = self._run(make())
+        self._consumer = self._run(started(lambda: AsyncConsumer(self.config)))
 
     def close(self) -> None:
         if self._loop is None:

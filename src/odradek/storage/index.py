@@ -23,6 +23,7 @@ import os
 import struct
 import sys
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..protocol.primitives import INT64 as _Q
@@ -157,9 +158,10 @@ class IndexFile:
 
 class _Index(IndexFile):
     """What the offset and time indexes share: a base offset, a maximum size, entries of
-    ENTRY_SIZE bytes (a file of any other size is corrupt), truncation."""
+    ENTRY.size bytes (a file of any other size is corrupt), truncation."""
 
-    ENTRY_SIZE = 8
+    ENTRY = _OFFSET_ENTRY  # the entry's two fields; ENTRY.size bytes
+    KIND = "index"  # what the messages call it
 
     def __init__(self, path: Path, base_offset: int,
                  max_index_size: int = DEFAULT_MAX_INDEX_SIZE) -> None:
@@ -169,16 +171,16 @@ class _Index(IndexFile):
 
     @property
     def max_entries(self) -> int:
-        return self.max_index_size // self.ENTRY_SIZE
+        return self.max_index_size // self.ENTRY.size
 
     def _data(self) -> bytearray:
         buf = self._buf
         if buf is None:
             buf = self._read_file()
-            if len(buf) % self.ENTRY_SIZE:
+            if len(buf) % self.ENTRY.size:
                 raise CorruptIndexError(
                     f"index file {self.path} is corrupt: {len(buf)} bytes is not a multiple of "
-                    f"{self.ENTRY_SIZE}"
+                    f"{self.ENTRY.size}"
                 )
             self._buf = buf
             self._on_load(buf)
@@ -195,13 +197,13 @@ class _Index(IndexFile):
 
     @property
     def entries(self) -> int:
-        return len(self._data()) // self.ENTRY_SIZE
+        return len(self._data()) // self.ENTRY.size
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
 
     def _truncate_to_entries(self, n: int) -> None:
-        if self._truncate_bytes(n * self.ENTRY_SIZE):
+        if self._truncate_bytes(n * self.ENTRY.size):
             self._on_load(self._data())
 
     def reset(self) -> None:
@@ -226,12 +228,44 @@ class _Index(IndexFile):
     def can_append_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= _INT_MAX
 
+    def _entry_fields(self, n: int) -> tuple[int, int]:
+        """The two fields of entry `n` as stored (IndexError when there is none)."""
+        buf = self._data()
+        if not 0 <= n < len(buf) // self.ENTRY.size:
+            raise IndexError(f"{self.KIND} {self.path} has no entry {n}")
+        return self.ENTRY.unpack_from(buf, n * self.ENTRY.size)
+
+    def _check_sorted(self, values: Sequence[int], strictly: bool, what: str) -> None:
+        """Part of Kafka's sanityCheck: CorruptIndexError unless `values` (a column of the
+        entries, `what` in the message) increase, `strictly` or never decreasing."""
+        if not all(map(operator.lt if strictly else operator.le, values, values[1:])):
+            raise CorruptIndexError(f"{self.KIND} {self.path} has unsorted {what}")
+
+    def _largest_lower_bound_slot(self, buf: bytearray, key: struct.Struct, key_at: int,
+                                  target: int) -> int:
+        """Kafka's AbstractIndex.largestLowerBoundSlotFor: the largest slot whose key (`key`
+        at byte `key_at` of the entry; the keys are sorted) is <= `target`, -1 when none."""
+        size = self.ENTRY.size
+        hi = len(buf) // size - 1
+        unpack = key.unpack_from
+        if hi < 0 or unpack(buf, key_at)[0] > target:
+            return -1
+        lo = 0
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if unpack(buf, mid * size + key_at)[0] <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
 
 class OffsetIndex(_Index):
     """Kafka's ``.index``: relative offset -> physical position, one entry per
     ``index.interval.bytes`` of appended data."""
 
-    ENTRY_SIZE = 8
+    ENTRY = _OFFSET_ENTRY
+    KIND = "offset index"
 
     def __init__(self, path: Path, base_offset: int,
                  max_index_size: int = DEFAULT_MAX_INDEX_SIZE) -> None:
@@ -251,26 +285,12 @@ class OffsetIndex(_Index):
         return self._last_offset
 
     def entry(self, n: int) -> tuple[int, int]:
-        buf = self._data()
-        if not 0 <= n < len(buf) // 8:
-            raise IndexError(f"offset index {self.path} has no entry {n}")
-        rel, pos = _OFFSET_ENTRY.unpack_from(buf, n * 8)
+        rel, pos = self._entry_fields(n)
         return self.base_offset + rel, pos
 
     def _slot_for_offset(self, buf: bytearray, rel: int) -> int:
         """Largest slot whose relative offset <= rel, -1 when none."""
-        hi = len(buf) // 8 - 1
-        if hi < 0 or _U32.unpack_from(buf, 0)[0] > rel:
-            return -1
-        lo = 0
-        unpack = _U32.unpack_from
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if unpack(buf, mid * 8)[0] <= rel:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return self._largest_lower_bound_slot(buf, _U32, 0, rel)
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry with offset <= target, or (base, 0)."""
@@ -348,10 +368,8 @@ class OffsetIndex(_Index):
         if sys.byteorder == "little":
             words.byteswap()
         rel, pos = words[0::2], words[1::2]
-        if not all(map(operator.lt, rel, rel[1:])):
-            raise CorruptIndexError(f"offset index {self.path} has unsorted offsets")
-        if not all(map(operator.lt, pos, pos[1:])):
-            raise CorruptIndexError(f"offset index {self.path} has unsorted positions")
+        self._check_sorted(rel, True, "offsets")
+        self._check_sorted(pos, True, "positions")
         if rel[-1] > _INT_MAX:
             raise CorruptIndexError(f"offset index {self.path} has an offset out of range")
         if log_size is not None and pos[-1] >= log_size:
@@ -365,7 +383,8 @@ class TimeIndex(_Index):
     """Kafka's ``.timeindex``: max timestamp so far -> relative offset. One slot is reserved for
     the final entry written when the segment becomes inactive (so "full" is max - 1)."""
 
-    ENTRY_SIZE = 12
+    ENTRY = _TIME_ENTRY
+    KIND = "time index"
 
     def __init__(self, path: Path, base_offset: int,
                  max_index_size: int = DEFAULT_MAX_INDEX_SIZE) -> None:
@@ -406,27 +425,16 @@ class TimeIndex(_Index):
         return self._last_entry
 
     def entry(self, n: int) -> tuple[int, int]:
-        buf = self._data()
-        if not 0 <= n < len(buf) // 12:
-            raise IndexError(f"time index {self.path} has no entry {n}")
-        ts, rel = _TIME_ENTRY.unpack_from(buf, n * 12)
+        ts, rel = self._entry_fields(n)
         return ts, self.base_offset + rel
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the largest entry with timestamp <= target, or (-1, base)."""
         buf = self._data()
-        hi = len(buf) // 12 - 1
-        if hi < 0 or _Q.unpack_from(buf, 0)[0] > target_timestamp:
+        slot = self._largest_lower_bound_slot(buf, _Q, 0, target_timestamp)
+        if slot < 0:
             return NO_TIMESTAMP, self.base_offset
-        lo = 0
-        unpack = _Q.unpack_from
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if unpack(buf, mid * 12)[0] <= target_timestamp:
-                lo = mid
-            else:
-                hi = mid - 1
-        ts, rel = _TIME_ENTRY.unpack_from(buf, lo * 12)
+        ts, rel = _TIME_ENTRY.unpack_from(buf, slot * 12)
         return ts, self.base_offset + rel
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False,
@@ -461,18 +469,9 @@ class TimeIndex(_Index):
         """Remove every entry whose offset >= `offset`."""
         buf = self._data()
         rel = offset - self.base_offset
-        n_entries = len(buf) // 12
         # entries are sorted by offset too: largest slot with offset <= rel
-        slot = -1
-        lo, hi = 0, n_entries - 1
+        slot = self._largest_lower_bound_slot(buf, _U32, 8, rel)
         unpack = _U32.unpack_from
-        while lo <= hi:
-            mid = (lo + hi) >> 1
-            if unpack(buf, mid * 12 + 8)[0] <= rel:
-                slot = mid
-                lo = mid + 1
-            else:
-                hi = mid - 1
         if rel < 0 or slot < 0:
             n = 0
         elif unpack(buf, slot * 12 + 8)[0] == rel:
@@ -493,9 +492,7 @@ class TimeIndex(_Index):
         entries = list(_TIME_ENTRY.iter_unpack(bytes(buf)))
         stamps = [e[0] for e in entries]
         offsets = [e[1] for e in entries]
-        if not all(map(operator.lt, stamps, stamps[1:])):
-            raise CorruptIndexError(f"time index {self.path} has unsorted timestamps")
-        if not all(map(operator.le, offsets, offsets[1:])):
-            raise CorruptIndexError(f"time index {self.path} has unsorted offsets")
+        self._check_sorted(stamps, True, "timestamps")
+        self._check_sorted(offsets, False, "offsets")
         if offsets[-1] > _INT_MAX:
             raise CorruptIndexError(f"time index {self.path} has an offset out of range")

@@ -249,12 +249,8 @@ class LogManager:
                     f"duplicate log directories for {tp}: {path} and "
                     f"{self._logs[tp].dir}"
                 )
-            logs[tp] = Log.open(
-                path, self.config_for(tp.topic), recovery_points.get(tp, 0),
-                log_starts.get(tp, 0), had_clean_shutdown=clean, clock=self.clock,
-                handle_cache=self.handle_cache,
-                producer_id_expiration_ms=self.producer_id_expiration_ms,
-                checkpoint_writer=self.checkpoint_writer)
+            logs[tp] = self._open_log(path, self.config_for(tp.topic), recovery_points.get(tp, 0),
+                                      log_starts.get(tp, 0), had_clean_shutdown=clean)
 
     def _promote_lone_future_logs(self) -> None:
         """A future log without a current log anywhere: the broker stopped inside
@@ -270,11 +266,8 @@ class LogManager:
             os.rename(future.dir, target)
             fsync_dir(future.dir.parent)
             log.warning("Completing the interrupted move of %s: %s is its log now", tp, target)
-            self._logs[tp] = Log.open(
-                target, self.config_for(tp.topic), future.recovery_point, future.log_start_offset,
-                had_clean_shutdown=False, clock=self.clock, handle_cache=self.handle_cache,
-                producer_id_expiration_ms=self.producer_id_expiration_ms,
-                checkpoint_writer=self.checkpoint_writer)
+            self._logs[tp] = self._open_log(target, self.config_for(tp.topic),
+                                            future.recovery_point, future.log_start_offset)
 
     # -- offline log dirs (KIP-112) -------------------------------------------------------------
 
@@ -402,6 +395,29 @@ class LogManager:
             raise KafkaStorageError(f"Log dir {log_dir} is offline")
         return path
 
+    def _open_log(self, path: Path, config: LogConfig, recovery_point: int = 0,
+                  log_start_offset: int = 0, had_clean_shutdown: bool = False) -> Log:
+        """`Log.open` with what every log of this manager shares: the clock, the file handle
+        cache, the producer id expiration and the checkpoint writer."""
+        return Log.open(path, config, recovery_point, log_start_offset,
+                        had_clean_shutdown=had_clean_shutdown, clock=self.clock,
+                        handle_cache=self.handle_cache,
+                        producer_id_expiration_ms=self.producer_id_expiration_ms,
+                        checkpoint_writer=self.checkpoint_writer)
+
+    def _create_log(self, path: Path, config: LogConfig, failure: str) -> Log:
+        """A new empty log at `path`, its log dir's entry made durable. An I/O error is
+        reported against the log dir (KIP-112) and raised as KafkaStorageError, both with
+        `failure` as the message."""
+        log_dir = path.parent
+        try:
+            created = self._open_log(path, config)
+            fsync_dir(log_dir)
+        except OSError as exc:
+            self.report_io_error(log_dir, failure, exc)
+            raise KafkaStorageError(f"{failure}: {exc}") from exc
+        return created
+
     def create_future_log(self, topic: str, partition: int, log_dir: Path) -> Log:
         """The partition's future log in `log_dir`, created empty (Kafka's getOrCreateLog with
         isFuture): ``<topic>-<p>.<uuid>-future``. Refused (KafkaStorageError) while a dir is
@@ -422,16 +438,9 @@ class LogManager:
                 f"Can not create the future log of {topic}-{partition} because log dirs "
                 f"{sorted(map(str, self.offline_dirs))} are offline")
         path = log_dir / _marked_dir_name(topic, partition, FUTURE_DIR_SUFFIX)
-        try:
-            future = Log.open(path, self.config_for(topic), clock=self.clock,
-                              handle_cache=self.handle_cache,
-                              producer_id_expiration_ms=self.producer_id_expiration_ms,
-                              checkpoint_writer=self.checkpoint_writer)
-            fsync_dir(log_dir)
-        except OSError as exc:
-            message = f"Error while creating the future log of {topic}-{partition} in {log_dir}"
-            self.report_io_error(log_dir, message, exc)
-            raise KafkaStorageError(f"{message}: {exc}") from exc
+        future = self._create_log(
+            path, self.config_for(topic),
+            f"Error while creating the future log of {topic}-{partition} in {log_dir}")
         future.on_io_error = self.report_io_error
         self._future_logs[tp] = future
         self.preferred_log_dirs.pop(tp, None)
@@ -492,11 +501,8 @@ class LogManager:
         try:
             os.rename(dest.dir, target)
             fsync_dir(dest_dir)
-            new = Log.open(target, self.config_for(topic), dest.recovery_point,
-                           dest.log_start_offset, had_clean_shutdown=True, clock=self.clock,
-                           handle_cache=self.handle_cache,
-                           producer_id_expiration_ms=self.producer_id_expiration_ms,
-                           checkpoint_writer=self.checkpoint_writer)
+            new = self._open_log(target, self.config_for(topic), dest.recovery_point,
+                                 dest.log_start_offset, had_clean_shutdown=True)
         except OSError as exc:
             message = f"Error while renaming the future log of {topic}-{partition} to {target}"
             self.report_io_error(dest_dir, message, exc)
@@ -543,16 +549,9 @@ class LogManager:
             raise ValueError(f"illegal partition {partition}")
         preferred = self.preferred_log_dirs.pop((topic, partition), None)
         log_dir = preferred if preferred in self.live_log_dirs else self._next_log_dir()
-        try:
-            log = Log.open(log_dir / f"{topic}-{partition}", config or self.config_for(topic),
-                           clock=self.clock, handle_cache=self.handle_cache,
-                           producer_id_expiration_ms=self.producer_id_expiration_ms,
-                           checkpoint_writer=self.checkpoint_writer)
-            fsync_dir(log_dir)
-        except OSError as exc:
-            message = f"Error while creating log for {topic}-{partition} in dir {log_dir}"
-            self.report_io_error(log_dir, message, exc)
-            raise KafkaStorageError(f"{message}: {exc}") from exc
+        log = self._create_log(
+            log_dir / f"{topic}-{partition}", config or self.config_for(topic),
+            f"Error while creating log for {topic}-{partition} in dir {log_dir}")
         log.on_truncated = self._on_truncated
         log.on_io_error = self.report_io_error
         self._logs[TopicPartition(topic, partition)] = log

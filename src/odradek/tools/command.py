@@ -74,6 +74,20 @@ def reader_gone() -> int:
     return 0
 
 
+def _cannot_read(path: str, what: str, exc: OSError) -> ToolError:
+    return ToolError(f"Cannot read {what + ' ' if what else ''}{path}: {exc.strerror or exc}")
+
+
+def read_input_file(path: str, what: str = "") -> str:
+    """The UTF-8 text of a file a tool was given (``--from-file``, ``--offset-json-file``...);
+    an unreadable one is a ``ToolError``: "Cannot read [what ]path: reason"."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise _cannot_read(path, what, exc) from None
+
+
 def read_properties_file(path: str) -> dict[str, str]:
     """A Java properties file's settings."""
     from ..common.properties import parse_properties
@@ -87,8 +101,7 @@ def read_properties(path: str, what: str = "") -> dict[str, str]:
     try:
         return read_properties_file(path)
     except OSError as exc:
-        raise ToolError(f"Cannot read {what + ' ' if what else ''}{path}: "
-                        f"{exc.strerror or exc}") from None
+        raise _cannot_read(path, what, exc) from None
 
 
 def to_stderr(message: str) -> None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..common import TopicPartition
-from .command import Subcommands, ToolError, add_admin_command
+from .command import Subcommands, ToolError, add_admin_command, read_input_file
 from .topics import admin_config, error_message, java_error, open_admin, run_admin_command
 
 if TYPE_CHECKING:
@@ -691,13 +691,7 @@ async def reset_offsets(admin: AsyncAdmin, args: argparse.Namespace) -> int:
     spec = _scenario(args, lambda: int(time.time() * 1000))
     file_plan: dict[str, dict[TopicPartition, int]] = {}
     if spec.kind == "from_file":
-        try:
-            with open(args.from_file, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise ToolError(f"Cannot read --from-file {args.from_file}: "
-                            f"{exc.strerror or exc}") from None
-        file_plan = parse_reset_plan(text, args.group)
+        file_plan = parse_reset_plan(read_input_file(args.from_file, "--from-file"), args.group)
     groups = await _group_ids(admin, args)
     plan: dict[str, dict[TopicPartition, int]] = {}
     status = 0

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..common import TopicPartition
-from .command import Subcommands, ToolError, add_admin_command, run_tool
+from .command import Subcommands, ToolError, add_admin_command, read_input_file, run_tool
 from .topics import admin_config, open_admin
 
 if TYPE_CHECKING:
@@ -225,13 +225,7 @@ def main(args: argparse.Namespace) -> int:
             raise ToolError("Missing required argument \"[bootstrap-server]\"")
         if not args.offset_json_file:
             raise ToolError("Missing required argument \"[offset-json-file]\"")
-        try:
-            with open(args.offset_json_file, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise ToolError(f"Cannot read {args.offset_json_file}: "
-                            f"{exc.strerror or exc}") from None
-        entries = parse_offset_json(text)
+        entries = parse_offset_json(read_input_file(args.offset_json_file))
         check_duplicates(entries)
         return asyncio.run(run(args, entries))
     return run_tool(body)

@@ -187,23 +187,32 @@ def record_line(h: rb.BatchHeader, r: rb.Record, opts: DumpOptions) -> str:
             f"sequence: {seq} headerKeys: [{keys}]")
     if h.is_control:
         return line + control_record_text(r)
-    if opts.offsets_decoder:
+    parser = _internal_topic_parser(opts)
+    if parser is not None:
+        parse, what = parser
         try:
-            key, payload = format_offsets_record(r.key, r.value)
+            key, payload = parse(r.key, r.value)
         except (SchemaError, ValueError) as exc:
-            return line + f" (not an offsets record: {exc})"
-        return line + f" key: {key} payload: {payload}"
-    if opts.transaction_log_decoder:
-        try:
-            key, payload = format_record_key_and_value(r.key, r.value)
-        except (SchemaError, ValueError) as exc:
-            return line + f" (not a transaction log record: {exc})"
+            return line + f" (not {what}: {exc})"
         return line + f" key: {key} payload: {payload}"
     if opts.print_data_log:
         if r.key is not None:
             line += f" key: {opts.key_decoder(r.key)}"
         line += f" payload: {'null' if r.value is None else opts.value_decoder(r.value)}"
     return line
+
+
+def _internal_topic_parser(opts: DumpOptions
+                           ) -> tuple[Callable[[bytes | None, bytes | None], tuple[str, str]],
+                                      str] | None:
+    """Kafka's DumpLogSegments parser of an internal topic's records, with what a record it
+    cannot read is not: --offsets-decoder's (OffsetsMessageParser) before
+    --transaction-log-decoder's (TransactionLogMessageParser), or None."""
+    if opts.offsets_decoder:
+        return format_offsets_record, "an offsets record"
+    if opts.transaction_log_decoder:
+        return format_record_key_and_value, "a transaction log record"
+    return None
 
 
 def _java_hex(data: bytes) -> str:

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ...common.fault_log import FAULT_LOG_NAME, fault_spans, read_fault_events
 from ..config import ChaosConfig
@@ -22,6 +23,29 @@ from ..workload import ProducerStats
 from .consistency import CheckReport, Guarantees, check
 from .history import History
 from .replicas import ReplicaCheck, compare_replicas
+
+
+class RunOutcome(Protocol):
+    """What every chaos run records besides its workload's checks (ChaosReport and the
+    scenarios' own reports)."""
+
+    faults: list[FaultRecord]
+    healed: bool
+    heal_problem: str | None
+    stop_problems: list[str]
+    errors: list[str]
+
+
+def run_failures(run: RunOutcome) -> list[str]:
+    """The failures of any run, whatever it checked: the cluster did not heal, a clean
+    shutdown failed, the run broke off, a fault was not injected."""
+    out = []
+    if not run.healed:
+        out.append(f"cluster did not heal: {run.heal_problem}")
+    out.extend(f"clean shutdown failed: {p}" for p in run.stop_problems)
+    out.extend(f"run aborted: {e}" for e in run.errors)
+    out.extend(f"fault {f.kind} at {f.at_s:.1f}s: {f.error}" for f in run.faults if f.error)
+    return out
 
 
 @dataclass
@@ -71,12 +95,7 @@ class ChaosReport:
         if not self.replicas_identical:
             out.append("replicas differ below the high watermark" if self.replicas
                        else "replicas not compared")
-        if not self.healed:
-            out.append(f"cluster did not heal: {self.heal_problem}")
-        out.extend(f"clean shutdown failed: {p}" for p in self.stop_problems)
-        out.extend(f"run aborted: {e}" for e in self.errors)
-        out.extend(f"fault {f.kind} at {f.at_s:.1f}s: {f.error}" for f in self.faults
-                   if f.error)
+        out.extend(run_failures(self))
         out.extend(f"fatal producer error: {e}" for e in self.fatal_errors)
         if self.consistency is not None and not self.consistency.ok:
             out.append("consistency check failed: " + ", ".join(

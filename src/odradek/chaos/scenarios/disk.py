@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from ...common.fault_log import FaultLog
 from ...tools.command import ToolError
 from ..environment import disk_faults
 from ..environment.processes import ProcessCluster, wait_until
-from ..support import Progress, chaos_workdir, stderr_progress
+from ..support import Progress, run_on_zookeeper
 from ..workload import consume_all
 
 DISK_FAULT_KINDS = ("disk-full", "disk-fail")
@@ -310,10 +309,8 @@ def run_disk_chaos(config: DiskChaosConfig, workdir: Path, zookeeper_connect: st
             disk_faults.unmount(m)
 
 
-def run_disk_command(args: argparse.Namespace, seed: int,
-                     with_zookeeper: Callable[..., Any]) -> int:
-    """`odradek chaos --disk`: `with_zookeeper(config, workdir, zookeeper, progress,
-    runner=...)` runs on the given or a local ZooKeeper (chaos_command)."""
+def run_disk_command(args: argparse.Namespace, seed: int) -> int:
+    """`odradek chaos --disk`, on the given or a local ZooKeeper (`run_on_zookeeper`)."""
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     if not set(faults) & set(DISK_FAULT_KINDS):
         faults = DISK_FAULT_KINDS
@@ -328,14 +325,8 @@ def run_disk_command(args: argparse.Namespace, seed: int,
     config = DiskChaosConfig(brokers=max(3, args.brokers), partitions=args.partitions,
                              seed=seed, faults=faults,
                              phase_s=max(2.0, min(10.0, args.duration / 6)))
-    workdir, own_dir = chaos_workdir(args.data_dir, "odradek-chaos-disk-")
-    progress = stderr_progress(time.monotonic())
-    progress(f"odradek chaos --disk: seed {seed}, data in {workdir}")
-    try:
-        report = with_zookeeper(config, workdir, args.zookeeper, progress,
-                                runner=run_disk_chaos)
-    except (OSError, RuntimeError, TimeoutError) as exc:
-        raise ToolError(str(exc), exit_code=2) from None
+    report, workdir, own_dir = run_on_zookeeper(args, seed, " --disk", "odradek-chaos-disk-",
+                                                config, run_disk_chaos)
     print(format_disk_report(report), flush=True)
     if report.ok and own_dir and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from ..checker.replicas import ReplicaCheck, compare_replicas
+from ..checker.verdict import run_failures
 from ..config import ChaosConfig
 from ..environment.process_faults import FaultInjector, FaultRecord, in_sync
 from ..environment.processes import ProcessCluster, stop_cleanly
 from ..support import Progress, poll_for, stderr_progress
+from ..workload import poll_until_read
 
 TXN_FAULT_KINDS = ("kill_txn_coordinator", "kill_group_coordinator", "kill_leader",
                    "kill_pipeline")
@@ -176,12 +178,7 @@ class TxnChaosReport:
         if not self.replicas or any(r.problem for r in self.replicas):
             out.append("output replicas differ below the high watermark" if self.replicas
                        else "output replicas not compared")
-        if not self.healed:
-            out.append(f"cluster did not heal: {self.heal_problem}")
-        out.extend(f"clean shutdown failed: {p}" for p in self.stop_problems)
-        out.extend(f"run aborted: {e}" for e in self.errors)
-        out.extend(f"fault {f.kind} at {f.at_s:.1f}s: {f.error}" for f in self.faults
-                   if f.error)
+        out.extend(run_failures(self))
         return out
 
     @property
@@ -408,7 +405,7 @@ def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str,
     """(partition, offset, value) of every record a consumer with `isolation` reads from the
     beginning to the end of each partition (the LSO for read_committed, the HW otherwise):
     done when librdkafka reports the end at or past the ListOffsets answer."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{uuid.uuid4()}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
@@ -419,17 +416,10 @@ def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str,
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         out: list[tuple[int, int, str]] = []
         remaining = {p for p, end in ends.items() if end > 0}
-        deadline = time.monotonic() + timeout
-        while remaining:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{isolation} reader stuck on {sorted(remaining)}, "
-                                   f"ends {ends}")
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"consumer error: {msg.error()}")
+        for msg in poll_until_read(
+                consumer, remaining, timeout,
+                lambda: f"{isolation} reader stuck on {sorted(remaining)}, ends {ends}"):
+            if msg.error():  # the end of a partition, as far as `isolation` reads
                 if msg.offset() >= ends[msg.partition()]:
                     remaining.discard(msg.partition())
                 continue

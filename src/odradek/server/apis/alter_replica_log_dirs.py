@@ -19,18 +19,12 @@ from kio.schema.errors import ErrorCode
 from ...common import TopicPartition
 from ...protocol.codec import encode_response, make, response_module
 from ...security.acl import AclOperation, ResourceType
-from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
-from ..replication.replica_manager import ReplicaManager
 from .authz import allowed
+from .replica_api import ReplicaManagerApi
 
 
-class AlterReplicaLogDirsApi:
-    def __init__(self, replica_manager: ReplicaManager,
-                 authorizer: Authorizer = ALLOW_ALL) -> None:
-        self.replica_manager = replica_manager
-        self.authorizer = authorizer
-
+class AlterReplicaLogDirsApi(ReplicaManagerApi):
     def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
         mod = response_module(type(request))
         assignments: dict[TopicPartition, str] = {}

@@ -78,26 +78,27 @@ def find(coordinator: GroupCoordinator, cache: MetadataCache, key_type: int, key
         return {"error_code": code, "error_message": message, "node_id": -1, "host": "",
                 "port": -1}
 
+    # Kafka's handleFindCoordinatorRequest: the key's partition of the coordinator's internal
+    # topic, created when missing
     if key_type == GROUP_KEY_TYPE:
-        if not coordinator.is_active:
-            return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
-        topic = cache.topic(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            coordinator.ensure_offsets_topic()
-            return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
-        index = coordinator.partition_for(key)
+        active, internal_topic, create_topic, partition_for = (
+            coordinator.is_active, OFFSETS_TOPIC, coordinator.ensure_offsets_topic,
+            coordinator.partition_for)
     elif key_type == TRANSACTION_KEY_TYPE and txn_coordinator is not None:
-        if not txn_coordinator.is_active:
-            return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
-        topic = cache.topic(TRANSACTION_STATE_TOPIC)
-        if topic is None or not topic.partitions:
-            txn_coordinator.ensure_transaction_topic()
-            return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
-        index = txn_coordinator.partition_for(key)
+        active, internal_topic, create_topic, partition_for = (
+            txn_coordinator.is_active, TRANSACTION_STATE_TOPIC,
+            txn_coordinator.ensure_transaction_topic, txn_coordinator.partition_for)
     else:
         return error(ErrorCode.invalid_request,
                      f"Coordinator key type {key_type} is not supported (0: group, "
                      "1: transaction).")
+    if not active:
+        return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
+    topic = cache.topic(internal_topic)
+    if topic is None or not topic.partitions:
+        create_topic()
+        return error(ErrorCode.coordinator_not_available, NOT_AVAILABLE)
+    index = partition_for(key)
     partition = topic.partitions.get(index)
     node = None if partition is None else cache.broker_endpoint(partition.leader, listener)
     if node is None:

@@ -18,24 +18,18 @@ from kio.schema.errors import ErrorCode
 from ...protocol import list_offsets_v0 as v0
 from ...protocol.codec import encode_response, make, response_module
 from ...security.acl import AclOperation, ResourceType
-from ...security.authorizer import ALLOW_ALL, Authorizer
 from ...storage.errors import KafkaStorageError
 from ..network import Connection
 from ..replication.partition import Partition
-from ..replication.replica_manager import ReplicaManager
 from ..replication.results import READ_COMMITTED, READ_UNCOMMITTED
 from .authz import allowed_names
+from .replica_api import ReplicaManagerApi
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2  # Kafka's ListOffsetsRequest constants
 
 
-class ListOffsetsApi:
-    def __init__(self, replica_manager: ReplicaManager, authorizer: Authorizer = ALLOW_ALL
-                 ) -> None:
-        self.replica_manager = replica_manager
-        self.authorizer = authorizer
-
+class ListOffsetsApi(ReplicaManagerApi):
     def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
         if isinstance(request, v0.ListOffsetsRequestV0):
             return v0.encode_response_frame(header.correlation_id, self.handle_v0(request, conn))

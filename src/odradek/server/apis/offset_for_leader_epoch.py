@@ -14,18 +14,13 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.codec import encode_response, make, response_module
 from ...security.acl import AclOperation, ResourceType
-from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import Connection
 from ..replication.replica_manager import ReplicaManager
 from .authz import allowed, allowed_names
+from .replica_api import ReplicaManagerApi
 
 
-class OffsetForLeaderEpochApi:
-    def __init__(self, replica_manager: ReplicaManager, authorizer: Authorizer = ALLOW_ALL
-                 ) -> None:
-        self.replica_manager = replica_manager
-        self.authorizer = authorizer
-
+class OffsetForLeaderEpochApi(ReplicaManagerApi):
     def handle(self, header: Any, request: Any, conn: Connection) -> bytes:
         denied: set[str] = set()
         auth = self.authorizer

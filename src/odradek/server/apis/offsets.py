@@ -23,6 +23,7 @@ schemas) no longer has them, and no client odradek supports sends them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -137,11 +138,41 @@ def _by_topic(items: dict[TopicPartition, Any]) -> dict[str, dict[int, Any]]:
     return out
 
 
+def _commit_response(header: Any, request: Any, api: str, order: list[TopicPartition],
+                     errors: dict[TopicPartition, int],
+                     offsets: dict[TopicPartition, OffsetAndMetadata],
+                     submit: Callable[[Callable[[dict[TopicPartition, int]], None]], None],
+                     code_for: Callable[[int], int] = int) -> Any:
+    """The response of OffsetCommit or TxnOffsetCommit (`api`): every partition of the request,
+    in its order, with the coordinator's error for `offsets` (handed over by `submit`, unless
+    none are left) or the error `errors` gave it here, as `code_for` maps it for the version."""
+    mod = response_module(type(request))
+
+    def build(result: dict[TopicPartition, int]) -> bytes:
+        status = {**result, **errors}
+        topics: dict[str, list[Any]] = {}
+        for tp in dict.fromkeys(order):
+            topics.setdefault(tp.topic, []).append(make(
+                getattr(mod, f"{api}ResponsePartition"), partition_index=tp.partition,
+                error_code=ErrorCode(code_for(status[tp]))))
+        resp = make(getattr(mod, f"{api}Response"), throttle_time=0, topics=tuple(
+            make(getattr(mod, f"{api}ResponseTopic"), name=name, partitions=tuple(parts))
+            for name, parts in topics.items()))
+        return encode_response(type(request), header.correlation_id, resp)
+
+    future: asyncio.Future[dict[TopicPartition, int]] = \
+        asyncio.get_running_loop().create_future()
+    if not offsets:
+        future.set_result({})
+    else:
+        submit(resolver(future))
+    return when_done(future, build)
+
+
 # -- OffsetCommit ----------------------------------------------------------------------------------
 
 def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: Any,
                    request: Any, check: Check = ALLOWED) -> Any:
-    mod = response_module(type(request))
     order: list[TopicPartition] = []
     errors: dict[TopicPartition, int] = {}
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -165,34 +196,17 @@ def _offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: 
                 p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
                 p.committed_metadata or "", now, expire)
 
-    def build(result: dict[TopicPartition, int]) -> bytes:
-        status = {**result, **errors}
-        topics: dict[str, list[Any]] = {}
-        for tp in dict.fromkeys(order):
-            topics.setdefault(tp.topic, []).append(make(
-                mod.OffsetCommitResponsePartition, partition_index=tp.partition,
-                error_code=ErrorCode(status[tp])))
-        resp = make(mod.OffsetCommitResponse, throttle_time=0, topics=tuple(
-            make(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
-            for name, parts in topics.items()))
-        return encode_response(type(request), header.correlation_id, resp)
-
-    future: asyncio.Future[dict[TopicPartition, int]] = \
-        asyncio.get_running_loop().create_future()
-    if not offsets:
-        future.set_result({})
-    else:
+    def submit(respond: Callable[[dict[TopicPartition, int]], None]) -> None:
         coordinator.handle_commit_offsets(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None),
-            request.generation_id_or_member_epoch, offsets, resolver(future))
-    return when_done(future, build)
+            request.generation_id_or_member_epoch, offsets, respond)
+    return _commit_response(header, request, "OffsetCommit", order, errors, offsets, submit)
 
 
 # -- TxnOffsetCommit -------------------------------------------------------------------------------
 
 def _txn_offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, header: Any,
                        request: Any, check: Check = ALLOWED, denied: int | None = None) -> Any:
-    mod = response_module(type(request))
     version = header.request_api_version
     order: list[TopicPartition] = []
     errors: dict[TopicPartition, int] = {}
@@ -213,31 +227,18 @@ def _txn_offset_commit(coordinator: GroupCoordinator, cache: MetadataCache, head
                     p.committed_offset, getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
                     p.committed_metadata or "", now)
 
-    def build(result: dict[TopicPartition, int]) -> bytes:
-        status = {**result, **errors}
-        topics: dict[str, list[Any]] = {}
-        for tp in dict.fromkeys(order):
-            code = status[tp]
-            if version < 2 and code == ErrorCode.coordinator_load_in_progress:
-                code = ErrorCode.coordinator_not_available
-            topics.setdefault(tp.topic, []).append(make(
-                mod.TxnOffsetCommitResponsePartition, partition_index=tp.partition,
-                error_code=ErrorCode(code)))
-        resp = make(mod.TxnOffsetCommitResponse, throttle_time=0, topics=tuple(
-            make(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
-            for name, parts in topics.items()))
-        return encode_response(type(request), header.correlation_id, resp)
-
-    future: asyncio.Future[dict[TopicPartition, int]] = \
-        asyncio.get_running_loop().create_future()
-    if not offsets:
-        future.set_result({})
-    else:
+    def submit(respond: Callable[[dict[TopicPartition, int]], None]) -> None:
         coordinator.handle_txn_commit_offsets(
             request.group_id, request.producer_id, request.producer_epoch,
             getattr(request, "member_id", ""), getattr(request, "group_instance_id", None),
-            getattr(request, "generation_id", -1), offsets, resolver(future))
-    return when_done(future, build)
+            getattr(request, "generation_id", -1), offsets, respond)
+
+    def code_for(code: int) -> int:
+        if version < 2 and code == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.coordinator_not_available
+        return code
+    return _commit_response(header, request, "TxnOffsetCommit", order, errors, offsets, submit,
+                            code_for)
 
 
 # -- OffsetFetch -----------------------------------------------------------------------------------

@@ -21,12 +21,12 @@ from kio.schema.errors import ErrorCode
 
 from ...protocol.produce_response import PartitionResult, encode_produce_response
 from ...security.acl import AclOperation, ResourceType
-from ...security.authorizer import ALLOW_ALL, Authorizer
 from ..network import CloseConnection, Connection, Response
 from ..replication.replica_manager import ReplicaManager
 from ..replication.results import ProduceResult
 from ..topic_names import INTERNAL_TOPICS
 from .authz import allowed, allowed_names
+from .replica_api import ReplicaManagerApi
 
 _ATTRIBUTES_AT = 21  # int16 attributes in a v2 batch header
 _TRANSACTIONAL_BIT = 0x10
@@ -38,12 +38,7 @@ def has_transactional_records(records: bytes | None) -> bool:
         records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT)
 
 
-class ProduceApi:
-    def __init__(self, replica_manager: ReplicaManager, authorizer: Authorizer = ALLOW_ALL
-                 ) -> None:
-        self.replica_manager = replica_manager
-        self.authorizer = authorizer
-
+class ProduceApi(ReplicaManagerApi):
     def handle(self, header: Any, request: Any, conn: Connection
                ) -> Response | Awaitable[Response]:
         denied: frozenset[str] = frozenset()

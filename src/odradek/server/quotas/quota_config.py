@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from ...common.java_double import java_double
 from ...common.sanitizer import desanitize_user, sanitize_user
 from ...coordination import paths
-from ...coordination.store import CoordinationStore, NodeExistsError, NoNodeError
+from ...coordination.admin_zk import change_entity_config
+from ...coordination.store import CoordinationStore, NoNodeError
 from .client_quota_manager import DEFAULT, QUOTA_CONFIG_TYPES, QuotaEntity, QuotaManagers
 
 log = logging.getLogger("odradek.quotas")
@@ -250,15 +251,7 @@ async def all_quota_entities(store: CoordinationStore) -> dict[EntityName, dict[
 async def write_entity_config(store: CoordinationStore, entity: QuotaEntity,
                               config: Mapping[str, str]) -> None:
     """Kafka's AdminZkClient.changeConfigs: the entity's znode, then the notification."""
-    path = entity_path(entity)
-    data = paths.encode_entity_config(config)
-    try:
-        await store.create(path, data, makepath=True)
-    except NodeExistsError:
-        await store.set(path, data)
-    await store.create(paths.config_change_path(),
-                       paths.encode_config_change(notification_entity(entity)),
-                       sequence=True, makepath=True)
+    await change_entity_config(store, entity_path(entity), config, notification_entity(entity))
 
 
 class ClientQuotaConfigManager:
