@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from ..common.loop_thread import LoopThread
 from ..security.acl import (
     ANY_BINDING,
     AclBinding,
@@ -30,7 +31,6 @@ from ..security.acl import (
 from ..security.connector import ClientSecurity, open_connection
 from ..security.errors import UnsupportedSaslMechanismError
 from ..security.scram import ScramMechanism, salted_password
-from ._loop import LoopThread
 from .assignors import PROTOCOL_TYPE, decode_assignment, decode_subscription
 from .cluster_metadata import KafkaClient
 from .config import ADMIN, build_config, parse_servers

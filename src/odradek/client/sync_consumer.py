@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._loop import LoopThread
+from ..common.loop_thread import LoopThread
 from .consumer import AsyncConsumer
 from .group import Listener
 from .types import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._loop import LoopThread
+from ..common.loop_thread import LoopThread
 from .delivery import (
     DeliveryCallback,
     DeliveryHandle,

@@ -31,7 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ._loop import LoopThread
+from ..common.loop_thread import LoopThread
 from .cluster_metadata import KafkaClient
 from .config import PRODUCER, build_config
 from .errors import KafkaError, ProducerFencedError
