@@ -19,8 +19,8 @@ from typing import Any, Protocol, Self, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ..common.loop_thread import LoopThread
 from ..security.connector import ClientSecurity
-from ._loop import LoopThread
 from .config import parse_servers
 from .connection import BrokerConnection
 from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError

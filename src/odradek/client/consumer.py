@@ -1,5 +1,5 @@
-"""The consumer (S-7.2): manual assignment or group subscription, a fetcher with a position per
-partition, offset resets, commits.
+"""The consumer (S-7.2): manual assignment or group subscription, positions, offset resets,
+commits; the fetching itself is `fetcher.Fetcher`'s (Kafka's Fetcher).
 
 Positions: each assigned partition has a position, the offset of the next record poll() will
 return. A partition without one gets its group's committed offset (OffsetFetch), or else follows
@@ -7,16 +7,12 @@ return. A partition without one gets its group's committed offset (OffsetFetch),
 from poll(). A fetch answered OFFSET_OUT_OF_RANGE resets the same way (`none` ->
 OffsetOutOfRangeError).
 
-The fetcher runs in the background: one Fetch in flight per leader broker, covering every
-assigned partition it leads that has a position and no buffered records, in a fetch session
-with that broker (KIP-227, `fetch_session_handler`: only the partitions added or moved since
-the last request are sent, the others forgotten; a session error means a full fetch next).
-Records are checked (CRC32C, `check.crcs`) and decoded when they arrive; control batches are
-skipped; records before the position (a compressed batch fetched from its middle) are dropped.
-With `isolation.level=read_committed` fetches and ListOffsets stop at the last stable offset
-and the batches of aborted transactions are skipped (`read_committed`). poll() returns at most
+The fetcher runs in the background, one Fetch in flight per leader broker in a fetch session
+with that broker (KIP-227), and buffers the decoded records of each partition. With
+`isolation.level=read_committed` fetches and ListOffsets stop at the last stable offset and the
+batches of aborted transactions are skipped (`read_committed`). poll() returns at most
 `max.poll.records` buffered records and advances the positions past them; a seek() drops what
-was buffered for that partition, and a fetch that answers for an old position is discarded.
+was buffered for that partition.
 
 With `group.id` and subscribe(), membership is `group.GroupCoordinatorClient`'s; poll() joins
 and rejoins (so revocation happens between two polls, as in Java). With
@@ -30,14 +26,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..protocol.records import CorruptRecordError, InvalidRecordError, check_batch, decode_records
-from ..protocol.records import iter_headers as iter_batch_headers
 from .assignors import assignors_from_config
 from .cluster_metadata import REFRESH_ERRORS, KafkaClient
 from .config import CONSUMER, build_config
@@ -47,20 +40,15 @@ from .errors import (
     KafkaError,
     KafkaTimeoutError,
     NoOffsetForPartitionError,
-    OffsetOutOfRangeError,
 )
 from .fetch_session_handler import FetchSessionHandler
+from .fetcher import Fetcher, TopicPartitionState
 from .group import GroupCoordinatorClient, Listener
 from .read_committed import (
-    READ_COMMITTED,
     AbortedTransactions,
-    abort_marker_checker,
-    aborted_of,
     isolation_level,
 )
 from .types import (
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
     ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
@@ -72,23 +60,6 @@ log = logging.getLogger("odradek.client.consumer")
 EARLIEST, LATEST = -2, -1
 _RESETS = {"earliest": EARLIEST, "smallest": EARLIEST, "beginning": EARLIEST,
            "latest": LATEST, "largest": LATEST, "end": LATEST, "none": None}
-
-
-class _PartitionState:
-    __slots__ = ("backoff_until", "buffer", "fetching", "high_watermark", "last_stable_offset",
-                 "log_start_offset", "next_offset", "paused", "position", "reset")
-
-    def __init__(self) -> None:
-        self.position: int | None = None
-        self.reset: int | None = None  # EARLIEST / LATEST when a reset is pending
-        self.buffer: deque[ConsumerRecord] = deque()
-        self.next_offset = -1  # where the next fetch starts once the buffer is drained
-        self.paused = False
-        self.fetching = False
-        self.backoff_until = 0.0
-        self.high_watermark = -1
-        self.last_stable_offset = -1
-        self.log_start_offset = -1
 
 
 def _to_offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
@@ -151,23 +122,23 @@ class AsyncConsumer:
         self.group: GroupCoordinatorClient | None = None
         if self.group_id is not None:
             self.group = GroupCoordinatorClient(self.client, cfg, self.assignors)
-        self._states: dict[TopicPartition, _PartitionState] = {}
+        self.fetcher = Fetcher(
+            self.client, min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+            max_wait_ms=self.fetch_max_wait_ms,
+            max_partition_bytes=self.max_partition_fetch_bytes,
+            isolation_level=self.isolation_level, check_crcs=self.check_crcs,
+            retry_backoff=self.retry_backoff, request_timeout=self.request_timeout,
+            reset_policy=self.reset_policy, reset_policy_name=self.reset_policy_name,
+            key_deserializer=self.key_deserializer, value_deserializer=self.value_deserializer)
         self._subscription: list[str] = []
         self._mode: str | None = None  # "subscribe" | "assign"
         self._on_assign: Listener | None = None
         self._on_revoke: Listener | None = None
         self._holding = False  # group mode: an assignment not yet revoked
         self._applied_join: asyncio.Task[list[TopicPartition]] | None = None
-        self._error: KafkaError | None = None
-        self._data: asyncio.Event | None = None
-        self._fetch_wake: asyncio.Event | None = None
-        self._fetch_task: asyncio.Task[None] | None = None
-        self._fetching_nodes: set[int] = set()
-        self._sessions: dict[int, FetchSessionHandler[tuple[int, int]]] = {}  # per broker
         self._tasks: set[asyncio.Task[Any]] = set()
         self._next_auto_commit = 0.0
         self._last_committed: dict[TopicPartition, int] = {}
-        self._rotate = 0
         self._closed = False
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -176,18 +147,26 @@ class AsyncConsumer:
         """Whether close() has run."""
         return self._closed
 
+    @property
+    def _sessions(self) -> dict[int, FetchSessionHandler[tuple[int, int]]]:
+        """The fetcher's fetch session with each broker (KIP-227)."""
+        return self.fetcher.sessions
+
+    def _parse(self, tp: TopicPartition, offset: int, data: bytes,
+               aborted: AbortedTransactions | None = None) -> tuple[list[ConsumerRecord], int]:
+        """The records of fetched `data` from `offset` on, as the fetcher decodes them."""
+        return self.fetcher.parse(tp, offset, data, aborted)
+
     def known_position(self, tp: TopicPartition) -> int | None:
         """The fetch position of an assigned partition when known, without a lookup."""
-        st = self._states.get(tp)
+        st = self.fetcher.states.get(tp)
         return None if st is None else st.position
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> AsyncConsumer:
         self.loop = asyncio.get_running_loop()
-        self._data = asyncio.Event()
-        self._fetch_wake = asyncio.Event()
         await self.client.start()
-        self._fetch_task = self.loop.create_task(self._fetch_loop())
+        self.fetcher.start(self.loop)
         self._next_auto_commit = self.loop.time() + self.auto_commit_interval
         return self
 
@@ -210,12 +189,11 @@ class AsyncConsumer:
                         log.warning("Commit on close failed: %s", exc)
                 if self._mode == "subscribe":
                     if self._holding:
-                        await _call(self._on_revoke, sorted(self._states))
+                        await _call(self._on_revoke, sorted(self.fetcher.states))
                     await self.group.close()
         finally:
             self._closed = True
-            if self._fetch_task is not None:
-                self._fetch_task.cancel()
+            self.fetcher.close()
             for t in list(self._tasks):
                 t.cancel()
             await self.client.close()
@@ -262,7 +240,7 @@ class AsyncConsumer:
                         await self.commit()
                     except KafkaError as exc:
                         log.warning("Commit on unsubscribe failed: %s", exc)
-                await _call(self._on_revoke, sorted(self._states))
+                await _call(self._on_revoke, sorted(self.fetcher.states))
             await self.group.leave("the consumer unsubscribed")
             self.group.subscription = []
         self._mode = None
@@ -271,16 +249,14 @@ class AsyncConsumer:
         self._set_assignment([])
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self._states)
+        return set(self.fetcher.states)
 
     def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
-        new = {tp: self._states.get(tp) or _PartitionState() for tp in partitions}
-        self._states = new
-        self._wake_fetcher()
+        self.fetcher.assign(partitions)
 
     # -- positions -------------------------------------------------------------------------------
-    def _state(self, tp: TopicPartition | tuple[str, int]) -> _PartitionState:
-        st = self._states.get(TopicPartition(*tp))
+    def _state(self, tp: TopicPartition | tuple[str, int]) -> TopicPartitionState:
+        st = self.fetcher.states.get(TopicPartition(*tp))
         if st is None:
             raise IllegalStateError(f"partition {TopicPartition(*tp)} is not assigned to this "
                                     "consumer")
@@ -296,7 +272,7 @@ class AsyncConsumer:
         st.reset = None
         st.buffer.clear()
         st.backoff_until = 0.0
-        self._wake_fetcher()
+        self.fetcher.wake()
 
     def seek_to_beginning(self, *partitions: TopicPartition | tuple[str, int]) -> None:
         self._seek_reset(partitions, EARLIEST)
@@ -305,7 +281,7 @@ class AsyncConsumer:
         self._seek_reset(partitions, LATEST)
 
     def _seek_reset(self, partitions: Iterable[Any], where: int) -> None:
-        tps = [TopicPartition(*tp) for tp in partitions] or list(self._states)
+        tps = [TopicPartition(*tp) for tp in partitions] or list(self.fetcher.states)
         for tp in tps:
             st = self._state(tp)
             st.position = None
@@ -330,10 +306,10 @@ class AsyncConsumer:
     def resume(self, *partitions: TopicPartition | tuple[str, int]) -> None:
         for tp in partitions:
             self._state(tp).paused = False
-        self._wake_fetcher()
+        self.fetcher.wake()
 
     def paused(self) -> set[TopicPartition]:
-        return {tp for tp, st in self._states.items() if st.paused}
+        return {tp for tp, st in self.fetcher.states.items() if st.paused}
 
     def highwater(self, tp: TopicPartition | tuple[str, int]) -> int:
         """The high watermark of `tp` from the last fetch (-1 before one)."""
@@ -359,30 +335,31 @@ class AsyncConsumer:
                    ) -> list[ConsumerRecord]:
         """Up to max.poll.records (or `max_records`) records, waiting at most `timeout`
         seconds for some."""
-        assert self.loop is not None and self._data is not None, "call start() first"
+        data = self.fetcher.data
+        assert self.loop is not None and data is not None, "call start() first"
         if self._closed:
             raise IllegalStateError("the consumer is closed")
         loop = self.loop
         deadline = loop.time() + max(0.0, timeout)
         self._maybe_auto_commit()
         while True:
-            self._raise_error()
+            self.fetcher.raise_error()
             if self.group is not None:
                 self.group.last_poll = loop.time()  # inside poll(): not stuck in user code
             if self._mode == "subscribe":
                 await self._ensure_group(deadline)
-            if (self._mode is None or not self._states) and self._mode != "subscribe":
+            if (self._mode is None or not self.fetcher.states) and self._mode != "subscribe":
                 raise IllegalStateError("the consumer is neither subscribed nor assigned")
             await self._update_positions(deadline)
-            records = self._drain(max_records or self.max_poll_records)
+            records = self.fetcher.fetched_records(max_records or self.max_poll_records)
             if records:
                 return records
-            self._raise_error()
+            self.fetcher.raise_error()
             left = deadline - loop.time()
             if left <= 0:
                 return []
-            self._data.clear()
-            waits: list[asyncio.Future[Any]] = [loop.create_task(self._data.wait())]
+            data.clear()
+            waits: list[asyncio.Future[Any]] = [loop.create_task(data.wait())]
             if self.group is not None and self._mode == "subscribe":
                 waits.append(loop.create_task(self.group.rejoin_event.wait()))
                 join = self.group.join_task
@@ -403,30 +380,6 @@ class AsyncConsumer:
             for record in await self.poll(1.0):
                 yield record
 
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
-
-    def _drain(self, limit: int) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
-        tps = [tp for tp, st in self._states.items() if st.buffer and not st.paused]
-        if not tps:
-            return out
-        self._rotate = (self._rotate + 1) % len(tps)
-        for tp in tps[self._rotate:] + tps[:self._rotate]:
-            st = self._states[tp]
-            while st.buffer and len(out) < limit:
-                out.append(st.buffer.popleft())
-            if out and out[-1].topic_partition == tp:
-                st.position = out[-1].offset + 1
-            if not st.buffer and st.next_offset > (st.position or 0):
-                st.position = st.next_offset  # past control batches and compacted gaps
-            if len(out) >= limit:
-                break
-        self._wake_fetcher()
-        return out
-
     async def _ensure_group(self, deadline: float) -> None:
         group = self.group
         assert group is not None and self.loop is not None
@@ -446,7 +399,7 @@ class AsyncConsumer:
                     await self.commit(timeout=self.request_timeout)
                 except KafkaError as exc:
                     log.warning("Commit before rebalance failed: %s", exc)
-            await _call(self._on_revoke, sorted(self._states))
+            await _call(self._on_revoke, sorted(self.fetcher.states))
             self._set_assignment([])
             self._holding = False
         task = group.start_join()
@@ -461,7 +414,7 @@ class AsyncConsumer:
         assignment = task.result()  # raises a fatal join error
         self._set_assignment(assignment)
         for tp in assignment:
-            self._states[tp].position = None
+            self.fetcher.states[tp].position = None
         self._holding = True
         self.client.add_topics({tp.topic for tp in assignment})
         await _call(self._on_assign, sorted(assignment))
@@ -476,11 +429,11 @@ class AsyncConsumer:
             self.commit_async(offsets)
 
     def _positions_to_commit(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {tp: OffsetAndMetadata(st.position) for tp, st in self._states.items()
+        return {tp: OffsetAndMetadata(st.position) for tp, st in self.fetcher.states.items()
                 if st.position is not None and self._last_committed.get(tp) != st.position}
 
     async def _update_positions(self, deadline: float) -> None:
-        missing = [tp for tp, st in self._states.items() if st.position is None
+        missing = [tp for tp, st in self.fetcher.states.items() if st.position is None
                    and st.reset is None]
         if missing:
             committed: dict[TopicPartition, OffsetAndMetadata | None] = {}
@@ -488,31 +441,31 @@ class AsyncConsumer:
                 committed = await self.group.fetch_committed(missing, max(
                     deadline, asyncio.get_running_loop().time() + self.request_timeout))
             for tp in missing:
-                st = self._states.get(tp)
+                st = self.fetcher.states.get(tp)
                 if st is None or st.position is not None or st.reset is not None:
                     continue
                 om = committed.get(tp)
                 if om is not None:
                     st.position = st.next_offset = om.offset
                     self._last_committed[tp] = om.offset
-                    self._wake_fetcher()
+                    self.fetcher.wake()
                 elif self.reset_policy is None:
                     raise NoOffsetForPartitionError(
                         f"undefined offset with no reset policy for partition {tp} "
                         "(auto.offset.reset=none)")
                 else:
                     st.reset = self.reset_policy
-        resets = {tp: st.reset for tp, st in self._states.items()
+        resets = {tp: st.reset for tp, st in self.fetcher.states.items()
                   if st.position is None and st.reset is not None}
         if resets:
             found = await self._list_offsets(resets, max(
                 deadline, asyncio.get_running_loop().time() + self.request_timeout))
             for tp, (offset, _) in found.items():
-                st = self._states.get(tp)
+                st = self.fetcher.states.get(tp)
                 if st is not None and st.position is None and st.reset == resets[tp]:
                     st.position = st.next_offset = offset
                     st.reset = None
-            self._wake_fetcher()
+            self.fetcher.wake()
 
     # -- offsets lookups -------------------------------------------------------------------------
     async def _list_offsets(self, timestamps: Mapping[TopicPartition, int], deadline: float
@@ -621,7 +574,7 @@ class AsyncConsumer:
             raise IllegalStateError("commit needs a group.id")
         assert self.loop is not None
         todo = _to_offsets(offsets) if offsets is not None else {
-            tp: OffsetAndMetadata(st.position) for tp, st in self._states.items()
+            tp: OffsetAndMetadata(st.position) for tp, st in self.fetcher.states.items()
             if st.position is not None}
         if not todo:
             return
@@ -644,7 +597,7 @@ class AsyncConsumer:
         """Commit without waiting (Java's commitAsync); `callback(error, offsets)` when done."""
         assert self.loop is not None
         todo = _to_offsets(offsets) if offsets is not None else {
-            tp: OffsetAndMetadata(st.position) for tp, st in self._states.items()
+            tp: OffsetAndMetadata(st.position) for tp, st in self.fetcher.states.items()
             if st.position is not None}
         task = self.loop.create_task(self.commit(todo))
         self._tasks.add(task)
@@ -668,194 +621,6 @@ class AsyncConsumer:
 
     async def partitions_for_topic(self, topic: str) -> list[int]:
         return await self.client.ensure_topic(topic, self.api_timeout)
-
-    # -- the fetcher -----------------------------------------------------------------------------
-    def _wake_fetcher(self) -> None:
-        if self._fetch_wake is not None:
-            self._fetch_wake.set()
-
-    async def _fetch_loop(self) -> None:
-        assert self.loop is not None and self._fetch_wake is not None
-        loop = self.loop
-        while not self._closed:
-            self._fetch_wake.clear()
-            now = loop.time()
-            md = self.client.metadata
-            by_node: dict[int, list[TopicPartition]] = {}
-            retry_at: float | None = None
-            missing = False
-            for tp, st in self._states.items():
-                if st.position is None or st.paused or st.buffer or st.fetching:
-                    continue
-                if st.backoff_until > now:
-                    retry_at = st.backoff_until if retry_at is None else min(retry_at,
-                                                                             st.backoff_until)
-                    continue
-                leader = md.leader(tp)
-                if leader is None:
-                    missing = True
-                    continue
-                if leader not in self._fetching_nodes:
-                    by_node.setdefault(leader, []).append(tp)
-            if missing:
-                self.client.add_topics({tp.topic for tp in self._states})
-                self.client.request_update()
-                at = now + self.retry_backoff
-                retry_at = at if retry_at is None else min(retry_at, at)
-            for node, tps in by_node.items():
-                self._fetching_nodes.add(node)
-                for tp in tps:
-                    self._states[tp].fetching = True
-                task = loop.create_task(self._fetch(node, tps))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            timeout = None if retry_at is None else max(0.0, retry_at - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._fetch_wake.wait(), timeout)
-
-    async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
-        assert self.loop is not None
-        offsets = {tp: self._states[tp].position for tp in tps}
-        session = self._sessions.setdefault(node, FetchSessionHandler(node))
-        try:
-            data = session.build({tp: (offsets[tp] or 0, self.max_partition_fetch_bytes)
-                                  for tp in tps})
-            by_topic: dict[str, list[dict[str, Any]]] = {}
-            for tp, (offset, max_bytes) in data.to_send.items():
-                by_topic.setdefault(tp[0], []).append({
-                    "partition": tp[1], "current_leader_epoch": -1,
-                    "fetch_offset": offset, "last_fetched_epoch": -1,
-                    "log_start_offset": -1, "partition_max_bytes": max_bytes})
-            forget: dict[str, list[int]] = {}
-            for t, index in data.to_forget:
-                forget.setdefault(t, []).append(index)
-            try:
-                resp = await self.client.send(
-                    node, 1,
-                    request_timeout=self.request_timeout + self.fetch_max_wait_ms / 1000,
-                    replica_id=-1, max_wait=self.fetch_max_wait_ms,
-                    min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
-                    isolation_level=self.isolation_level,
-                    session_id=data.metadata.session_id, session_epoch=data.metadata.epoch,
-                    topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-                    forgotten_topics_data=[{"topic": t, "partitions": ps}
-                                           for t, ps in forget.items()], rack_id="")
-            except BaseException:
-                session.handle_error()
-                raise
-            top = getattr(resp, "error_code", ErrorCode.none)
-            answered = [(t.topic, p.partition_index) for t in resp.responses
-                        for p in t.partitions]
-            throttle = getattr(resp, "throttle_time", None)
-            throttle_ms = int(throttle.total_seconds() * 1000) if throttle else 0
-            if not session.handle_response(top, getattr(resp, "session_id", 0), answered,
-                                           throttle_ms):
-                if top in (ErrorCode.fetch_session_id_not_found,
-                           ErrorCode.invalid_fetch_session_epoch):
-                    return  # a full fetch next, at once (Kafka's consumer does the same)
-                if top != ErrorCode.none:
-                    raise KafkaError.for_code(top, context="Fetch")
-                return  # an answer that does not match the session: dropped
-            for t in resp.responses:
-                for p in t.partitions:
-                    tp = TopicPartition(t.topic, p.partition_index)
-                    if tp in offsets:
-                        self._on_partition(tp, offsets[tp], p)
-        except KafkaError as exc:
-            log.debug("Fetch from node %d failed: %s", node, exc)
-            self.client.node_failed(node)
-            for tp in tps:
-                st = self._states.get(tp)
-                if st is not None:
-                    st.backoff_until = self.loop.time() + self.retry_backoff
-        except Exception as exc:  # a bug or corrupt data: surface it in poll()
-            log.exception("Fetch from node %d failed", node)
-            self._set_error(KafkaError(f"fetch failed: {exc!r}"))
-        finally:
-            self._fetching_nodes.discard(node)
-            for tp in tps:
-                st = self._states.get(tp)
-                if st is not None:
-                    st.fetching = False
-            self._wake_fetcher()
-
-    def _set_error(self, err: KafkaError) -> None:
-        self._error = err
-        if self._data is not None:
-            self._data.set()
-
-    def _on_partition(self, tp: TopicPartition, offset: int | None, p: Any) -> None:
-        assert self.loop is not None and self._data is not None
-        st = self._states.get(tp)
-        if st is None or offset is None or st.position != offset or st.buffer:
-            return  # unassigned, sought elsewhere, or already fed meanwhile
-        code = p.error_code
-        if code == ErrorCode.none:
-            st.high_watermark = p.high_watermark
-            st.last_stable_offset = getattr(p, "last_stable_offset", -1)
-            st.log_start_offset = getattr(p, "log_start_offset", -1)
-            data = p.records
-            if not data:
-                return
-            try:
-                aborted = AbortedTransactions(aborted_of(p)) \
-                    if self.isolation_level == READ_COMMITTED else None
-                records, next_offset = self._parse(tp, offset, data, aborted)
-            except (CorruptRecordError, InvalidRecordError) as exc:
-                self._set_error(KafkaError(f"corrupt record batch in {tp} at offset "
-                                           f"{offset}: {exc}", ErrorCode.corrupt_message))
-                return
-            st.next_offset = max(next_offset, offset)
-            if records:
-                st.buffer.extend(records)
-                self._data.set()
-            elif next_offset > offset:
-                st.position = next_offset  # only control batches / records before position
-            return
-        if code == ErrorCode.offset_out_of_range:
-            if self.reset_policy is None:
-                self._set_error(OffsetOutOfRangeError(
-                    f"fetch position {offset} is out of range for partition {tp} "
-                    "(auto.offset.reset=none)"))
-            else:
-                log.info("Fetch position %d out of range for %s: resetting to %s", offset, tp,
-                         self.reset_policy_name)
-                st.position = None
-                st.reset = self.reset_policy
-                self._data.set()  # poll() resolves the reset
-            return
-        if code in REFRESH_ERRORS or ErrorCode(code).retriable:
-            self.client.request_update()
-            st.backoff_until = self.loop.time() + self.retry_backoff
-            return
-        self._set_error(KafkaError.for_code(code, context=f"Fetch {tp}"))
-
-    def _parse(self, tp: TopicPartition, offset: int, data: bytes,
-               aborted: AbortedTransactions | None = None
-               ) -> tuple[list[ConsumerRecord], int]:
-        view = memoryview(data)
-        out: list[ConsumerRecord] = []
-        next_offset = offset
-        kd, vd = self.key_deserializer, self.value_deserializer
-        for h in iter_batch_headers(view):
-            end = h.position + h.size
-            if self.check_crcs:
-                check_batch(view, h.position, end)
-            next_offset = max(next_offset, h.next_offset)
-            if aborted is not None and aborted.skip(h, abort_marker_checker(view, h)):
-                continue  # a batch of an aborted transaction (read_committed)
-            if h.is_control or h.next_offset <= offset:
-                continue
-            ts_type = TIMESTAMP_LOG_APPEND_TIME if h.is_log_append_time else \
-                TIMESTAMP_CREATE_TIME
-            for r in decode_records(view[h.position:end]):
-                if r.offset < offset:
-                    continue
-                out.append(ConsumerRecord(
-                    tp.topic, tp.partition, r.offset, r.timestamp, ts_type,
-                    kd(r.key) if kd else r.key, vd(r.value) if vd else r.value,
-                    r.headers, h.partition_leader_epoch))
-        return out, next_offset
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The producer's batches (Kafka's ProducerBatch and MemoryRecordsBuilder): records waiting
 for their batch, a batch being built record by record into a magic-2 record batch, and each
-partition's batches in flight with the idempotent producer's next sequence number."""
+partition's batches in flight or failed and waiting to be resent (the idempotent producer's
+sequence numbers are `idempotence`'s)."""
 
 from __future__ import annotations
 
@@ -148,6 +149,4 @@ class ProducerBatch:
 class PartitionBatches:
     inflight: list[ProducerBatch] = field(default_factory=list)
     failed: list[ProducerBatch] = field(default_factory=list)
-    next_sequence: int = 0
     backoff_until: float = 0.0
-    gap: bool = False  # a sequenced batch failed for good: later sequences will be refused
