@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..common import TopicPartition, state_change
+from ..common import TopicPartition, clock, state_change
 from ..console.console_api import LocalReplica, with_http_endpoint
 from ..console.http_listener import (
     AdminAccess,
@@ -80,7 +80,7 @@ META_PROPERTIES = "meta.properties"
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class Broker:

@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from ..common import clock
 from ..protocol.framing import FrameDecoder, FrameError
 from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, ssl_principal
 from ..security.protocol import SecurityProtocol
@@ -200,7 +201,7 @@ class Connection(asyncio.Protocol):
             self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = clock.monotonic()
         if self._tls_pending:
             self._early.append(data)
             return

@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from ..common import TopicPartition
+from ..common import TopicPartition, clock
 from ..metrics.stats import LogFlushStats
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import (
@@ -95,7 +95,7 @@ class LogDirLockedError(RuntimeError):
 
 
 def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.now_ms()
 
 
 class LogManager:
