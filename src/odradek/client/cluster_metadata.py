@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..common import entropy
 from ..security.connector import ClientSecurity
 from .config import parse_servers
 from .connection import BrokerConnection
@@ -275,7 +275,7 @@ class KafkaClient:
             tried.add(conn.node_id)
             yield conn
         nodes = [n for n in self.metadata.brokers if n not in tried]
-        random.shuffle(nodes)
+        entropy.shared().shuffle(nodes)
         for n in nodes:
             try:
                 conn = await self.connection(n)

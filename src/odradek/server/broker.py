@@ -15,11 +15,10 @@ import dataclasses
 import logging
 import os
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from ..common import TopicPartition, clock, state_change
+from ..common import TopicPartition, clock, entropy, state_change
 from ..console.console_api import LocalReplica, with_http_endpoint
 from ..console.http_listener import (
     AdminAccess,
@@ -714,4 +713,4 @@ class Broker:
 def _new_cluster_id() -> str:
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return base64.urlsafe_b64encode(entropy.uuid4().bytes).decode().rstrip("=")

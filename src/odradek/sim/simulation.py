@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ..common import clock
+from ..common import clock, entropy
 from ..faults.network import RETRANSMISSION_TIMEOUT_MS
 from .digest import Digest
 from .loop import SimLoop
@@ -65,10 +65,12 @@ class Simulation:
         """Run `main(self)` to completion on the simulation loop (asyncio.Runner's order:
         the remaining tasks are cancelled, async generators closed) and close the loop. During
         the run `common.clock` reads the virtual clock (`now_ms`, and the loop's time as the
-        monotonic clock); the system clocks are back afterwards."""
+        monotonic clock) and `common.entropy` draws from the fork `"odradek"` (topic ids,
+        member ids, replica placement...); the system's are back afterwards."""
         began = time.perf_counter()
         try:
             with clock.use(self.now_ms, self.loop.time), \
+                    entropy.use(self.random.fork("odradek")), \
                     asyncio.Runner(loop_factory=lambda: self.loop) as runner:
                 return runner.run(self._main(main))
         finally:

@@ -40,11 +40,10 @@ import re
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from ..common import TopicPartition, clock
+from ..common import TopicPartition, clock, entropy
 from ..metrics.stats import LogFlushStats
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import (
@@ -738,7 +737,7 @@ class LogManager:
 def _marked_dir_name(topic: str, partition: int, suffix: str) -> str:
     """Kafka's logDirNameWithSuffix: ``<topic>-<p>.<uuid hex>-delete`` / ``-future`` (the
     partition part cut to fit 255 bytes)."""
-    tail = f".{uuid.uuid4().hex}{suffix}"
+    tail = f".{entropy.uuid4().hex}{suffix}"
     return f"{topic}-{partition}"[: 255 - len(tail)] + tail
 
 
