@@ -19,7 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..common import entropy
-from ..security.connector import ClientSecurity
+from ..security.connector import ClientSecurity, Connector, open_connection
 from .config import parse_servers
 from .connection import BrokerConnection
 from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
@@ -133,6 +133,9 @@ class KafkaClient:
         self.reconnect_backoff_max = int(config["reconnect.backoff.max.ms"]) / 1000
         self.connect_timeout_ms = int(config["socket.connection.setup.timeout.ms"])
         self.security = ClientSecurity.from_client_props(config)  # TLS / SASL, if configured
+        # how connections to brokers are opened (security.connector's seam): set before
+        # start() to reach brokers another way (the simulated network, odradek.sim)
+        self.connector: Connector = open_connection
         # Topics to keep metadata for; None: all topics (admin).
         self.topics: set[str] | None = set()
         self._conns: dict[tuple[int, str], BrokerConnection] = {}
@@ -166,11 +169,15 @@ class KafkaClient:
     async def _periodic_refresh(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._closed:
-            wait = max(0.0, self._last_refresh + self.max_age - loop.time())
             if self._need_refresh:
-                wait = max(0.0, self._last_refresh + self.retry_backoff - loop.time())
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake(), wait)
+                # _wake() would return at once: wait out retry.backoff.ms asleep (waking on
+                # it spun the loop until the backoff had passed)
+                await asyncio.sleep(
+                    max(0.0, self._last_refresh + self.retry_backoff - loop.time()))
+            else:
+                wait = max(0.0, self._last_refresh + self.max_age - loop.time())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake(), wait)
             if self._closed:
                 return
             due = self._need_refresh or loop.time() >= self._last_refresh + self.max_age
@@ -379,7 +386,7 @@ class KafkaClient:
             conn = BrokerConnection(host, port, node_id=node_id, client_id=self.client_id,
                                     request_timeout_ms=self.request_timeout_ms,
                                     connect_timeout_ms=self.connect_timeout_ms,
-                                    security=self.security)
+                                    security=self.security, connector=self.connector)
             try:
                 await conn.connect()
             except KafkaError as exc:
