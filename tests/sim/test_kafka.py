@@ -52,10 +52,10 @@ def test_one_broker_same_seed_same_digest_in_two_processes() -> None:
     assert kafka_in_a_fresh_process(32, "1", "--records", "120")[1] != first[1]
 
 
-def test_three_brokers_replicate_through_a_kill_restart_and_a_cut() -> None:
+def test_three_brokers_replicate_through_a_kill_restart_a_store_cut_and_a_cut() -> None:
     report = run_kafka(8, brokers=3, records=300, faults=True)
     assert [f.split(" at ")[0].split()[0] for f in report.faults] == \
-        ["kill", "cut", "heal", "restart"]
+        ["kill", "isolate", "heal", "cut", "heal", "restart"]
     assert report.acked == 300 and report.missing == 0
 
 

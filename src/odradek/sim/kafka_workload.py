@@ -2,8 +2,10 @@
 more brokers with the embedded coordination store, a topic created through the admin client,
 odradek.client's `AsyncProducer` (acks=all) writing keyed records with pauses drawn from the
 seed, and an `AsyncConsumer` in a group reading them all back. With faults (three brokers or
-more) a broker is killed and restarted and a link between two others is cut and healed while
-the producer writes (FoundationDB's "attrition" and "swizzle" in miniature).
+more) a broker is killed and restarted (the cluster's fault API, `cluster.faults`), another is
+cut from the coordination store and healed, and a link between two brokers is cut on the
+simulated network and healed, while the producer writes (FoundationDB's "attrition" and
+"swizzle" in miniature).
 
 Every choice comes from the seed (the workload's fork `"workload"`, the fault plan's
 `"faults"`, odradek's own through `common.entropy`), so the digest of the network's traffic is
@@ -86,10 +88,19 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
         rng = sim.random.fork("faults")
         await asyncio.sleep(rng.uniform(0.05, 0.3))
         victim = rng.randrange(brokers)
-        await cluster.kill_broker(victim)
+        await cluster.faults.kill(victim)
         done_faults.append(f"kill broker {victim} at {sim.now:.3f}")
         others = [b for b in range(brokers) if b != victim]
         a, b = rng.sample(others, 2)
+        # the cluster's own fault API where it needs no TCP proxies: a store cut, healed
+        # before the session times out
+        cut_off = rng.choice(others)
+        await asyncio.sleep(rng.uniform(0.05, 0.3))
+        handle = await cluster.faults.isolate_from_store(cut_off)
+        done_faults.append(f"isolate broker {cut_off} from the store at {sim.now:.3f}")
+        await asyncio.sleep(rng.uniform(0.5, 2.0))
+        await cluster.faults.heal(handle)
+        done_faults.append(f"heal broker {cut_off} - store at {sim.now:.3f}")
         await asyncio.sleep(rng.uniform(0.1, 1.0))
         sim.network.cut(broker_host(a), broker_host(b))
         done_faults.append(f"cut broker {a} - broker {b} at {sim.now:.3f}")
@@ -97,7 +108,7 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
         sim.network.heal(broker_host(a), broker_host(b))
         done_faults.append(f"heal broker {a} - broker {b} at {sim.now:.3f}")
         await asyncio.sleep(rng.uniform(0.5, 3.0))
-        await cluster.restart_broker(victim)
+        await cluster.faults.restart(victim)
         done_faults.append(f"restart broker {victim} at {sim.now:.3f}")
 
     async def consume(cluster_bootstrap: str) -> None:
