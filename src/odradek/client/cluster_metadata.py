@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from ..common import entropy
 from ..common.loop_thread import LoopThread
-from ..security.connector import ClientSecurity
+from ..security.connector import ClientSecurity, Connector, open_connection
 from .config import parse_servers
 from .connection import BrokerConnection
 from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
@@ -134,6 +134,9 @@ class KafkaClient:
         self.reconnect_backoff_max = int(config["reconnect.backoff.max.ms"]) / 1000
         self.connect_timeout_ms = int(config["socket.connection.setup.timeout.ms"])
         self.security = ClientSecurity.from_client_props(config)  # TLS / SASL, if configured
+        # how connections to brokers are opened (security.connector's seam): set before
+        # start() to reach brokers another way (the simulated network, odradek.sim)
+        self.connector: Connector = open_connection
         # Topics to keep metadata for; None: all topics (admin).
         self.topics: set[str] | None = set()
         self._conns: dict[tuple[int, str], BrokerConnection] = {}
@@ -167,11 +170,15 @@ class KafkaClient:
     async def _periodic_refresh(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._closed:
-            wait = max(0.0, self._last_refresh + self.max_age - loop.time())
             if self._need_refresh:
-                wait = max(0.0, self._last_refresh + self.retry_backoff - loop.time())
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake(), wait)
+                # _wake() would return at once: wait out retry.backoff.ms asleep (waking on
+                # it spun the loop until the backoff had passed)
+                await asyncio.sleep(
+                    max(0.0, self._last_refresh + self.retry_backoff - loop.time()))
+            else:
+                wait = max(0.0, self._last_refresh + self.max_age - loop.time())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake(), wait)
             if self._closed:
                 return
             due = self._need_refresh or loop.time() >= self._last_refresh + self.max_age
@@ -276,7 +283,7 @@ class KafkaClient:
             tried.add(conn.node_id)
             yield conn
         nodes = [n for n in self.metadata.brokers if n not in tried]
-        random.shuffle(nodes)
+        entropy.shared().shuffle(nodes)
         for n in nodes:
             try:
                 conn = await self.connection(n)
@@ -380,7 +387,7 @@ class KafkaClient:
             conn = BrokerConnection(host, port, node_id=node_id, client_id=self.client_id,
                                     request_timeout_ms=self.request_timeout_ms,
                                     connect_timeout_ms=self.connect_timeout_ms,
-                                    security=self.security)
+                                    security=self.security, connector=self.connector)
             try:
                 await conn.connect()
             except KafkaError as exc:

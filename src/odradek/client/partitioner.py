@@ -19,6 +19,8 @@ import random
 import zlib
 from collections.abc import Callable, Sequence
 
+from ..common import entropy
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -71,7 +73,7 @@ class StickyPartitioner:
 
     def __init__(self, batch_size: int, rng: random.Random | None = None) -> None:
         self.batch_size = max(1, batch_size)
-        self.rng = rng or random.Random()
+        self.rng = rng or entropy.new_random()
         self._current: dict[str, int] = {}
         self._produced: dict[str, int] = {}
 

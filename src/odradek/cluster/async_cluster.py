@@ -1,5 +1,7 @@
 """`AsyncCluster`: N brokers on one asyncio loop, on one shared embedded coordination store,
-optionally secured (`ClusterSecurity`) and behind the fault network (`ClusterFaults`)."""
+optionally secured (`ClusterSecurity`) and behind the fault network (`ClusterFaults`), or in
+another `BrokerEnvironment` than this machine's sockets and threads (the deterministic
+simulation's, odradek.sim)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..faults.network import CLIENTS, Node
@@ -16,6 +18,7 @@ from ..faults.proxy import FaultNetwork, LinkProxy
 from ..security.connector import ClientSecurity, Connector, open_connection
 from ..server.broker import Broker
 from ..server.configs.config import KafkaConfig
+from ..server.network import Binder
 from .faults import ClusterFaults
 from .security import (
     BROKER_CERT_NAME,
@@ -28,18 +31,39 @@ from .security import (
 )
 
 
+class BrokerEnvironment(Protocol):
+    """Where the brokers run when not on this machine's sockets and threads (the simulated
+    network of odradek.sim): each broker's host, its way out (`Connector`), how it binds its
+    listeners (`Binder`), and whether it may start threads and helper processes."""
+
+    threads: bool
+
+    def host(self, broker_id: int) -> str: ...
+
+    def connector(self, broker_id: int) -> Connector: ...
+
+    def binder(self, broker_id: int) -> Binder: ...
+
+
 class AsyncCluster:
     """N brokers on the running loop (the package's docstring); `Cluster` is its synchronous
-    face."""
+    face. With an `environment` each broker has its own host there (no HTTP listeners, no
+    fault network, no TLS)."""
 
     def __init__(self, brokers: int = 3, *, data_dir: str | Path | None = None,
                  base_port: int = 0, host: str = "127.0.0.1",
                  overrides: dict[str, Any] | None = None,
                  broker_overrides: dict[int, dict[str, Any]] | None = None,
                  security: ClusterSecurity | None = None, http: bool = True,
-                 console_faults: bool = False, network_faults: bool = False) -> None:
+                 console_faults: bool = False, network_faults: bool = False,
+                 environment: BrokerEnvironment | None = None) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
+        if environment is not None and (http or network_faults or console_faults
+                                        or (security is not None and security.tls)):
+            raise ValueError("a cluster in a broker environment has no HTTP listeners, fault "
+                             "network or TLS: http=False, without network or console faults")
+        self.environment = environment
         self.size = brokers
         self._tmp = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="odradek-cluster-"))
@@ -78,6 +102,11 @@ class AsyncCluster:
     def listener_names(self) -> tuple[str, ...]:
         return self.security.listeners if self.security is not None else ("PLAINTEXT",)
 
+    def host_of(self, broker_id: int) -> str:
+        """The host `broker_id`'s listeners bind: `host`, or its own in an environment."""
+        env = self.environment
+        return self.host if env is None else env.host(broker_id)
+
     def _port(self, broker_id: int, index: int) -> int:
         known = self.listener_ports.get(broker_id)
         if known is not None and index < len(known):
@@ -93,7 +122,8 @@ class AsyncCluster:
                 f"{name}://{self.host}:{self._client_proxies[(broker_id, i)].port}"
                 for i, name in enumerate(self.listener_names))
         else:
-            listeners = ",".join(f"{name}://{self.host}:{self._port(broker_id, i)}"
+            host = self.host_of(broker_id)
+            listeners = ",".join(f"{name}://{host}:{self._port(broker_id, i)}"
                                  for i, name in enumerate(self.listener_names))
         props |= {
             "broker.id": str(broker_id),
@@ -144,10 +174,14 @@ class AsyncCluster:
             raise RuntimeError(f"broker {broker_id} is running")
         if self.network is not None:
             await self._ensure_proxies(broker_id)
+        env = self.environment
+        connector = (self._connector(broker_id) if self.network is not None
+                     else env.connector(broker_id) if env is not None else None)
         broker = Broker(self.config_for(broker_id), embedded_zk=self.zookeeper,
                         fault_actions=self.faults if self.console_faults else None,
-                        connector=self._connector(broker_id) if self.network is not None
-                        else None)
+                        connector=connector,
+                        bind=env.binder(broker_id) if env is not None else None,
+                        threads=env.threads if env is not None else True)
         previous = self.brokers.get(broker_id)
         if self.network is not None:  # before start: the proxies find its bound ports
             self.brokers[broker_id] = broker
@@ -289,13 +323,13 @@ class AsyncCluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"{self.host}:{self.ports[i]}" for i in sorted(self.ports)
+        return ",".join(f"{self.host_of(i)}:{self.ports[i]}" for i in sorted(self.ports)
                         if i in self.brokers and self.brokers[i].started)
 
     def bootstrap_servers_for(self, listener: str) -> str:
         """The running brokers' addresses on ``listener`` (a security protocol's name)."""
         index = self.listener_names.index(listener.upper())
-        return ",".join(f"{self.host}:{self.listener_ports[i][index]}"
+        return ",".join(f"{self.host_of(i)}:{self.listener_ports[i][index]}"
                         for i in sorted(self.listener_ports)
                         if i in self.brokers and self.brokers[i].started)
 

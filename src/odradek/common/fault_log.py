@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from .clock import wall_seconds
 
 Phase = Literal["start", "end", "instant"]
 PHASES: tuple[str, ...] = ("start", "end", "instant")
@@ -35,7 +36,8 @@ class FaultEvent:
     targets: tuple[str, ...] = ()
     detail: str = ""
     fault_id: int = 0  # pairs a start with its end
-    time: float = field(default_factory=time.time)  # seconds since the epoch
+    # seconds since the epoch (common.clock: the simulation's virtual wall clock in a run)
+    time: float = field(default_factory=wall_seconds)
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:

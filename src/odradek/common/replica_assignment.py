@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
+from . import entropy
+
 __all__ = [
     "INVALID_PARTITIONS",
     "INVALID_REPLICATION_FACTOR",
@@ -170,7 +172,7 @@ def assign_replicas_to_brokers(
                                   "aware assignment.")
         if algorithm not in ("consecutive", "kafka"):
             raise ValueError(f"unknown assignment algorithm {algorithm!r}")
-        rng = rng if rng is not None else random.Random()
+        rng = rng if rng is not None else entropy.new_random()
         start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
         shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
         return _assign_rack_aware({b: r for b, r in known.items() if r is not None},
@@ -181,7 +183,7 @@ def assign_replicas_to_brokers(
                 for p in range(first_id, first_id + n_partitions)}
     if algorithm != "kafka":
         raise ValueError(f"unknown assignment algorithm {algorithm!r}")
-    rng = rng if rng is not None else random.Random()
+    rng = rng if rng is not None else entropy.new_random()
     start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
     next_replica_shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
     result: dict[int, list[int]] = {}

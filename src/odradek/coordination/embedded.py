@@ -33,12 +33,12 @@ import itertools
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from odradek.common.clock import wall_seconds
 from odradek.coordination.store import (
     ANY_VERSION,
     BadVersionError,
@@ -225,7 +225,7 @@ class EmbeddedZooKeeper:
     Thread-safe; events go to each client's own loop.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.time,
+    def __init__(self, *, clock: Callable[[], float] = wall_seconds,
                  persist_dir: str | os.PathLike[str] | None = None) -> None:
         self._clock = clock
         self._lock = threading.RLock()

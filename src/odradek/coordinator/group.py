@@ -27,7 +27,6 @@ the clock is injected, so the whole module is deterministic under test.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from enum import Enum
 
 from kio.schema.errors import ErrorCode
 
-from ..common import TopicPartition
+from ..common import TopicPartition, entropy
 from .offsets import OffsetAndMetadata, SchemaError, subscribed_topics
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -428,7 +427,7 @@ class GroupMetadata:
     @staticmethod
     def generate_member_id(client_id: str, group_instance_id: str | None) -> str:
         prefix = group_instance_id if group_instance_id is not None else client_id
-        return f"{prefix}-{uuid.uuid4()}"
+        return f"{prefix}-{entropy.uuid4()}"
 
     # -- protocols --------------------------------------------------------------------------
     def select_protocol(self) -> str:

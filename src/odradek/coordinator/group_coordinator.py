@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from ..common import entropy
 from ..common import replica_assignment as asg
 from ..common.clock import now_ms
 from ..coordination import paths
@@ -215,7 +216,7 @@ class GroupCoordinator:
         try:
             # The config node first, then the assignment.
             await self.create_topic(OFFSETS_TOPIC, assignment,
-                                    self.config.offsets_topic_configs(), uuid.uuid4())
+                                    self.config.offsets_topic_configs(), entropy.uuid4())
             log.info("Created internal topic %s with %d partitions and replication factor %d",
                      OFFSETS_TOPIC, len(assignment), rf)
         except NodeExistsError:

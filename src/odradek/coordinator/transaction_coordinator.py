@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..common import TopicPartition
+from ..common import TopicPartition, entropy
 from ..common import replica_assignment as asg
 from ..common.clock import now_ms
 from ..coordination import paths
@@ -395,7 +395,7 @@ class TransactionCoordinator:
         assignment = asg.assign_replicas_to_brokers(brokers, self._partition_count, rf)
         try:
             await self.create_topic(TRANSACTION_STATE_TOPIC, assignment,
-                                    self.config.topic_configs(rf), uuid.uuid4())
+                                    self.config.topic_configs(rf), entropy.uuid4())
             log.info("Created internal topic %s with %d partitions and replication factor %d",
                      TRANSACTION_STATE_TOPIC, len(assignment), rf)
         except NodeExistsError:

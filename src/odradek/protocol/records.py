@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+from ..common.clock import now_ms
 from .compression import Codec, compress, decompress
 
 HEADER_SIZE = 61
@@ -354,9 +355,7 @@ def build_batch(
     """Build one v2 batch from (key, value) pairs or Records (whose timestamps/headers are kept)."""
     if not records:
         raise ValueError("a record batch needs at least one record")
-    import time
-
-    now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    now = now_ms() if timestamp_ms is None else timestamp_ms
     stamps = [r.timestamp if isinstance(r, Record) else now for r in records]
     base_ts = stamps[0]
     body = bytearray()

@@ -41,8 +41,9 @@ import heapq
 import itertools
 import logging
 import math
-import time
 from collections.abc import Callable
+
+from ..common import clock
 
 __all__ = [
     "AsyncTimerDriver",
@@ -63,7 +64,7 @@ Clock = Callable[[], float]
 
 def monotonic_ms() -> float:
     """The default clock: ``time.monotonic()`` in milliseconds (asyncio's default time base)."""
-    return time.monotonic() * 1000.0
+    return clock.monotonic() * 1000.0
 
 
 class TimerTask:

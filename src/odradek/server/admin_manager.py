@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ..common import entropy
 from ..common import replica_assignment as asg
 from ..common.topic_id import topic_id_to_text
 from ..coordination import paths
@@ -191,7 +192,7 @@ class AdminManager:
                 if self.metadata_cache.topic(spec.name) is not None:
                     raise NodeExistsError(f"Topic '{spec.name}' already exists.")
                 assignment, configs = await self._validate(spec)
-                topic_id = uuid.uuid4()
+                topic_id = entropy.uuid4()
                 if not validate_only:
                     await self.create_topic_with_assignment(spec.name, assignment, configs,
                                                             topic_id)
@@ -219,7 +220,7 @@ class AdminManager:
                 continue
             try:
                 assignment, _ = await self._validate(TopicSpec(name))
-                await self.create_topic_with_assignment(name, assignment, {}, uuid.uuid4())
+                await self.create_topic_with_assignment(name, assignment, {}, entropy.uuid4())
                 log.info("Auto-created topic %s with %d partitions", name, len(assignment))
             except NodeExistsError:
                 pass

@@ -15,11 +15,10 @@ import dataclasses
 import logging
 import os
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from ..common import TopicPartition, state_change
+from ..common import TopicPartition, clock, entropy, state_change
 from ..console.console_api import LocalReplica, with_http_endpoint
 from ..console.http_listener import (
     AdminAccess,
@@ -63,7 +62,7 @@ from .configs.topic_configs import TopicConfigs
 from .credential_cache import CredentialCache
 from .gc_freeze import freeze_long_lived, paused_gc, process_owned
 from .metadata_cache import BrokerInfo, ListenerEndpoint, MetadataCache
-from .network import Listener, SocketServer
+from .network import Binder, Listener, SocketServer, bind_socket
 from .producer_id_manager import ProducerIdManager
 from .quotas import connection_quotas
 from .quotas.client_quota_manager import QuotaManagers
@@ -80,7 +79,7 @@ META_PROPERTIES = "meta.properties"
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class Broker:
@@ -91,12 +90,18 @@ class Broker:
 
     def __init__(self, config: KafkaConfig, *, embedded_zk: EmbeddedZooKeeper | None = None,
                  fault_actions: FaultActions | None = None,
-                 connector: Connector | None = None) -> None:
+                 connector: Connector | None = None, bind: Binder | None = None,
+                 threads: bool = True) -> None:
         self.config = config
         self.fault_actions = fault_actions  # the console's fault routes (odradek.Cluster)
         # how this broker dials the others (controller channel, replica fetchers, transaction
         # markers, controlled shutdown); odradek.Cluster's fault network passes its own
         self.connector: Connector = connector or open_connection
+        # how its listeners are bound (real sockets; the simulated network's in odradek.sim)
+        self.bind: Binder = bind or bind_socket
+        # False (odradek.sim): no thread or helper process of its own (the log manager's
+        # checkpoint writer and log deletions run inline on the loop)
+        self.threads = threads
         self.http_listener: HttpListener | None = None
         self.broker_id = config.broker_id
         self._embedded_zk = embedded_zk
@@ -221,7 +226,7 @@ class Broker:
         defaults = LogConfig.from_props(cfg.topic_defaults(), allow_unknown=True)
         log_manager = self.log_manager = LogManager(
             log_dirs, defaults, producer_id_expiration_ms=cfg["producer.id.expiration.ms"],
-            flush_stats=metrics.log_flush, failure_channel=failures)
+            flush_stats=metrics.log_flush, failure_channel=failures, threads=self.threads)
         log_manager.start_cleaner(cleaner_config_from(cfg))  # compaction (S-2.7)
         # many loaded logs: out of the cyclic GC's generations (server/gc_freeze.py)
         freeze_long_lived(len(log_manager.all_logs()), collect=True, reason="loading logs")
@@ -324,7 +329,7 @@ class Broker:
 
         broker_configs.reconfigurables.append(reconfigure_connections)
         for ep, listener in zip(cfg.listeners, listeners, strict=True):
-            port = await socket_server.start(ep.host, ep.port, listener)
+            port = await self.bind(socket_server, ep.host, ep.port, listener)
             self.bound_ports.append(port)
             self.listener_ports[ep.listener] = port
         await broker_configs.start()
@@ -714,4 +719,4 @@ class Broker:
 def _new_cluster_id() -> str:
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return base64.urlsafe_b64encode(entropy.uuid4().bytes).decode().rstrip("=")

@@ -35,7 +35,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from ..common import TopicPartition
+from ..common import TopicPartition, entropy
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -186,7 +186,7 @@ class FetchSessionCache(Generic[R]):
         self._last_used: OrderedDict[int, FetchSession[R]] = OrderedDict()
         self.num_partitions = 0
         self.evictions = 0  # IncrementalFetchSessionEvictionsPerSec's count
-        self._rng = rng or random.Random()
+        self._rng = rng or entropy.new_random()
 
     def __len__(self) -> int:
         return len(self.sessions)

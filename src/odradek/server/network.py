@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from ..common import clock
 from ..protocol.framing import FrameDecoder, FrameError
 from ..security.principal import ANONYMOUS, KafkaPrincipal, SslPrincipalMapper, ssl_principal
 from ..security.protocol import SecurityProtocol
@@ -64,6 +65,9 @@ class Region(Protocol):
 Part = bytes | Region
 Response = bytes | list[Part] | None
 Handler = Callable[["Connection", bytes], "Response | Awaitable[Response]"]
+#: binds one of a server's listeners on (host, port) and returns the port bound (port 0: one
+#: picked): `SocketServer.start` on real sockets; the simulated network's in odradek.sim
+Binder = Callable[["SocketServer", str, int, "Listener"], Awaitable[int]]
 
 
 class CloseConnection(Exception):
@@ -148,7 +152,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.server.connections.add(self)
+        self.server.connections[self] = None
         if self.listener.ssl_context is not None and transport.get_extra_info(
                 "ssl_object") is None:
             # TLS first: nothing is read as a request until the handshake is done
@@ -172,12 +176,12 @@ class Connection(asyncio.Protocol):
                      "%s); closing it", self.peer, listener.name, _describe(exc))
             self._closed = True
             raw.abort()
-            self.server.connections.discard(self)
+            self.server.connections.pop(self, None)
             self.server.connection_closed(self)  # its connection_lost may never come
             return
         if tls is None or self._closed:
             raw.abort()
-            self.server.connections.discard(self)
+            self.server.connections.pop(self, None)
             self.server.connection_closed(self)
             return
         self.transport = tls
@@ -200,7 +204,7 @@ class Connection(asyncio.Protocol):
             self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = clock.monotonic()
         if self._tls_pending:
             self._early.append(data)
             return
@@ -226,7 +230,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self.server.connections.discard(self)
+        self.server.connections.pop(self, None)
         self.server.connection_closed(self)
         self._held.clear()
         if self._throttle_timer is not None:
@@ -464,13 +468,16 @@ class SocketServer:
         self.max_request_size = max_request_size
         self.max_in_flight = max_in_flight
         self.ssl_handshake_timeout = ssl_handshake_timeout
-        self.connections: set[Connection] = set()
+        # in order of acceptance (a set would iterate in memory-address order, which differs
+        # between runs: stop() closes them in this order)
+        self.connections: dict[Connection, None] = {}
         self.connection_quotas = connection_quotas or ConnectionQuotas()
         self._sockets: list[tuple[socket.socket, Listener]] = []
         self._accept_tasks: list[asyncio.Task[None]] = []
         self._slot_freed: asyncio.Event | None = None
         self.bound_ports: list[int] = []
         self.listeners: dict[str, Listener] = {}
+        self._closers: list[Callable[[], object]] = []  # listeners of another kind: stop()
 
     @property
     def listener_ports(self) -> dict[str, int]:
@@ -515,10 +522,14 @@ class SocketServer:
         self.add_listener(listener, bound)
         return bound
 
-    def add_listener(self, listener: Listener, port: int) -> None:
+    def add_listener(self, listener: Listener, port: int,
+                     close: Callable[[], object] | None = None) -> None:
         """Record a listener bound on `port`: by :meth:`start`, or by a transport of another
         kind (the simulated network, odradek.sim) that hands its connections to
-        :meth:`admit` and :meth:`connection_for` as the accept loop does."""
+        :meth:`admit` and :meth:`connection_for` as the accept loop does; its `close` is
+        called by :meth:`stop`."""
+        if close is not None:
+            self._closers.append(close)
         self.bound_ports.append(port)
         listener.port = port
         self.listeners[listener.name] = listener
@@ -635,8 +646,16 @@ class SocketServer:
         for sock, _ in self._sockets:
             sock.close()
         self._sockets.clear()
+        for close in self._closers:
+            close()
+        self._closers.clear()
         for conn in list(self.connections):
             conn.close()
+
+
+async def bind_socket(server: SocketServer, host: str, port: int, listener: Listener) -> int:
+    """The default `Binder`: a real socket (`SocketServer.start`)."""
+    return await server.start(host, port, listener)
 
 
 def _close_quietly(sock: socket.socket) -> None:

@@ -1,21 +1,40 @@
-"""`python -m odradek.sim echo --seed N`: one simulated run; prints its digest in hex."""
+"""`python -m odradek.sim echo|kafka --seed N`: one simulated run; prints its digest in hex.
+
+`echo`: the network's own workload (sim/workloads.py); `kafka`: whole brokers, a producer and a
+consumer (sim/kafka_workload.py), `--brokers 3 --faults` with a broker killed and restarted and
+a link cut."""
 
 from __future__ import annotations
 
 import argparse
 
+from .kafka_workload import run_kafka
 from .workloads import run_echo
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m odradek.sim",
                                      description="Run a simulated workload and print its digest")
-    parser.add_argument("workload", choices=["echo"])
+    parser.add_argument("workload", choices=["echo", "kafka"])
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--messages", type=int, default=50)
     parser.add_argument("--no-faults", action="store_true")
+    parser.add_argument("--brokers", type=int, default=1, help="kafka: brokers")
+    parser.add_argument("--records", type=int, default=200, help="kafka: records produced")
+    parser.add_argument("--faults", action="store_true",
+                        help="kafka: kill and restart a broker, cut a link (3+ brokers)")
     args = parser.parse_args(argv)
+    if args.workload == "kafka":
+        kafka = run_kafka(args.seed, args.brokers, args.records, faults=args.faults)
+        print(f"seed {kafka.seed} brokers {kafka.brokers} acked {kafka.acked} consumed "
+              f"{kafka.consumed} missing {kafka.missing} events {kafka.events} virtual "
+              f"{kafka.virtual_seconds:.3f}s wall {kafka.wall_seconds:.3f}s cpu "
+              f"{kafka.cpu_seconds:.3f}s")
+        for fault in kafka.faults:
+            print(f"  {fault}")
+        print(kafka.digest)
+        return 0
     report = run_echo(args.seed, args.clients, args.messages, faults=not args.no_faults)
     print(f"seed {report.seed} round trips {report.round_trips} reconnects "
           f"{report.reconnects} events {report.events} virtual {report.virtual_seconds:.3f}s "

@@ -43,5 +43,5 @@ def serve_socket_server(net: SimNetwork, host: str, port: int, server: SocketSer
         return server.connection_for(listener, ip)
 
     sim_listener = net.listen(host, port, accept, peer_aware=True)
-    server.add_listener(listener, sim_listener.port)
+    server.add_listener(listener, sim_listener.port, sim_listener.close)
     return sim_listener

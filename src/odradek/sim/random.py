@@ -8,13 +8,9 @@ name through SHA-256 (never Python's `hash()`, which is salted per process): a c
 draws then do not shift when another component draws more or less, so adding a workload step
 does not change every link's latency. Forks are cached: one stream per name.
 
-The seam for production code (designed, not wired yet): odradek's own random choices
-(`uuid.uuid4()` for topic ids and member ids, the client's sticky partitioner; the fetch
-session cache already takes an `rng`) would call one accessor in `odradek.common`, say
-`common.entropy.source()`, returning a `random.Random`: a process-wide `random.SystemRandom`
-unless a simulation has installed its fork (`install(sim.random.fork("odradek"))`) for the run,
-the same shape as `common.clock.now_ms()` for the wall clock. Nothing reads that hook yet, so
-it does not exist yet; see docs/simulation.md.
+odradek's own random choices (topic ids, member ids, replica placement, fetch session ids, the
+client's sticky partitioner) go through `common.entropy`; `Simulation.run` installs the fork
+`"odradek"` there for the run.
 """
 
 from __future__ import annotations

@@ -15,13 +15,18 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from ..common import clock, entropy
 from ..faults.network import RETRANSMISSION_TIMEOUT_MS
 from .digest import Digest
 from .loop import SimLoop
 from .network import SimNetwork
 from .random import SimRandom
 
-__all__ = ["Simulation"]
+__all__ = ["EPOCH_MS", "Simulation"]
+
+#: The wall clock's reading at virtual time 0 (2023-11-14T22:13:20Z): record timestamps, znode
+#: times and expiry deadlines are this plus the loop's time, the same in every run.
+EPOCH_MS = 1_700_000_000_000
 
 _T = TypeVar("_T")
 
@@ -33,8 +38,10 @@ class Simulation:
     def __init__(self, seed: int, *, start: float = 0.0, digest_tail: int = 64,
                  min_latency: float = 0.0002, max_latency: float = 0.002,
                  jitter: float = 0.0005,
-                 rto: float = RETRANSMISSION_TIMEOUT_MS / 1000) -> None:
+                 rto: float = RETRANSMISSION_TIMEOUT_MS / 1000,
+                 epoch_ms: int = EPOCH_MS) -> None:
         self.seed = seed
+        self.epoch_ms = epoch_ms
         self.random = SimRandom(seed)
         self.loop = SimLoop(start)
         self.digest = Digest(tail=digest_tail)
@@ -49,12 +56,22 @@ class Simulation:
         """Virtual seconds since the start of the run."""
         return self.loop.time() - self.start
 
+    def now_ms(self) -> int:
+        """The simulated wall clock: `epoch_ms` plus the loop's time, in milliseconds (what
+        `common.clock.now_ms()` returns during `run`)."""
+        return self.epoch_ms + int(self.loop.time() * 1000)
+
     def run(self, main: Callable[[Simulation], Awaitable[_T]]) -> _T:
         """Run `main(self)` to completion on the simulation loop (asyncio.Runner's order:
-        the remaining tasks are cancelled, async generators closed) and close the loop."""
+        the remaining tasks are cancelled, async generators closed) and close the loop. During
+        the run `common.clock` reads the virtual clock (`now_ms`, and the loop's time as the
+        monotonic clock) and `common.entropy` draws from the fork `"odradek"` (topic ids,
+        member ids, replica placement...); the system's are back afterwards."""
         began = time.perf_counter()
         try:
-            with asyncio.Runner(loop_factory=lambda: self.loop) as runner:
+            with clock.use(self.now_ms, self.loop.time), \
+                    entropy.use(self.random.fork("odradek")), \
+                    asyncio.Runner(loop_factory=lambda: self.loop) as runner:
                 return runner.run(self._main(main))
         finally:
             self.wall_seconds += time.perf_counter() - began

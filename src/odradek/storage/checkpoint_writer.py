@@ -34,7 +34,11 @@ manager:
   meanwhile is passed over). A failover's thousands of leader epoch checkpoint writes then
   create and free no inode (docs/performance.md, "10,000 partitions").
 
-Without a running writer (tools, unit tests) the caches write synchronously as before.
+Without a running writer (tools, unit tests) the caches write synchronously as before. With
+``threads=0`` the writer has no thread and no helper process: ``submit`` writes the file at once
+on the caller's thread, so the deterministic simulation (odradek.sim), which runs everything on
+one loop, writes checkpoints in a fixed order (FoundationDB's simulator runs every actor on its
+one thread the same way).
 """
 
 from __future__ import annotations
@@ -154,16 +158,20 @@ class CoalescingQueue:
 class CheckpointWriter:
     """`threads` threads writing checkpoint files through a ``CoalescingQueue`` (see module
     doc); concurrent fsyncs of different files share the filesystem's journal commits.
-    ``write`` is the I/O edge (``write_atomically``; tests may pass their own)."""
+    ``write`` is the I/O edge (``write_atomically``; tests may pass their own). ``threads=0``:
+    inline, each file written by ``submit`` itself (no batches, no spares)."""
 
     def __init__(self, name: str = "checkpoint-writer",
                  write: Callable[[Path, bytes], object] = write_atomically,
                  threads: int = DEFAULT_THREADS,
                  write_batch: BatchWrite | bool | None = True) -> None:
-        if threads < 1:
-            raise ValueError(f"a checkpoint writer needs at least one thread, not {threads}")
+        if threads < 0:
+            raise ValueError(f"a checkpoint writer needs zero or more threads, not {threads}")
         self.name = name
         self._write = write
+        self.inline = threads == 0
+        if self.inline:
+            write_batch = None
         # Batches (write_atomically_batch: two syncfs calls per batch instead of two fsyncs
         # per file, ~3,300 leader-epoch checkpoints per LeaderAndIsr of a 10,000-partition
         # failover) when syncfs exists and the default per-file write is used; True: that
@@ -173,7 +181,8 @@ class CheckpointWriter:
                            if write is write_atomically and syncfs_available() else None)
         self._write_batch = write_batch or None
         # spares only with the real writes (a test's recorder writes no files)
-        self._spares_on = write is write_atomically and spare_exchange_available() and (
+        self._spares_on = not self.inline and write is write_atomically and \
+            spare_exchange_available() and (
             self._write_batch is None or isinstance(self._write_batch, BatchWriteProcess))
         self._spares: dict[Path, None] = {}  # paths wanting a spare, oldest first
         self._spares_not_before = 0.0  # (time.monotonic) pacing, SPARES_PER_SECOND
@@ -202,6 +211,9 @@ class CheckpointWriter:
             if self._stopping:
                 raise RuntimeError(f"{self.name} is closed")
             self._queue.submit(Path(path), data)
+            if self.inline:
+                self._write_inline()
+                return
             if len(self._threads) < min(self._n_threads, len(self._queue)):
                 self._start_thread()
             if not (self._held and self._write_batch is not None):
@@ -344,6 +356,14 @@ class CheckpointWriter:
                     self._spares[path] = None
                 self._cond.notify_all()
             self._wake_waiters()
+
+    def _write_inline(self) -> None:
+        """``threads=0``: write what ``submit`` just queued, now, on the caller's thread."""
+        item = self._queue.pop()
+        if item is None:
+            return
+        self._write_one(*item, [])
+        self._queue.written_all([item[0]])
 
     def _make_spares(self, paths: list[Path]) -> None:
         try:

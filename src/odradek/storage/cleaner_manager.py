@@ -20,12 +20,12 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..common import TopicPartition
+from ..common.clock import now_ms
 from .checkpoints import CheckpointError, OffsetCheckpointFile
 from .cleaner import (
     Cleaner,
@@ -201,7 +201,7 @@ class LogCleaner:
     def __init__(self, manager: LogCleanerManager, config: CleanerConfig | None = None,
                  clock: Callable[[], int] | None = None) -> None:
         self.manager = manager
-        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.clock = clock or now_ms
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None

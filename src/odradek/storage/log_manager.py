@@ -40,11 +40,10 @@ import re
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from ..common import TopicPartition
+from ..common import TopicPartition, clock, entropy
 from ..metrics.stats import LogFlushStats
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import (
@@ -95,11 +94,13 @@ class LogDirLockedError(RuntimeError):
 
 
 def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return clock.now_ms()
 
 
 class LogManager:
-    """All partition logs of one broker. ``clock`` returns milliseconds."""
+    """All partition logs of one broker. ``clock`` returns milliseconds. ``threads=False``
+    starts no thread or process (checkpoints and log directory removals done inline), for
+    the deterministic simulation."""
 
     def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig | None = None,
                  clock: Callable[[], int] | None = None, *,
@@ -107,7 +108,8 @@ class LogManager:
                  max_open_segments: int = 1024,
                  producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
                  lock_dirs: bool = True, flush_stats: LogFlushStats | None = None,
-                 failure_channel: LogDirFailureChannel | None = None) -> None:
+                 failure_channel: LogDirFailureChannel | None = None,
+                 threads: bool = True) -> None:
         self.log_dirs = [Path(d).absolute() for d in log_dirs]
         # KIP-112: I/O errors in a dir are reported here; the dir then goes offline
         self.failure_channel = failure_channel or LogDirFailureChannel()
@@ -131,8 +133,12 @@ class LogManager:
         self._locks: dict[Path, int] = {}
         self._lock_dirs = lock_dirs
         self._shut_down = False
+        # threads=False (the deterministic simulation): checkpoints written inline, deleted
+        # logs' directories removed inline, no thread and no helper process
+        self.threads = threads
         self.checkpoint_writer = CheckpointWriter(
-            "kafka-checkpoint-writer-" + "-".join(d.name for d in self.log_dirs))
+            "kafka-checkpoint-writer-" + "-".join(d.name for d in self.log_dirs),
+            **({} if threads else {"threads": 0}))
         self.checkpoint_writer.on_error = self._on_checkpoint_error
         self._deletions: list[threading.Thread] = []
         try:
@@ -578,7 +584,7 @@ class LogManager:
         doomed = parent / _marked_dir_name(topic, partition, DELETE_DIR_SUFFIX)
         os.rename(log.dir, doomed)
         fsync_dir(parent)
-        if _on_event_loop():
+        if self.threads and _on_event_loop():
             self._deletions = [t for t in self._deletions if t.is_alive()]
             thread = threading.Thread(target=_remove_tree, args=(doomed,), daemon=True,
                                       name=f"kafka-delete-log-{topic}-{partition}")
@@ -737,7 +743,7 @@ class LogManager:
 def _marked_dir_name(topic: str, partition: int, suffix: str) -> str:
     """Kafka's logDirNameWithSuffix: ``<topic>-<p>.<uuid hex>-delete`` / ``-future`` (the
     partition part cut to fit 255 bytes)."""
-    tail = f".{uuid.uuid4().hex}{suffix}"
+    tail = f".{entropy.uuid4().hex}{suffix}"
     return f"{topic}-{partition}"[: 255 - len(tail)] + tail
 
 

@@ -5,10 +5,10 @@ crash in between leaves only ``.deleted`` files, which the next load removes).""
 from __future__ import annotations
 
 import bisect
-import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..common import entropy
 from ..protocol.records import BatchHeader
 from .log_config import LogConfig
 from .segment import DELETED_SUFFIX, FileHandleCache, LogSegment
@@ -103,7 +103,7 @@ def segment_kwargs(config: LogConfig, handle_cache: FileHandleCache,
     time, a roll jitter drawn from segment.jitter.ms)."""
     jitter = 0
     if config.segment_jitter_ms > 0:
-        jitter = random.randrange(min(config.segment_jitter_ms, config.segment_ms))
+        jitter = entropy.shared().randrange(min(config.segment_jitter_ms, config.segment_ms))
     return {
         "index_interval_bytes": config.index_interval_bytes,
         "max_index_size": config.segment_index_bytes,

@@ -192,6 +192,28 @@ def test_leader_epoch_cache_persists_through_the_writer(tmp_path: Path) -> None:
     assert writer.files_written < 199  # coalesced
 
 
+
+def test_an_inline_writer_writes_in_submit_with_no_thread(tmp_path: Path) -> None:
+    """threads=0 (the deterministic simulation): each file is on disk when submit returns,
+    in the order submitted; no thread, no helper process, no spare."""
+    before = threading.active_count()
+    writer = CheckpointWriter(threads=0)
+    writer.submit(tmp_path / "a", b"1")
+    assert (tmp_path / "a").read_bytes() == b"1"
+    writer.submit(tmp_path / "gone" / "leader-epoch-checkpoint", b"0\n0\n")  # skipped
+    writer.prepare(tmp_path / "b")  # no spare
+    writer.submit(tmp_path / "a", b"2")
+    assert (tmp_path / "a").read_bytes() == b"2" and writer.pending == 0
+    asyncio.run(writer.flush())  # nothing to wait for
+    assert writer.flush_blocking(0)
+    writer.close()
+    assert threading.active_count() == before
+    assert writer.files_written == 2 and writer.write_errors == 0
+    assert not (tmp_path / "b.tmp").exists()  # prepare made no spare
+    with pytest.raises(ValueError):
+        CheckpointWriter(threads=-1)
+
+
 # -- batches (two syncfs calls per batch instead of two fsyncs per file) ----------------------
 
 needs_syncfs = pytest.mark.skipif(not syncfs_available(), reason="no syncfs(2) here")

@@ -21,13 +21,13 @@ response its endpoint (KIP-951).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...common import clock
 from ...metrics.stats import TopicStats
 from ...protocol.fetch_response import (
     NODE_ENDPOINTS_FROM,
@@ -62,7 +62,7 @@ Throttle = Callable[[int], int]
 
 
 def _monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
+    return int(clock.monotonic() * 1000)
 
 
 class FetchApi:

@@ -26,11 +26,11 @@ clients cannot grow the broker's memory without bound.
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ...common import clock
 from .quota_sensor import (
     DEFAULT_NUM_SAMPLES,
     DEFAULT_WINDOW_SECONDS,
@@ -133,7 +133,7 @@ class _Sensor:
 
 
 def _wall_ms() -> int:
-    return int(time.monotonic() * 1000)
+    return int(clock.monotonic() * 1000)
 
 
 class ClientQuotaManager:

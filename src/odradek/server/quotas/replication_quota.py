@@ -16,9 +16,10 @@ tooling). No I/O here: the clock is injected.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from ...common import clock
 
 LONG_MAX = 2**63 - 1
 
@@ -118,7 +119,7 @@ class Rate:
 
 
 def _wall_ms() -> int:
-    return int(time.monotonic() * 1000)
+    return int(clock.monotonic() * 1000)
 
 
 class ReplicationQuotaManager:

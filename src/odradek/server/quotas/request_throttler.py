@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import time
 from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from typing import Any
 
+from ...common import clock
 from ...common.sanitizer import sanitize_user
 from ...protocol.codec import request_class, response_class
 from ..network import Connection, Response
@@ -183,7 +183,7 @@ def response_size(response: Response) -> int:
 
 
 def _wall_ms() -> int:
-    return int(time.monotonic() * 1000)
+    return int(clock.monotonic() * 1000)
 
 
 class RequestThrottler:

@@ -17,13 +17,12 @@ an expansion is safe at once and a shrink takes effect only once it is committed
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ...common import TopicPartition
+from ...common import TopicPartition, clock
 from ...protocol.records import BatchHeader
 from ...storage.append_origin import AppendOrigin
 from ...storage.errors import OffsetOutOfRangeError, UnexpectedAppendOffsetError
@@ -36,7 +35,7 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS = 10000
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class NotLeaderError(Exception):

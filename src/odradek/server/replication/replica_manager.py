@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ...common import TopicPartition
+from ...common import TopicPartition, clock
 from ...common.state_change import StateChangeLogger, leadership_text
 from ...common.topic_id import topic_id_to_text
 from ...metrics.stats import TopicStats
@@ -94,7 +94,7 @@ log = logging.getLogger("odradek.replica_manager")
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class ReplicaManager:

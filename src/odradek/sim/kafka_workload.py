@@ -1,0 +1,155 @@
+"""A Kafka workload on whole simulated brokers: an in-process cluster (`sim.cluster`) of one or
+more brokers with the embedded coordination store, a topic created through the admin client,
+odradek.client's `AsyncProducer` (acks=all) writing keyed records with pauses drawn from the
+seed, and an `AsyncConsumer` in a group reading them all back. With faults (three brokers or
+more) a broker is killed and restarted (the cluster's fault API, `cluster.faults`), another is
+cut from the coordination store and healed, and a link between two brokers is cut on the
+simulated network and healed, while the producer writes (FoundationDB's "attrition" and
+"swizzle" in miniature).
+
+Every choice comes from the seed (the workload's fork `"workload"`, the fault plan's
+`"faults"`, odradek's own through `common.entropy`), so the digest of the network's traffic is
+a function of the seed: `python -m odradek.sim kafka --seed N` prints it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..client.admin import AsyncAdmin
+from ..client.consumer import AsyncConsumer
+from ..client.producer import AsyncProducer
+from ..client.types import NewTopic
+from ..cluster.async_cluster import AsyncCluster
+from .cluster import broker_host, connect, sim_cluster
+from .simulation import Simulation
+
+__all__ = ["KafkaReport", "run_kafka"]
+
+TOPIC = "events"
+
+
+@dataclass(frozen=True)
+class KafkaReport:
+    """What a run did: its digest, the records acknowledged and consumed (each consumed once
+    at least, `missing` none), the faults, and its virtual, wall and CPU seconds."""
+
+    seed: int
+    brokers: int
+    digest: str
+    events: int
+    acked: int
+    consumed: int
+    missing: int
+    faults: tuple[str, ...]
+    virtual_seconds: float
+    wall_seconds: float
+    cpu_seconds: float
+
+
+def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: int = 3,
+              faults: bool = False, data_dir: str | Path | None = None) -> KafkaReport:
+    """One run of the workload in a fresh `Simulation(seed)`; the brokers' files go to a
+    temporary directory (removed after) unless `data_dir` is given."""
+    if faults and brokers < 3:
+        raise ValueError("the fault plan needs three brokers or more")
+    sim = Simulation(seed)
+    tmp = Path(tempfile.mkdtemp(prefix="odradek-sim-")) if data_dir is None else Path(data_dir)
+    acked: list[str] = []
+    consumed: set[str] = set()
+    done_faults: list[str] = []
+
+    async def produce(cluster_bootstrap: str) -> None:
+        rng = sim.random.fork("workload")
+        producer = connect(sim, "client-producer", AsyncProducer({
+            "bootstrap.servers": cluster_bootstrap, "acks": "all", "linger.ms": 5,
+            "delivery.timeout.ms": 120_000, "request.timeout.ms": 10_000}))
+        await producer.start()
+        try:
+            for i in range(records):
+                value = f"record-{i}"
+                future = await producer.send(TOPIC, value.encode(),
+                                             key=f"key-{rng.randrange(16)}".encode())
+                future.add_done_callback(
+                    lambda f, v=value: acked.append(v)
+                    if not f.cancelled() and f.exception() is None else None)
+                if rng.random() < 0.1:
+                    await asyncio.sleep(rng.uniform(0.001, 0.2))
+            await producer.flush()
+        finally:
+            await producer.close()
+
+    async def fault_plan(cluster: AsyncCluster) -> None:
+        rng = sim.random.fork("faults")
+        await asyncio.sleep(rng.uniform(0.05, 0.3))
+        victim = rng.randrange(brokers)
+        await cluster.faults.kill(victim)
+        done_faults.append(f"kill broker {victim} at {sim.now:.3f}")
+        others = [b for b in range(brokers) if b != victim]
+        a, b = rng.sample(others, 2)
+        # the cluster's own fault API where it needs no TCP proxies: a store cut, healed
+        # before the session times out
+        cut_off = rng.choice(others)
+        await asyncio.sleep(rng.uniform(0.05, 0.3))
+        handle = await cluster.faults.isolate_from_store(cut_off)
+        done_faults.append(f"isolate broker {cut_off} from the store at {sim.now:.3f}")
+        await asyncio.sleep(rng.uniform(0.5, 2.0))
+        await cluster.faults.heal(handle)
+        done_faults.append(f"heal broker {cut_off} - store at {sim.now:.3f}")
+        await asyncio.sleep(rng.uniform(0.1, 1.0))
+        sim.network.cut(broker_host(a), broker_host(b))
+        done_faults.append(f"cut broker {a} - broker {b} at {sim.now:.3f}")
+        await asyncio.sleep(rng.uniform(1.0, 5.0))
+        sim.network.heal(broker_host(a), broker_host(b))
+        done_faults.append(f"heal broker {a} - broker {b} at {sim.now:.3f}")
+        await asyncio.sleep(rng.uniform(0.5, 3.0))
+        await cluster.faults.restart(victim)
+        done_faults.append(f"restart broker {victim} at {sim.now:.3f}")
+
+    async def consume(cluster_bootstrap: str) -> None:
+        consumer = connect(sim, "client-consumer", AsyncConsumer({
+            "bootstrap.servers": cluster_bootstrap, "group.id": "sim-readers",
+            "auto.offset.reset": "earliest"}))
+        await consumer.start()
+        try:
+            consumer.subscribe([TOPIC])
+            deadline = sim.now + 120.0
+            while not set(acked) <= consumed and sim.now < deadline:
+                for record in await consumer.poll(1.0):
+                    consumed.add(record.value.decode())
+        finally:
+            await consumer.close()
+
+    async def main(sim: Simulation) -> None:
+        cluster = sim_cluster(sim, brokers, data_dir=tmp)
+        await cluster.start()
+        try:
+            bootstrap = cluster.bootstrap_servers
+            admin = connect(sim, "client-admin", AsyncAdmin({"bootstrap.servers": bootstrap}))
+            await admin.start()
+            try:
+                await admin.create_topics([NewTopic(TOPIC, partitions, min(3, brokers))])
+            finally:
+                await admin.close()
+            if faults:
+                await asyncio.gather(produce(bootstrap), fault_plan(cluster))
+            else:
+                await produce(bootstrap)
+            await consume(bootstrap)
+        finally:
+            await cluster.stop()
+
+    cpu = time.process_time()
+    try:
+        sim.run(main)
+    finally:
+        if data_dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return KafkaReport(seed, brokers, sim.digest.hexdigest(), sim.digest.events, len(acked),
+                       len(consumed), len(set(acked) - consumed), tuple(done_faults), sim.now,
+                       sim.wall_seconds, time.process_time() - cpu)
