@@ -99,7 +99,7 @@ class _Driver:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "odradek.spark.pipeline", "--master", sc.url, *args],
-                env=sc.env, stdout=out, stderr=subprocess.DEVNULL, start_new_session=True)
+                env=sc.env, stdout=out, stderr=out, start_new_session=True)  # JSON lines parsed
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -147,13 +147,14 @@ def run_spark_chaos(zookeeper_connect: str, guarantee: str = "exactly-once",
                     faults: tuple[str, ...] = FAULTS,
                     rate: float = 400.0, partitions: int = 4, settle: float = 6.0,
                     drain_timeout: float = 60.0, batches_between: int = 2,
-                    start_timeout: float = 120.0,
+                    start_timeout: float = 600.0,
                     work_dir: str | None = None, log: Any = print,
                     standalone: StandaloneCluster | None = None) -> SparkChaosResult:
     """One run, brokers on `zookeeper_connect` (a chroot of its own); `standalone`: a running
     Spark cluster to use (else one is started and stopped); `batches_between`: micro-batches
     to wait for after each fault before the next (at most `start_timeout` seconds: a new
-    driver's first micro-batch carries its executors' start-up)."""
+    driver's first micro-batch carries its executors' start-up, the Python workers' imports and
+    the internal topics' creation, minutes on a loaded 2-core machine)."""
     base = Path(work_dir or tempfile.mkdtemp(prefix="odradek-spark-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
     t0, wall0 = time.monotonic(), time.time()
@@ -168,7 +169,11 @@ def run_spark_chaos(zookeeper_connect: str, guarantee: str = "exactly-once",
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000",
         "offsets.topic.replication.factor": "3",
         "transaction.state.log.replication.factor": "3",
-        "transaction.state.log.min.isr": "2"})
+        "transaction.state.log.min.isr": "2",
+        # 4, not Kafka's 50 partitions each: the first FindCoordinator creates the topic, and
+        # 150 replicas on three Python brokers take a while; coordinators still move on a kill.
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.num.partitions": "4"})
     sc: StandaloneCluster | None = None
     driver: _Driver | None = None
     feed_stop, reader_stop = threading.Event(), threading.Event()
@@ -194,7 +199,7 @@ def run_spark_chaos(zookeeper_connect: str, guarantee: str = "exactly-once",
         reader.start()
         driver_logs = [base / "driver-0.log"]
         driver = _Driver(sc, args, driver_logs[-1])
-        _wait_batches(driver_logs[-1], 2, start_timeout)
+        _wait_batches(driver_logs[-1], 1, start_timeout)  # the executors are up
         if "worker" in faults:
             time.sleep(0.5)
             sc.kill_worker(0)
