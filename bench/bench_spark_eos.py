@@ -10,16 +10,18 @@ into a fresh topic. The throughput is the rows over the span from the second mic
 start to the last one's end (the first carries the executors' start-up and is left out).
 Commit latency: the driver's EndTxn round for one micro-batch's transactions (one per Spark
 task: 4), timed with the client call the sink's commit makes
-(`odradek.client.two_phase.finish_transactions`), beside the micro-batch durations (Spark's
-triggerExecution). Prints a markdown table.
+(`odradek.client.two_phase.finish_transactions`) over --commit-rounds rounds (median and p99),
+beside the micro-batch durations (Spark's triggerExecution). Prints a markdown table and the
+machine's load average before and after (the machine may be shared).
 
-    python bench/bench_spark_eos.py [--records 200000] [--per-batch 20000]
+    python bench/bench_spark_eos.py [--records 200000] [--per-batch 20000] [--commit-rounds 100]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -59,7 +61,6 @@ def run_pipeline(sc: StandaloneCluster, bs: str, src: str, dst: str, guarantee: 
                        if x.startswith('{"batch"')]
             batches = [b for b in batches if b["rows"] > 0]
     finally:
-        import os
         import signal
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -94,7 +95,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--per-batch", type=int, default=20_000)
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--commit-rounds", type=int, default=100)
     a = ap.parse_args()
+    load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="odradek-bench-spark-"))
     cluster = Cluster(brokers=3).start()
     try:
@@ -114,7 +117,7 @@ def main() -> None:
                 print(f"running {g}", file=sys.stderr)
                 results[g] = run_pipeline(sc, bs, "bench-in", dst, g, a.records, a.per_batch,
                                           work)
-        lat = commit_latency(bs, "bench-commit", a.partitions, 10)
+        lat = commit_latency(bs, "bench-commit", a.partitions, a.commit_rounds)
     finally:
         cluster.stop()
     alo, eos = results["at-least-once"], results["exactly-once"]
@@ -127,9 +130,13 @@ def main() -> None:
         print(f"| {g} | {r['rate']:,.0f} | {r['batches']} | {r['batch_ms']:.0f} | "
               f"{r['rate'] / alo['rate']:.2f} |")
     lat_ms = sorted(x * 1000 for x in lat)
-    print(f"\nDriver commit per micro-batch (EndTxn of {a.partitions} transactions, 10 rounds): "
-          f"median {statistics.median(lat_ms):.1f} ms, max {lat_ms[-1]:.1f} ms. "
-          f"Exactly-once / at-least-once throughput: {eos['rate'] / alo['rate']:.2f}.")
+    p99 = lat_ms[max(0, -(-99 * len(lat_ms) // 100) - 1)]  # nearest rank
+    print(f"\nDriver commit per micro-batch (EndTxn of {a.partitions} transactions, "
+          f"{len(lat_ms)} rounds): median {statistics.median(lat_ms):.1f} ms, p99 {p99:.1f} ms, "
+          f"max {lat_ms[-1]:.1f} ms. Exactly-once / at-least-once throughput: "
+          f"{eos['rate'] / alo['rate']:.2f}. Load average (1, 5, 15 min) before "
+          + ", ".join(f"{x:.1f}" for x in load_before) + "; after "
+          + ", ".join(f"{x:.1f}" for x in os.getloadavg()) + ".")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from odradek.client.two_phase import (
     finish_transactions,
 )
 from odradek.cluster import Cluster
-from odradek.spark.audit import read_topic
+from tests.interop.spark_helpers import read_values, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +56,16 @@ def test_commit_from_another_client_and_replay(cluster: Cluster) -> None:
     values = [f"v{i}".encode() for i in range(50)]
     prepared = _write(bs, "tp-commit-0", topic, values)
     assert prepared.producer_id >= 0 and prepared.started
-    assert read_topic(bs, topic) == []  # open: invisible under read_committed
+    assert read_values(bs, topic, 2) == []  # open: invisible under read_committed
     finish_transactions({"bootstrap.servers": bs}, [prepared], commit=True)
-    assert sorted(read_topic(bs, topic)) == sorted(values)
+    assert sorted(read_values(bs, topic, 2)) == sorted(values)
     # The offsets were committed with the records.
     with Admin({"bootstrap.servers": bs}) as a:
         got = a.list_consumer_group_offsets("tp-commit-0")
     assert got[TopicPartition(topic, 0)].metadata == "batch 7"
     # A replayed commit (the driver died after EndTxn, before recording it) is harmless.
     finish_transactions({"bootstrap.servers": bs}, [prepared], commit=True)
-    assert sorted(read_topic(bs, topic)) == sorted(values)
+    assert sorted(read_values(bs, topic, 2)) == sorted(values)
 
 
 def test_abort_and_fencing(cluster: Cluster) -> None:
@@ -73,7 +73,7 @@ def test_abort_and_fencing(cluster: Cluster) -> None:
     topic = _topic(bs, "two-phase-abort")
     first = _write(bs, "tp-fence-0", topic, [b"a1", b"a2"])
     finish_transactions({"bootstrap.servers": bs}, [first], commit=False)
-    assert read_topic(bs, topic) == []
+    assert read_values(bs, topic, 2) == []
     # A retried attempt's InitProducerId fences an earlier attempt's open transaction.
     stale = _write(bs, "tp-fence-1", topic, [b"old"])
     fresh = _write(bs, "tp-fence-1", topic, [b"new"])
@@ -82,7 +82,7 @@ def test_abort_and_fencing(cluster: Cluster) -> None:
     with pytest.raises(TransactionLostError, match="newer producer"):
         finish_transactions({"bootstrap.servers": bs}, [stale], commit=True)
     finish_transactions({"bootstrap.servers": bs}, [fresh], commit=True)
-    assert read_topic(bs, topic) == [b"new"]
+    assert read_values(bs, topic, 2) == [b"new"]
 
 
 def test_timed_out_transaction_is_lost(cluster: Cluster) -> None:
@@ -93,7 +93,7 @@ def test_timed_out_transaction_is_lost(cluster: Cluster) -> None:
     time.sleep(3.0)
     with pytest.raises(TransactionLostError):
         finish_transactions({"bootstrap.servers": bs}, [prepared], commit=True)
-    assert read_topic(bs, topic) == []
+    assert read_values(bs, topic, 2) == []
 
 
 def test_timeout_above_broker_max_is_a_clear_error(cluster: Cluster) -> None:
@@ -114,6 +114,9 @@ def test_commit_after_the_coordinator_moved(cluster: Cluster) -> None:
     cluster.faults.kill(node)
     try:
         finish_transactions({"bootstrap.servers": bs}, [prepared], commit=True, timeout=90)
-        assert sorted(read_topic(bs, topic)) == [b"m1", b"m2", b"m3"]
+        # EndTxn answers once PrepareCommit is logged; the markers that make the records
+        # visible to read_committed follow (the partition's leader may have moved too).
+        wait_until(lambda: sorted(read_values(bs, topic, 1)) == [b"m1", b"m2", b"m3"], 30,
+                   "the committed records visible to read_committed")
     finally:
         cluster.faults.restart(node, clean=False)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.chaos.workload import consume_all
 from odradek.client import Admin, NewTopic, Producer
 from odradek.cluster import Cluster
 
@@ -111,3 +112,19 @@ def start_cluster(brokers: int, **overrides: Any) -> Cluster:
 def bootstrap(c: Cluster) -> str:
     assert c.inner is not None
     return c.inner.bootstrap_servers
+
+
+def read_output(bootstrap: str, topic: str, partitions: int, read_committed: bool = True
+                ) -> dict[int, list[tuple[int, str]]]:
+    """partition -> [(offset, value), ...] of `topic` from its start to its end, as an
+    independent (librdkafka) consumer with read_committed (or read_uncommitted) sees it: the
+    output logs the consistency checker's `check_copy` takes."""
+    return consume_all(bootstrap, topic, partitions, timeout=60, client_config={
+        "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
+
+
+def read_values(bootstrap: str, topic: str, partitions: int, read_committed: bool = True
+                ) -> list[bytes]:
+    """Every value of `read_output`, partition by partition."""
+    return [v.encode() for entries in read_output(bootstrap, topic, partitions,
+                                                 read_committed).values() for _, v in entries]

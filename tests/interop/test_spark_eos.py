@@ -13,15 +13,24 @@ from typing import Any
 
 import pytest
 
+from odradek.chaos.checker.consistency import CheckReport, check_copy
+from odradek.chaos.scenarios.spark import sink_guarantees
 from odradek.cluster import Cluster
-from odradek.spark.audit import count_check, read_topic
 from tests.interop.spark_helpers import (
     bootstrap,
     create_topic,
     produce,
+    read_output,
+    read_values,
     start_cluster,
     topic_name,
 )
+
+
+def _check(sent: list[str], bs: str, topic: str, partitions: int,
+           guarantee: str = "exactly-once") -> CheckReport:
+    """The consistency checker: `sent` against `topic` read with read_committed."""
+    return check_copy(sent, read_output(bs, topic, partitions), sink_guarantees(guarantee))
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +50,8 @@ def test_batch_write_commits_all_at_once_or_nothing(spark: Any, cluster: Cluster
     df = spark.createDataFrame([(v,) for v in values], "value string").repartition(3)
     (df.write.format("odradek").mode("append").option("kafka.bootstrap.servers", bs)
      .option("topic", topic).option("deliveryGuarantee", "exactly-once").save())
-    check = count_check([v.encode() for v in values], read_topic(bs, topic))
-    assert check.exactly_once, check.summary()
+    check = _check(values, bs, topic, 3)
+    assert check.ok and check.row("lost").checked == 300, check.to_text()
 
     # One task fails (partition 7 does not exist): the others' transactions are aborted.
     bad = spark.createDataFrame([(f"w{i}", 7 if i == 5 else i % 3) for i in range(90)],
@@ -52,10 +61,9 @@ def test_batch_write_commits_all_at_once_or_nothing(spark: Any, cluster: Cluster
          .option("topic", topic).option("deliveryGuarantee", "exactly-once")
          .option("kafka.delivery.timeout.ms", "1500").option("kafka.max.block.ms", "1500")
          .option("kafka.request.timeout.ms", "1000").save())
-    after = read_topic(bs, topic)
-    assert count_check([v.encode() for v in values], after).exactly_once
+    assert _check(values, bs, topic, 3).ok
     # ... and read_uncommitted shows the aborted records are really there, just not visible.
-    assert len(read_topic(bs, topic, read_committed=False)) > len(after)
+    assert len(read_values(bs, topic, 3, read_committed=False)) > len(values)
 
 
 def _copy(spark: Any, bs: str, src: str, dst: str, ck: Path, guarantee: str) -> None:
@@ -90,17 +98,20 @@ def test_replayed_micro_batch(spark: Any, cluster: Cluster, tmp_path: Path,
     create_topic(bs, src, 2)
     create_topic(bs, dst, 2)
     produced = produce(bs, src, 2, 400, with_headers=False)
-    inputs = [r.value for r in produced]
+    inputs = [r.value.decode() for r in produced]
     _copy(spark, bs, src, dst, tmp_path / "ck", guarantee)
-    assert count_check(inputs, read_topic(bs, dst)).exactly_once
+    first = _check(inputs, bs, dst, 2)
+    assert first.ok and first.row("duplicates").observed == 0, first.to_text()
     _forget_last_commit(tmp_path / "ck")
     more = produce(bs, src, 2, 100, start=400, with_headers=False)
     _copy(spark, bs, src, dst, tmp_path / "ck", guarantee)
-    check = count_check(inputs + [r.value for r in more], read_topic(bs, dst))
+    check = _check(inputs + [r.value.decode() for r in more], bs, dst, 2, guarantee)
+    assert check.ok and check.row("lost").observed == 0, check.to_text()
     if guarantee == "exactly-once":
-        assert check.exactly_once, check.summary()
-    else:  # the replayed batch (100 records) is written twice
-        assert check.at_least_once and check.duplicates == 100, check.summary()
+        assert check.row("duplicates").observed == 0, check.to_text()
+    else:  # the replayed batch (100 records) is written twice: expected, not a failure
+        dups = check.row("duplicates")
+        assert (dups.observed, dups.verdict) == (100, "expected"), check.to_text()
 
 
 def test_option_errors(spark: Any, cluster: Cluster) -> None:
@@ -120,4 +131,4 @@ def test_option_errors(spark: Any, cluster: Cluster) -> None:
         write(deliveryGuarantee="twice")
     with pytest.raises(Exception, match="INVALID_TRANSACTION_TIMEOUT"):
         write(deliveryGuarantee="exactly-once", **{"kafka.transaction.timeout.ms": "3600000"})
-    assert read_topic(bs, topic) == []
+    assert read_values(bs, topic, 1) == []

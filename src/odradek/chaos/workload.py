@@ -183,7 +183,9 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 12
                 ) -> dict[int, list[tuple[int, str]]]:
     """Every record of every partition from the beginning to the high watermark, as
     (offset, value) pairs, with a confluent-kafka consumer (assign, no group);
-    `client_config` adds librdkafka properties (security.protocol, sasl.*, ssl.*)."""
+    `client_config` adds librdkafka properties (security.protocol, sasl.*, ssl.*;
+    ``isolation.level: read_committed`` for what a transactional writer committed: a partition
+    is then done at the end-of-partition event past its last control record)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     config: dict[str, Any] = {
@@ -208,6 +210,8 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 12
                 consumer, remaining, timeout,
                 lambda: f"consumer stuck: positions {position}, ends {ends}"):
             if msg.error():  # the end of a partition
+                if msg.offset() >= ends[msg.partition()]:  # past trailing control records
+                    remaining.discard(msg.partition())
                 continue
             p = msg.partition()
             out[p].append((msg.offset(), msg.value().decode()))

@@ -36,7 +36,7 @@ unless the value occurs twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,7 +46,8 @@ from odradek.chaos.checker.history import History, Op, PartitionKey
 if TYPE_CHECKING:
     from odradek.common.fault_log import FaultEvent
 
-__all__ = ["VERDICTS", "CheckReport", "Guarantees", "Row", "check"]
+__all__ = ["VERDICTS", "CheckReport", "Guarantees", "Row", "check", "check_copy",
+           "through_pipeline"]
 
 VERDICTS: tuple[str, ...] = ("ok", "FAIL", "expected", "info", "skipped")
 _MISSING = "<missing>"
@@ -356,6 +357,32 @@ def check(history: History | Iterable[Op], guarantees: Guarantees,
 
     return CheckReport(g, tuple(rows), ops, tuple(lost), tuple(truncated), tuple(disorder),
                        tuple(dups))
+
+
+def through_pipeline(history: History | Iterable[Op], transform: Callable[[str], str]
+                     ) -> list[Op]:
+    """The ops of a consume-transform-produce pipeline's history, as `check` reads them against
+    the pipeline's *output* logs: each send to the input topic becomes the send of its
+    transformed value to any partition of the output (the pipeline, e.g. Spark's sink, picks
+    the output partition: partition and offset are dropped, so the order row skips them); reads
+    (of the output) are kept. An acknowledged input value missing from the output is then
+    lost, one at two offsets of the output is a duplicate; a record of an aborted transaction
+    read with read_committed and absent from the final (read_committed) output is a read of a
+    truncated record."""
+    ops = history.ops() if isinstance(history, History) else history
+    return [op._replace(value=None if op.value is None else transform(op.value), partition=None,
+                        offset=None) if op.f == "send" else op for op in ops]
+
+
+def check_copy(sent: Iterable[str], output: Mapping[PartitionKey, LogEntries],
+               guarantees: Guarantees, transform: Callable[[str], str] = str) -> CheckReport:
+    """`check` of a copy of values known to be in the input (each an acknowledged send) against
+    the output logs read back (partition -> [(offset, value), ...]): a batch job's or a test's
+    check of a sink, where no history was recorded while the input was written."""
+    h = History()
+    for value in sent:
+        h.ok(h.invoke("input", "send", value))
+    return check(through_pipeline(h, transform), guarantees, output)
 
 
 def _check_replicas(replica_logs: Mapping[PartitionKey, Mapping[int, LogEntries]],

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.chaos.checker.consistency import Guarantees, check
+from odradek.chaos.checker.consistency import Guarantees, check, check_copy, through_pipeline
 from odradek.chaos.checker.history import History
 from odradek.chaos.checker.report import checker_svg, per_second
 from odradek.common.fault_log import FaultEvent
@@ -137,6 +137,40 @@ def test_replicas_below_the_high_watermark() -> None:
     assert (row.observed, row.verdict) == (1, "FAIL")
     assert "broker 1='b'" in row.examples[0]
     assert check(h, SAFE, {}).row("replicas").verdict == "skipped"
+
+
+EOS_SINK = Guarantees(acks="all", min_insync_replicas=2, idempotent=True, transactional=True)
+ALO_SINK = Guarantees(acks="all", min_insync_replicas=2)
+
+
+def test_a_pipeline_is_checked_against_its_output() -> None:
+    """Input sends (partition 0 of the input) against the output's partitions: the transform
+    applied, any output partition counts; a read_committed read that the final output lacks
+    (an aborted transaction's record seen) is a truncated read."""
+    h = History()
+    _acked(h, "feed", "a", 0, 0)
+    _acked(h, "feed", "b", 0, 1)
+    _acked(h, "feed", "c", 0, 2)
+    h.info(h.invoke("feed", "send", "d"), error="timed out")
+    h.read("reader", 1, 1, "A")
+    ops = through_pipeline(h, str.upper)
+    assert [(o.value, o.partition, o.offset) for o in ops[:2]] == [("A", None, None)] * 2
+    output = {0: [(0, "B"), (1, "A")], 1: [(0, "C"), (1, "A")]}
+    r = check(ops, EOS_SINK, output)
+    assert (r.row("lost").observed, r.row("lost").verdict) == (0, "ok")
+    assert (r.row("duplicates").observed, r.row("duplicates").verdict) == (1, "FAIL")
+    assert r.row("unknown").observed == 1 and r.row("order").verdict == "skipped"
+    assert check(ops, ALO_SINK, output).row("duplicates").verdict == "expected"
+    lost = check(ops, ALO_SINK, {0: [(0, "B")], 1: [(0, "C")]})
+    assert lost.row("lost").observed == 1 and lost.row("lost").verdict == "FAIL"
+    assert lost.row("truncated-reads").verdict == "FAIL"  # "A" was read at p1@1
+
+
+def test_check_copy() -> None:
+    out = {0: [(0, "X"), (1, "Y")]}
+    assert check_copy(["x", "y"], out, EOS_SINK, str.upper).ok
+    r = check_copy(["x", "y", "z"], {0: [(0, "x"), (1, "x")]}, EOS_SINK)
+    assert (r.row("lost").observed, r.row("duplicates").observed) == (2, 1)
 
 
 def test_partitions_without_a_final_log_are_not_checked() -> None:
