@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from odradek.chaos.scenarios.spark import run_spark_chaos
 from odradek.spark.standalone import StandaloneCluster
 
@@ -21,6 +23,8 @@ from odradek.spark.standalone import StandaloneCluster
 QUICK = {"settle": 2.0, "batches_between": 1, "rate": 200.0}
 
 
+# A new driver's first micro-batch alone takes about a minute on two cores.
+@pytest.mark.timeout(900)
 def test_exactly_once_under_worker_driver_and_coordinator_kills(
         spark_standalone: StandaloneCluster, zookeeper_connect: str, tmp_path: Path) -> None:
     r = run_spark_chaos(zookeeper_connect, "exactly-once", work_dir=str(tmp_path),
@@ -35,6 +39,8 @@ def test_exactly_once_under_worker_driver_and_coordinator_kills(
         next(e for _, e in r.events if "coordinator" in e)]
 
 
+# A new driver's first micro-batch alone takes about a minute on two cores.
+@pytest.mark.timeout(900)
 def test_at_least_once_under_the_same_kills_counts_duplicates(
         spark_standalone: StandaloneCluster, zookeeper_connect: str, tmp_path: Path) -> None:
     r = run_spark_chaos(zookeeper_connect, "at-least-once", faults=("worker", "driver"),
