@@ -42,7 +42,7 @@ from .errors import (
     NoOffsetForPartitionError,
 )
 from .fetch_session_handler import FetchSessionHandler
-from .fetcher import Fetcher, TopicPartitionState
+from .fetcher import FetchConfig, Fetcher, TopicPartitionState
 from .group import GroupCoordinatorClient, Listener
 from .read_committed import (
     AbortedTransactions,
@@ -122,14 +122,14 @@ class AsyncConsumer:
         self.group: GroupCoordinatorClient | None = None
         if self.group_id is not None:
             self.group = GroupCoordinatorClient(self.client, cfg, self.assignors)
-        self.fetcher = Fetcher(
-            self.client, min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+        self.fetcher = Fetcher(self.client, FetchConfig(
+            min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
             max_wait_ms=self.fetch_max_wait_ms,
             max_partition_bytes=self.max_partition_fetch_bytes,
             isolation_level=self.isolation_level, check_crcs=self.check_crcs,
             retry_backoff=self.retry_backoff, request_timeout=self.request_timeout,
             reset_policy=self.reset_policy, reset_policy_name=self.reset_policy_name,
-            key_deserializer=self.key_deserializer, value_deserializer=self.value_deserializer)
+            key_deserializer=self.key_deserializer, value_deserializer=self.value_deserializer))
         self._subscription: list[str] = []
         self._mode: str | None = None  # "subscribe" | "assign"
         self._on_assign: Listener | None = None

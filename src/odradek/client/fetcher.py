@@ -22,6 +22,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -67,29 +68,34 @@ class TopicPartitionState:
         self.log_start_offset = -1
 
 
+@dataclass(frozen=True)
+class FetchConfig:
+    """The consumer's fetch settings (Kafka's FetchConfig): fetch.min.bytes, fetch.max.bytes,
+    fetch.max.wait.ms, max.partition.fetch.bytes, isolation.level, check.crcs,
+    retry.backoff.ms and request.timeout.ms (in seconds), auto.offset.reset (its policy and
+    name), and the deserializers."""
+
+    min_bytes: int
+    max_bytes: int
+    max_wait_ms: int
+    max_partition_bytes: int
+    isolation_level: int
+    check_crcs: bool
+    retry_backoff: float
+    request_timeout: float
+    reset_policy: int | None
+    reset_policy_name: str
+    key_deserializer: Callable[[bytes | None], Any] | None
+    value_deserializer: Callable[[bytes | None], Any] | None
+
+
 class Fetcher:
     """Fetches the assigned partitions from their leaders into their buffers. `data` is set
     when records (or an error, or a reset to resolve) are there for poll()."""
 
-    def __init__(self, client: KafkaClient, *, min_bytes: int, max_bytes: int, max_wait_ms: int,
-                 max_partition_bytes: int, isolation_level: int, check_crcs: bool,
-                 retry_backoff: float, request_timeout: float, reset_policy: int | None,
-                 reset_policy_name: str,
-                 key_deserializer: Callable[[bytes | None], Any] | None,
-                 value_deserializer: Callable[[bytes | None], Any] | None) -> None:
+    def __init__(self, client: KafkaClient, config: FetchConfig) -> None:
         self.client = client
-        self.min_bytes = min_bytes
-        self.max_bytes = max_bytes
-        self.max_wait_ms = max_wait_ms
-        self.max_partition_bytes = max_partition_bytes
-        self.isolation_level = isolation_level
-        self.check_crcs = check_crcs
-        self.retry_backoff = retry_backoff
-        self.request_timeout = request_timeout
-        self.reset_policy = reset_policy
-        self.reset_policy_name = reset_policy_name
-        self.key_deserializer = key_deserializer
-        self.value_deserializer = value_deserializer
+        self.config = config
         self.states: dict[TopicPartition, TopicPartitionState] = {}
         self.sessions: dict[int, FetchSessionHandler[tuple[int, int]]] = {}  # per broker
         self.error: KafkaError | None = None
@@ -175,7 +181,7 @@ class Fetcher:
             if missing:
                 self.client.add_topics({tp.topic for tp in self.states})
                 self.client.request_update()
-                at = now + self.retry_backoff
+                at = now + self.config.retry_backoff
                 retry_at = at if retry_at is None else min(retry_at, at)
             for node, tps in by_node.items():
                 self._fetching_nodes.add(node)
@@ -193,7 +199,7 @@ class Fetcher:
         offsets = {tp: self.states[tp].position for tp in tps}
         session = self.sessions.setdefault(node, FetchSessionHandler(node))
         try:
-            data = session.build({tp: (offsets[tp] or 0, self.max_partition_bytes)
+            data = session.build({tp: (offsets[tp] or 0, self.config.max_partition_bytes)
                                   for tp in tps})
             by_topic: dict[str, list[dict[str, Any]]] = {}
             for tp, (offset, max_bytes) in data.to_send.items():
@@ -207,10 +213,10 @@ class Fetcher:
             try:
                 resp = await self.client.send(
                     node, 1,
-                    request_timeout=self.request_timeout + self.max_wait_ms / 1000,
-                    replica_id=-1, max_wait=self.max_wait_ms,
-                    min_bytes=self.min_bytes, max_bytes=self.max_bytes,
-                    isolation_level=self.isolation_level,
+                    request_timeout=self.config.request_timeout + self.config.max_wait_ms / 1000,
+                    replica_id=-1, max_wait=self.config.max_wait_ms,
+                    min_bytes=self.config.min_bytes, max_bytes=self.config.max_bytes,
+                    isolation_level=self.config.isolation_level,
                     session_id=data.metadata.session_id, session_epoch=data.metadata.epoch,
                     topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
                     forgotten_topics_data=[{"topic": t, "partitions": ps}
@@ -242,7 +248,7 @@ class Fetcher:
             for tp in tps:
                 st = self.states.get(tp)
                 if st is not None:
-                    st.backoff_until = self.loop.time() + self.retry_backoff
+                    st.backoff_until = self.loop.time() + self.config.retry_backoff
         except Exception as exc:  # a bug or corrupt data: surface it in poll()
             log.exception("Fetch from node %d failed", node)
             self._set_error(KafkaError(f"fetch failed: {exc!r}"))
@@ -274,7 +280,7 @@ class Fetcher:
                 return
             try:
                 aborted = AbortedTransactions(aborted_of(p)) \
-                    if self.isolation_level == READ_COMMITTED else None
+                    if self.config.isolation_level == READ_COMMITTED else None
                 records, next_offset = self.parse(tp, offset, data, aborted)
             except (CorruptRecordError, InvalidRecordError) as exc:
                 self._set_error(KafkaError(f"corrupt record batch in {tp} at offset "
@@ -288,20 +294,20 @@ class Fetcher:
                 st.position = next_offset  # only control batches / records before position
             return
         if code == ErrorCode.offset_out_of_range:
-            if self.reset_policy is None:
+            if self.config.reset_policy is None:
                 self._set_error(OffsetOutOfRangeError(
                     f"fetch position {offset} is out of range for partition {tp} "
                     "(auto.offset.reset=none)"))
             else:
                 log.info("Fetch position %d out of range for %s: resetting to %s", offset, tp,
-                         self.reset_policy_name)
+                         self.config.reset_policy_name)
                 st.position = None
-                st.reset = self.reset_policy
+                st.reset = self.config.reset_policy
                 self.data.set()  # poll() resolves the reset
             return
         if code in REFRESH_ERRORS or ErrorCode(code).retriable:
             self.client.request_update()
-            st.backoff_until = self.loop.time() + self.retry_backoff
+            st.backoff_until = self.loop.time() + self.config.retry_backoff
             return
         self._set_error(KafkaError.for_code(code, context=f"Fetch {tp}"))
 
@@ -311,10 +317,10 @@ class Fetcher:
         view = memoryview(data)
         out: list[ConsumerRecord] = []
         next_offset = offset
-        kd, vd = self.key_deserializer, self.value_deserializer
+        kd, vd = self.config.key_deserializer, self.config.value_deserializer
         for h in iter_batch_headers(view):
             end = h.position + h.size
-            if self.check_crcs:
+            if self.config.check_crcs:
                 check_batch(view, h.position, end)
             next_offset = max(next_offset, h.next_offset)
             if aborted is not None and aborted.skip(h, abort_marker_checker(view, h)):

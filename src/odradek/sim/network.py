@@ -42,7 +42,7 @@ import itertools
 import os
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..faults.network import RETRANSMISSION_TIMEOUT_MS
@@ -104,21 +104,20 @@ class Link:
         return delay
 
 
+@dataclass(eq=False)
 class _Pipe:
     """One direction of one connection: a FIFO of segments and one armed timer."""
 
-    def __init__(self, net: SimNetwork, conn: _Connection, link: Link, src: SimTransport,
-                 dst: SimTransport) -> None:
-        self.net = net
-        self.conn = conn
-        self.link = link
-        self.src = src
-        self.dst = dst
-        self.queue: deque[_Segment] = deque()
-        self.last_at = 0.0
-        self.timer: asyncio.TimerHandle | None = None
-        self.parked_since: float | None = None  # on a blocked link since then
-        self.waiting_reader = False  # the receiver paused reading
+    net: SimNetwork
+    conn: _Connection
+    link: Link
+    src: SimTransport
+    dst: SimTransport
+    queue: deque[_Segment] = field(default_factory=deque)
+    last_at: float = 0.0
+    timer: asyncio.TimerHandle | None = None
+    parked_since: float | None = None  # on a blocked link since then
+    waiting_reader: bool = False  # the receiver paused reading
 
     def send(self, kind: str, data: bytes = b"") -> None:
         net = self.net
@@ -357,17 +356,15 @@ class _Connection:
         self.waiter: asyncio.Future[None] | None = None
 
 
+@dataclass(eq=False)
 class SimListener:
     """A listening (host, port): `close()` stops accepting; accepted connections stay."""
 
-    def __init__(self, net: SimNetwork, host: str, port: int,
-                 protocol_factory: Callable[..., asyncio.BaseProtocol],
-                 peer_aware: bool = False) -> None:
-        self.net = net
-        self.host = host
-        self.port = port
-        self.protocol_factory = protocol_factory
-        self.peer_aware = peer_aware
+    net: SimNetwork
+    host: str
+    port: int
+    protocol_factory: Callable[..., asyncio.BaseProtocol]
+    peer_aware: bool = False
 
     def protocol_for(self, peer: tuple[str, int]) -> asyncio.BaseProtocol:
         """The protocol of a connection accepted from `peer`."""
@@ -378,6 +375,7 @@ class SimListener:
             del self.net.listeners[(self.host, self.port)]
 
 
+@dataclass(eq=False)
 class SimNetwork:
     """Hosts by name, listeners by (host, port), links by directed host pair.
 
@@ -386,23 +384,20 @@ class SimNetwork:
     first retransmission delay of a lost segment (Linux's minimum RTO, as the fault network's
     `faults.network.RETRANSMISSION_TIMEOUT_MS`)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, rng: SimRandom, digest: Digest, *,
-                 min_latency: float = 0.0002, max_latency: float = 0.002,
-                 jitter: float = 0.0005, rto: float = RETRANSMISSION_TIMEOUT_MS / 1000,
-                 segment_size: int = SEGMENT_SIZE) -> None:
-        self.loop = loop
-        self.segment_size = segment_size
-        self.rng = rng
-        self.digest = digest
-        self.min_latency = min_latency
-        self.max_latency = max_latency
-        self.jitter = jitter
-        self.rto = rto
-        self.listeners: dict[tuple[str, int], SimListener] = {}
-        self.links: dict[tuple[str, str], Link] = {}
-        self.connections: dict[int, _Connection] = {}
-        self._ids = itertools.count(1)
-        self._ports: dict[str, itertools.count[int]] = {}
+    loop: asyncio.AbstractEventLoop
+    rng: SimRandom
+    digest: Digest
+    _: KW_ONLY
+    min_latency: float = 0.0002
+    max_latency: float = 0.002
+    jitter: float = 0.0005
+    rto: float = RETRANSMISSION_TIMEOUT_MS / 1000
+    segment_size: int = SEGMENT_SIZE
+    listeners: dict[tuple[str, int], SimListener] = field(default_factory=dict)
+    links: dict[tuple[str, str], Link] = field(default_factory=dict)
+    connections: dict[int, _Connection] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _ports: dict[str, itertools.count[int]] = field(default_factory=dict)
 
     # -- topology --------------------------------------------------------------------------
     def link(self, src: str, dst: str) -> Link:
