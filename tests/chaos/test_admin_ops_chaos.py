@@ -1,4 +1,4 @@
-"""Admin operations under real faults (issue 7, S-6.1, S-6.2, S-5.6): five broker PROCESSES on
+"""Admin operations under real faults (S-6.1, S-6.2, S-5.6): five broker PROCESSES on
 Debian's ZooKeeper, idempotent acks=all confluent-kafka producers writing all along, and the
 controller killed with SIGKILL while
 

@@ -1,4 +1,4 @@
-"""Network faults between processes (issue 15, item 2): Linux network namespaces, one per broker
+"""Network faults between processes: Linux network namespaces, one per broker
 and per ZooKeeper server, on a bridge; the Kafka clients in the root namespace.
 
 1. The faults of odradek.chaos.environment.netns really cut what they say (a TCP listener in a

@@ -1,10 +1,10 @@
-"""Replication under faults (issue 4, S-3.5, S-3.7, S-4.1): broker processes on a real
+"""Replication under faults (S-3.5, S-3.7, S-4.1): broker processes on a real
 ZooKeeper, RF 3, min.insync.replicas 2, unclean election off; idempotent acks=all producers
 write unique values while each fault kind happens twice — kill -9 of a partition leader, kill -9
 of the controller, SIGSTOP of a leader past its session timeout, a clean restart. After healing,
 nothing acknowledged is lost, nothing is duplicated, and the replicas' logs are identical below
 the high watermark. The run's history (every send, and a consumer's reads during the faults) is
-checked by the consistency checker (issue 15): every guarantee Kafka promises under these
+checked by the consistency checker: every guarantee Kafka promises under these
 settings holds, and every fault is in the run's faults.log. The long, random version is
 `odradek chaos --duration N --seed S`."""
 
@@ -20,7 +20,7 @@ from odradek.chaos.config import FAULT_KINDS, ChaosConfig
 from odradek.chaos.scenarios.replication import HISTORY_NAME, run_chaos
 from odradek.common.fault_log import FAULT_LOG_NAME, fault_spans, read_fault_events
 
-# 360 s: the run records and checks its whole history (the checker, issue 15) on top of the
+# 360 s: the run records and checks its whole history (the checker) on top of the
 # replication checks; on a loaded machine the faults heal slowly.
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(360)]
 

@@ -1,4 +1,4 @@
-"""Replication under faults on a secured cluster (issue 12): three `odradek broker` processes on
+"""Replication under faults on a secured cluster: three `odradek broker` processes on
 a real ZooKeeper with only a SASL_SSL listener (SCRAM-SHA-256 between brokers too),
 ``zookeeper.set.acl=true`` with a digest identity from a JAAS file, and Kafka's AclAuthorizer
 (the brokers' user a super user; the client user may WRITE and READ the topic and READ its group).

@@ -1,4 +1,4 @@
-"""Exactly-once under faults (issue 13): three `odradek broker` processes on a real ZooKeeper,
+"""Exactly-once under faults: three `odradek broker` processes on a real ZooKeeper,
 RF 3, min.insync.replicas 2 (the transaction log and the offsets topic too). Two
 consume-transform-produce processes (odradek.chaos.scenarios.txn_pipeline: confluent-kafka, one
 consumer

@@ -1,4 +1,4 @@
-"""Network faults between processes with Linux network namespaces (issue 15, item 2).
+"""Network faults between processes with Linux network namespaces.
 
 The topology: one bridge in the root namespace, created for the run (``odb<suffix>``), holding
 a /24 of 10.77.0.0/16 not in use on the machine; its own address (``.1``) is the ``clients``

@@ -12,7 +12,7 @@ free ports, with a kazoo client to read Kafka's znodes (S-5.2): the controller a
 live broker ids, the partition state nodes. `stop_cleanly(cluster)` stops each running broker in
 turn with a clean shutdown, naming those that did not exit 0 in time.
 
-Secured clusters (issue 12): `listener` names the brokers' one listener's security protocol
+Secured clusters: `listener` names the brokers' one listener's security protocol
 (``SASL_SSL://127.0.0.1:<port>``; its ssl.*/sasl.* configs come with `overrides`), and
 `zookeeper_jaas` a JAAS file with a ``Client`` section (ZooKeeper's digest login), given to the
 brokers as ``java.security.auth.login.config``. The inspection client `zk` then logs in with that

@@ -1,5 +1,5 @@
 """`odradek chaos --network`: network faults between broker processes on a ZooKeeper ensemble
-(issue 15, item 2), checked by the consistency checker.
+(docs/network-faults.md), checked by the consistency checker.
 
 Every broker and every ZooKeeper server (an ensemble of three) runs in a Linux network namespace
 of its own on one bridge (odradek.chaos.environment.netns); the chaos process and its Kafka clients

@@ -1,4 +1,4 @@
-"""`odradek chaos --transactions` (issue 13): an exactly-once pipeline under faults.
+"""`odradek chaos --transactions`: an exactly-once pipeline under faults.
 
 `odradek chaos --transactions` / run_txn_chaos(): an input topic pre-filled with N unique values
 (`v<i>`), `pipelines` processes of odradek.chaos.scenarios.txn_pipeline (confluent-kafka, each with

@@ -1,5 +1,5 @@
 """AlterConfigs (key 33, v0-2) and IncrementalAlterConfigs (key 44, v0-1) for TOPIC (2) and
-BROKER (4) resources, as Kafka's ZkAdminManager does them (issue 7, S-6.3).
+BROKER (4) resources, as Kafka's ZkAdminManager does them (S-6.3).
 
 AlterConfigs replaces a resource's dynamic configs with the given set; IncrementalAlterConfigs
 changes single configs: SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) (the last two for
