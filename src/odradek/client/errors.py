@@ -6,6 +6,15 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 
+def is_retriable(code: int) -> bool:
+    """Whether Kafka classes error `code` as retriable (kio carries it per code; an unknown
+    code is not)."""
+    try:
+        return bool(ErrorCode(code).retriable)
+    except ValueError:
+        return False
+
+
 class KafkaError(Exception):
     """An error from a broker (with its code) or from the client (code -1 unless given).
 
@@ -14,12 +23,7 @@ class KafkaError(Exception):
     def __init__(self, message: str = "", code: int = -1, retriable: bool | None = None) -> None:
         super().__init__(message or _name(code))
         self.code = int(code)
-        if retriable is None:
-            try:
-                retriable = bool(ErrorCode(self.code).retriable)
-            except ValueError:
-                retriable = False
-        self.retriable = retriable
+        self.retriable = is_retriable(self.code) if retriable is None else retriable
 
     @property
     def name(self) -> str:

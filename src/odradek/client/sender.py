@@ -27,7 +27,13 @@ from kio.schema.errors import ErrorCode
 from ..protocol.compression import Codec
 from .accumulator import RecordAccumulator
 from .cluster_metadata import REFRESH_ERRORS, KafkaClient
-from .errors import KafkaError, KafkaTimeoutError, TransactionAbortedError, UnsupportedVersionError
+from .errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    TransactionAbortedError,
+    UnsupportedVersionError,
+    is_retriable,
+)
 from .idempotence import IdempotenceState
 from .producer_batch import ProducerBatch
 from .transaction_manager import TransactionManager, TxnState
@@ -273,7 +279,7 @@ class Sender:
         if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
             acc.complete(b, base_offset if code == ErrorCode.none else -1, log_append_time)
         else:
-            retriable = _retriable(code)
+            retriable = is_retriable(code)
             if self.txn is not None and code in (ErrorCode.out_of_order_sequence_number,
                                                  ErrorCode.unknown_producer_id):
                 retriable = False  # abortable: the next transaction gets a new epoch
@@ -345,12 +351,6 @@ class Sender:
             self._adding_partitions = False
             self.wake()
 
-
-def _retriable(code: int) -> bool:
-    try:
-        return bool(ErrorCode(code).retriable)
-    except ValueError:
-        return False
 
 
 def _code_name(code: int) -> str:

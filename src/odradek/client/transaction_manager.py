@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from .errors import IllegalStateError, KafkaError, ProducerFencedError
+from .errors import IllegalStateError, KafkaError, ProducerFencedError, is_retriable
 from .types import TopicPartition
 
 
@@ -84,12 +84,6 @@ _COORDINATOR_MOVED = frozenset({E.not_coordinator, E.coordinator_not_available})
 _FENCED = frozenset({E.invalid_producer_epoch, E.producer_fenced})
 
 
-def _retriable(code: int) -> bool:
-    try:
-        return bool(ErrorCode(code).retriable)
-    except ValueError:
-        return False
-
 
 def classify(api: TxnApi, code: int) -> Outcome:
     """What the transactional producer does with `code` answered to `api` (the handlers of
@@ -109,13 +103,13 @@ def classify(api: TxnApi, code: int) -> Outcome:
             return Outcome.FATAL
         if code == E.group_authorization_failed or code == E.transaction_abortable:
             return Outcome.ABORTABLE
-        return Outcome.RETRY if _retriable(code) else Outcome.FATAL
+        return Outcome.RETRY if is_retriable(code) else Outcome.FATAL
     if code in _COORDINATOR_MOVED or (api is TxnApi.TXN_OFFSET_COMMIT
                                       and code == E.request_timed_out):
         return Outcome.FIND_COORDINATOR
     if code in _FENCED:
         return Outcome.FATAL  # "treat INVALID_PRODUCER_EPOCH the same as PRODUCER_FENCED"
-    if _retriable(code):  # COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, ...
+    if is_retriable(code):  # COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, ...
         return Outcome.RETRY
     if code == E.transaction_abortable:
         return Outcome.ABORTABLE
