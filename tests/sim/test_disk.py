@@ -103,7 +103,7 @@ def test_a_synced_directory_keeps_its_renames_and_removals(tmp_path: Path) -> No
 def test_a_failed_directory_raises_its_errno_on_writes_and_fsyncs(tmp_path: Path) -> None:
     sim = Simulation(1)
     (tmp_path / "bad").mkdir()
-    sim.disk.fail(tmp_path / "bad", errno.ENOSPC)
+    sim.disk.fail(tmp_path / "bad", "ENOSPC")
 
     def body() -> None:
         fd = os.open(tmp_path / "bad" / "f", os.O_RDWR | os.O_CREAT, 0o644)

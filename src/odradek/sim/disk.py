@@ -20,15 +20,19 @@ undone (a renamed-over file comes back, a file never synced disappears). Directo
 are not modelled: they survive, and a directory renamed (`file_system.rename`) moves what is
 durable in it at once.
 
-`fail(directory, errno.EIO or errno.ENOSPC)` makes every later write and fsync of a file under
-the directory raise that OSError, as a failing or full disk does, until `repair(directory)`.
+`fail(directory, errno.EIO)` (or ``"EIO"``, ``errno.ENOSPC``, ``"ENOSPC"``) makes every later
+write and fsync of a file under the directory raise that OSError, as a failing or full disk
+does, until `repair(directory)`.
 
-Fsyncs cost no real fsync (the real files only need to survive the process) and no virtual time.
+Fsyncs cost no real fsync (the real files only need to survive the process) and no virtual time;
+each reads the file back to keep its bytes, so its cost grows with the file (small segments, as
+a simulation's, keep it low).
 Each sync, crash and failure is folded into the run's digest with the path relative to `root`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -110,8 +114,11 @@ class SimDisk:
 
     # -- faults ---------------------------------------------------------------------------------
 
-    def fail(self, directory: str | Path, error: int) -> None:
-        """From now on every write and fsync under `directory` raises OSError(`error`)."""
+    def fail(self, directory: str | Path, error: int | str) -> None:
+        """From now on every write and fsync under `directory` raises OSError(`error`): an
+        errno, or its name (``"EIO"``, ``"ENOSPC"``)."""
+        if isinstance(error, str):
+            error = int(getattr(errno, error))
         self._failed[os.path.join(os.path.abspath(directory), "")] = error
         self._record("fail", f"{self._rel(str(directory))} {error}")
 
