@@ -27,6 +27,10 @@ from tests.integration.disk_support import records_of
 pytestmark = pytest.mark.sim
 
 TOPIC = "crash"
+#: recovery points and high watermarks checkpointed within the run, so that recovery after the
+#: crash starts from a checkpoint (Kafka's defaults: every 60 s and 5 s)
+CHECKPOINTS = {"log.flush.offset.checkpoint.interval.ms": 500,
+               "replica.high.watermark.checkpoint.interval.ms": 500}
 PAD = "x" * 100  # records of ~120 bytes: a few segments of segment.bytes 4096 each
 
 
@@ -188,7 +192,7 @@ def machine_crash_run(seed: int, data_dir: Path, before: int = 300, during: int 
     result: dict[str, object] = {}
 
     async def main(sim: Simulation) -> None:
-        async with sim_cluster(sim, 3, data_dir=data_dir) as cluster:
+        async with sim_cluster(sim, 3, data_dir=data_dir, overrides=CHECKPOINTS) as cluster:
             await create_topic(sim, cluster, 2)
             await produce(sim, cluster, "client-1", [f"a{i}-{PAD}" for i in range(before)], acked)
             await asyncio.sleep(2.0)  # the log flusher's round: rolled segments fsynced
@@ -196,7 +200,7 @@ def machine_crash_run(seed: int, data_dir: Path, before: int = 300, during: int 
             assert victim is not None
             more = asyncio.ensure_future(
                 produce(sim, cluster, "client-2", [f"b{i}-{PAD}" for i in range(during)], acked))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(sim.random.fork("crash").uniform(0.0, 0.5))  # mid-writes
             await cluster.kill_broker(victim)
             result["report"] = sim.disk.machine_crash(data_dir / f"broker-{victim}")
             await more
