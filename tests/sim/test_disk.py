@@ -104,6 +104,22 @@ def test_a_synced_directory_keeps_its_renames_and_removals(tmp_path: Path) -> No
     assert (tmp_path / "c").read_bytes() == b""  # its content was never fsynced
 
 
+def test_a_removal_is_undone_and_a_renamed_directory_keeps_what_it_synced(
+        tmp_path: Path) -> None:
+    sim = Simulation(1)
+    log_dir = tmp_path / "t-0"
+    log_dir.mkdir()
+
+    def body() -> None:
+        write_atomically(log_dir / "leader-epoch-checkpoint", b"0\n0\n")
+        (log_dir / "leader-epoch-checkpoint").unlink()  # no directory fsync after
+        file_system.rename(log_dir, tmp_path / "t-0.future")
+    on_disk(sim, body)
+    sim.disk.machine_crash(tmp_path)
+    assert (tmp_path / "t-0.future" / "leader-epoch-checkpoint").read_bytes() == b"0\n0\n"
+    assert not log_dir.exists()
+
+
 def test_a_failed_directory_raises_its_errno_on_writes_and_fsyncs(tmp_path: Path) -> None:
     sim = Simulation(1)
     (tmp_path / "bad").mkdir()
