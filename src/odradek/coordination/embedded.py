@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from odradek.common import file_system
 from odradek.common.clock import wall_seconds
 from odradek.coordination.store import (
     ANY_VERSION,
@@ -180,8 +181,8 @@ class _Journal:
         with open(tmp, "w") as f:
             json.dump(body, f, separators=(",", ":"))
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.dir / self.SNAPSHOT)
+            file_system.fsync(f.fileno())
+        file_system.replace(tmp, self.dir / self.SNAPSHOT)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = os.open(self.dir / self.LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
@@ -192,7 +193,7 @@ class _Journal:
                  if n is None or n.ephemeral_owner == 0}
         if entry:
             line = json.dumps({"zxid": zxid, "nodes": entry}, separators=(",", ":")) + "\n"
-            os.write(self._fd, line.encode())
+            file_system.write(self._fd, line.encode())
 
     def close(self) -> None:
         if self._fd >= 0:

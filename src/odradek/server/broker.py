@@ -47,6 +47,7 @@ from ..security.authorizer import ALLOW_ALL, Authorizer
 from ..security.connector import Connector, open_connection
 from ..security.sasl_server import DEFAULT_MAX_RECEIVE_SIZE, listener_prop
 from ..storage.checkpoint_writer import lower_switch_interval
+from ..storage.checkpoints import write_atomically
 from ..storage.cleaner_manager import cleaner_config_from
 from ..storage.log_config import LogConfig
 from ..storage.log_dir_failure_channel import LogDirFailureChannel
@@ -491,9 +492,11 @@ class Broker:
             if failures.has_offline_log_dir(d):
                 continue
             try:
-                (d / META_PROPERTIES).write_text(
+                # through a fsynced .tmp moved over it, as Kafka's BrokerMetadataCheckpoint
+                # writes it: a power loss leaves the old file or the new, never a torn one
+                write_atomically(d / META_PROPERTIES, (
                     "#\n#" + time.strftime("%a %b %d %H:%M:%S %Z %Y") + "\n"
-                    f"cluster.id={cluster_id}\nversion=0\nbroker.id={broker_id}\n")
+                    f"cluster.id={cluster_id}\nversion=0\nbroker.id={broker_id}\n").encode())
             except OSError as exc:
                 failures.maybe_add_offline_log_dir(d, f"Failed to write {d / META_PROPERTIES}",
                                                    exc)

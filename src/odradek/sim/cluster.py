@@ -8,7 +8,9 @@ Each broker is a host of the simulated network (``broker-<id>``): its listeners 
 network's connector from its host, and it starts no thread or helper process (its log manager
 writes checkpoints inline). Clients get the connector of their own host through `connect`. So
 the whole cluster runs on the one virtual-time loop, as FoundationDB's simulator runs every
-role of a cluster in one process. The disk is real (files in the cluster's data dir).
+role of a cluster in one process. The files are real (in the cluster's data dir), the page cache
+of the simulated disk (`sim.disk`): `machine_crash(cluster.data_dir / "broker-<id>")` on a
+killed broker keeps only what it synced.
 
     async def main(sim: Simulation) -> None:
         async with sim_cluster(sim, brokers=3) as cluster:
@@ -63,8 +65,10 @@ class SimBrokers:
 def sim_cluster(sim: Simulation, brokers: int = 1, **kwargs: Any) -> AsyncCluster:
     """An in-process cluster of `brokers` brokers in `sim` (`AsyncCluster`'s other arguments
     as keywords, except what the simulation does not have: HTTP listeners, the fault network,
-    TLS)."""
-    return AsyncCluster(brokers, environment=SimBrokers(sim), http=False, **kwargs)
+    TLS). The disk's digest events name files relative to the cluster's data directory."""
+    cluster = AsyncCluster(brokers, environment=SimBrokers(sim), http=False, **kwargs)
+    sim.disk.root = str(cluster.data_dir.absolute())
+    return cluster
 
 
 def connect(sim: Simulation, host: str, client: _C) -> _C:

@@ -15,9 +15,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ..common import clock, entropy
+from ..common import clock, entropy, file_system
 from ..faults.network import RETRANSMISSION_TIMEOUT_MS
 from .digest import Digest
+from .disk import SimDisk
 from .loop import SimLoop
 from .network import SimNetwork
 from .random import SimRandom
@@ -33,7 +34,8 @@ _T = TypeVar("_T")
 
 class Simulation:
     """A seeded world. `random` is the root stream; the network draws from its fork
-    `"network"`, a workload should take `fork("workload")` (forks are independent)."""
+    `"network"`, the disk (torn writes) from `"disk"`, a workload should take
+    `fork("workload")` (forks are independent)."""
 
     def __init__(self, seed: int, *, start: float = 0.0, digest_tail: int = 64,
                  min_latency: float = 0.0002, max_latency: float = 0.002,
@@ -48,6 +50,7 @@ class Simulation:
         self.network = SimNetwork(self.loop, self.random.fork("network"), self.digest,
                                   min_latency=min_latency, max_latency=max_latency,
                                   jitter=jitter, rto=rto)
+        self.disk = SimDisk(self.random.fork("disk"), self.digest, self.loop.time)
         self.start = start
         self.wall_seconds = 0.0
 
@@ -65,12 +68,14 @@ class Simulation:
         """Run `main(self)` to completion on the simulation loop (asyncio.Runner's order:
         the remaining tasks are cancelled, async generators closed) and close the loop. During
         the run `common.clock` reads the virtual clock (`now_ms`, and the loop's time as the
-        monotonic clock) and `common.entropy` draws from the fork `"odradek"` (topic ids,
-        member ids, replica placement...); the system's are back afterwards."""
+        monotonic clock), `common.entropy` draws from the fork `"odradek"` (topic ids,
+        member ids, replica placement...) and `common.file_system` is the simulated disk
+        (`disk`); the system's are back afterwards."""
         began = time.perf_counter()
         try:
             with clock.use(self.now_ms, self.loop.time), \
                     entropy.use(self.random.fork("odradek")), \
+                    file_system.use(self.disk), \
                     asyncio.Runner(loop_factory=lambda: self.loop) as runner:
                 return runner.run(self._main(main))
         finally:

@@ -33,13 +33,12 @@ import contextlib
 import errno
 import os
 import re
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..common import TopicPartition
+from ..common import TopicPartition, file_system
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -61,7 +60,7 @@ def fsync_path(path: Path, flags: int = 0) -> None:
     opened read-only, which is all fsync needs."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | flags)
     try:
-        os.fsync(fd)
+        file_system.fsync(fd)
     finally:
         os.close(fd)
 
@@ -69,7 +68,7 @@ def fsync_path(path: Path, flags: int = 0) -> None:
 def fsync_open_or_path(fd: int | None, path: Path) -> None:
     """fsync an index file: through its open descriptor, else (closed, not deleted) by path."""
     if fd is not None:
-        os.fsync(fd)
+        file_system.fsync(fd)
     elif path.exists():
         fsync_path(path)
 
@@ -94,17 +93,17 @@ def _write_tmp(tmp: Path | bytes, data: bytes, *, sync: bool) -> None:
         view = memoryview(data)
         offset = 0
         while offset < len(view):
-            offset += os.pwrite(fd, view[offset:], offset)
+            offset += file_system.pwrite(fd, view[offset:], offset)
         os.ftruncate(fd, len(data))
         if sync:
-            os.fsync(fd)
+            file_system.fsync(fd)
     finally:
         os.close(fd)
 
 
 def _libc_call(name: str, argtypes: list[Any]) -> Callable[..., int] | None:
     """A libc function through ctypes that returns 0 or the errno (-1 if errno is unset), or
-    None where libc lacks it (syncfs and renameat2 have no wrapper in Python's os module)."""
+    None where libc lacks it (syncfs has no wrapper in Python's os module)."""
     try:
         import ctypes
         fn = getattr(ctypes.CDLL(None, use_errno=True), name)
@@ -118,40 +117,25 @@ def _libc_call(name: str, argtypes: list[Any]) -> Callable[..., int] | None:
     return call
 
 
-def _libc_renameat2() -> Callable[[bytes, bytes], int] | None:
-    """Linux's renameat2(2) with RENAME_EXCHANGE (glibc 2.28+), or None: the callable returns
-    0 or the errno."""
-    import ctypes
-    fn = _libc_call("renameat2", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                                  ctypes.c_uint])
-    if fn is None:
-        return None
-    at_fdcwd, rename_exchange = -100, 2
-    return lambda a, b: fn(at_fdcwd, a, at_fdcwd, b, rename_exchange)
-
-
-_EXCHANGE = _libc_renameat2() if sys.platform.startswith("linux") else None
-
-
 def replace_keeping_spare(tmp: Path | bytes, path: Path | bytes) -> bool:
     """Move the written `tmp` over `path` atomically: exchanged with it when `path` exists and
     the filesystem can (`tmp` then holds the old content: the spare; True), else renamed
     (False: no spare left)."""
-    global _EXCHANGE
-    if _EXCHANGE is not None:
-        err = _EXCHANGE(os.fsencode(tmp), os.fsencode(path))
+    exchange = file_system.exchange
+    if exchange is not None:
+        err = exchange(os.fsencode(tmp), os.fsencode(path))
         if err == 0:
             return True
         if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP):
-            _EXCHANGE = None  # not on this filesystem or kernel: rename from now on
+            file_system.exchange = None  # not on this filesystem or kernel: rename from now on
         elif err != errno.ENOENT:  # (ENOENT: no file yet, renamed below)
             raise OSError(err, f"exchanging {tmp} with {path}: {os.strerror(err)}")
-    os.replace(tmp, path)
+    file_system.replace(tmp, path)
     return False
 
 
 def spare_exchange_available() -> bool:
-    return _EXCHANGE is not None
+    return file_system.exchange is not None
 
 
 def make_spare(path: Path) -> int:

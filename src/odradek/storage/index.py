@@ -26,6 +26,7 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..common import file_system
 from ..protocol.primitives import INT64 as _Q
 from ..protocol.records import NO_TIMESTAMP
 from .checkpoints import fsync_open_or_path
@@ -94,7 +95,7 @@ class IndexFile:
         fd = self._write_fd()
         view = memoryview(data)
         while view:
-            n = os.write(fd, view)
+            n = file_system.write(fd, view)
             view = view[n:]
         self._dirty = True
 
@@ -136,7 +137,7 @@ class IndexFile:
         """Move the file (the segment's suffix changes: ``.deleted``, ``.swap``, ...)."""
         self.close_file()
         if self.path.exists():
-            os.replace(self.path, new_path)
+            file_system.replace(self.path, new_path)
         self.path = Path(new_path)
 
     def size_in_bytes(self) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common import file_system
 from ..protocol.control_records import end_txn_marker_of
 from ..protocol.records import BatchHeader, CorruptRecordError, InvalidRecordError
 from .checkpoint_writer import CheckpointWriter
@@ -223,7 +224,7 @@ class LogLoader:
                     and lo <= int(stem) < hi:
                 (self.dir / name).unlink(missing_ok=True)
         for name in swaps:
-            os.replace(self.dir / name, self.dir / name[: -len(SWAP_SUFFIX)])
+            file_system.replace(self.dir / name, self.dir / name[: -len(SWAP_SUFFIX)])
         return os.listdir(self.dir)
 
     def _recover_from(self, recovery_point: int, cache: LeaderEpochFileCache,

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from ..common import TopicPartition, clock, entropy
+from ..common import TopicPartition, clock, entropy, file_system
 from ..metrics.stats import LogFlushStats
 from .checkpoint_writer import CheckpointWriter
 from .checkpoints import (
@@ -269,7 +269,7 @@ class LogManager:
             future = self._future_logs.pop(tp)
             future.close()
             target = future.dir.parent / str(tp)
-            os.rename(future.dir, target)
+            file_system.rename(future.dir, target)
             fsync_dir(future.dir.parent)
             log.warning("Completing the interrupted move of %s: %s is its log now", tp, target)
             self._logs[tp] = self._open_log(target, self.config_for(tp.topic),
@@ -505,7 +505,7 @@ class LogManager:
         self._remove_log_dir(source, topic, partition, checkpoint=False)
         target = dest_dir / f"{topic}-{partition}"
         try:
-            os.rename(dest.dir, target)
+            file_system.rename(dest.dir, target)
             fsync_dir(dest_dir)
             new = self._open_log(target, self.config_for(topic), dest.recovery_point,
                                  dest.log_start_offset, had_clean_shutdown=True)
@@ -582,7 +582,7 @@ class LogManager:
         self.checkpoint_writer.forget(log.dir)  # nothing is written there any more
         parent = log.dir.parent
         doomed = parent / _marked_dir_name(topic, partition, DELETE_DIR_SUFFIX)
-        os.rename(log.dir, doomed)
+        file_system.rename(log.dir, doomed)
         fsync_dir(parent)
         if self.threads and _on_event_loop():
             self._deletions = [t for t in self._deletions if t.is_alive()]

@@ -11,6 +11,7 @@ import re
 import uuid
 from pathlib import Path
 
+from ..common import file_system
 from ..common.topic_id import topic_id_from_text, topic_id_to_text
 
 FILENAME = "partition.metadata"
@@ -73,7 +74,7 @@ def write_partition_metadata(log_dir: Path, topic_id: uuid.UUID) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, format_partition_metadata(topic_id).encode())
+        file_system.write(fd, format_partition_metadata(topic_id).encode())
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    file_system.replace(tmp, path)

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from ..common import file_system
 from ..protocol.control_records import EndTransactionMarker
 from ..protocol.records import BatchHeader
 from .append_origin import AppendOrigin
@@ -469,7 +470,7 @@ class ProducerStateManager:
         else:
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_bytes(self.serialize())
-            os.replace(tmp, path)
+            file_system.replace(tmp, path)
         self.last_snapshot_offset = self.map_end_offset
         return path
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from ..common import file_system
 from ..protocol.control_records import end_txn_marker_of
 from ..protocol.records import (
     HEADER_SIZE,
@@ -162,12 +163,12 @@ class FileHandleCache:
 
 def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
     total = memoryview(data).nbytes
-    written = os.pwrite(fd, data, position)
+    written = file_system.pwrite(fd, data, position)
     if written == total:
         return
     view = memoryview(data).cast("B")
     while written < total:
-        n = os.pwrite(fd, view[written:], position + written)
+        n = file_system.pwrite(fd, view[written:], position + written)
         if n <= 0:
             raise OSError(f"short write: {written} of {total} bytes")
         written += n
@@ -721,7 +722,7 @@ class LogSegment:
     def flush(self) -> None:
         """fsync the log and the index files (if written since the last flush)."""
         if self._dirty:
-            os.fsync(self._log_file().fileno())
+            file_system.fsync(self._log_file().fileno())
             self._dirty = False
         self._offset_index.flush()
         self._time_index.flush()
@@ -749,7 +750,7 @@ class LogSegment:
         self.close_handles()
         self.suffix = new_suffix
         if old_log.exists():
-            os.replace(old_log, self.log_path)
+            file_system.replace(old_log, self.log_path)
         prefix = self.dir / filename_prefix(self.base_offset)
         self._offset_index.rename(Path(f"{prefix}{INDEX_SUFFIX}{new_suffix}"))
         self._time_index.rename(Path(f"{prefix}{TIME_INDEX_SUFFIX}{new_suffix}"))

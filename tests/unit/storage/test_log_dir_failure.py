@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from odradek.common import file_system
 from odradek.protocol.control_records import (
     ControlRecordType,
     EndTransactionMarker,
@@ -85,14 +86,14 @@ def failing_pwrite(monkeypatch: pytest.MonkeyPatch, err: int, partial: bool = Fa
                    keep_torn_bytes: bool = False) -> None:
     """The next segment writes fail with `err` (after writing half, with `partial`); with
     `keep_torn_bytes` the segment cannot cut what was written either (a crash right then)."""
-    real = os.pwrite
+    real = file_system.pwrite
 
     def pwrite(fd: int, data: object, position: int) -> int:
         view = memoryview(data).cast("B")  # type: ignore[arg-type]
         if partial and len(view) > 1:
             real(fd, view[: len(view) // 2], position)
         raise OSError(err, os.strerror(err))
-    monkeypatch.setattr(segment_module.os, "pwrite", pwrite)
+    monkeypatch.setattr(file_system, "pwrite", pwrite)
     if keep_torn_bytes:
         def ftruncate(_fd: int, _size: int) -> None:
             raise OSError(err, os.strerror(err))

@@ -5,11 +5,11 @@ fsyncs only what is not durable yet."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from odradek.common import file_system
 from odradek.protocol.records import build_batch
 from odradek.storage.log import Log
 from odradek.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
@@ -65,12 +65,12 @@ def test_log_manager_loads_only_partition_directories(tmp_path: Path) -> None:
 
 def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = os.fsync
+    real = file_system.fsync
 
     def counting(fd: int) -> None:
         calls.append(fd)
         real(fd)
-    monkeypatch.setattr(os, "fsync", counting)
+    monkeypatch.setattr(file_system, "fsync", counting)
     return calls
 
 

@@ -1,0 +1,230 @@
+"""The simulated disk: real files as the page cache, and beside them a record of what is durable,
+so that a simulated machine crash keeps only what was synced (FoundationDB's simulated
+`AsyncFileNonDurable`, TigerBeetle's storage fault model, in miniature).
+
+The brokers write real files, as in production: those are the operating system's page cache,
+which survives a process crash (`cluster.faults.kill`) whole. `SimDisk` is installed as the
+file-system seam (`common.file_system`) for a run, and keeps
+
+* per file (inode) the bytes it held at its last ``fsync``;
+* per path the inode its name durably points to: a name becomes durable when its directory is
+  fsynced (a rename, a new file, a removal), or when a file never synced before is fsynced (its
+  creation, as ext4 and XFS commit it).
+
+`machine_crash(directory)` (a power loss of the machine holding it; the broker must be killed
+first) then rewrites the directory's files from that record: every durable name gets its inode's
+synced bytes; a file whose current bytes extend them keeps a torn part of its unsynced tail
+(drawn from the seed: none, some, or all of it, and half the time the end of what is kept is
+garbage, as a write cut mid-sector leaves it); a file, rename or truncation never synced is
+undone (a renamed-over file comes back, a file never synced disappears). Directories themselves
+are not modelled: they survive, and a directory renamed (`file_system.rename`) moves what is
+durable in it at once.
+
+`fail(directory, errno.EIO)` (or ``"EIO"``, ``errno.ENOSPC``, ``"ENOSPC"``) makes every later
+write and fsync of a file under the directory raise that OSError, as a failing or full disk
+does, until `repair(directory)`.
+
+Fsyncs cost no real fsync (the real files only need to survive the process) and no virtual time;
+each reads the file back to keep its bytes, so its cost grows with the file (small segments, as
+a simulation's, keep it low).
+Each sync, crash and failure is folded into the run's digest with the path relative to `root`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .digest import Digest
+from .random import SimRandom
+
+__all__ = ["SimDisk"]
+
+
+def _path_of(fd: int) -> str:
+    """The path an open descriptor names now (Linux's /proc; ' (deleted)' once unlinked)."""
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+class SimDisk:
+    """The durability model of the simulated machines' disks (see the module doc). Install it
+    with `common.file_system.use(disk)`; `Simulation.run` does."""
+
+    exchange = None  # no renameat2 exchange: the checkpoint spare's rename is modelled instead
+
+    def __init__(self, random: SimRandom, digest: Digest, time: Callable[[], float],
+                 root: str | Path | None = None) -> None:
+        self.random = random
+        self.digest = digest
+        self.time = time
+        self.root = None if root is None else os.path.abspath(root)
+        self._synced: dict[int, bytes] = {}  # inode -> its bytes at its last fsync
+        self._names: dict[str, int] = {}  # durable path -> inode
+        self._failed: dict[str, int] = {}  # directory (with a trailing /) -> errno
+        self.fsyncs = 0
+        self.torn_bytes = 0
+
+    # -- the seam (common.file_system) ---------------------------------------------------------
+
+    def fsync(self, fd: int) -> None:
+        path = _path_of(fd)
+        if self._failed:
+            self._check(path)
+        st = os.fstat(fd)
+        self.fsyncs += 1
+        if stat.S_ISDIR(st.st_mode):
+            self._sync_dir(path)
+            return
+        if path.endswith(" (deleted)"):
+            return
+        data = _read(path)
+        if data is None:
+            return
+        self._synced[st.st_ino] = data
+        self._names.setdefault(path, st.st_ino)
+        self._record("fsync", f"{self._rel(path)} {len(data)}")
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        if self._failed:
+            self._check(_path_of(fd))
+        return os.pwrite(fd, data, offset)
+
+    def write(self, fd: int, data: Any) -> int:
+        if self._failed:
+            self._check(_path_of(fd))
+        return os.write(fd, data)
+
+    def replace(self, src: Any, dst: Any) -> None:
+        self._move(src, dst, os.replace)
+
+    def rename(self, src: Any, dst: Any) -> None:
+        self._move(src, dst, os.rename)
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def fail(self, directory: str | Path, error: int | str) -> None:
+        """From now on every write and fsync under `directory` raises OSError(`error`): an
+        errno, or its name (``"EIO"``, ``"ENOSPC"``)."""
+        if isinstance(error, str):
+            error = int(getattr(errno, error))
+        self._failed[os.path.join(os.path.abspath(directory), "")] = error
+        self._record("fail", f"{self._rel(str(directory))} {error}")
+
+    def repair(self, directory: str | Path) -> None:
+        """Writes under `directory` succeed again (a disk replaced, space freed)."""
+        self._failed.pop(os.path.join(os.path.abspath(directory), ""), None)
+        self._record("repair", self._rel(str(directory)))
+
+    def machine_crash(self, directory: str | Path) -> dict[str, int]:
+        """Power loss of the machine holding `directory`: every file under it is put back to
+        what was durable (see the module doc). Returns per file (relative to `directory`) the
+        unsynced bytes kept (torn: garbage at their end half the time), -1 for a file
+        removed, -2 for one put back to older content; files left as they were are omitted."""
+        top = os.path.abspath(directory)
+        prefix = os.path.join(top, "")
+        rng = self.random
+        current: dict[str, os.stat_result] = {}
+        for base, dirs, files in os.walk(top):
+            dirs.sort()
+            for name in files:
+                path = os.path.join(base, name)
+                current[path] = os.stat(path)
+        durable = sorted(p for p in self._names if p.startswith(prefix))
+        plan: dict[str, bytes] = {}
+        report: dict[str, int] = {}
+        for path in durable:
+            ino = self._names[path]
+            if not os.path.isdir(os.path.dirname(path)):  # its directory was removed
+                del self._names[path]
+                continue
+            synced = self._synced.get(ino, b"")
+            now = current.get(path)
+            data = _read(path) if now is not None and now.st_ino == ino else None
+            if data is not None and data == synced:
+                continue
+            if data is not None and len(data) > len(synced) and data.startswith(synced):
+                tail = data[len(synced):]
+                kept = rng.randrange(len(tail) + 1)
+                torn = bytearray(tail[:kept])
+                if torn and rng.random() < 0.5:
+                    cut = rng.randrange(len(torn))
+                    torn[cut:] = rng.randbytes(len(torn) - cut)
+                plan[path] = synced + bytes(torn)
+                report[os.path.relpath(path, top)] = kept
+                self.torn_bytes += kept
+            else:
+                plan[path] = synced
+                report[os.path.relpath(path, top)] = -2
+        for path in sorted(current):
+            if path not in self._names:
+                os.unlink(path)
+                report[os.path.relpath(path, top)] = -1
+        for path, data in plan.items():
+            with open(path, "wb") as f:
+                f.write(data)
+            ino = os.stat(path).st_ino
+            self._names[path] = ino
+            self._synced[ino] = data
+        for rel in sorted(report):
+            self._record("crash", f"{self._rel(os.path.join(top, rel))} {report[rel]}")
+        return report
+
+    # -- the model ------------------------------------------------------------------------------
+
+    def _check(self, path: str) -> None:
+        for directory, error in self._failed.items():
+            if path.startswith(directory):
+                raise OSError(error, os.strerror(error), path)
+
+    def _sync_dir(self, directory: str) -> None:
+        """Every name in `directory` durable as it is now (files only; removed names dropped)."""
+        prefix = os.path.join(directory, "")
+        present: dict[str, int] = {}
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    present[entry.path] = entry.inode()
+        gone = [p for p in self._names if p.startswith(prefix)
+                and os.path.dirname(p) == directory and p not in present]
+        self._names.update(present)
+        for path in gone:
+            self._forget(path)
+        self._record("fsync", f"{self._rel(directory)}/ {len(present)}")
+
+    def _forget(self, path: str) -> None:
+        ino = self._names.pop(path)
+        if ino not in self._names.values():
+            self._synced.pop(ino, None)
+
+    def _move(self, src: Any, dst: Any, move: Callable[[Any, Any], None]) -> None:
+        source = os.path.abspath(os.fsdecode(src))
+        if not os.path.isdir(source):
+            move(src, dst)
+            return
+        target = os.path.abspath(os.fsdecode(dst))
+        move(src, dst)
+        prefix = os.path.join(source, "")
+        for path in [p for p in self._names if p.startswith(prefix)]:
+            self._names[target + path[len(source):]] = self._names.pop(path)
+        self._record("move", f"{self._rel(source)} {self._rel(target)}")
+
+    def _rel(self, path: str) -> str:
+        root = self.root
+        if root is not None and path.startswith(root):
+            return path[len(root):].lstrip("/")
+        return os.path.basename(path.rstrip("/"))
+
+    def _record(self, kind: str, fields: str) -> None:
+        self.digest.record(self.time(), f"disk-{kind}", fields)
