@@ -3,20 +3,22 @@
 `echo`: the network's own workload (sim/workloads.py); `kafka`: whole brokers, a producer and a
 consumer (sim/kafka_workload.py), `--brokers 3 --faults` with a broker killed and restarted and
 a link cut; `--duration S --rate R` the steady workload the simulator's speed is measured with
-(R records per virtual second for S virtual seconds, consumed as they are produced)."""
+(R records per virtual second for S virtual seconds, consumed as they are produced);
+`txn-timeout`: a transaction left open past a ten-minute transaction.timeout.ms, aborted by
+its coordinator (sim/kafka_workload.py's run_transaction_timeout)."""
 
 from __future__ import annotations
 
 import argparse
 
-from .kafka_workload import run_kafka
+from .kafka_workload import run_kafka, run_transaction_timeout
 from .workloads import run_echo
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m odradek.sim",
                                      description="Run a simulated workload and print its digest")
-    parser.add_argument("workload", choices=["echo", "kafka"])
+    parser.add_argument("workload", choices=["echo", "kafka", "txn-timeout"])
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--messages", type=int, default=50)
@@ -33,6 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offsets-partitions", type=int, default=None,
                         help="kafka: the brokers' offsets.topic.num.partitions (default 50)")
     args = parser.parse_args(argv)
+    if args.workload == "txn-timeout":
+        txn = run_transaction_timeout(args.seed, args.brokers)
+        print(f"seed {txn.seed} brokers {txn.brokers} commit {txn.commit_error} committed reads "
+              f"{txn.committed_reads} virtual {txn.virtual_seconds:.3f}s wall "
+              f"{txn.wall_seconds:.3f}s cpu {txn.cpu_seconds:.3f}s")
+        print(txn.digest)
+        return 0
     if args.workload == "kafka":
         kafka = run_kafka(args.seed, args.brokers, args.records, faults=args.faults,
                           duration=args.duration, rate=args.rate,

@@ -38,7 +38,7 @@ from .cluster import broker_host, connect, sim_cluster
 from .random import SimRandom
 from .simulation import Simulation
 
-__all__ = ["KafkaReport", "run_kafka"]
+__all__ = ["KafkaReport", "TransactionTimeoutReport", "run_kafka", "run_transaction_timeout"]
 
 TOPIC = "events"
 
@@ -218,3 +218,86 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
     return KafkaReport(seed, brokers, sim.digest.hexdigest(), sim.digest.events, len(acked),
                        len(consumed), len(set(acked) - consumed), tuple(done_faults), sim.now,
                        sim.wall_seconds, time.process_time() - cpu)
+
+
+@dataclass(frozen=True)
+class TransactionTimeoutReport:
+    """A transaction left open past transaction.timeout.ms: how the producer's commit ended
+    (the coordinator aborted it and bumped the epoch, so Kafka answers the commit with
+    PRODUCER_FENCED or INVALID_PRODUCER_EPOCH), what a read_committed consumer read of it
+    (nothing), and the run's virtual, wall and CPU seconds."""
+
+    seed: int
+    brokers: int
+    digest: str
+    commit_error: str
+    committed_reads: int
+    virtual_seconds: float
+    wall_seconds: float
+    cpu_seconds: float
+
+
+def run_transaction_timeout(seed: int, brokers: int = 3, *, timeout_ms: int = 600_000,
+                            data_dir: str | Path | None = None) -> TransactionTimeoutReport:
+    """A transactional producer (transaction.timeout.ms `timeout_ms`, ten minutes by default)
+    writes one record in a transaction and does not commit; the coordinator's periodic check
+    (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s) aborts it once the
+    timeout has passed. Then the producer tries to commit, and a read_committed consumer
+    reads the topic. The ten virtual minutes cost the wall time of the brokers' idle work
+    only (docs/simulation.md, "Speed")."""
+    sim = Simulation(seed)
+    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=_memory_dir()))
+           if data_dir is None else Path(data_dir))
+    outcome: list[str] = []
+    reads: list[bytes] = []
+
+    async def main(sim: Simulation) -> None:
+        cluster = sim_cluster(sim, brokers, data_dir=tmp)
+        await cluster.start()
+        try:
+            bootstrap = cluster.bootstrap_servers
+            admin = connect(sim, "client-admin", AsyncAdmin({"bootstrap.servers": bootstrap}))
+            await admin.start()
+            try:
+                await admin.create_topics([NewTopic(TOPIC, 1, min(3, brokers))])
+            finally:
+                await admin.close()
+            producer = connect(sim, "client-producer", AsyncProducer({
+                "bootstrap.servers": bootstrap, "transactional.id": "sim-txn",
+                "transaction.timeout.ms": timeout_ms}))
+            await producer.start()
+            try:
+                await producer.init_transactions()
+                producer.begin_transaction()
+                await producer.send(TOPIC, b"never-committed")
+                await producer.flush()
+                await asyncio.sleep(timeout_ms / 1000 + 20.0)  # past the timeout and a check
+                try:
+                    await producer.commit_transaction(timeout=30.0)
+                    outcome.append("none")
+                except Exception as exc:
+                    outcome.append(type(exc).__name__)
+            finally:
+                await producer.close()
+            consumer = connect(sim, "client-consumer", AsyncConsumer({
+                "bootstrap.servers": bootstrap, "group.id": "sim-committed",
+                "auto.offset.reset": "earliest", "isolation.level": "read_committed"}))
+            await consumer.start()
+            try:
+                consumer.subscribe([TOPIC])
+                for _ in range(10):
+                    reads.extend(r.value for r in await consumer.poll(1.0))
+            finally:
+                await consumer.close()
+        finally:
+            await cluster.stop()
+
+    cpu = time.process_time()
+    try:
+        sim.run(main)
+    finally:
+        if data_dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return TransactionTimeoutReport(seed, brokers, sim.digest.hexdigest(), outcome[0],
+                                    len(reads), sim.now, sim.wall_seconds,
+                                    time.process_time() - cpu)
