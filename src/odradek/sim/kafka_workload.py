@@ -63,9 +63,8 @@ class KafkaReport:
 
 def _memory_dir() -> str | None:
     """A memory-backed directory for the brokers' files if the machine has one (Linux's
-    /dev/shm, a tmpfs): the disk is not simulated yet, and there fsync and writes cost no disk
-    wall time, which on a busy machine was most of a run's wall time. None: the default
-    temporary directory."""
+    /dev/shm, a tmpfs): the disk is not simulated yet, and there the checkpoints' fsyncs and
+    the writes cost no disk wall time. None: the default temporary directory."""
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
 
