@@ -175,6 +175,7 @@ class TransactionMarkerChannelManager:
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         self._pump = asyncio.create_task(self._run(), name=f"txn-marker-sender-{self.broker_id}")
+        self.wakeup()  # one poll for whatever was queued before the start
 
     async def shutdown(self) -> None:
         tasks = [t for t in (self._pump, *self._in_flight.values()) if t is not None]
