@@ -13,7 +13,7 @@ import pytest
 
 import odradek.sim
 from odradek.common import clock, entropy
-from odradek.sim.kafka_workload import run_kafka
+from odradek.sim.kafka_workload import run_kafka, run_transaction_timeout
 
 pytestmark = pytest.mark.sim
 
@@ -65,3 +65,14 @@ def test_three_brokers_same_seed_same_digest_in_two_processes() -> None:
     second = kafka_in_a_fresh_process(9, "2", *args)
     assert first == second
     assert "acked 300 consumed 300 missing 0" in first[0]
+
+
+def test_a_ten_minute_transaction_timeout_costs_no_wall_time(tmp_path: Path) -> None:
+    report = run_transaction_timeout(13, brokers=1, data_dir=tmp_path)
+    # the coordinator aborted the open transaction and bumped the producer's epoch
+    assert report.commit_error in ("ProducerFencedError", "InvalidProducerEpochError")
+    assert report.committed_reads == 0
+    assert report.virtual_seconds > 600
+    # ten idle minutes are a few hundred wake-ups, not ten minutes (generous: the machine
+    # is shared; a run takes about 1 CPU second)
+    assert report.cpu_seconds < report.virtual_seconds / 50

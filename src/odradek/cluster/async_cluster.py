@@ -181,7 +181,8 @@ class AsyncCluster:
                         fault_actions=self.faults if self.console_faults else None,
                         connector=connector,
                         bind=env.binder(broker_id) if env is not None else None,
-                        threads=env.threads if env is not None else True)
+                        threads=env.threads if env is not None else True,
+                        event_loop_probe=env is None)
         previous = self.brokers.get(broker_id)
         if self.network is not None:  # before start: the proxies find its bound ports
             self.brokers[broker_id] = broker

@@ -169,11 +169,13 @@ class TransactionMarkerChannelManager:
         self._in_flight: dict[int, asyncio.Task[None]] = {}
         self._wakeup = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
         self.client_id = f"broker-{broker_id}-txn-marker-sender"
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         self._pump = asyncio.create_task(self._run(), name=f"txn-marker-sender-{self.broker_id}")
+        self.wakeup()  # one poll for whatever was queued before the start
 
     async def shutdown(self) -> None:
         tasks = [t for t in (self._pump, *self._in_flight.values()) if t is not None]
@@ -183,6 +185,9 @@ class TransactionMarkerChannelManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._pump = None
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
         self._in_flight.clear()
         for _, conn in self._connections.values():
             conn.close()
@@ -194,11 +199,27 @@ class TransactionMarkerChannelManager:
     def wakeup(self) -> None:
         self._wakeup.set()
 
+    def _retry_later(self) -> None:
+        """Poll again after retry.backoff.ms: markers whose partition leader is not known yet
+        and completions to append again wait for it (Kafka's send thread polls with that
+        backoff while it has such work; with none it sleeps until woken)."""
+        if self._retry is not None or self._pump is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the loop: nothing is polling yet
+            return
+        self._retry = loop.call_later(self.retry_backoff, self._retry_due)
+
+    def _retry_due(self) -> None:
+        self._retry = None
+        self.wakeup()
+
     async def _run(self) -> None:
+        # Woken by new markers, a finished send, or a retry due (`_retry_later`); an idle
+        # channel does not wake at all (it polled every retry.backoff.ms before).
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.retry_backoff):
-                    await self._wakeup.wait()
+            await self._wakeup.wait()
             self._wakeup.clear()
             try:
                 self.generate_requests()
@@ -367,8 +388,9 @@ class TransactionMarkerChannelManager:
             if destination is not None:
                 entry = TxnIdAndMarkerEntry(transactional_id, TxnMarkerEntry(
                     producer_id, producer_epoch, coordinator_epoch, result, frozenset(tps)))
-                if destination[0] < 0:  # looked up again at the next periodic pump
+                if destination[0] < 0:  # looked up again after retry.backoff.ms
                     self.markers_queue_for_unknown_broker.add_markers(txn_partition, entry)
+                    self._retry_later()
                 else:
                     sendable = True
                     queue = self.markers_queue_per_broker.get(destination[0])
@@ -430,6 +452,7 @@ class TransactionMarkerChannelManager:
             elif error == ErrorCode.coordinator_not_available:
                 log.info("Not available to append %s; retry appending", pending)
                 self.txn_log_append_retry_queue.append(pending)
+                self._retry_later()
             elif error in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
                 log.info("Skip writing %s to the transaction log: %s (the new coordinator "
                          "completes it)", pending.transactional_id, _name(error))

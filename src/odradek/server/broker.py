@@ -92,7 +92,7 @@ class Broker:
     def __init__(self, config: KafkaConfig, *, embedded_zk: EmbeddedZooKeeper | None = None,
                  fault_actions: FaultActions | None = None,
                  connector: Connector | None = None, bind: Binder | None = None,
-                 threads: bool = True) -> None:
+                 threads: bool = True, event_loop_probe: bool = True) -> None:
         self.config = config
         self.fault_actions = fault_actions  # the console's fault routes (odradek.Cluster)
         # how this broker dials the others (controller channel, replica fetchers, transaction
@@ -103,6 +103,9 @@ class Broker:
         # False (odradek.sim): no thread or helper process of its own (the log manager's
         # checkpoint writer and log deletions run inline on the loop)
         self.threads = threads
+        # the event-loop lag probe (time.perf_counter against the loop's sleeps); off in
+        # odradek.sim, where the loop's time is virtual and the lag always zero
+        self.event_loop_probe = event_loop_probe
         self.http_listener: HttpListener | None = None
         self.broker_id = config.broker_id
         self._embedded_zk = embedded_zk
@@ -584,8 +587,10 @@ class Broker:
             if task is not None:
                 self._tasks.append(task)
 
-        self._tasks.append(asyncio.create_task(self.metrics.run_event_loop_probe(),
-                                               name=f"broker-{self.broker_id}-eventloop-lag"))
+        if self.event_loop_probe:
+            self._tasks.append(asyncio.create_task(
+                self.metrics.run_event_loop_probe(),
+                name=f"broker-{self.broker_id}-eventloop-lag"))
         self._tasks.append(asyncio.create_task(self.metrics_history.run(),
                                                name=f"broker-{self.broker_id}-metrics-history"))
         every("kafka-log-retention", cfg["log.retention.check.interval.ms"],

@@ -10,14 +10,22 @@ simulated network and healed, while the producer writes (FoundationDB's "attriti
 Every choice comes from the seed (the workload's fork `"workload"`, the fault plan's
 `"faults"`, odradek's own through `common.entropy`), so the digest of the network's traffic is
 a function of the seed: `python -m odradek.sim kafka --seed N` prints it.
+
+The steady mode (`duration`, `rate`) is the workload the simulator's speed is measured with
+(docs/simulation.md, "Speed"): the producer sends `rate` records per virtual second, evenly
+spaced, for `duration` virtual seconds while the consumer group reads continuously, so most of
+the cluster's time is the steady state of a real one (replica fetchers long-polling, heartbeats,
+purgatory timeouts) rather than start-up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +35,10 @@ from ..client.producer import AsyncProducer
 from ..client.types import NewTopic
 from ..cluster.async_cluster import AsyncCluster
 from .cluster import broker_host, connect, sim_cluster
+from .random import SimRandom
 from .simulation import Simulation
 
-__all__ = ["KafkaReport", "run_kafka"]
+__all__ = ["KafkaReport", "TransactionTimeoutReport", "run_kafka", "run_transaction_timeout"]
 
 TOPIC = "events"
 
@@ -52,17 +61,36 @@ class KafkaReport:
     cpu_seconds: float
 
 
+def _memory_dir() -> str | None:
+    """A memory-backed directory for the brokers' files if the machine has one (Linux's
+    /dev/shm, a tmpfs): the disk is not simulated yet, and there the checkpoints' fsyncs and
+    the writes cost no disk wall time. None: the default temporary directory."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
+
+
 def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: int = 3,
-              faults: bool = False, data_dir: str | Path | None = None) -> KafkaReport:
+              faults: bool = False, data_dir: str | Path | None = None,
+              duration: float | None = None, rate: float = 50.0,
+              offsets_partitions: int | None = None) -> KafkaReport:
     """One run of the workload in a fresh `Simulation(seed)`; the brokers' files go to a
-    temporary directory (removed after) unless `data_dir` is given."""
+    temporary directory in memory (`_memory_dir`, removed after) unless `data_dir` is given.
+    With `duration` (virtual seconds) the run is steady: `rate` records per second for
+    `duration` seconds (`records` is ignored), consumed while they are produced.
+    `offsets_partitions` sets the brokers' offsets.topic.num.partitions (Kafka's default 50;
+    Kafka's own integration tests run with 5, `TestUtils.createBrokerConfig`): every follower
+    fetch reads each partition it follows."""
+    if duration is not None and (duration <= 0 or rate <= 0):
+        raise ValueError("duration and rate must be positive")
     if faults and brokers < 3:
         raise ValueError("the fault plan needs three brokers or more")
     sim = Simulation(seed)
-    tmp = Path(tempfile.mkdtemp(prefix="odradek-sim-")) if data_dir is None else Path(data_dir)
+    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=_memory_dir()))
+           if data_dir is None else Path(data_dir))
     acked: list[str] = []
     consumed: set[str] = set()
     done_faults: list[str] = []
+    producing_done = asyncio.Event()
 
     async def produce(cluster_bootstrap: str) -> None:
         rng = sim.random.fork("workload")
@@ -71,6 +99,9 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
             "delivery.timeout.ms": 120_000, "request.timeout.ms": 10_000}))
         await producer.start()
         try:
+            if duration is not None:
+                await produce_steadily(producer, rng)
+                return
             for i in range(records):
                 value = f"record-{i}"
                 future = await producer.send(TOPIC, value.encode(),
@@ -82,7 +113,29 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
                     await asyncio.sleep(rng.uniform(0.001, 0.2))
             await producer.flush()
         finally:
+            producing_done.set()
             await producer.close()
+
+    def on_ack(value: str) -> Callable[[asyncio.Future[object]], None]:
+        def done(f: asyncio.Future[object]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                acked.append(value)
+        return done
+
+    async def produce_steadily(producer: AsyncProducer, rng: SimRandom) -> None:
+        assert duration is not None
+        interval = 1.0 / rate
+        start = sim.now
+        i = 0
+        while (due := start + i * interval) < start + duration:
+            if due > sim.now:
+                await asyncio.sleep(due - sim.now)
+            value = f"record-{i}"
+            future = await producer.send(TOPIC, value.encode(),
+                                         key=f"key-{rng.randrange(16)}".encode())
+            future.add_done_callback(on_ack(value))
+            i += 1
+        await producer.flush()
 
     async def fault_plan(cluster: AsyncCluster) -> None:
         rng = sim.random.fork("faults")
@@ -111,13 +164,18 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
         await cluster.faults.restart(victim)
         done_faults.append(f"restart broker {victim} at {sim.now:.3f}")
 
-    async def consume(cluster_bootstrap: str) -> None:
+    async def consume(cluster_bootstrap: str, steady: bool = False) -> None:
         consumer = connect(sim, "client-consumer", AsyncConsumer({
             "bootstrap.servers": cluster_bootstrap, "group.id": "sim-readers",
             "auto.offset.reset": "earliest"}))
         await consumer.start()
         try:
             consumer.subscribe([TOPIC])
+            if steady:
+                # read while the producer writes; then until everything acknowledged is in
+                while not producing_done.is_set():
+                    for record in await consumer.poll(1.0):
+                        consumed.add(record.value.decode())
             deadline = sim.now + 120.0
             while not set(acked) <= consumed and sim.now < deadline:
                 for record in await consumer.poll(1.0):
@@ -126,7 +184,9 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
             await consumer.close()
 
     async def main(sim: Simulation) -> None:
-        cluster = sim_cluster(sim, brokers, data_dir=tmp)
+        overrides = ({} if offsets_partitions is None
+                     else {"offsets.topic.num.partitions": offsets_partitions})
+        cluster = sim_cluster(sim, brokers, data_dir=tmp, overrides=overrides)
         await cluster.start()
         try:
             bootstrap = cluster.bootstrap_servers
@@ -136,6 +196,10 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
                 await admin.create_topics([NewTopic(TOPIC, partitions, min(3, brokers))])
             finally:
                 await admin.close()
+            if duration is not None:
+                await asyncio.gather(produce(bootstrap), consume(bootstrap, steady=True),
+                                     *([fault_plan(cluster)] if faults else []))
+                return
             if faults:
                 await asyncio.gather(produce(bootstrap), fault_plan(cluster))
             else:
@@ -153,3 +217,86 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
     return KafkaReport(seed, brokers, sim.digest.hexdigest(), sim.digest.events, len(acked),
                        len(consumed), len(set(acked) - consumed), tuple(done_faults), sim.now,
                        sim.wall_seconds, time.process_time() - cpu)
+
+
+@dataclass(frozen=True)
+class TransactionTimeoutReport:
+    """A transaction left open past transaction.timeout.ms: how the producer's commit ended
+    (the coordinator aborted it and bumped the epoch, so Kafka answers the commit with
+    PRODUCER_FENCED or INVALID_PRODUCER_EPOCH), what a read_committed consumer read of it
+    (nothing), and the run's virtual, wall and CPU seconds."""
+
+    seed: int
+    brokers: int
+    digest: str
+    commit_error: str
+    committed_reads: int
+    virtual_seconds: float
+    wall_seconds: float
+    cpu_seconds: float
+
+
+def run_transaction_timeout(seed: int, brokers: int = 3, *, timeout_ms: int = 600_000,
+                            data_dir: str | Path | None = None) -> TransactionTimeoutReport:
+    """A transactional producer (transaction.timeout.ms `timeout_ms`, ten minutes by default)
+    writes one record in a transaction and does not commit; the coordinator's periodic check
+    (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s) aborts it once the
+    timeout has passed. Then the producer tries to commit, and a read_committed consumer
+    reads the topic. The ten virtual minutes cost the wall time of the brokers' idle work
+    only (docs/simulation.md, "Speed")."""
+    sim = Simulation(seed)
+    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=_memory_dir()))
+           if data_dir is None else Path(data_dir))
+    outcome: list[str] = []
+    reads: list[bytes] = []
+
+    async def main(sim: Simulation) -> None:
+        cluster = sim_cluster(sim, brokers, data_dir=tmp)
+        await cluster.start()
+        try:
+            bootstrap = cluster.bootstrap_servers
+            admin = connect(sim, "client-admin", AsyncAdmin({"bootstrap.servers": bootstrap}))
+            await admin.start()
+            try:
+                await admin.create_topics([NewTopic(TOPIC, 1, min(3, brokers))])
+            finally:
+                await admin.close()
+            producer = connect(sim, "client-producer", AsyncProducer({
+                "bootstrap.servers": bootstrap, "transactional.id": "sim-txn",
+                "transaction.timeout.ms": timeout_ms}))
+            await producer.start()
+            try:
+                await producer.init_transactions()
+                producer.begin_transaction()
+                await producer.send(TOPIC, b"never-committed")
+                await producer.flush()
+                await asyncio.sleep(timeout_ms / 1000 + 20.0)  # past the timeout and a check
+                try:
+                    await producer.commit_transaction(timeout=30.0)
+                    outcome.append("none")
+                except Exception as exc:
+                    outcome.append(type(exc).__name__)
+            finally:
+                await producer.close()
+            consumer = connect(sim, "client-consumer", AsyncConsumer({
+                "bootstrap.servers": bootstrap, "group.id": "sim-committed",
+                "auto.offset.reset": "earliest", "isolation.level": "read_committed"}))
+            await consumer.start()
+            try:
+                consumer.subscribe([TOPIC])
+                for _ in range(10):
+                    reads.extend(r.value for r in await consumer.poll(1.0))
+            finally:
+                await consumer.close()
+        finally:
+            await cluster.stop()
+
+    cpu = time.process_time()
+    try:
+        sim.run(main)
+    finally:
+        if data_dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return TransactionTimeoutReport(seed, brokers, sim.digest.hexdigest(), outcome[0],
+                                    len(reads), sim.now, sim.wall_seconds,
+                                    time.process_time() - cpu)

@@ -182,3 +182,23 @@ def test_unavailable_leader_waits_then_unknown_partition_is_skipped() -> None:
         await channel.shutdown()
         broker.close()
     run(main)
+
+
+def test_an_idle_channel_does_not_poll() -> None:
+    async def main() -> None:
+        channel, _, broker, _, m = await setup(lambda tp: ErrorCode.none)
+        polls = 0
+        generate = channel.generate_requests
+
+        def counting() -> None:
+            nonlocal polls
+            polls += 1
+            generate()
+        channel.generate_requests = counting  # type: ignore[method-assign]
+        await asyncio.sleep(0.2)  # ten retry backoffs (20 ms) with nothing to send
+        assert polls <= 1  # at most the poll of the start
+        channel.add_txn_markers_to_send(5, TransactionResult.COMMIT, m, m.prepare_complete(20))
+        await until(lambda: m.state is CompleteCommit, "CompleteCommit")  # woken by markers
+        await channel.shutdown()
+        broker.close()
+    run(main)

@@ -69,6 +69,8 @@ class IsrChangeManager:
         self.max_delay_ms = max_delay_ms
         self.state_change = StateChangeLogger(broker_id)
         self.isr_change_set: set[TopicPartition] = set()
+        # set while isr_change_set is not empty: the propagation task sleeps otherwise
+        self._changes_pending = asyncio.Event()
         self.last_isr_change_ms = clock()
         self.last_isr_propagation_ms = clock()
         self._loops: list[asyncio.Task[None]] = []
@@ -82,11 +84,12 @@ class IsrChangeManager:
             self._every(f"isr-expiration-{self.broker_id}", max(lag // 2, 1),
                         self.maybe_shrink_isrs),
             self._every(f"isr-change-propagation-{self.broker_id}", self.check_interval_ms,
-                        self.maybe_propagate_isr_changes),
+                        self.maybe_propagate_isr_changes, pending=self._changes_pending),
         ]
 
-    def _every(self, name: str, interval_ms: int, fn: Callable[[], None]) -> asyncio.Task[None]:
-        task = schedule_periodically(name, interval_ms, fn, logger=log)
+    def _every(self, name: str, interval_ms: int, fn: Callable[[], None],
+               pending: asyncio.Event | None = None) -> asyncio.Task[None]:
+        task = schedule_periodically(name, interval_ms, fn, logger=log, pending=pending)
         assert task is not None, f"{name}: interval {interval_ms} ms"
         return task
 
@@ -216,6 +219,7 @@ class IsrChangeManager:
         tp = (p.topic, p.index)
         # Announce even if a LeaderAndIsr overtook us: the controller re-reads the node.
         self.isr_change_set.add(tp)
+        self._changes_pending.set()
         self.last_isr_change_ms = self.clock()
         # The write is in the store: apply it unless a LeaderAndIsr (new epoch or version) or
         # a StopReplica replaced what it was based on, even if the proposal is no longer
@@ -261,6 +265,7 @@ class IsrChangeManager:
                 or self.last_isr_propagation_ms + self.max_delay_ms < now):
             batch = sorted(self.isr_change_set)
             self.isr_change_set.clear()
+            self._changes_pending.clear()
             self.last_isr_propagation_ms = now
             self._spawn(self._propagate(batch), f"isr-change-notification-{self.broker_id}")
 
@@ -275,3 +280,4 @@ class IsrChangeManager:
             log.warning("Could not announce ISR changes of %s: %s; will retry",
                         ", ".join(f"{t}-{p}" for t, p in batch), exc)
             self.isr_change_set.update(batch)
+            self._changes_pending.set()
