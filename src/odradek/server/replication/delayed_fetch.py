@@ -93,6 +93,10 @@ class DelayedFetch(DelayedOperation):
             return None
         if req.fetch_offset < end and not self.manager.should_leader_throttle(
                 partition, self.replica_id):  # KIP-73: throttled bytes do not count
+            if self.min_bytes <= 1:
+                # a record batch lies below `end`: at least one byte, all that a fetch.min.bytes
+                # (or replica.fetch.min.bytes) of 1, both defaults, asks; the log is not read
+                return 1
             return self.manager.bytes_between(partition, req.fetch_offset, end, req.max_bytes)
         return 0
 

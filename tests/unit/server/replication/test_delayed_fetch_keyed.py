@@ -217,3 +217,41 @@ def test_an_idle_follower_fetch_timing_out_reads_again_only_what_changed(tmp_pat
             rm.shutdown()
             lm.shutdown()
     asyncio.run(body())
+
+
+def test_min_bytes_one_completes_without_a_log_read_larger_ones_count_bytes(tmp_path: Path
+                                                                            ) -> None:
+    """With fetch.min.bytes 1 (the default) a waiting fetch completes on the first batch below
+    its limit without reading the log to count bytes; with a larger min.bytes the bytes are
+    counted and a batch smaller than it leaves the fetch waiting."""
+    async def body() -> None:
+        lm = LogManager([tmp_path / "logs"], lock_dirs=False)
+        rm = replica_manager(1, lm, lambda _t: LogConfig())
+        rm.start()
+        rm.become_leader_or_follower(("t", 0), 1, 0, [1], [1], 0)  # the HW follows the LEO
+        try:
+            counted: list[int] = []
+            real = rm.bytes_between
+
+            def counting(*a: object) -> int:
+                counted.append(1)
+                return real(*a)  # type: ignore[arg-type]
+            rm.bytes_between = counting  # type: ignore[method-assign]
+            requests = {("t", 0): FetchRequestPartition(0, 1 << 20)}
+            fut = rm.fetch_messages(-1, 5000, 1, 1 << 20, requests)
+            assert isinstance(fut, asyncio.Future) and not fut.done()
+            rm.append_records(1, 1000, {("t", 0): build_batch([(None, b"x")])})
+            assert (await asyncio.wait_for(fut, 1))[("t", 0)].size > 0
+            assert counted == []  # min.bytes 1: completed without counting
+            requests = {("t", 0): FetchRequestPartition(1, 1 << 20)}
+            big = rm.fetch_messages(-1, 5000, 10_000, 1 << 20, requests)
+            assert isinstance(big, asyncio.Future) and not big.done()
+            rm.append_records(1, 1000, {("t", 0): build_batch([(None, b"y")])})
+            await asyncio.sleep(0)
+            assert counted and not big.done()  # min.bytes 10,000: counted, not enough
+            rm.append_records(1, 1000, {("t", 0): build_batch([(None, b"z" * 12_000)])})
+            assert (await asyncio.wait_for(big, 1))[("t", 0)].size >= 10_000
+        finally:
+            rm.shutdown()
+            lm.shutdown()
+    asyncio.run(body())
