@@ -25,6 +25,7 @@ from ..cluster.async_cluster import AsyncCluster
 from ..security.connector import Connector
 from ..server.network import Binder, Listener, SocketServer
 from .broker_network import serve_socket_server
+from .link_faults import SimLinkFaults
 from .simulation import Simulation
 
 __all__ = ["SimBrokers", "broker_host", "connect", "sim_cluster"]
@@ -38,12 +39,15 @@ def broker_host(broker_id: int) -> str:
 
 
 class SimBrokers:
-    """The simulation as an `AsyncCluster`'s `BrokerEnvironment`."""
+    """The simulation as an `AsyncCluster`'s `BrokerEnvironment`; the cluster's link faults
+    (`cluster.faults.partition`, `isolate`, `slow`, `pause`) act on the simulated links
+    (`SimLinkFaults`)."""
 
     threads = False
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
+        self.link_faults = SimLinkFaults(sim.network)
 
     def host(self, broker_id: int) -> str:
         return broker_host(broker_id)
@@ -64,7 +68,7 @@ def sim_cluster(sim: Simulation, brokers: int = 1, **kwargs: Any) -> AsyncCluste
     """An in-process cluster of `brokers` brokers in `sim` (`AsyncCluster`'s other arguments
     as keywords, except what the simulation does not have: HTTP listeners, the fault network,
     TLS)."""
-    return AsyncCluster(brokers, environment=SimBrokers(sim), http=False, **kwargs)
+    return AsyncCluster(brokers, simulation=sim, **kwargs)
 
 
 def connect(sim: Simulation, host: str, client: _C) -> _C:

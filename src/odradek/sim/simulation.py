@@ -6,6 +6,11 @@ same run, event for event, so `sim.digest.hexdigest()` is the same in every proc
     sim = Simulation(seed=7)
     result = sim.run(workload)
     print(sim.digest.summary())
+
+Code that is not a broker opens its connections from the host `CLIENT_HOST` ("client"):
+`asyncio.open_connection`, so odradek.client's producers, consumers and admin clients, reach
+the simulated brokers unchanged. `AsyncCluster(brokers, simulation=sim)` runs its brokers in
+the simulation (`broker_environment`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..common import clock, entropy
 from ..faults.network import RETRANSMISSION_TIMEOUT_MS
@@ -22,7 +27,14 @@ from .loop import SimLoop
 from .network import SimNetwork
 from .random import SimRandom
 
-__all__ = ["EPOCH_MS", "Simulation"]
+if TYPE_CHECKING:
+    from .cluster import SimBrokers
+
+__all__ = ["CLIENT_HOST", "EPOCH_MS", "Simulation"]
+
+#: The simulated host of code that is not a broker (a user's clients): where
+#: `asyncio.open_connection` connects from during a run.
+CLIENT_HOST = "client"
 
 #: The wall clock's reading at virtual time 0 (2023-11-14T22:13:20Z): record timestamps, znode
 #: times and expiry deadlines are this plus the loop's time, the same in every run.
@@ -48,8 +60,22 @@ class Simulation:
         self.network = SimNetwork(self.loop, self.random.fork("network"), self.digest,
                                   min_latency=min_latency, max_latency=max_latency,
                                   jitter=jitter, rto=rto)
+        self.loop.connect_from = self._connect_from_client_host
         self.start = start
         self.wall_seconds = 0.0
+
+    async def _connect_from_client_host(
+            self, host: str, port: int, protocol_factory: Callable[[], asyncio.BaseProtocol]
+            ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        return await self.network.connect(CLIENT_HOST, host, port, protocol_factory)
+
+    def broker_environment(self) -> SimBrokers:
+        """The `BrokerEnvironment` of an `AsyncCluster` in this simulation (what
+        `AsyncCluster(simulation=sim)` takes): each broker a host of the simulated network,
+        its link faults mapped onto the network's."""
+        from .cluster import SimBrokers  # sim.cluster builds on this module
+
+        return SimBrokers(self)
 
     @property
     def now(self) -> float:
