@@ -30,6 +30,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="the fault kinds to draw from (default all: kill, store-cut, "
                         "session-expiry, partition, one-way, isolate, stall, reset, loss, "
                         "slow); 'none' for none")
+    p.add_argument("--producers", type=int, default=2, help="idempotent producers (default 2)")
+    p.add_argument("--consumers", type=int, default=2, help="consumers in the group (default 2)")
+    p.add_argument("--transactional", type=int, default=1,
+                   help="transactional producers (default 1; 0: no read_committed reader)")
     p.add_argument("--json", action="store_true", help="the last line as one JSON object")
     p.add_argument("--trace", metavar="FILE", help="write every event as JSON lines")
     p.add_argument("--data-dir", help="keep the brokers' files here (default: a temporary "
@@ -49,6 +53,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
     report = run_workload(WorkloadConfig(args.seed, duration=args.duration,
                                          brokers=args.brokers, fault_kinds=kinds,
+                                         producers=args.producers, consumers=args.consumers,
+                                         transactional_producers=args.transactional,
                                          trace=args.trace, data_dir=args.data_dir))
     if not args.json:
         for line in report.fault_lines:

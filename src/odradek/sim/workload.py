@@ -363,7 +363,11 @@ def run_workload(cfg: WorkloadConfig) -> SimReport:
     async def main(sim: Simulation) -> CheckReport:
         async with AsyncCluster(cfg.brokers, simulation=sim, data_dir=tmp, overrides={
                 "replica.lag.time.max.ms": 3000, "zookeeper.session.timeout.ms": 6000,
-                "auto.create.topics.enable": "false"}) as cluster:
+                "auto.create.topics.enable": "false",
+                # a few partitions for the internal topics: 50 each (Kafka's default) is
+                # 300 logs to create and checkpoint on three brokers, most of a short run
+                "offsets.topic.num.partitions": 3,
+                "transaction.state.log.num.partitions": 3}) as cluster:
             return await run.main(cluster)
 
     began = time.perf_counter()
