@@ -14,9 +14,10 @@ Every send is an invoke in the history, completed `ok` with its offset when ackn
 (for a transaction: once the commit returned), `fail` when it certainly did not happen (the
 send was refused, or its transaction aborted) and `info` when the client cannot know;
 every record read is a read op. After the schedule, every fault is healed, killed brokers are
-back, the producers are flushed and closed, and the final logs are read with read_committed.
-The checker's rows (no acknowledged write lost, no read of a truncated record, order per
-producer, no duplicates) get one more: read_committed sees no aborted data (no aborted value
+back, the producers are flushed and closed, the final logs are read with read_committed and
+every replica's log below the high watermark in process. The checker's rows (no acknowledged
+write lost, no read of a truncated record, order per producer, no duplicates, replicas
+identical below the HW) get one more: read_committed sees no aborted data (no aborted value
 read by the read_committed reader nor in the final read_committed logs).
 """
 
@@ -39,6 +40,8 @@ from ..client.consumer import AsyncConsumer
 from ..client.producer import AsyncProducer
 from ..client.types import NewTopic, TopicPartition
 from ..cluster.async_cluster import AsyncCluster
+from ..protocol.records import decode_records, iter_headers
+from ..server.replication.partition import Partition
 from .cluster import connect
 from .schedule import FAULT_KINDS, FaultInjector, PlannedFault, plan_faults
 from .simulation import Simulation
@@ -321,12 +324,52 @@ class _Run:
         logs = await self.final_logs(cluster.bootstrap_servers)
         await asyncio.gather(*readers, return_exceptions=True)
         self.faults = injector.injected
-        return self.verdict(logs)
+        replicas, hws = await self.replica_logs(cluster)
+        return self.verdict(logs, replicas, hws)
 
-    def verdict(self, logs: dict[str, list[tuple[int, str | None]]]) -> CheckReport:
+    async def replica_logs(self, cluster: AsyncCluster
+                           ) -> tuple[dict[str, dict[int, list[tuple[int, str | None]]]],
+                                      dict[str, int]]:
+        """Every replica's log of both topics below the partition's high watermark, once the
+        replicas have caught up (or after 30 virtual seconds: a replica that never catches up
+        is then a divergence the checker reports)."""
+        tps = [(t, p) for t in (EVENTS, TXN) for p in range(PARTITIONS)]
+
+        def replicas(tp: tuple[str, int]) -> dict[int, Partition]:
+            out = {}
+            for b, broker in sorted(cluster.brokers.items()):
+                partition = broker.replica_manager.partitions.get(tp) if broker.started \
+                    else None
+                if partition is not None and partition.log is not None:
+                    out[b] = partition
+            return out
+
+        def caught_up() -> bool:
+            for tp in tps:
+                ps = list(replicas(tp).values())
+                ends = {p.log_end_offset for p in ps}
+                if len(ps) < self.replication or len(ends) != 1 \
+                        or max(p.high_watermark for p in ps) not in ends:
+                    return False
+            return True
+
+        with contextlib.suppress(TimeoutError):
+            await cluster.wait_for(caught_up, 30.0, "the replicas to catch up")
+        logs: dict[str, dict[int, list[tuple[int, str | None]]]] = {}
+        hws: dict[str, int] = {}
+        for tp in tps:
+            ps = replicas(tp)
+            hw = max((p.high_watermark for p in ps.values()), default=0)
+            hws[_key(*tp)] = hw
+            logs[_key(*tp)] = {b: _records(p, hw) for b, p in ps.items()}
+        return logs, hws
+
+    def verdict(self, logs: dict[str, list[tuple[int, str | None]]],
+                replicas: dict[str, dict[int, list[tuple[int, str | None]]]] | None = None,
+                hws: dict[str, int] | None = None) -> CheckReport:
         g = Guarantees(acks="all", min_insync_replicas=self.min_isr, idempotent=True,
                        transactional=self.cfg.transactional_producers > 0)
-        report = check(self.history, g, logs)
+        report = check(self.history, g, logs, replica_logs=replicas, high_watermarks=hws)
         seen = [op for op in self.history.ops() if op.f == "read"
                 and op.process == "reader-committed" and op.value in self.aborted]
         kept = [(p, o, v) for p, entries in logs.items() for o, v in entries
@@ -344,6 +387,19 @@ class _Run:
                   "skipped" if not promised or checked == 0
                   else "ok" if observed == 0 else "FAIL")
         return dataclasses.replace(report, rows=(*report.rows, row))
+
+
+def _records(partition: Partition, end: int) -> list[tuple[int, str | None]]:
+    """(offset, value) of a replica's records below `end`, control records included (the
+    same on every replica)."""
+    log = partition.log
+    data = log.read(log.log_start_offset, 1 << 30, max_offset=end).read_bytes()
+    out: list[tuple[int, str | None]] = []
+    for h in iter_headers(data):
+        for r in decode_records(data[h.position:h.position + h.size]):
+            out.append((r.offset, None if r.value is None
+                        else r.value.decode("utf-8", "backslashreplace")))
+    return out
 
 
 def _name(error: BaseException | str) -> str:
