@@ -78,3 +78,48 @@ def test_the_schedule_is_a_function_of_the_seed_and_covers_every_kind() -> None:
     assert all(f.nodes[1:] in ((), ("clients",)) for f in one)
     with pytest.raises(ValueError, match="unknown fault kinds"):
         plan_faults(SimRandom(5), 3, 60.0, ["meteor"])
+
+
+def test_read_committed_seeing_aborted_data_fails_the_check() -> None:
+    from odradek.sim.simulation import Simulation
+    from odradek.sim.trace import Trace
+    from odradek.sim.workload import WorkloadConfig, _Run
+
+    run = _Run(Simulation(1), WorkloadConfig(1), Trace(None))
+    aborted = run.invoke("txn-producer-0", "t0-0")
+    run.aborted.add("t0-0")
+    run.fail(aborted, "aborted")
+    run.ok(run.invoke("producer-0", "p0-0"), "events", 0, 0)
+    logs: dict[str, list[tuple[int, str | None]]] = {"events-0": [(0, "p0-0")], "txn-0": []}
+    report = run.verdict(logs)
+    assert report.ok and report.row("aborted").verdict == "ok"
+    kept = run.verdict({**logs, "txn-0": [(0, "t0-0")]})  # the abort marker ignored
+    assert not kept.ok and kept.row("aborted").verdict == "FAIL"
+    run.read("reader-committed", "txn", 0, 0, "t0-0")
+    seen = run.verdict(logs)
+    assert not seen.ok and seen.row("aborted").observed == 1
+    assert "reader-committed read aborted 't0-0'" in seen.row("aborted").examples[0]
+
+
+def test_the_exit_status_and_the_json_line(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from odradek import cli
+    from odradek.chaos.checker.consistency import Guarantees, check
+    from odradek.chaos.checker.history import History
+    from odradek.sim import workload
+
+    history = History()
+    history.ok(history.invoke("producer-0", "send", "v"), offset=0, partition=0)
+    verdicts = {"ok": check(history, Guarantees(min_insync_replicas=2), {0: [(0, "v")]}),
+                "lost": check(history, Guarantees(min_insync_replicas=2), {0: []})}
+    for name, report in verdicts.items():
+        monkeypatch.setattr(workload, "run_workload", lambda cfg, report=report:
+                            workload.SimReport(cfg.seed, 1.5, 0.25, 2, 0, "ab" * 32, report,
+                                               digest_tail=["0.1 syn #1 a>b 0B"]))
+        status = cli.main(["sim", "--seed", "9", "--json", "--faults", "none"])
+        out, err = capsys.readouterr()
+        assert json.loads(out.strip().splitlines()[-1]) == {
+            "seed": 9, "virtual_s": 1.5, "wall_s": 0.25, "operations": 2, "faults": 0,
+            "digest": "ab" * 32, "ok": name == "ok"}
+        assert status == (0 if name == "ok" else 1)
+        assert ("syn #1" in err) == (name == "lost")
