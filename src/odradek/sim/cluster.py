@@ -22,46 +22,12 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from ..cluster.async_cluster import AsyncCluster
-from ..security.connector import Connector
-from ..server.network import Binder, Listener, SocketServer
-from .broker_network import serve_socket_server
-from .link_faults import SimLinkFaults
+from .brokers import SimBrokers, broker_host
 from .simulation import Simulation
 
 __all__ = ["SimBrokers", "broker_host", "connect", "sim_cluster"]
 
 _C = TypeVar("_C")
-
-
-def broker_host(broker_id: int) -> str:
-    """The simulated host of broker `broker_id`."""
-    return f"broker-{broker_id}"
-
-
-class SimBrokers:
-    """The simulation as an `AsyncCluster`'s `BrokerEnvironment`; the cluster's link faults
-    (`cluster.faults.partition`, `isolate`, `slow`, `pause`) act on the simulated links
-    (`SimLinkFaults`)."""
-
-    threads = False
-
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.link_faults = SimLinkFaults(sim.network)
-
-    def host(self, broker_id: int) -> str:
-        return broker_host(broker_id)
-
-    def connector(self, broker_id: int) -> Connector:
-        return self.sim.network.connector(broker_host(broker_id))
-
-    def binder(self, broker_id: int) -> Binder:
-        network = self.sim.network
-
-        async def bind(server: SocketServer, host: str, port: int, listener: Listener) -> int:
-            return serve_socket_server(network, host, port, server, listener).port
-
-        return bind
 
 
 def sim_cluster(sim: Simulation, brokers: int = 1, **kwargs: Any) -> AsyncCluster:

@@ -18,17 +18,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from ..common import clock, entropy
 from ..faults.network import RETRANSMISSION_TIMEOUT_MS
+from .brokers import SimBrokers
 from .digest import Digest
 from .loop import SimLoop
 from .network import SimNetwork
 from .random import SimRandom
-
-if TYPE_CHECKING:
-    from .cluster import SimBrokers
 
 __all__ = ["CLIENT_HOST", "EPOCH_MS", "Simulation"]
 
@@ -73,9 +71,7 @@ class Simulation:
         """The `BrokerEnvironment` of an `AsyncCluster` in this simulation (what
         `AsyncCluster(simulation=sim)` takes): each broker a host of the simulated network,
         its link faults mapped onto the network's."""
-        from .cluster import SimBrokers  # sim.cluster builds on this module
-
-        return SimBrokers(self)
+        return SimBrokers(self.network)
 
     @property
     def now(self) -> float:
