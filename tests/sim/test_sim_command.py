@@ -23,16 +23,16 @@ SRC = str(Path(odradek.sim.__file__).resolve().parents[2])
 # every kind, in two runs (a run covers each of its kinds once before any repeats)
 GROUPS = {21: "kill,store-cut,session-expiry,partition,one-way",
           22: "isolate,stall,reset,loss,slow"}
-DURATION = "14"
+DURATION = "7"  # with --fault-scale 0.5: five faults in a run
 
 
 def start(seed: int, kinds: str, hash_seed: str, trace: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": SRC, "PYTHONHASHSEED": hash_seed}
     return subprocess.Popen(
         [sys.executable, "-m", "odradek.cli", "sim", "--seed", str(seed), "--duration",
-         DURATION, "--faults", kinds, "--producers", "1", "--consumers", "1", "--json",
-         "--trace", str(trace)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+         DURATION, "--fault-scale", "0.5", "--faults", kinds, "--producers", "1",
+         "--consumers", "1", "--json", "--trace", str(trace)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(process: subprocess.Popen[str]) -> dict[str, object]:
@@ -76,6 +76,9 @@ def test_the_schedule_is_a_function_of_the_seed_and_covers_every_kind() -> None:
     assert all(b.at > a_end for a_end, b in zip(ends, plan[1:], strict=False))
     one = plan_faults(SimRandom(5), 1, 60.0)  # one broker: links to the clients only
     assert all(f.nodes[1:] in ((), ("clients",)) for f in one)
+    half = plan_faults(SimRandom(5), 3, 30.0, scale=0.5)
+    assert [f.kind for f in half[:5]] == [f.kind for f in plan[:5]]
+    assert [f.hold for f in half[:5]] == pytest.approx([f.hold / 2 for f in plan[:5]], abs=1e-6)
     with pytest.raises(ValueError, match="unknown fault kinds"):
         plan_faults(SimRandom(5), 3, 60.0, ["meteor"])
 
@@ -103,20 +106,26 @@ def test_read_committed_seeing_aborted_data_fails_the_check() -> None:
 
 def test_the_exit_status_and_the_json_line(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
     from odradek import cli
     from odradek.chaos.checker.consistency import Guarantees, check
     from odradek.chaos.checker.history import History
-    from odradek.sim import workload
+    from odradek.sim import command, workload
 
     history = History()
     history.ok(history.invoke("producer-0", "send", "v"), offset=0, partition=0)
     verdicts = {"ok": check(history, Guarantees(min_insync_replicas=2), {0: [(0, "v")]}),
                 "lost": check(history, Guarantees(min_insync_replicas=2), {0: []})}
+    assert "sim.command" in cli.TOOL_MODULES  # `odradek sim`
+    parser = argparse.ArgumentParser(prog="odradek")
+    command.add_parser(parser.add_subparsers(dest="command", required=True))
     for name, report in verdicts.items():
         monkeypatch.setattr(workload, "run_workload", lambda cfg, report=report:
                             workload.SimReport(cfg.seed, 1.5, 0.25, 2, 0, "ab" * 32, report,
                                                digest_tail=["0.1 syn #1 a>b 0B"]))
-        status = cli.main(["sim", "--seed", "9", "--json", "--faults", "none"])
+        args = parser.parse_args(["sim", "--seed", "9", "--json", "--faults", "none"])
+        status = args.func(args)
         out, err = capsys.readouterr()
         assert json.loads(out.strip().splitlines()[-1]) == {
             "seed": 9, "virtual_s": 1.5, "wall_s": 0.25, "operations": 2, "faults": 0,

@@ -30,6 +30,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="the fault kinds to draw from (default all: kill, store-cut, "
                         "session-expiry, partition, one-way, isolate, stall, reset, loss, "
                         "slow); 'none' for none")
+    p.add_argument("--fault-scale", type=float, default=1.0, metavar="X",
+                   help="multiply the schedule's pauses (0.3-2 s) and holds (0.5-3 s) by X")
     p.add_argument("--producers", type=int, default=2, help="idempotent producers (default 2)")
     p.add_argument("--consumers", type=int, default=2, help="consumers in the group (default 2)")
     p.add_argument("--transactional", type=int, default=1,
@@ -53,6 +55,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
     report = run_workload(WorkloadConfig(args.seed, duration=args.duration,
                                          brokers=args.brokers, fault_kinds=kinds,
+                                         fault_scale=args.fault_scale,
                                          producers=args.producers, consumers=args.consumers,
                                          transactional_producers=args.transactional,
                                          trace=args.trace, data_dir=args.data_dir))

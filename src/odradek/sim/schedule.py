@@ -61,23 +61,26 @@ class PlannedFault:
 
 
 def plan_faults(rng: SimRandom, brokers: int, duration: float,
-                kinds: Sequence[str] = FAULT_KINDS) -> list[PlannedFault]:
+                kinds: Sequence[str] = FAULT_KINDS, scale: float = 1.0) -> list[PlannedFault]:
     """Faults one after the other until `duration`: a gap of 0.3 to 2 s, then a fault held
     0.5 to 3 s; the kinds come in seeded rounds, each kind once per round, so a run of n
-    kinds' length covers them all. The other side of a link fault is another broker or, with
+    kinds' length covers them all; `scale` multiplies the gaps and holds (0.5: twice as many
+    faults in a run, each half as long). The other side of a link fault is another broker or, with
     one broker, or by draw, the clients."""
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
         raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {FAULT_KINDS}")
+    if scale <= 0:
+        raise ValueError("scale must be positive")
     out: list[PlannedFault] = []
     t = 0.0
     bag: list[str] = []
     while kinds:
-        t += rng.uniform(0.3, 2.0)
+        t += scale * rng.uniform(0.3, 2.0)
         if not bag:  # every kind once, in a seeded order, before any comes again
             bag = rng.sample(list(kinds), len(kinds))
         kind = bag.pop()
-        hold = 0.0 if kind in _INSTANT else rng.uniform(0.5, 3.0)
+        hold = 0.0 if kind in _INSTANT else scale * rng.uniform(0.5, 3.0)
         if t + hold >= duration:
             break
         broker = rng.randrange(brokers)

@@ -66,6 +66,7 @@ class WorkloadConfig:
     consumers: int = 2
     transactional_producers: int = 1
     fault_kinds: Sequence[str] = FAULT_KINDS
+    fault_scale: float = 1.0
     trace: str | Path | None = None
     data_dir: str | Path | None = None
 
@@ -306,7 +307,7 @@ class _Run:
                  + (["client-reader-committed"] if cfg.transactional_producers else []))
         injector = FaultInjector(sim, cluster, hosts, self.on_fault)
         plan = plan_faults(sim.random.fork("faults"), cfg.brokers, cfg.duration,
-                           cfg.fault_kinds)
+                           cfg.fault_kinds, cfg.fault_scale)
         faults = asyncio.ensure_future(injector.run(plan))
         await asyncio.sleep(cfg.duration)
         faults.cancel()
