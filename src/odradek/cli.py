@@ -238,6 +238,7 @@ TOOL_MODULES = [
     "tools.delete_records",
     "tools.log_dirs",
     "chaos.environment.disk_faults",
+    "sim.command",
 ]
 
 

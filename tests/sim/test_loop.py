@@ -4,6 +4,7 @@ no real I/O."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 
@@ -130,7 +131,12 @@ def test_real_io_is_refused_loudly() -> None:
     async def main(sim: Simulation) -> list[str]:
         loop = asyncio.get_running_loop()
         errors: list[str] = []
-        for attempt in (lambda: asyncio.open_connection("localhost", 9092),
+        # plain TCP goes onto the simulated network (nobody listens there: refused); TLS
+        # and real sockets do not exist
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection("localhost", 9092)
+        for attempt in (lambda: asyncio.open_connection("localhost", 9092,
+                                                        ssl=ssl.create_default_context()),
                         lambda: asyncio.start_server(lambda r, w: None, "localhost", 0),
                         lambda: loop.getaddrinfo("localhost", 80)):
             with pytest.raises(NotSimulated) as info:

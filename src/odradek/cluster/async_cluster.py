@@ -19,7 +19,7 @@ from ..security.connector import ClientSecurity, Connector, open_connection
 from ..server.broker import Broker
 from ..server.configs.config import KafkaConfig
 from ..server.network import Binder
-from .faults import ClusterFaults
+from .faults import ClusterFaults, LinkFaults
 from .security import (
     BROKER_CERT_NAME,
     ClusterSecurity,
@@ -37,6 +37,8 @@ class BrokerEnvironment(Protocol):
     listeners (`Binder`), and whether it may start threads and helper processes."""
 
     threads: bool
+    #: where the fault API's link faults act (None: partitions, pauses and slow links raise)
+    link_faults: LinkFaults | None
 
     def host(self, broker_id: int) -> str: ...
 
@@ -45,20 +47,43 @@ class BrokerEnvironment(Protocol):
     def binder(self, broker_id: int) -> Binder: ...
 
 
+class SimulatedWorld(Protocol):
+    """A deterministic simulation (odradek.sim's `Simulation`) as `AsyncCluster` takes it:
+    it gives the brokers their environment."""
+
+    def broker_environment(self, data_dir: Path) -> BrokerEnvironment: ...
+
+
 class AsyncCluster:
     """N brokers on the running loop (the package's docstring); `Cluster` is its synchronous
     face. With an `environment` each broker has its own host there (no HTTP listeners, no
-    fault network, no TLS)."""
+    fault network, no TLS); `simulation=sim` is the environment of that simulation, inside
+    `sim.run(...)`:
+
+        async def main(sim: Simulation) -> None:
+            async with AsyncCluster(3, simulation=sim) as cluster:
+                ...
+
+        Simulation(seed=7).run(main)
+    """
 
     def __init__(self, brokers: int = 3, *, data_dir: str | Path | None = None,
                  base_port: int = 0, host: str = "127.0.0.1",
                  overrides: dict[str, Any] | None = None,
                  broker_overrides: dict[int, dict[str, Any]] | None = None,
-                 security: ClusterSecurity | None = None, http: bool = True,
+                 security: ClusterSecurity | None = None, http: bool | None = None,
                  console_faults: bool = False, network_faults: bool = False,
-                 environment: BrokerEnvironment | None = None) -> None:
+                 environment: BrokerEnvironment | None = None,
+                 simulation: SimulatedWorld | None = None) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
+        if simulation is not None and environment is not None:
+            raise ValueError("a simulation is the brokers' environment: not both")
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="odradek-cluster-"))
+        if simulation is not None:
+            environment = simulation.broker_environment(self.data_dir)
+        if http is None:  # an HTTP listener per broker, unless in another environment
+            http = environment is None
         if environment is not None and (http or network_faults or console_faults
                                         or (security is not None and security.tls)):
             raise ValueError("a cluster in a broker environment has no HTTP listeners, fault "
@@ -66,7 +91,6 @@ class AsyncCluster:
         self.environment = environment
         self.size = brokers
         self._tmp = data_dir is None
-        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="odradek-cluster-"))
         self.base_port = base_port
         self.host = host
         self.overrides = {str(k): str(v) for k, v in (overrides or {}).items()}
@@ -286,6 +310,13 @@ class AsyncCluster:
         """The console of the first running broker with an HTTP listener."""
         urls = self.http_urls
         return urls[0] + "/" if urls else None
+
+    @property
+    def link_faults(self) -> LinkFaults | None:
+        """Where `faults` acts on links: the fault network, or the environment's network."""
+        if self.network is not None:
+            return self.network
+        return None if self.environment is None else self.environment.link_faults
 
     async def stop_broker(self, broker_id: int) -> None:
         """Clean shutdown (controlled shutdown first, as SIGTERM does)."""

@@ -26,12 +26,23 @@ if TYPE_CHECKING:
     from ..server.broker import Broker
 
 
+class LinkFaults(Protocol):
+    """Where link faults act: the fault network's proxies (`FaultNetwork`), or a simulated
+    network's links (odradek.sim's `SimLinkFaults`). Given the rules in force and the paused
+    nodes each time they change."""
+
+    def set_state(self, state: NetworkState) -> None: ...
+
+
 class ClusterAccess(Protocol):
     """What the fault API uses of its cluster (`AsyncCluster`)."""
 
     data_dir: Path
     brokers: dict[int, Broker]
     network: FaultNetwork | None
+
+    @property
+    def link_faults(self) -> LinkFaults | None: ...
 
     async def kill_broker(self, broker_id: int) -> None: ...
 
@@ -54,8 +65,10 @@ class ClusterFaults:
     ``"clients"``), cut a broker from the coordination store, expire its session.
 
     Link faults need ``AsyncCluster(network_faults=True)`` (every broker's listeners are then
-    reached through `LinkProxy` forwarders); cuts between brokers and the store alone work on
-    any cluster. Every fault is written to ``<data_dir>/faults.log`` (common/fault_log.py).
+    reached through `LinkProxy` forwarders) or a simulated cluster
+    (``AsyncCluster(simulation=...)``, whose environment maps them onto the simulated network's
+    links); cuts between brokers and the store alone work on any cluster. Every fault is
+    written to ``<data_dir>/faults.log`` (common/fault_log.py).
 
     It is also the console's entry point (`FaultActions`: ``actions`` and ``run``), given to
     the brokers' HTTP listeners with ``console_faults=True``. Its tasks are the cluster's, so a
@@ -79,7 +92,7 @@ class ClusterFaults:
             raise ValueError(f"unknown fault action {action!r}")
         if broker_id not in self._cluster.brokers:
             raise ValueError(f"no broker {broker_id}")
-        if action in ("pause", "isolate") and self._cluster.network is None:
+        if action in ("pause", "isolate") and self._cluster.link_faults is None:
             raise ValueError(f"{action} needs the fault network (network_faults=True)")
         task = asyncio.ensure_future(self._run(action, broker_id))
         self._tasks.add(task)
@@ -211,9 +224,10 @@ class ClusterFaults:
             self.log.end(fault_id, fault.kind, fault.targets)
 
     def _need_network(self, what: str) -> None:
-        if self._cluster.network is None:
+        if self._cluster.link_faults is None:
             raise RuntimeError(f"{what} needs the cluster's links to pass through the fault "
-                               "network: AsyncCluster(..., network_faults=True)")
+                               "network: AsyncCluster(..., network_faults=True), or a "
+                               "simulated network (AsyncCluster(..., simulation=...))")
 
     def _add(self, rule: Rule) -> int:
         store_only = rule.targets == frozenset({STORE}) or rule.sources == frozenset({STORE})
@@ -233,9 +247,9 @@ class ClusterFaults:
         """Push the policy to the proxies' gates and to the brokers' store clients (the cluster
         calls it when a broker starts, so the faults in force apply to it too)."""
         state = self._state()
-        network = self._cluster.network
-        if network is not None:
-            network.set_state(state)
+        links = self._cluster.link_faults
+        if links is not None:
+            links.set_state(state)
         for broker_id, broker in self._cluster.brokers.items():
             store = broker.store
             if not broker.started or not isinstance(store, EmbeddedStore):

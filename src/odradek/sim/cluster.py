@@ -24,9 +24,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from ..cluster.async_cluster import AsyncCluster
-from ..security.connector import Connector
-from ..server.network import Binder, Listener, SocketServer
-from .broker_network import serve_socket_server
+from .brokers import SimBrokers, broker_host
 from .simulation import Simulation
 
 __all__ = ["SimBrokers", "broker_host", "connect", "sim_cluster"]
@@ -34,41 +32,11 @@ __all__ = ["SimBrokers", "broker_host", "connect", "sim_cluster"]
 _C = TypeVar("_C")
 
 
-def broker_host(broker_id: int) -> str:
-    """The simulated host of broker `broker_id`."""
-    return f"broker-{broker_id}"
-
-
-class SimBrokers:
-    """The simulation as an `AsyncCluster`'s `BrokerEnvironment`."""
-
-    threads = False
-
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-
-    def host(self, broker_id: int) -> str:
-        return broker_host(broker_id)
-
-    def connector(self, broker_id: int) -> Connector:
-        return self.sim.network.connector(broker_host(broker_id))
-
-    def binder(self, broker_id: int) -> Binder:
-        network = self.sim.network
-
-        async def bind(server: SocketServer, host: str, port: int, listener: Listener) -> int:
-            return serve_socket_server(network, host, port, server, listener).port
-
-        return bind
-
-
 def sim_cluster(sim: Simulation, brokers: int = 1, **kwargs: Any) -> AsyncCluster:
     """An in-process cluster of `brokers` brokers in `sim` (`AsyncCluster`'s other arguments
     as keywords, except what the simulation does not have: HTTP listeners, the fault network,
-    TLS). The disk's digest events name files relative to the cluster's data directory."""
-    cluster = AsyncCluster(brokers, environment=SimBrokers(sim), http=False, **kwargs)
-    sim.disk.root = str(cluster.data_dir.absolute())
-    return cluster
+    TLS)."""
+    return AsyncCluster(brokers, simulation=sim, **kwargs)
 
 
 def connect(sim: Simulation, host: str, client: _C) -> _C:

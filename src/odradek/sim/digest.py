@@ -4,7 +4,8 @@ check determinism by running a seed twice and comparing such a fingerprint.
 Every event the simulated network reports — a connection attempt, each delivery with its bytes,
 an end-of-stream, a reset — is folded, with its virtual time, into one BLAKE2b hash as it
 happens, so memory stays bounded however long the run. The last `tail` events are also kept as
-readable lines, to show where two runs with different digests parted.
+readable lines, to show where two runs with different digests parted. `observers` see every
+event as it is folded in (`odradek sim --trace` writes them out).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import deque
+from collections.abc import Callable
 
 __all__ = ["Digest"]
 
@@ -26,6 +28,8 @@ class Digest:
         self.events = 0
         self.bytes = 0
         self.tail: deque[str] = deque(maxlen=tail)
+        #: called with (time, kind, fields, payload) of each event (a trace file)
+        self.observers: list[Callable[[float, str, str, bytes], None]] = []
 
     def record(self, time: float, kind: str, fields: str, payload: bytes = b"") -> None:
         """Fold one event in. `fields` names who and where (e.g. `a:40001>b:9092 #3`)."""
@@ -37,6 +41,9 @@ class Digest:
         self._hash.update(len(payload).to_bytes(8, "big"))
         self._hash.update(payload)
         self.tail.append(f"{time:.9f} {kind} {fields} {len(payload)}B")
+        if self.observers:
+            for observe in self.observers:
+                observe(time, kind, fields, payload)
 
     def hexdigest(self) -> str:
         """The digest of every event so far."""

@@ -10,8 +10,10 @@ the earliest timer, so a ten-minute `asyncio.sleep` costs no wall time and ends 
 
 There are no file descriptors: no self-pipe, no sockets, no threads. `run_in_executor` (and so
 `asyncio.to_thread`) runs the function on the loop at its next iteration, whichever executor is
-named; `call_soon_threadsafe` from another thread, sockets, pipes, subprocesses, DNS, TLS and
-signal handlers raise `NotSimulated` rather than quietly doing real I/O. The simulated network
+named; `create_connection` (so `asyncio.open_connection`) opens a connection on the simulated
+network when the simulation attached one (`connect_from`); `call_soon_threadsafe` from another
+thread, sockets, pipes, subprocesses, DNS, TLS and signal handlers raise `NotSimulated` rather
+than quietly doing real I/O. The simulated network
 (`odradek.sim.network`) supplies transports; `sendfile` on one of them reads the file region
 with `os.pread` and writes the bytes (the disk itself is not simulated yet).
 
@@ -34,13 +36,18 @@ import heapq
 import itertools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import Context
 from typing import Any, TypeVar
 
 __all__ = ["NotSimulated", "SimLoop", "SimulationDeadlock"]
 
 _T = TypeVar("_T")
+
+#: `create_connection`'s way onto the simulated network: (host, port, protocol factory) ->
+#: the transport and protocol (`Simulation` sets `SimNetwork.connect` from the clients' host)
+Connect = Callable[[str, int, Callable[[], asyncio.BaseProtocol]],
+                   Awaitable[tuple[asyncio.Transport, asyncio.BaseProtocol]]]
 
 # Timers whose deadline is within this of the clock run (asyncio's `_clock_resolution`); the
 # clock is moved exactly to a deadline, so this only absorbs float addition in callers.
@@ -129,6 +136,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self._selector = _VirtualSelector(self)
         self._timer_seq = itertools.count()
         self.jumps = 0
+        #: where `create_connection` (so `asyncio.open_connection`) goes: None refuses it
+        self.connect_from: Connect | None = None
 
     # -- the clock -------------------------------------------------------------------------
     def time(self) -> float:
@@ -224,8 +233,22 @@ class SimLoop(asyncio.BaseEventLoop):
         result: int = await send(file.fileno(), offset, count)
         return result
 
+    # -- connections: onto the simulated network, from the clients' host -------------------
+    async def create_connection(self, protocol_factory: Callable[[], asyncio.BaseProtocol],
+                                host: str | None = None, port: int | None = None, *,
+                                ssl: Any = None, sock: Any = None, **kwargs: Any
+                                ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        """A plain TCP connection to (host, port) on the simulated network, opened from the
+        host `connect_from` stands for (code that is not a broker: a user's client); TLS, a
+        given socket, or a loop without a network raise `NotSimulated`."""
+        if self.connect_from is None or ssl or sock is not None or host is None \
+                or port is None:
+            raise NotSimulated("loop.create_connection: TLS, given sockets and loops without a "
+                               "network are not simulated (plain TCP on the simulated "
+                               "network only)")
+        return await self.connect_from(str(host), int(port), protocol_factory)
+
     # -- real I/O: refused -----------------------------------------------------------------
-    create_connection = _not_simulated("create_connection", "a TCP connection")
     create_server = _not_simulated("create_server", "a listening socket")
     create_unix_connection = _not_simulated("create_unix_connection", "a Unix socket")
     create_unix_server = _not_simulated("create_unix_server", "a Unix socket")

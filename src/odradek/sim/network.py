@@ -396,6 +396,8 @@ class SimNetwork:
     listeners: dict[tuple[str, int], SimListener] = field(default_factory=dict)
     links: dict[tuple[str, str], Link] = field(default_factory=dict)
     connections: dict[int, _Connection] = field(default_factory=dict)
+    #: called with each link when it is created (a fault policy covering hosts not seen yet)
+    link_observers: list[Callable[[Link], None]] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _ports: dict[str, itertools.count[int]] = field(default_factory=dict)
 
@@ -406,6 +408,8 @@ class SimNetwork:
         if link is None:
             latency = self.rng.uniform(self.min_latency, self.max_latency)
             link = self.links[(src, dst)] = Link(src, dst, latency, self.jitter, self.rto)
+            for observe in self.link_observers:
+                observe(link)
         return link
 
     def _ephemeral_port(self, host: str) -> int:

@@ -6,24 +6,36 @@ same run, event for event, so `sim.digest.hexdigest()` is the same in every proc
     sim = Simulation(seed=7)
     result = sim.run(workload)
     print(sim.digest.summary())
+
+Code that is not a broker opens its connections from the host `CLIENT_HOST` ("client"):
+`asyncio.open_connection`, so odradek.client's producers, consumers and admin clients, reach
+the simulated brokers unchanged. `AsyncCluster(brokers, simulation=sim)` runs its brokers in
+the simulation (`broker_environment`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 from ..common import clock, entropy, file_system
 from ..faults.network import RETRANSMISSION_TIMEOUT_MS
+from .brokers import SimBrokers
 from .digest import Digest
 from .disk import SimDisk
 from .loop import SimLoop
 from .network import SimNetwork
 from .random import SimRandom
 
-__all__ = ["EPOCH_MS", "Simulation"]
+__all__ = ["CLIENT_HOST", "EPOCH_MS", "Simulation"]
+
+#: The simulated host of code that is not a broker (a user's clients): where
+#: `asyncio.open_connection` connects from during a run.
+CLIENT_HOST = "client"
 
 #: The wall clock's reading at virtual time 0 (2023-11-14T22:13:20Z): record timestamps, znode
 #: times and expiry deadlines are this plus the loop's time, the same in every run.
@@ -51,8 +63,23 @@ class Simulation:
                                   min_latency=min_latency, max_latency=max_latency,
                                   jitter=jitter, rto=rto)
         self.disk = SimDisk(self.random.fork("disk"), self.digest, self.loop.time)
+        self.loop.connect_from = self._connect_from_client_host
         self.start = start
         self.wall_seconds = 0.0
+
+    async def _connect_from_client_host(
+            self, host: str, port: int, protocol_factory: Callable[[], asyncio.BaseProtocol]
+            ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        return await self.network.connect(CLIENT_HOST, host, port, protocol_factory)
+
+    def broker_environment(self, data_dir: str | Path) -> SimBrokers:
+        """The `BrokerEnvironment` of an `AsyncCluster` in this simulation whose files are
+        under `data_dir` (what `AsyncCluster(simulation=sim)` takes): each broker a host of
+        the simulated network, its link faults mapped onto the network's; the disk's digest
+        events name files relative to `data_dir` (a temporary directory's name differs
+        between runs)."""
+        self.disk.root = os.path.abspath(data_dir)
+        return SimBrokers(self.network)
 
     @property
     def now(self) -> float:

@@ -10,7 +10,8 @@ together with the final logs and says which of Kafka's guarantees held.
 Memory is bounded per op: an `Op` is a small named tuple (strings that repeat, like
 process, function and node names, are interned), so a million ops take a few hundred MB at
 most, not GBs. The history is thread-safe (producer callbacks run on client threads) and is
-saved and loaded as JSON lines.
+saved and loaded as JSON lines. Times come from `common.clock` (Kafka's `Time`), so under the
+deterministic simulation (odradek.sim) they are the virtual clock's, as the brokers' are.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Literal, NamedTuple
+
+from odradek.common import clock
 
 __all__ = ["OP_TYPES", "History", "Op", "OpType", "PartitionKey"]
 
@@ -44,8 +46,8 @@ class Op(NamedTuple):
     offset: int | None = None
     node: str | None = None
     error: str | None = None
-    time: float = 0.0  # time.monotonic() of the recording process
-    wall: float = 0.0  # time.time(): seconds since the epoch, to line up with fault logs
+    time: float = 0.0  # clock.monotonic() of the recording process (virtual when simulated)
+    wall: float = 0.0  # clock.wall_seconds(): seconds since the epoch, as the fault logs'
     ref: int | None = None
 
     def to_json(self) -> str:
@@ -93,7 +95,7 @@ class History:
     def _append(self, process: str, type_: str, f: str, value: str | None,
                 partition: PartitionKey | None, offset: int | None, node: str | None,
                 error: str | None, ref: int | None) -> int:
-        mono, wall = time.monotonic(), time.time()
+        mono, wall = clock.monotonic(), clock.wall_seconds()
         with self._lock:
             index = len(self._ops)
             self._ops.append(Op(index, _intern(process), type_, _intern(f), value, partition,
