@@ -4,6 +4,7 @@ no real I/O."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import threading
 import time
@@ -66,6 +67,32 @@ def test_a_timeout_does_not_fire_before_the_work_it_bounds() -> None:
         return sim.now
 
     assert run(main)[1] == 1.0
+
+
+def test_a_timer_run_early_moves_the_clock_to_its_deadline() -> None:
+    # asyncio runs a timer up to its clock resolution early when other callbacks are ready;
+    # were the clock left behind, waiting out the remaining 2e-14 s would never end (a
+    # producer's sender looped so in `odradek sim --seed 4`)
+    async def main(sim: Simulation) -> tuple[int, bool]:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(7.649872264736745)
+        deadline = loop.time() + 2.3e-14
+        busy = [True]
+
+        async def spin() -> None:  # keeps a callback ready at every iteration
+            while busy[0]:
+                await asyncio.sleep(0)
+        spinner = asyncio.ensure_future(spin())
+        waits = 0
+        while loop.time() < deadline and waits < 100:
+            waits += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.Event().wait(), deadline - loop.time())
+        busy[0] = False
+        await spinner
+        return waits, loop.time() >= deadline
+
+    assert run(main)[1] == (1, True)
 
 
 def test_equal_deadlines_fire_in_the_order_they_were_set() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 from collections.abc import Iterable, Mapping
 from types import EllipsisType
@@ -19,6 +18,7 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from ..common import entropy
 from ..security.acl import (
     ANY_BINDING,
     AclBinding,
@@ -741,7 +741,7 @@ class AsyncAdmin(TransactionAdmin):
         process: a random salt and the salted password are sent, as Kafka's admin client does."""
         ups = []
         for user, mechanism, password, iterations in upsertions:
-            salt, kind = os.urandom(32), _scram_type(mechanism)
+            salt, kind = entropy.token_bytes(32), _scram_type(mechanism)
             ups.append({"name": user, "mechanism": kind, "iterations": iterations, "salt": salt,
                         "salted_password": salted_password(mechanism, password, salt,
                                                            max(iterations, 1)) if kind else b""})

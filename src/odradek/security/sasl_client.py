@@ -13,6 +13,7 @@ import scramp
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
+from ..common import entropy
 from ..protocol.codec import decode_response, encode_request, response_class
 from .errors import SaslAuthenticationError
 from .scram import SCRAM_MECHANISMS
@@ -63,7 +64,8 @@ async def _authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     if mechanism == "PLAIN":
         await step(b"\0" + username.encode() + b"\0" + password.encode())
         return
-    client = scramp.ScramClient([mechanism], username, password)
+    client = scramp.ScramClient([mechanism], username, password,
+                                c_nonce=entropy.token_hex())
     server_first = await step(client.get_client_first().encode())
     try:
         client.set_server_first(server_first.decode())

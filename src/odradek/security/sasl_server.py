@@ -22,6 +22,7 @@ from typing import Protocol
 import scramp
 from scramp import core as scramp_core
 
+from ..common import entropy
 from .errors import (
     IllegalSaslStateError,
     SaslAuthenticationError,
@@ -182,8 +183,8 @@ class ScramServer:
         self.complete = False
         self.authorization_id: str | None = None
         self._username: str | None = None
-        self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info,
-                                                                    s_nonce=s_nonce)
+        self._server = scramp.ScramMechanism(mechanism).make_server(
+            self._auth_info, s_nonce=s_nonce if s_nonce is not None else entropy.token_hex())
         self._step = 0
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 from dataclasses import dataclass
 from enum import IntEnum
 
 import scramp
 from scramp import core as scramp_core
 
+from ..common import entropy
 from .errors import (
     UNACCEPTABLE_CREDENTIAL,
     UNSUPPORTED_SASL_MECHANISM,
@@ -112,8 +112,9 @@ def credential_from_password(mechanism: str, password: str, iterations: int = DE
         raise ValueError(f"Iterations {iterations} is less than the minimum {MIN_ITERATIONS} "
                          f"for {mechanism}")
     mech = scramp.ScramMechanism(_hash_name(mechanism))
-    salt_, stored, server, its = mech.make_auth_info(password, iterations,
-                                                     salt if salt is not None else os.urandom(32))
+    if salt is None:
+        salt = entropy.token_bytes(32)
+    salt_, stored, server, its = mech.make_auth_info(password, iterations, salt)
     return ScramCredential(bytes(salt_), bytes(stored), bytes(server), int(its))
 
 

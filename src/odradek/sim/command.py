@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--faults", default=None, metavar="KIND,...",
                    help="the fault kinds to draw from (default all: kill, store-cut, "
                         "session-expiry, partition, one-way, isolate, stall, reset, loss, "
-                        "slow); 'none' for none")
+                        "slow, machine-crash, disk-full, disk-error); 'none' for none")
     p.add_argument("--fault-scale", type=float, default=1.0, metavar="X",
                    help="multiply the schedule's pauses (0.3-2 s) and holds (0.5-3 s) by X")
     p.add_argument("--producers", type=int, default=2, help="idempotent producers (default 2)")

@@ -76,6 +76,16 @@ class _SeqTimerHandle(asyncio.TimerHandle):
     def _key(self) -> tuple[float, int]:
         return (self._when, self._seq)
 
+    def _run(self) -> None:
+        # asyncio runs a timer up to `_clock_resolution` before its deadline while other
+        # callbacks are ready; the virtual clock must then reach the deadline, or a task that
+        # waits out what is left (a few 1e-14 s: the producer's sender did) waits again and
+        # again while the clock stands still
+        loop = self._loop
+        if self._when > loop._now:
+            loop._now = self._when
+        super()._run()
+
     def __lt__(self, other: object) -> bool:
         # the heap's one comparison, so written for speed: the heap holds only these
         mine, theirs = self._when, other._when  # type: ignore[attr-defined]

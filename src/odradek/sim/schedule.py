@@ -15,9 +15,15 @@ fault held for a while and healed, until the run's duration. The kinds:
   (`SimNetwork.stall`);
 - `reset`: every connection between the two sides reset now (`SimNetwork.reset`);
 - `loss`: segments lost and retransmitted after the RTO (`slow(loss=...)`);
-- `slow`: extra latency (`slow(latency_ms=...)`).
+- `slow`: extra latency (`slow(latency_ms=...)`);
+- `machine-crash`: a broker's machine loses power: the broker is killed, its log dirs put back
+  to what it fsynced (`SimDisk.machine_crash`, torn unsynced tails), restarted after the hold;
+- `disk-full` / `disk-error`: one log dir of a broker fails with ENOSPC / EIO
+  (`SimDisk.fail`): the broker takes the dir offline (KIP-112), halting when it was its only
+  one; after the hold the disk is repaired and the broker restarted, the dir back online.
 
-Link faults act on the simulated network through the cluster's fault API (sim/link_faults.py).
+Link faults act on the simulated network through the cluster's fault API (sim/link_faults.py);
+disk faults on the simulated disk (sim/disk.py).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..cluster.async_cluster import AsyncCluster
 from ..faults.network import CLIENTS, Node
@@ -36,7 +43,9 @@ from .simulation import Simulation
 __all__ = ["FAULT_KINDS", "FaultInjector", "PlannedFault", "plan_faults"]
 
 FAULT_KINDS: tuple[str, ...] = ("kill", "store-cut", "session-expiry", "partition", "one-way",
-                                "isolate", "stall", "reset", "loss", "slow")
+                                "isolate", "stall", "reset", "loss", "slow", "machine-crash",
+                                "disk-full", "disk-error")
+_DISK_ERRNO = {"disk-full": "ENOSPC", "disk-error": "EIO"}
 _INSTANT = ("session-expiry", "reset")
 _BETWEEN = ("partition", "one-way", "stall", "reset", "loss", "slow")  # two sides
 
@@ -107,9 +116,20 @@ class FaultInjector:
         self.client_hosts = tuple(client_hosts)
         self.on_fault = on_fault
         self.injected = 0
+        self._dirs = sim.random.fork("disk-faults")  # which log dir of a broker fails
 
     def _hosts(self, node: Node) -> list[str]:
         return [broker_host(node)] if isinstance(node, int) else list(self.client_hosts)
+
+    def _log_dirs(self, broker: int) -> list[Path]:
+        return list(self.cluster.brokers[broker].config.log_dirs)
+
+    async def _halted(self, broker: int) -> None:
+        """Wait for a halt in progress (every log dir failed: the broker kills itself)."""
+        halt = getattr(self.cluster.brokers[broker], "_halt_task", None)
+        if halt is not None and not halt.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(halt)
 
     async def run(self, plan: Sequence[PlannedFault]) -> None:
         began = self.sim.now
@@ -128,8 +148,17 @@ class FaultInjector:
         handle: int | None = None
         pairs = [(a, b) for a in self._hosts(broker) for b in
                  (self._hosts(nodes[1]) if len(nodes) > 1 else [])]
+        failed: Path | None = None
         if kind == "kill":
             await faults.kill(broker)
+        elif kind == "machine-crash":
+            if self.cluster.brokers[broker].started:
+                await faults.kill(broker)
+            for d in self._log_dirs(broker):
+                self.sim.disk.machine_crash(d)
+        elif kind in _DISK_ERRNO:
+            failed = self._dirs.choice(self._log_dirs(broker))
+            self.sim.disk.fail(failed, _DISK_ERRNO[kind])
         elif kind == "store-cut":
             handle = await faults.isolate_from_store(broker)
         elif kind == "session-expiry":
@@ -155,7 +184,11 @@ class FaultInjector:
             await asyncio.sleep(fault.hold)
         finally:
             with contextlib.suppress(asyncio.CancelledError):
-                if kind == "kill":
+                if kind in ("kill", "machine-crash"):
+                    await faults.restart(broker)
+                elif failed is not None:  # an operator replaces the disk, restarts the broker
+                    self.sim.disk.repair(failed)
+                    await self._halted(broker)
                     await faults.restart(broker)
                 elif kind == "stall":
                     for a, b in pairs:
