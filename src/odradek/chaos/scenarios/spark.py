@@ -443,7 +443,8 @@ def plot_results(results: list[SparkChaosResult], path: str) -> Path:
              "micro-batch duration, ms / 10": [(t, ms / 10) for t, _, ms in r.batches]},
             title=f"Spark pipeline, {r.guarantee}: {r.figures()}",
             x_label="seconds (micro-batches at their end)", y_label="rows, ms/10",
-            markers=[(t, e) for t, e in r.events if e.startswith(("kill", "driver r"))]))
+            markers=[(t, e) for t, e in r.events
+                     if e.startswith("kill") or "on its checkpoint" in e]))
     charts.append(plot.bar_chart(
         {r.guarantee: {"lost": r.observed("lost"), "duplicates": r.observed("duplicates"),
                        "truncated reads": r.observed("truncated-reads"),
