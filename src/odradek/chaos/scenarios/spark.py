@@ -248,7 +248,7 @@ def run_spark_chaos(zookeeper_connect: str,
                     guarantees: tuple[str, ...] = ("exactly-once", "at-least-once"),
                     faults: tuple[str, ...] = FAULTS,
                     rate: float = 100.0, partitions: int = 4, settle: float = 2.0,
-                    drain_timeout: float = 60.0, batches_between: int = 1,
+                    drain_timeout: float = 240.0, batches_between: int = 1,
                     start_timeout: float = 600.0, transform_cost_ms: int = 10,
                     max_offsets: int = 1000,
                     work_dir: str | None = None, log: Any = print,
@@ -377,8 +377,8 @@ def run_spark_chaos(zookeeper_connect: str,
         while behind and time.monotonic() < deadline:
             behind = [p for p in behind if _judge(p, bs, partitions).row("lost").observed
                       and p.driver is not None and p.driver.proc.poll() is None]
-            if behind:
-                time.sleep(2)
+            if behind:  # each look reads the whole output back
+                time.sleep(5)
         for p in pipes:
             assert p.driver is not None
             p.driver.kill()
@@ -400,7 +400,9 @@ def run_spark_chaos(zookeeper_connect: str,
                     p.history.read("read-back", part, offset, value)
             report = check(through_pipeline(p.history, str.upper),
                            sink_guarantees(p.guarantee), output)
-            uncommitted = consume_all(bs, p.sink, partitions)
+            # librdkafka's default isolation.level is read_committed: say read_uncommitted
+            uncommitted = consume_all(bs, p.sink, partitions,
+                                      client_config={"isolation.level": "read_uncommitted"})
             aborted = sum(map(len, uncommitted.values())) - sum(map(len, output.values()))
             p.history.save(base / f"history-{p.tag}.jsonl")
             batches = []
