@@ -198,9 +198,10 @@ def add_parser(sub: Subcommands) -> None:
                         "checks every input value is read_committed exactly once and nothing "
                         f"aborted is visible (faults: {','.join(TXN_FAULT_KINDS)})")
     p.add_argument("--spark", action="store_true",
-                   help="the Spark pipeline (odradek source, sink with exactly-once and then "
-                        "at-least-once) on a standalone cluster: kill -9 a worker, the driver, "
-                        "the transaction coordinator; output checked exactly once "
+                   help="the Spark pipeline (odradek source, sink with exactly-once and "
+                        "at-least-once side by side) on a standalone cluster: kill -9 a worker "
+                        "and each driver while the sinks write, the transaction coordinator; "
+                        "output checked exactly once (duplicates counted at-least-once) "
                         "(odradek.chaos.scenarios.spark; needs the spark extra)")
     p.add_argument("--network", action="store_true",
                    help="instead: network faults between broker and ZooKeeper processes, each "

@@ -10,6 +10,13 @@ Without --available-now it runs with Spark's default trigger (a micro-batch as s
 previous one ends) until killed or --max-seconds pass. Each finished micro-batch prints one JSON
 line (batch id, rows, durations: Spark's progress) on stdout. --batch copies with
 spark.read / df.write instead (one two-phase commit for the whole write).
+
+--transform-cost-ms N models a slower transform (a lookup per row, say): every row costs N ms
+more (Thread.sleep through Spark SQL's `reflect`), and the rows reach the sink in small Arrow
+batches as they are transformed (spark.sql.execution.arrow.maxRecordsPerBatch, and a small
+spark.buffer.size so the executor's stream to the sink's Python worker does not hold them), so
+a task's writes are spread over its whole run: a fault can then land while its rows are in the
+log and its transaction still open (`odradek chaos --spark`, docs/spark.md).
 """
 
 from __future__ import annotations
@@ -21,8 +28,13 @@ import sys
 import time
 from typing import Any
 
+# With --transform-cost-ms: rows per Arrow batch to the sink, bytes of the executor's buffered
+# stream to its Python worker (Spark's default 65536 would hold a whole task's small rows).
+COST_ROWS_PER_BATCH = 50
+COST_BUFFER_BYTES = 2048
 
-def build_session(master: str, app: str) -> Any:
+
+def build_session(master: str, app: str, conf: dict[str, str] | None = None) -> Any:
     if master.startswith("local"):
         from .session import local_session
         cores = int(master[6:-1]) if master.startswith("local[") else 1
@@ -31,7 +43,7 @@ def build_session(master: str, app: str) -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
     pp = os.environ.get("PYTHONPATH", "")
-    s = (SparkSession.builder.master(master).appName(app)
+    b = (SparkSession.builder.master(master).appName(app)
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.host", "127.0.0.1")
@@ -44,7 +56,11 @@ def build_session(master: str, app: str) -> Any:
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.python.worker.reuse", "true")
          .config("spark.task.maxFailures", "8")
-         .getOrCreate())
+         # Tasks read from brokers, not from executors' blocks: no locality to wait for.
+         .config("spark.locality.wait", "0s"))
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
+    s = b.getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     return s
 
@@ -57,8 +73,25 @@ def sink_options(args: argparse.Namespace) -> dict[str, str]:
     return opts
 
 
-def transform(df: Any) -> Any:
-    return df.selectExpr("key", "upper(cast(value as string)) as value")
+def transform(df: Any, cost_ms: int = 0) -> Any:
+    """The value upper-cased; `cost_ms` > 0: each row also costs that many milliseconds (a
+    slower transform). `reflect` of the void Thread.sleep answers the string "null", of which
+    substr(..., 1, 0) keeps nothing: the value is unchanged."""
+    value = "upper(cast(value as string))"
+    if cost_ms > 0:
+        value = (f"concat({value}, substr(reflect('java.lang.Thread', 'sleep', "
+                 f"cast({int(cost_ms)} as bigint)), 1, 0))")
+    return df.selectExpr("key", f"{value} as value")
+
+
+def session_conf(args: argparse.Namespace) -> dict[str, str]:
+    conf = {}
+    if args.cores_max:
+        conf["spark.cores.max"] = str(args.cores_max)
+    if args.transform_cost_ms:
+        conf["spark.sql.execution.arrow.maxRecordsPerBatch"] = str(COST_ROWS_PER_BATCH)
+        conf["spark.buffer.size"] = str(COST_BUFFER_BYTES)
+    return conf
 
 
 def run_stream(spark: Any, args: argparse.Namespace) -> None:
@@ -67,7 +100,7 @@ def run_stream(spark: Any, args: argparse.Namespace) -> None:
          .option("kafka.isolation.level", "read_committed"))
     if args.max_offsets:
         r = r.option("maxOffsetsPerTrigger", str(args.max_offsets))
-    w = transform(r.load()).writeStream.format("odradek")
+    w = transform(r.load(), args.transform_cost_ms).writeStream.format("odradek")
     for k, v in sink_options(args).items():
         w = w.option(k, v)
     w = w.option("checkpointLocation", args.checkpoint)
@@ -95,7 +128,7 @@ def run_batch(spark: Any, args: argparse.Namespace) -> None:
     df = (spark.read.format("odradek").option("kafka.bootstrap.servers", args.bootstrap)
           .option("subscribe", args.source).option("kafka.isolation.level", "read_committed")
           .load())
-    w = transform(df).write.format("odradek").mode("append")
+    w = transform(df, args.transform_cost_ms).write.format("odradek").mode("append")
     for k, v in sink_options(args).items():
         w = w.option(k, v)
     started = time.monotonic()
@@ -117,8 +150,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--available-now", action="store_true")
     p.add_argument("--max-seconds", type=float)
     p.add_argument("--batch", action="store_true")
+    p.add_argument("--transform-cost-ms", type=int, default=0,
+                   help="milliseconds more per row in the transform (a slower transform)")
+    p.add_argument("--cores-max", type=int,
+                   help="spark.cores.max (standalone: the app leaves the rest to others)")
     args = p.parse_args(argv)
-    spark = build_session(args.master, f"odradek-pipeline-{args.guarantee}")
+    spark = build_session(args.master, f"odradek-pipeline-{args.guarantee}",
+                          session_conf(args))
     try:
         if args.batch:
             run_batch(spark, args)

@@ -10,7 +10,11 @@ cluster tests, its chaos scenario and its benchmark.
         sc.kill_worker(0)        # SIGKILL to the worker's process group: its executor dies too
         sc.start_worker(0)
 
-`stop()` kills every process group it started (master, workers, their executors).
+`stop()` kills every process group it started (master, workers, their executors) and removes
+its directory. Everything the JVMs and Python processes it starts (and drivers given `env`)
+write goes under that directory: SPARK_LOCAL_DIRS (spark.local.dir: blockmgr-*, spark-*),
+java.io.tmpdir (artifacts-*) and TMPDIR, so executors killed with -9, which never clean up
+their own, leave nothing behind in the machine's temporary directory.
 """
 
 from __future__ import annotations
@@ -43,7 +47,10 @@ def spark_home() -> str:
 
 class StandaloneCluster:
     def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g",
-                 base_dir: str | None = None) -> None:
+                 base_dir: str | None = None, jvm_options: str = "") -> None:
+        """`jvm_options`: more options for every JVM it and drivers given `env` start (through
+        JAVA_TOOL_OPTIONS), e.g. tests' ``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC``, which
+        start a JVM with less CPU."""
         self.workers = workers
         self.cores = cores
         self.memory = memory
@@ -57,7 +64,12 @@ class StandaloneCluster:
         self.env.update({"SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
                          "PYSPARK_PYTHON": sys.executable,
                          "SPARK_LOG_DIR": str(self.dir / "logs"),
-                         "SPARK_NO_DAEMONIZE": "1"})
+                         "SPARK_NO_DAEMONIZE": "1",
+                         "SPARK_LOCAL_DIRS": str(self.dir / "local"),
+                         "TMPDIR": str(self.dir / "tmp")})
+        tmp = f"-Djava.io.tmpdir={self.dir / 'tmp'}"
+        self.env["JAVA_TOOL_OPTIONS"] = " ".join(
+            o for o in (os.environ.get("JAVA_TOOL_OPTIONS", ""), tmp, jvm_options) if o)
         src = str(Path(__file__).resolve().parents[2])  # the `odradek` this module is in
         self.env["PYTHONPATH"] = os.pathsep.join(
             p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
@@ -73,7 +85,8 @@ class StandaloneCluster:
             log.close()
 
     def start(self, timeout: float = 90.0) -> StandaloneCluster:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        for d in (self.dir, self.dir / "local", self.dir / "tmp"):
+            d.mkdir(parents=True, exist_ok=True)
         try:
             self.master = self._spawn("master", [
                 "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
