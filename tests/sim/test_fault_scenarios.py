@@ -24,7 +24,8 @@ from odradek.coordination import paths
 from odradek.protocol.codec import make
 from odradek.sim import Simulation
 from tests.integration.broker_harness import batch, produce, req_module
-from tests.integration.test_replication import log_bytes, offsets, partition, state, values
+from tests.integration.test_faults_inprocess import in_sync, isr, leader, registered
+from tests.integration.test_replication import log_bytes, offsets, partition, values
 from tests.wire import WireClient
 
 pytestmark = pytest.mark.sim
@@ -100,28 +101,6 @@ def assert_verdicts(report: CheckReport, acked: int) -> None:
     assert report.ok, report.to_text()
     assert report.row("lost").verdict == "ok" and report.row("lost").checked == acked
     assert report.row("replicas").verdict == "ok" and report.row("replicas").checked > 0
-
-
-def isr(cluster: AsyncCluster) -> set[int]:
-    return set(state(cluster)["isr"])
-
-
-def leader(cluster: AsyncCluster) -> int:
-    return int(state(cluster)["leader"])
-
-
-def registered(cluster: AsyncCluster, broker_id: int) -> bool:
-    return f"/brokers/ids/{broker_id}" in cluster.zookeeper.dump("/brokers/ids")
-
-
-async def in_sync(cluster: AsyncCluster) -> None:
-    """Every replica back in the ISR and at the leader's log end."""
-    await cluster.wait_for(lambda: isr(cluster) == {0, 1, 2}, 30, "the full ISR")
-    lead = partition(cluster, leader(cluster))
-    await cluster.wait_for(
-        lambda: all(partition(cluster, b).log_end_offset == lead.log_end_offset
-                    and partition(cluster, b).high_watermark == lead.log_end_offset
-                    for b in (0, 1, 2)), 30, "replicas caught up")
 
 
 @pytest.mark.simulation(seed=1)
