@@ -346,8 +346,13 @@ def test_preferred_election_survives_controller_kill9(cluster: ProcessCluster,
                                 "--path-to-json-file", str(request))
             assert code == 0, out
             assert "Successfully started preferred replica election" in out, out
-            assert c.zk.exists(ELECTION) is not None
-            assert [p for p in range(n) if c.leader(topic, p) != preferred[p]] == skewed
+            if c.zk.exists(ELECTION) is None:
+                # only when the pause outlasted the session (SESSION_TIMEOUT_MS) while the tool
+                # started on a loaded machine: the successor has run the election already, and
+                # what follows checks its outcome
+                assert c.controller_or_none() not in (None, ctl), "znode gone, same controller"
+            else:
+                assert [p for p in range(n) if c.leader(topic, p) != preferred[p]] == skewed
         finally:
             c.brokers[ctl].kill()
         new = wait_until(lambda: (x := c.controller_or_none()) not in (None, ctl) and x + 1,
