@@ -51,6 +51,9 @@ INVARIANTS: dict[str, tuple[str, str]] = {
     "one-leader-per-epoch": (
         "one leader per partition and leader epoch",
         "the controller's leader epoch bump, KIP-101/KIP-279"),
+    "epochs-agree": (
+        "below the HW a follower's leader epochs are its leader's, offset by offset",
+        "KIP-101/KIP-279 truncation by leader epoch"),
     "isr-in-store": (
         "a leader's settled ISR is the one in the partition state node",
         "ZkIsrManager writes the ISR before using it"),
@@ -92,6 +95,18 @@ class Violation:
         return f"{self.time:.3f} {self.invariant} {self.where}: {self.description}"
 
 
+def _epoch_ranges(entries: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """(epoch, first offset) of each epoch holding offsets in [lo, hi): epochs without records
+    (a leader's epoch that appended nothing) and those outside the range left out."""
+    out = []
+    for i, (epoch, start) in enumerate(entries):
+        end = min(entries[i + 1][1], hi) if i + 1 < len(entries) else hi
+        first = max(start, lo)
+        if first < end:
+            out.append((epoch, first))
+    return out
+
+
 def _tp_name(tp: tuple[str, int]) -> str:
     return f"{tp[0]}-{tp[1]}"
 
@@ -115,6 +130,7 @@ class InvariantMonitor:
         self.ops_bound = ops_bound
         self.txn_slack = txn_slack
         self.violations: list[Violation] = []
+        self.error: BaseException | None = None  # raised by `rows()` if sampling failed
         self.checked: dict[str, int] = dict.fromkeys(INVARIANTS, 0)
         self.cpu_s = 0.0  # process time spent checking (the monitor's cost)
         self.samples = 0
@@ -125,8 +141,6 @@ class InvariantMonitor:
         self._lso: dict[tuple[int, tuple[str, int]], tuple[Partition, int, int]] = {}
         # one-leader-per-epoch: (tp, leader epoch) -> broker
         self._leaders: dict[tuple[tuple[str, int], int], int] = {}
-        # isr-in-store: (broker, tp) -> virtual time the leader's ISR first differed
-        self._isr_differs: dict[tuple[int, tuple[str, int]], float] = {}
         self._state_paths: dict[tuple[str, int], str] = {}
         self._store_nodes: dict[str, Any] = getattr(cluster.zookeeper, "_nodes", {})
         self._store_isr: dict[tuple[str, int], tuple[int, list[int] | None]] = {}
@@ -149,9 +163,13 @@ class InvariantMonitor:
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            self.sample()
+        try:
+            while True:
+                await asyncio.sleep(self.interval)
+                self.sample()
+        except Exception as exc:  # a broken monitor must not pass for a quiet run
+            self.error = exc
+            raise
 
     def healed(self) -> None:
         """Every fault is off and every broker back: the liveness bounds start now."""
@@ -193,6 +211,8 @@ class InvariantMonitor:
 
     def rows(self) -> tuple[Row, ...]:
         """One `Row` per invariant: FAIL with examples when violated."""
+        if self.error is not None:
+            raise RuntimeError("the invariant monitor failed") from self.error
         self._final_liveness()
         out = []
         for name, (guarantee, why) in INVARIANTS.items():
@@ -292,6 +312,14 @@ class InvariantMonitor:
                 best = leaders.get(tp)
                 if best is None or best[1].leader_epoch < p.leader_epoch:
                     leaders[tp] = (b, p)
+        for b, broker in brokers:
+            rm = broker.replica_manager
+            assert rm is not None
+            for tp, p in rm.partitions.items():
+                lead = leaders.get(tp)
+                if lead is not None and lead[0] != b and lead[0] == p.leader_id \
+                        and lead[1].leader_epoch == p.leader_epoch:
+                    self._check_epochs(b, tp, p, lead[0], lead[1])
         for key in [k for k in self._open_txns if k not in open_now]:
             del self._open_txns[key]
         self._check_txn_markers(brokers, leaders, now_ms)
@@ -345,6 +373,23 @@ class InvariantMonitor:
                           f"LSO went back from {last_lso[2]} to {lso} in leader epoch {epoch}")
         self._lso[key] = (p, epoch, lso)
 
+    def _check_epochs(self, b: int, tp: tuple[str, int], follower: Partition, leader_id: int,
+                      leader: Partition) -> None:
+        """The epoch of every offset both replicas hold below both HWs is the same (a
+        follower truncates where its epochs diverge from the leader's before fetching)."""
+        lo = max(follower.log_start_offset, leader.log_start_offset)
+        hi = min(follower.high_watermark, leader.high_watermark)
+        if hi <= lo:
+            return
+        self.checked["epochs-agree"] += 1
+        mine = _epoch_ranges(follower.log.leader_epoch_cache.entries(), lo, hi)
+        theirs = _epoch_ranges(leader.log.leader_epoch_cache.entries(), lo, hi)
+        if mine != theirs:
+            self._violate("epochs-agree", f"{_tp_name(tp)} broker {b}",
+                          f"epochs (epoch, start) below {hi}: {mine[-3:]} on broker {b}, "
+                          f"{theirs[-3:]} on its leader {leader_id}",
+                          once=f"{tp}/{b}/{follower.leader_epoch}")
+
     def _check_hw_within_isr(self, b: int, tp: tuple[str, int], p: Partition) -> None:
         self.checked["hw-within-isr"] += 1
         hw = p.high_watermark
@@ -359,9 +404,7 @@ class InvariantMonitor:
                 return
 
     def _check_isr_in_store(self, b: int, tp: tuple[str, int], p: Partition) -> None:
-        key = (b, tp)
         if p.isr_update_in_flight:
-            self._isr_differs.pop(key, None)
             return
         path = self._state_paths.get(tp)
         if path is None:
@@ -373,7 +416,6 @@ class InvariantMonitor:
         # a state version other than the leader's: the controller moved on and its
         # LeaderAndIsr is on the way; the same version with another ISR is a lost write
         if node.version != p.zk_version:
-            self._isr_differs.pop(key, None)
             return
         cached = self._store_isr.get(tp)
         if cached is None or cached[0] != node.mzxid:
@@ -381,14 +423,12 @@ class InvariantMonitor:
             cached = (node.mzxid, None if state is None else sorted(state.isr))
             self._store_isr[tp] = cached
         if cached[1] is not None and cached[1] == sorted(p.isr):
-            self._isr_differs.pop(key, None)
             return
-        since = self._isr_differs.setdefault(key, self.sim.now)
-        if self.sim.now - since >= 1.0:
-            self._violate("isr-in-store", f"{_tp_name(tp)} broker {b}",
-                          f"leader uses ISR {p.isr} at state version {p.zk_version}; the store "
-                          f"has {cached[1]} at that version",
-                          once=f"{tp}/{b}/{p.zk_version}")
+        # no write in flight and the version the leader holds: the store has the ISR the
+        # leader uses (it writes the store first, then its memory: ZkIsrManager)
+        self._violate("isr-in-store", f"{_tp_name(tp)} broker {b}",
+                      f"leader uses ISR {p.isr} at state version {p.zk_version}; the store "
+                      f"has {cached[1]} at that version", once=f"{tp}/{b}/{p.zk_version}")
 
     def _check_txn_markers(self, brokers: list[tuple[int, Broker]],
                            leaders: dict[tuple[str, int], tuple[int, Partition]],
