@@ -2,14 +2,15 @@
 "Invariants during the run"), not only on the final logs.
 
 `InvariantMonitor` reads the in-process brokers' state — each hosted partition's leader epoch,
-ISR and high watermark (`ReplicaManager.partitions`), its log's last stable offset and open
-transactions, the group coordinators' committed offsets, the transaction coordinators'
-state — on a periodic task of the virtual clock (every `interval` seconds), and every
-transaction the embedded coordination store commits, through one hook on the store object of
-the run (`EmbeddedZooKeeper._commit`, wrapped on that instance only). It only reads: it sends
-nothing, draws nothing from the seed and schedules only its own timer, so a run's digest is the
-same with it or without it (a liveness check that has to wait past the run's natural end is
-the one exception, and only when the cluster has not recovered by then).
+ISR and high watermark (`ReplicaManager.partitions`), its log's last stable offset, open
+transactions and leader epochs, the group coordinators' committed offsets, the transaction
+coordinators' state — at most every `interval` virtual seconds, when the simulated network
+delivers a segment (an observer of the run's digest), and every transaction the embedded
+coordination store commits, through one hook on the store object of the run
+(`EmbeddedZooKeeper._commit`, wrapped on that instance only). It only reads: it sends nothing,
+draws nothing from the seed and arms no timer, so a run's digest is the same with it or without
+it (a liveness check that has to wait past the run's natural end is the one exception, and
+only when the cluster has not recovered by then).
 
 Each violation is a `Violation` (virtual time, invariant, partition or broker, one line),
 written to the trace (`source` "invariant") and, per invariant, a `Row` of the run's
@@ -80,6 +81,7 @@ INVARIANTS: dict[str, tuple[str, str]] = {
 _OFFSETS_TOPIC = "__consumer_offsets"
 _TXN_TOPIC = "__transaction_state"
 _STATE_SUFFIX = "/state"
+_DELIVERIES = frozenset({"syn", "synack", "data", "fin"})  # the network's delivery events
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class InvariantMonitor:
         self.checked: dict[str, int] = dict.fromkeys(INVARIANTS, 0)
         self.cpu_s = 0.0  # process time spent checking (the monitor's cost)
         self.samples = 0
-        self._task: asyncio.Task[None] | None = None
+        self._next_sample = 0.0
         self._reported: set[tuple[str, str]] = set()
         # hw-monotonic: (broker, tp) -> (partition object, leader epoch, HW)
         self._hw: dict[tuple[int, tuple[str, int]], tuple[Partition, int, int]] = {}
@@ -160,16 +162,21 @@ class InvariantMonitor:
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
         self._hook_store()
-        self._task = asyncio.ensure_future(self._run())
+        self.sim.digest.observers.append(self._on_event)
 
-    async def _run(self) -> None:
+    def _on_event(self, now: float, kind: str, fields: str, payload: bytes) -> None:
+        """A delivery on the simulated network (the digest's observer): sample at most once
+        per `interval`. Riding on deliveries rather than on a timer of its own, the monitor
+        leaves the loop's timers and clock exactly as they were (a timer of its own, due
+        within the loop's clock resolution of another, would move the clock a few ulps for
+        the callbacks after it, and the digest with it)."""
+        if now < self._next_sample or kind not in _DELIVERIES or self.error is not None:
+            return
+        self._next_sample = now + self.interval
         try:
-            while True:
-                await asyncio.sleep(self.interval)
-                self.sample()
+            self.sample()
         except Exception as exc:  # a broken monitor must not pass for a quiet run
             self.error = exc
-            raise
 
     def healed(self) -> None:
         """Every fault is off and every broker back: the liveness bounds start now."""
@@ -188,12 +195,11 @@ class InvariantMonitor:
             self.sample()
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
         if self._unhook is not None:
             self._unhook()
             self._unhook = None
+        with contextlib.suppress(ValueError):
+            self.sim.digest.observers.remove(self._on_event)
 
     # -- recording ---------------------------------------------------------------------------
     def _violate(self, invariant: str, where: str, description: str, *,

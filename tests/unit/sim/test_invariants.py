@@ -9,6 +9,7 @@ from typing import Any
 from odradek.chaos.checker.history import History
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedZooKeeper
+from odradek.sim.digest import Digest
 from odradek.sim.invariants import InvariantMonitor, _epoch_ranges
 from odradek.sim.trace import Trace
 
@@ -17,7 +18,8 @@ STATE = paths.partition_state_path("t", 0)
 
 def monitor(zk: EmbeddedZooKeeper) -> InvariantMonitor:
     cluster: Any = SimpleNamespace(zookeeper=zk, brokers={})
-    m = InvariantMonitor(SimpleNamespace(now=1.5), cluster,  # type: ignore[arg-type]
+    m = InvariantMonitor(SimpleNamespace(now=1.5, digest=Digest()),  # type: ignore[arg-type]
+                         cluster,
                          History(), Trace(None))
     m._hook_store()
     return m
