@@ -238,8 +238,11 @@ class InvariantMonitor:
             return
 
         def observed(txn: Any) -> None:
-            with contextlib.suppress(Exception):
-                self._on_store_commit(txn.before, nodes)
+            if self.error is None:
+                try:
+                    self._on_store_commit(txn.before, nodes)
+                except Exception as exc:  # fails the verdict (`rows()`), not the store
+                    self.error = exc
             commit(txn)
 
         zk._commit = observed  # type: ignore[method-assign]

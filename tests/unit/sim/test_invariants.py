@@ -6,6 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from odradek.chaos.checker.history import History
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedZooKeeper
@@ -78,3 +80,18 @@ def test_epoch_ranges_keep_the_epochs_holding_offsets_in_range() -> None:
     assert _epoch_ranges(entries, 0, 30) == [(0, 0)]
     # a follower that kept epoch 1's records past 50 differs from its leader
     assert _epoch_ranges([(0, 0), (1, 30), (4, 56)], 0, 60) != _epoch_ranges(entries, 0, 60)
+
+
+def test_a_failing_sample_fails_the_verdict_not_the_run() -> None:
+    broken: Any = SimpleNamespace(started=True, replica_manager=SimpleNamespace(partitions=None))
+    cluster: Any = SimpleNamespace(zookeeper=EmbeddedZooKeeper(), brokers={0: broken})
+    digest = Digest()
+    m = InvariantMonitor(SimpleNamespace(now=0.0, digest=digest),  # type: ignore[arg-type]
+                         cluster, History(), Trace(None))
+    m.start()
+    digest.record(0.0, "data", "#1 a:1>b:2", b"x")  # a delivery: the monitor samples
+    assert isinstance(m.error, AttributeError)
+    with pytest.raises(RuntimeError, match="the invariant monitor failed"):
+        m.rows()
+    m.stop()
+    assert digest.observers == []
