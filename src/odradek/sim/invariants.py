@@ -467,14 +467,13 @@ class InvariantMonitor:
         for (tp, first, pid), seen_ms in self._open_txns.items():
             lead = leaders.get(tp)
             found = current.get(pid)
-            if lead is None or found is None or now_ms - seen_ms < slack_ms:
-                continue
-            if first not in lead[1].log.producer_state.ongoing_txns:
-                continue
-            meta = found[1]
-            if meta.pending_state is not None:
+            if lead is None or found is None:
                 continue
             self.checked["txn-markers"] += 1
+            meta = found[1]
+            if now_ms - seen_ms < slack_ms or meta.pending_state is not None \
+                    or first not in lead[1].log.producer_state.ongoing_txns:
+                continue
             done = meta.state in (CompleteCommit, CompleteAbort, Empty)
             later = meta.txn_start_timestamp > seen_ms + slack_ms
             if (done and meta.txn_last_update_timestamp > seen_ms + slack_ms) or later:
