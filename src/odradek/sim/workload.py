@@ -420,6 +420,7 @@ def run_workload(cfg: WorkloadConfig) -> SimReport:
     trace.follow(sim.digest)
     tmp = Path(tempfile.mkdtemp(prefix="odradek-sim-")) if cfg.data_dir is None \
         else Path(cfg.data_dir)
+    sim.digest.place(str(tmp), "<data-dir>")  # the same digest wherever the files are
     run = _Run(sim, cfg, trace)
 
     async def main(sim: Simulation) -> CheckReport:
