@@ -1,0 +1,84 @@
+"""The explorer's runner (sim/explore.py): `odradek sim --seeds A-B --jobs 2` runs a batch in
+forked children and each seed's digest is the one `odradek sim --seed S` prints; a run that
+raises or outlives its wall-time limit is that seed's failure, not the batch's end; a
+schedule file replays the run it was written from."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import odradek.sim
+from odradek.sim.explore import parse_seeds, run_many
+from odradek.sim.workload import WorkloadConfig
+
+pytestmark = pytest.mark.sim
+
+SRC = str(Path(odradek.sim.__file__).resolve().parents[2])
+#: a short run: a fault or two, one client of each kind, the producers at the default rate
+FLAGS = ["--duration", "3", "--producers", "1", "--consumers", "1", "--rate", "1"]
+SUMMARY_KEYS = {"seed", "virtual_s", "wall_s", "operations", "faults", "digest", "ok"}
+
+
+def sim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run([sys.executable, "-m", "odradek.cli", "sim", *args], env=env,
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_a_batch_of_seeds_in_two_jobs_matches_single_runs_and_replays(tmp_path: Path) -> None:
+    batch = sim("--seeds", "3-5", "--jobs", "2", "--json", *FLAGS, cwd=tmp_path)
+    assert batch.returncode == 0, batch.stdout + batch.stderr[-3000:]
+    lines = [json.loads(line) for line in batch.stdout.strip().splitlines()]
+    runs, summary = lines[:-1], lines[-1]
+    assert sorted(r["seed"] for r in runs) == [3, 4, 5]
+    assert all(set(r) == SUMMARY_KEYS and r["ok"] is True for r in runs)
+    assert set(summary) == {"seeds", "runs", "jobs", "failed", "errors", "replay", "wall_s",
+                            "seeds_per_hour", "cpu_s_per_seed", "seeds_per_cpu_hour", "cpus"}
+    assert (summary["seeds"], summary["runs"], summary["jobs"]) == ("3-5", 3, 2)
+    assert summary["failed"] == [] and summary["replay"] == {} and summary["seeds_per_hour"] > 0
+    assert "[3/3] seed" in batch.stderr  # the progress
+    digests = {r["seed"]: r["digest"] for r in runs}
+    assert len(set(digests.values())) == 3
+    # one seed alone, its schedule written, then replayed from the file: the same run
+    one = sim("--seed", "4", "--json", "--save-schedule", "s4.json", *FLAGS, cwd=tmp_path)
+    assert json.loads(one.stdout.strip().splitlines()[-1])["digest"] == digests[4]
+    replayed = sim("--schedule", "s4.json", "--json", cwd=tmp_path)
+    assert json.loads(replayed.stdout.strip().splitlines()[-1])["digest"] == digests[4]
+
+
+def test_a_run_that_raises_or_hangs_is_that_seeds_failure() -> None:
+    configs = [WorkloadConfig(1, brokers=0), WorkloadConfig(2, duration=600.0)]
+    outcomes = {o.seed: o for o in run_many(configs, jobs=2, timeout=5.0)}
+    assert not outcomes[1].ok and "a cluster needs at least one broker" in \
+        (outcomes[1].error or "")
+    assert outcomes[1].line() == {"seed": 1, "wall_s": round(outcomes[1].wall_s, 3),
+                                  "ok": False, "error": outcomes[1].error}
+    assert not outcomes[2].ok and "killed" in (outcomes[2].error or "")
+
+
+def test_seed_ranges() -> None:
+    assert parse_seeds("3-5") == [3, 4, 5]
+    assert parse_seeds("7") == [7]
+    assert parse_seeds("1,4-5,9") == [1, 4, 5, 9]
+    with pytest.raises(ValueError):
+        parse_seeds("5-3")
+
+
+def test_the_digest_does_not_depend_on_the_data_dir() -> None:
+    from odradek.sim.digest import Digest
+
+    def digest(root: str) -> str:
+        d = Digest()
+        d.place(root, "<data-dir>")
+        d.record(1.5, "data", "#1 broker-2:40000>client-producer-1:40002",
+                 f"Error while appending to events-2 in dir {root}/broker-2".encode())
+        return d.hexdigest()
+
+    assert digest("/tmp/odradek-sim-abcd1234") == digest("/tmp/odradek-sim-wxyz9876")
+    assert digest("/tmp/odradek-sim-abcd1234") != Digest().hexdigest()
