@@ -296,7 +296,7 @@ def run_shrink(args: argparse.Namespace, cfg: WorkloadConfig) -> int:
     """`odradek sim --seed S --shrink [--save-schedule FILE]`: the seed's run shrunk while it
     still fails, each candidate in its own child; the smallest schedule is written (to FILE,
     or shrunk-seed-S.json here) with its replay command and its digest's last events."""
-    from .replay import replay_command, save_schedule, schedule_to_json
+    from .replay import dumps, explicit, replay_command, save_schedule, schedule_to_json
     from .shrink import shrink, size
 
     _exit_on_sigterm()
@@ -323,8 +323,7 @@ def run_shrink(args: argparse.Namespace, cfg: WorkloadConfig) -> int:
     path = args.save_schedule or f"shrunk-seed-{cfg.seed}.json"
     save_schedule(small, path, comment=f"shrunk from {replay_command(cfg)}")
     last = outcomes.get(json.dumps(schedule_to_json(small), sort_keys=True))
-    print(json.dumps(schedule_to_json(small), indent=1))
-    from .replay import explicit
+    print(dumps(schedule_to_json(small)), end="")
 
     print(f"shrunk in {len(outcomes)} runs, {time.perf_counter() - began:.0f} s: "
           f"{size(explicit(cfg))} -> {size(small)}")

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from . import workload
+from .random import SimRandom
 from .schedule import FAULT_KINDS, plan_faults
-from .simulation import Simulation
 from .workload import WorkloadConfig
 
 __all__ = ["PLAN_FIELDS", "dumps", "explicit", "load_schedule", "replay_command", "save_schedule",
@@ -57,8 +57,9 @@ PLAN_FIELDS: dict[str, type] = _plan_fields()
 
 
 def _drawn_faults(cfg: WorkloadConfig) -> list[Any]:
-    # the same fork of the same root seed as `_Run.main`'s draw
-    return plan_faults(Simulation(cfg.seed).random.fork("faults"), cfg.brokers, cfg.duration,
+    # the same fork of the same root seed as `_Run.main`'s draw (`Simulation(seed).random` is
+    # `SimRandom(seed)`, and a fork depends on the root seed and its name only)
+    return plan_faults(SimRandom(cfg.seed).fork("faults"), cfg.brokers, cfg.duration,
                        cfg.fault_kinds, cfg.fault_scale)
 
 
@@ -153,4 +154,7 @@ def replay_command(cfg: WorkloadConfig, schedule: str | Path | None = None) -> s
             words += [flag, f"{getattr(cfg, name):g}"]
     if tuple(cfg.fault_kinds) != tuple(default.fault_kinds):
         words += ["--faults", ",".join(cfg.fault_kinds) or "none"]
+    operations = tuple(getattr(cfg, "operation_kinds", ()))  # `--ops`, the planned operations
+    if operations != tuple(getattr(default, "operation_kinds", ())):
+        words += ["--ops", ",".join(operations)]
     return " ".join(words)
