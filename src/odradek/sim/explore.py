@@ -6,8 +6,10 @@ Importing odradek costs about two CPU seconds; a run of the explorer's default 6
 seconds a few. So the runs are not fresh interpreters: a `multiprocessing` forkserver imports
 the simulator once (`set_forkserver_preload`) and forks one child per run from it. A child
 runs one `run_workload` in a fresh `Simulation(seed)` — no state carried from a run before, as
-with a pool of long-lived workers — and sends back its summary; its temporary files are under a
-directory of its own that the parent removes, even when it had to kill the child. A run that
+with a pool of long-lived workers — and sends back its summary. Its brokers' files are where
+`odradek sim --seed S` puts them (the data directory's path is in Kafka's error messages, so
+its length is in the digest), and it tells the parent each temporary directory it makes: the
+parent removes them, even when it had to kill the child. A run that
 raises, or dies, or outlives its wall-time limit (killed) is a failure of that seed, with the
 reason; the batch goes on.
 """
@@ -86,7 +88,17 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def _child(cfg: WorkloadConfig, tmp: str, conn: multiprocessing.connection.Connection) -> None:
-    tempfile.tempdir = tmp  # the run's temporary directory under one the parent removes
+    # the run's temporary directories are where `odradek sim --seed S` makes them (Kafka's
+    # error messages name them, so their length is in the digest), each told to the parent,
+    # which removes them even if it has to kill this child
+    make = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        path = make(*args, **kwargs)
+        conn.send({"tmp": path})
+        return path
+
+    tempfile.mkdtemp = mkdtemp  # type: ignore[assignment]
     # the brokers' log lines to a file: the parent's stderr is the batch's progress (a failed
     # run's last lines are shown with its failure)
     log = os.open(os.path.join(tmp, _LOG), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -120,7 +132,21 @@ class _Running:
     conn: multiprocessing.connection.Connection
     tmp: str
     began: float
-    message: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None  # the run's result
+    made: list[str] = field(default_factory=list)  # the run's temporary directories
+
+    def receive(self) -> None:
+        """Read what the child sent: the directories it made, then its result."""
+        while self.message is None and self.conn.poll():
+            try:
+                data = self.conn.recv()
+            except EOFError:
+                self.message = {}
+                return
+            if "tmp" in data:
+                self.made.append(data["tmp"])
+            else:
+                self.message = data
 
 
 def run_many(configs: Sequence[WorkloadConfig], jobs: int, timeout: float,
@@ -148,11 +174,7 @@ def run_many(configs: Sequence[WorkloadConfig], jobs: int, timeout: float,
                 + [r.process.sentinel for r in running]
             multiprocessing.connection.wait(waitables, timeout=max(0.0, wait))
             for r in list(running):
-                if r.message is None and r.conn.poll():
-                    try:
-                        r.message = r.conn.recv()
-                    except EOFError:
-                        r.message = {}
+                r.receive()
                 elapsed = time.perf_counter() - r.began
                 if r.message is None and r.process.is_alive() and elapsed < timeout:
                     continue
@@ -165,15 +187,14 @@ def run_many(configs: Sequence[WorkloadConfig], jobs: int, timeout: float,
         for r in running:
             r.process.kill()
             r.process.join()
+            r.receive()
+            for path in r.made:
+                shutil.rmtree(path, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
 def _finish(r: _Running, elapsed: float, timeout: float) -> Outcome:
-    if r.message is None and r.conn.poll():  # sent just before it exited
-        try:
-            r.message = r.conn.recv()
-        except EOFError:
-            r.message = {}
+    r.receive()  # what it sent just before it exited
     message = r.message or {}
     error: str | None = message.get("error")
     if r.process.is_alive():
@@ -190,7 +211,8 @@ def _finish(r: _Running, elapsed: float, timeout: float) -> Outcome:
         with contextlib.suppress(OSError):
             lines = Path(r.tmp, _LOG).read_text(errors="replace").splitlines()
             outcome.log_tail = lines[-_LOG_TAIL:]
-    shutil.rmtree(r.tmp, ignore_errors=True)
+    for path in [r.tmp, *r.made]:
+        shutil.rmtree(path, ignore_errors=True)
     if error and message.get("traceback"):
         outcome.log_tail.append(message["traceback"])
     return outcome
