@@ -82,3 +82,32 @@ def test_the_digest_does_not_depend_on_the_data_dir() -> None:
 
     assert digest("/tmp/odradek-sim-abcd1234") == digest("/tmp/odradek-sim-wxyz9876")
     assert digest("/tmp/odradek-sim-abcd1234") != Digest().hexdigest()
+
+
+def test_a_failed_check_is_reported_with_its_rows_and_replay(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from odradek.chaos.checker.consistency import Guarantees, check
+    from odradek.chaos.checker.history import History
+    from odradek.sim.explore import Outcome, explore, result
+    from odradek.sim.replay import replay_command
+    from odradek.sim.workload import SimReport
+
+    history = History()
+    history.ok(history.invoke("producer-0", "send", "v"), offset=0, partition=0)
+    lost = check(history, Guarantees(min_insync_replicas=2), {0: []})
+    sent = result(SimReport(9, 1.5, 0.25, 2, 0, "ab" * 32, lost, digest_tail=["0.1 syn"]))
+    assert sent["summary"]["ok"] is False and sent["failed_rows"] == ["lost"]
+    assert sent["examples"] and sent["examples"][0].startswith("lost: ")
+    outcome = Outcome(WorkloadConfig(9, rate=0.1), sent["summary"], sent["failed_rows"])
+    assert not outcome.ok and outcome.line() == sent["summary"]
+
+    import odradek.sim.explore as explore_module
+
+    seen: list[int] = []
+    monkeypatch.setattr(explore_module, "run_many", lambda configs, jobs, timeout: iter(
+        [Outcome(c, {**sent["summary"], "seed": c.seed, "ok": c.seed != 9},
+                 [] if c.seed != 9 else ["lost"]) for c in configs]))
+    summary = explore([8, 9], lambda s: WorkloadConfig(s, rate=0.1), 2, 10.0,
+                      lambda o, done, total, elapsed: seen.append(o.seed), replay_command, "8-9")
+    assert seen == [8, 9] and summary["failed"] == [9] and summary["runs"] == 2
+    assert summary["replay"] == {"9": "odradek sim --seed 9 --rate 0.1"}

@@ -104,6 +104,13 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         from .explore import run_seeds
 
+        single = [flag for flag, value in (("--shrink", args.shrink), ("--trace", args.trace),
+                                           ("--save-schedule", args.save_schedule),
+                                           ("--data-dir", args.data_dir)) if value]
+        if single:
+            raise SystemExit(f"odradek sim: {', '.join(single)}: one run only (--seed or "
+                             "--schedule), not --seeds")
+
         return run_seeds(args, lambda seed: _config(
             args, seed, EXPLORER_RATE if args.rate is None else args.rate))
     if args.schedule is not None:

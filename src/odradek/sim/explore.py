@@ -34,9 +34,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from .workload import WorkloadConfig, run_workload
+from .workload import SimReport, WorkloadConfig, run_workload
 
-__all__ = ["Outcome", "parse_seeds", "run_many", "run_one"]
+__all__ = ["Outcome", "explore", "parse_seeds", "result", "run_many", "run_one"]
 
 #: each run's stderr, in its own temporary directory, and how much of it a failure shows
 _LOG = "stderr.log"
@@ -57,6 +57,7 @@ class Outcome:
     wall_s: float = 0.0
     log_tail: list[str] = field(default_factory=list)  # a failed run's last stderr lines
     cpu_s: float = 0.0  # the child's CPU time (it starts at the fork: no import in it)
+    examples: list[str] = field(default_factory=list)  # the failed rows' first examples
 
     @property
     def seed(self) -> int:
@@ -87,6 +88,14 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def result(report: SimReport) -> dict[str, Any]:
+    """What a child sends back of its run's report (`Outcome`'s fields)."""
+    failed = [r for r in report.check.rows if r.verdict == "FAIL"]
+    return {"summary": report.summary(), "failed_rows": [r.key for r in failed],
+            "examples": [f"{r.key}: {e}" for r in failed for e in r.examples[:2]],
+            "digest_tail": list(report.digest_tail[-40:])}
+
+
 def _child(cfg: WorkloadConfig, tmp: str, conn: multiprocessing.connection.Connection) -> None:
     # the run's temporary directories are where `odradek sim --seed S` makes them (Kafka's
     # error messages name them, so their length is in the digest), each told to the parent,
@@ -106,10 +115,7 @@ def _child(cfg: WorkloadConfig, tmp: str, conn: multiprocessing.connection.Conne
     os.dup2(log, 2)
     os.close(log)
     try:
-        report = run_workload(cfg)
-        conn.send({"summary": report.summary(), "cpu_s": time.process_time(),
-                   "failed_rows": [r.name for r in report.check.rows if r.verdict == "FAIL"],
-                   "digest_tail": list(report.digest_tail[-40:])})
+        conn.send({**result(run_workload(cfg)), "cpu_s": time.process_time()})
     except BaseException as exc:  # reported as the seed's failure
         conn.send({"error": f"{type(exc).__name__}: {exc}", "cpu_s": time.process_time(),
                    "traceback": traceback.format_exc(limit=20)})
@@ -206,7 +212,8 @@ def _finish(r: _Running, elapsed: float, timeout: float) -> Outcome:
         error = f"the run's process died (exit status {r.process.exitcode})"
     r.conn.close()
     outcome = Outcome(r.cfg, message.get("summary"), message.get("failed_rows", []), error,
-                      message.get("digest_tail", []), elapsed, cpu_s=message.get("cpu_s", 0.0))
+                      message.get("digest_tail", []), elapsed, cpu_s=message.get("cpu_s", 0.0),
+                      examples=message.get("examples", []))
     if not outcome.ok:
         with contextlib.suppress(OSError):
             lines = Path(r.tmp, _LOG).read_text(errors="replace").splitlines()
@@ -286,6 +293,8 @@ def run_seeds(args: argparse.Namespace, make: Callable[[int], WorkloadConfig]) -
                   f"wall, {outcome.cpu_s:.1f} s CPU "
                   f"({seeds_per_hour(done, elapsed):g} seeds/hour so far)")
         if not outcome.ok:
+            for line in outcome.examples:
+                _progress(f"  {line}")
             for line in outcome.log_tail:
                 _progress(f"  | {line}")
             _progress("  the digest's last events:")
@@ -351,6 +360,8 @@ def run_shrink(args: argparse.Namespace, cfg: WorkloadConfig) -> int:
           f"{size(explicit(cfg))} -> {size(small)}")
     if last is not None:
         print(f"fails: {last.error or ', '.join(last.failed_rows)}")
+        for line in last.examples:
+            print(f"  {line}")
         print("the digest's last events:")
         for line in last.digest_tail[-20:]:
             print(f"  {line}")
