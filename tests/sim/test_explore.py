@@ -111,3 +111,35 @@ def test_a_failed_check_is_reported_with_its_rows_and_replay(
                       lambda o, done, total, elapsed: seen.append(o.seed), replay_command, "8-9")
     assert seen == [8, 9] and summary["failed"] == [9] and summary["runs"] == 2
     assert summary["replay"] == {"9": "odradek sim --seed 9 --rate 0.1"}
+
+
+def test_the_shrink_command_writes_a_smaller_failing_schedule(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    import odradek.sim.explore as explore_module
+    from odradek.sim import command
+    from odradek.sim.explore import Outcome
+    from odradek.sim.replay import explicit, load_schedule
+
+    culprit = (explicit(WorkloadConfig(5, duration=60.0)).faults or [])[7]
+
+    def run_one(cfg: WorkloadConfig, timeout: float) -> Outcome:  # a stand-in run
+        bad = culprit in (cfg.faults or ()) and cfg.transactional_producers > 0
+        return Outcome(cfg, {"seed": cfg.seed, "ok": not bad}, ["lost"] if bad else [],
+                       digest_tail=["12.5 rst #7"])
+
+    monkeypatch.setattr(explore_module, "run_one", run_one)
+    parser = argparse.ArgumentParser(prog="odradek")
+    command.add_parser(parser.add_subparsers(dest="command", required=True))
+    path = tmp_path / "small.json"
+    args = parser.parse_args(["sim", "--seed", "5", "--duration", "60", "--shrink",
+                              "--save-schedule", str(path)])
+    assert args.func(args) == 1
+    out, err = capsys.readouterr()
+    small = load_schedule(path)
+    assert small.faults == [culprit] and small.duration < 60.0
+    assert (small.producers, small.consumers, small.transactional_producers) == (0, 0, 1)
+    assert f"replay: odradek sim --schedule {path}" in out and "12.5 rst #7" in out
+    assert "'faults': 1" in out and "shrink run 1: the whole schedule: fails" in err

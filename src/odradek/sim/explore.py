@@ -267,14 +267,19 @@ def _progress(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _exit_on_sigterm() -> None:
-    """SIGTERM (and SIGINT, which a shell leaves ignored in a background job) end the batch
-    through `run_many`'s cleanup: its children killed, their files removed."""
+@contextlib.contextmanager
+def _exit_on_sigterm() -> Iterator[None]:
+    """While entered, SIGTERM (and SIGINT, which a shell leaves ignored in a background job)
+    end the batch through `run_many`'s cleanup: its children killed, their files removed."""
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def run_seeds(args: argparse.Namespace, make: Callable[[int], WorkloadConfig]) -> int:
@@ -284,7 +289,6 @@ def run_seeds(args: argparse.Namespace, make: Callable[[int], WorkloadConfig]) -
     from .replay import replay_command
 
     seeds = parse_seeds(args.seeds)
-    _exit_on_sigterm()
     jobs = args.jobs or os.cpu_count() or 1
 
     def on_outcome(outcome: Outcome, done: int, total: int, elapsed: float) -> None:
@@ -310,8 +314,9 @@ def run_seeds(args: argparse.Namespace, make: Callable[[int], WorkloadConfig]) -
         else:
             print(f"seed {outcome.seed} FAIL {outcome.error}", flush=True)
 
-    summary = explore(seeds, make, jobs, args.seed_timeout, on_outcome, replay_command,
-                      args.seeds)
+    with _exit_on_sigterm():
+        summary = explore(seeds, make, jobs, args.seed_timeout, on_outcome, replay_command,
+                          args.seeds)
     if args.json:
         print(json.dumps(summary), flush=True)
     else:
@@ -330,7 +335,6 @@ def run_shrink(args: argparse.Namespace, cfg: WorkloadConfig) -> int:
     from .replay import dumps, explicit, replay_command, save_schedule, schedule_to_json
     from .shrink import shrink, size
 
-    _exit_on_sigterm()
     outcomes: dict[str, Outcome] = {}
     first: list[Outcome] = []
 
@@ -347,7 +351,8 @@ def run_shrink(args: argparse.Namespace, cfg: WorkloadConfig) -> int:
 
     began = time.perf_counter()
     try:
-        small = shrink(cfg, fails, args.shrink_runs, _progress)
+        with _exit_on_sigterm():
+            small = shrink(cfg, fails, args.shrink_runs, _progress)
     except ValueError as exc:
         _progress(f"odradek sim --shrink: {exc}")
         return 0
