@@ -8,6 +8,14 @@ Exit 0 when every guarantee held, 1 otherwise. The last line gives the seed, the
 wall seconds, the operations, the faults and the digest (`--json`: one JSON object with the
 keys seed, virtual_s, wall_s, operations, faults, digest, ok). This module only declares the
 command (the console's parser imports it); the run is imported when the command runs.
+
+The explorer (docs/simulation.md, "Exploring many seeds"; sim/explore.py, sim/replay.py,
+sim/shrink.py):
+
+    odradek sim --seeds 1-1000 [--jobs N] [--duration 60] [--json]   many seeds, a summary
+    odradek sim --seed 7 ... --save-schedule FILE                     the run's schedule
+    odradek sim --schedule FILE                                       replay a schedule
+    odradek sim --seed 7 ... --shrink [--save-schedule FILE]          a failing run, shrunk
 """
 
 from __future__ import annotations
