@@ -30,9 +30,20 @@ class Digest:
         self.tail: deque[str] = deque(maxlen=tail)
         #: called with (time, kind, fields, payload) of each event (a trace file)
         self.observers: list[Callable[[float, str, str, bytes], None]] = []
+        self._places: tuple[tuple[bytes, bytes], ...] = ()
+
+    def place(self, path: str, name: str) -> None:
+        """Fold `path` in as `name` wherever a payload holds it: the brokers' data directory
+        is a fresh temporary one per run, and Kafka's error messages name it (a produce to a
+        failed log dir answers "Error while appending to events-2 in dir <path>/broker-2"),
+        so without this a run's digest would depend on a random directory name."""
+        self._places += ((path.encode(), name.encode()),)
 
     def record(self, time: float, kind: str, fields: str, payload: bytes = b"") -> None:
         """Fold one event in. `fields` names who and where (e.g. `a:40001>b:9092 #3`)."""
+        for path, name in self._places:
+            if path in payload:
+                payload = bytes(payload).replace(path, name)
         self.events += 1
         self.bytes += len(payload)
         head = f"{kind} {fields}".encode()
