@@ -70,7 +70,7 @@ SYN, SYNACK, DATA, FIN, RST = "syn", "synack", "data", "fin", "rst"
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Segment:
     at: float
     kind: str
