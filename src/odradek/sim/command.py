@@ -8,6 +8,14 @@ Exit 0 when every guarantee held, 1 otherwise. The last line gives the seed, the
 wall seconds, the operations, the faults and the digest (`--json`: one JSON object with the
 keys seed, virtual_s, wall_s, operations, faults, digest, ok). This module only declares the
 command (the console's parser imports it); the run is imported when the command runs.
+
+The explorer (docs/simulation.md, "Exploring many seeds"; sim/explore.py, sim/replay.py,
+sim/shrink.py):
+
+    odradek sim --seeds 1-1000 [--jobs N] [--duration 60] [--json]   many seeds, a summary
+    odradek sim --seed 7 ... --save-schedule FILE                     the run's schedule
+    odradek sim --schedule FILE                                       replay a schedule
+    odradek sim --seed 7 ... --shrink [--save-schedule FILE]          a failing run, shrunk
 """
 
 from __future__ import annotations
@@ -15,14 +23,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-__all__ = ["add_parser", "cmd_sim"]
+if TYPE_CHECKING:
+    from .workload import WorkloadConfig
+
+__all__ = ["EXPLORER_RATE", "add_parser", "cmd_sim"]
+
+#: the producers' rate under `--seeds` (docs/performance.md, "Simulation speed": what keeps a
+#: thousand seeds of 60 virtual seconds an hour on two CPUs)
+EXPLORER_RATE = 0.1
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sim", help="a seeded deterministic simulation of brokers, clients and "
                                    "faults, checked for Kafka's guarantees")
-    p.add_argument("--seed", type=int, required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--seed", type=int)
+    which.add_argument("--seeds", metavar="A-B",
+                       help="run every seed from A to B (or A,B,C-D), --jobs at a time, each "
+                            "in its own process; a summary last (docs/simulation.md, "
+                            "\"Exploring many seeds\")")
+    which.add_argument("--schedule", metavar="FILE",
+                       help="replay a schedule file (its seed, config and explicit plans; "
+                            "the flags' workload values are ignored)")
     p.add_argument("--duration", type=float, default=20.0,
                    help="virtual seconds of workload under faults (default 20)")
     p.add_argument("--brokers", type=int, default=3)
@@ -36,6 +60,25 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--consumers", type=int, default=2, help="consumers in the group (default 2)")
     p.add_argument("--transactional", type=int, default=1,
                    help="transactional producers (default 1; 0: no read_committed reader)")
+    p.add_argument("--rate", type=float, default=None, metavar="R",
+                   help="the producers' send rate: their pauses divided by R (default 1; "
+                        f"with --seeds {EXPLORER_RATE:g}, the explorer's)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="with --seeds: runs at once (default: the number of CPUs)")
+    p.add_argument("--seed-timeout", type=float, default=900.0, metavar="S",
+                   help="with --seeds or --shrink: wall seconds a run may take before it is "
+                        "killed and counted as failed (default 900)")
+    p.add_argument("--save-schedule", metavar="FILE",
+                   help="write the run's schedule (made explicit) as a schedule file; with "
+                        "--shrink the shrunk one")
+    p.add_argument("--shrink", action="store_true",
+                   help="shrink a failing run: fewer faults (and other planned items), a "
+                        "shorter duration, fewer clients, while it still fails")
+    p.add_argument("--shrink-runs", type=int, default=200, metavar="N",
+                   help="at most N runs while shrinking (default 200)")
+    p.add_argument("--shrink-same-row", action="store_true",
+                   help="a smaller run still fails only if one of the rows that failed first "
+                        "fails again (default: any failure)")
     p.add_argument("--json", action="store_true", help="the last line as one JSON object")
     p.add_argument("--trace", metavar="FILE", help="write every event as JSON lines")
     p.add_argument("--data-dir", help="keep the brokers' files here (default: a temporary "
@@ -43,9 +86,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=cmd_sim)
 
 
-def cmd_sim(args: argparse.Namespace) -> int:
+def _config(args: argparse.Namespace, seed: int, rate: float) -> WorkloadConfig:
     from .schedule import FAULT_KINDS
-    from .workload import WorkloadConfig, run_workload
+    from .workload import WorkloadConfig
 
     if args.faults is None:
         kinds: tuple[str, ...] = FAULT_KINDS
@@ -53,12 +96,44 @@ def cmd_sim(args: argparse.Namespace) -> int:
         kinds = ()
     else:
         kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
-    report = run_workload(WorkloadConfig(args.seed, duration=args.duration,
-                                         brokers=args.brokers, fault_kinds=kinds,
-                                         fault_scale=args.fault_scale,
-                                         producers=args.producers, consumers=args.consumers,
-                                         transactional_producers=args.transactional,
-                                         trace=args.trace, data_dir=args.data_dir))
+    return WorkloadConfig(seed, duration=args.duration, brokers=args.brokers,
+                          fault_kinds=kinds, fault_scale=args.fault_scale,
+                          producers=args.producers, consumers=args.consumers,
+                          transactional_producers=args.transactional, trace=args.trace,
+                          data_dir=args.data_dir, rate=rate)
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from .replay import explicit, load_schedule, replay_command, save_schedule
+    from .workload import run_workload
+
+    if args.rate is not None and args.rate <= 0:
+        raise SystemExit("odradek sim: --rate must be positive")
+    if args.seeds is not None:
+        from .explore import run_seeds
+
+        single = [flag for flag, value in (("--shrink", args.shrink), ("--trace", args.trace),
+                                           ("--save-schedule", args.save_schedule),
+                                           ("--data-dir", args.data_dir)) if value]
+        if single:
+            raise SystemExit(f"odradek sim: {', '.join(single)}: one run only (--seed or "
+                             "--schedule), not --seeds")
+
+        return run_seeds(args, lambda seed: _config(
+            args, seed, EXPLORER_RATE if args.rate is None else args.rate))
+    if args.schedule is not None:
+        cfg = load_schedule(args.schedule, trace=args.trace, data_dir=args.data_dir)
+    else:
+        cfg = _config(args, args.seed, 1.0 if args.rate is None else args.rate)
+    if args.shrink:
+        from .explore import run_shrink
+
+        return run_shrink(args, cfg)
+    if args.save_schedule:
+        save_schedule(explicit(cfg), args.save_schedule)
+        print(f"schedule written to {args.save_schedule}; replay: "
+              f"{replay_command(cfg, args.save_schedule)}", file=sys.stderr)
+    report = run_workload(cfg)
     if not args.json:
         for line in report.fault_lines:
             print(line)

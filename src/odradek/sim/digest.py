@@ -27,23 +27,42 @@ class Digest:
         self._hash = hashlib.blake2b(digest_size=32)
         self.events = 0
         self.bytes = 0
-        self.tail: deque[str] = deque(maxlen=tail)
+        # the last events unformatted: formatting each as it happens cost more than its hash
+        self._tail: deque[tuple[float, str, str, int]] = deque(maxlen=tail)
         #: called with (time, kind, fields, payload) of each event (a trace file)
         self.observers: list[Callable[[float, str, str, bytes], None]] = []
+        self._places: tuple[tuple[bytes, bytes], ...] = ()
+
+    def place(self, path: str, name: str) -> None:
+        """Fold `path` in as `name` wherever a payload holds it: the brokers' data directory
+        is a fresh temporary one per run, and Kafka's error messages name it (a produce to a
+        failed log dir answers "Error while appending to events-2 in dir <path>/broker-2"),
+        so without this a run's digest would depend on a random directory name."""
+        self._places += ((path.encode(), name.encode()),)
 
     def record(self, time: float, kind: str, fields: str, payload: bytes = b"") -> None:
         """Fold one event in. `fields` names who and where (e.g. `a:40001>b:9092 #3`)."""
-        self.events += 1
-        self.bytes += len(payload)
+        for path, name in self._places:
+            if path in payload:
+                payload = bytes(payload).replace(path, name)
+        self.events = events = self.events + 1
+        size = len(payload)
+        self.bytes += size
         head = f"{kind} {fields}".encode()
-        self._hash.update(_HEAD.pack(time, self.events, len(head)))
-        self._hash.update(head)
-        self._hash.update(len(payload).to_bytes(8, "big"))
+        # the same bytes in two updates rather than four (BLAKE2b is a stream: the digest is
+        # unchanged); the payload is not copied
+        self._hash.update(b"".join((_HEAD.pack(time, events, len(head)), head,
+                                    size.to_bytes(8, "big"))))
         self._hash.update(payload)
-        self.tail.append(f"{time:.9f} {kind} {fields} {len(payload)}B")
+        self._tail.append((time, kind, fields, size))
         if self.observers:
             for observe in self.observers:
                 observe(time, kind, fields, payload)
+
+    @property
+    def tail(self) -> list[str]:
+        """The last events as readable lines (time, kind, fields, payload size)."""
+        return [f"{time:.9f} {kind} {fields} {size}B" for time, kind, fields, size in self._tail]
 
     def hexdigest(self) -> str:
         """The digest of every event so far."""

@@ -72,6 +72,11 @@ class SimDisk:
         self.root = None if root is None else os.path.abspath(root)
         self._synced: dict[int, bytes] = {}  # inode -> its bytes at its last fsync
         self._names: dict[str, int] = {}  # durable path -> inode
+        # the same names by directory, and how many name each inode: a directory's fsync and
+        # a name's removal then look only at what they concern (the high watermark checkpoint
+        # syncs its directory every few seconds, among thousands of names)
+        self._dirs: dict[str, dict[str, None]] = {}
+        self._links: dict[int, int] = {}
         self._failed: dict[str, int] = {}  # directory (with a trailing /) -> errno
         self.fsyncs = 0
         self.torn_bytes = 0
@@ -93,7 +98,8 @@ class SimDisk:
         if data is None:
             return
         self._synced[st.st_ino] = data
-        self._names.setdefault(path, st.st_ino)
+        if path not in self._names:
+            self._name(path, st.st_ino)
         self._record("fsync", f"{self._rel(path)} {len(data)}")
 
     def pwrite(self, fd: int, data: Any, offset: int) -> int:
@@ -147,7 +153,7 @@ class SimDisk:
         for path in durable:
             ino = self._names[path]
             if not os.path.isdir(os.path.dirname(path)):  # its directory was removed
-                del self._names[path]
+                self._unname(path)
                 continue
             synced = self._synced.get(ino, b"")
             now = current.get(path)
@@ -175,7 +181,7 @@ class SimDisk:
             with open(path, "wb") as f:
                 f.write(data)
             ino = os.stat(path).st_ino
-            self._names[path] = ino
+            self._name(path, ino)
             self._synced[ino] = data
         for rel in sorted(report):
             self._record("crash", f"{self._rel(os.path.join(top, rel))} {report[rel]}")
@@ -190,23 +196,51 @@ class SimDisk:
 
     def _sync_dir(self, directory: str) -> None:
         """Every name in `directory` durable as it is now (files only; removed names dropped)."""
-        prefix = os.path.join(directory, "")
         present: dict[str, int] = {}
         with os.scandir(directory) as entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     present[entry.path] = entry.inode()
-        gone = [p for p in self._names if p.startswith(prefix)
-                and os.path.dirname(p) == directory and p not in present]
-        self._names.update(present)
+        gone = [p for p in self._dirs.get(directory, ()) if p not in present]
+        for path, ino in present.items():
+            self._name(path, ino)
         for path in gone:
             self._forget(path)
         self._record("fsync", f"{self._rel(directory)}/ {len(present)}")
 
     def _forget(self, path: str) -> None:
-        ino = self._names.pop(path)
-        if ino not in self._names.values():
+        ino = self._unname(path)
+        if ino not in self._links:
             self._synced.pop(ino, None)
+
+    def _name(self, path: str, ino: int) -> None:
+        """`path` names inode `ino` durably."""
+        old = self._names.get(path)
+        if old == ino:
+            return
+        if old is not None:
+            self._unlink(old)
+        self._names[path] = ino
+        self._links[ino] = self._links.get(ino, 0) + 1
+        self._dirs.setdefault(os.path.dirname(path), {})[path] = None
+
+    def _unname(self, path: str) -> int:
+        """`path` names nothing durably any more: the inode it named."""
+        ino = self._names.pop(path)
+        self._unlink(ino)
+        directory = os.path.dirname(path)
+        names = self._dirs[directory]
+        del names[path]
+        if not names:
+            del self._dirs[directory]
+        return ino
+
+    def _unlink(self, ino: int) -> None:
+        left = self._links[ino] - 1
+        if left:
+            self._links[ino] = left
+        else:
+            del self._links[ino]
 
     def _move(self, src: Any, dst: Any, move: Callable[[Any, Any], None]) -> None:
         source = os.path.abspath(os.fsdecode(src))
@@ -217,7 +251,7 @@ class SimDisk:
         move(src, dst)
         prefix = os.path.join(source, "")
         for path in [p for p in self._names if p.startswith(prefix)]:
-            self._names[target + path[len(source):]] = self._names.pop(path)
+            self._name(target + path[len(source):], self._unname(path))
         self._record("move", f"{self._rel(source)} {self._rel(target)}")
 
     def _rel(self, path: str) -> str:

@@ -37,7 +37,7 @@ import itertools
 import os
 import threading
 from collections.abc import Awaitable, Callable
-from contextvars import Context
+from contextvars import Context, copy_context
 from typing import Any, TypeVar
 
 __all__ = ["NotSimulated", "SimLoop", "SimulationDeadlock"]
@@ -52,6 +52,12 @@ Connect = Callable[[str, int, Callable[[], asyncio.BaseProtocol]],
 # Timers whose deadline is within this of the clock run (asyncio's `_clock_resolution`); the
 # clock is moved exactly to a deadline, so this only absorbs float addition in callers.
 _RESOLUTION = 1e-9
+
+# asyncio's (base_events): when cancelled timers are purged from the heap all at once, and the
+# longest a select may block
+_MIN_SCHEDULED_TIMER_HANDLES = 100
+_MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
+_MAXIMUM_SELECT_TIMEOUT = 24 * 3600
 
 
 class NotSimulated(NotImplementedError):
@@ -70,7 +76,18 @@ class _SeqTimerHandle(asyncio.TimerHandle):
 
     def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...],
                  loop: asyncio.AbstractEventLoop, context: Context | None, seq: int) -> None:
-        super().__init__(when, callback, args, loop, context=context)
+        if loop.get_debug():  # the source traceback asyncio keeps in debug mode
+            super().__init__(when, callback, args, loop, context=context)
+        else:  # what `TimerHandle.__init__` sets, without its calls (one timer per segment)
+            self._context = copy_context() if context is None else context
+            self._loop = loop
+            self._callback = callback
+            self._args = args
+            self._cancelled = False
+            self._repr = None
+            self._source_traceback = None
+            self._when = when
+            self._scheduled = False
         self._seq = seq
 
     def _key(self) -> tuple[float, int]:
@@ -172,6 +189,56 @@ class SimLoop(asyncio.BaseEventLoop):
         if target > self._now:
             self._now = target
             self.jumps += 1
+
+    def _run_once(self) -> None:
+        """`BaseEventLoop._run_once` with the selector's `_advance` folded in: the same steps
+        in the same order (cancelled timers dropped, the clock moved to the earliest timer when
+        nothing is ready, due timers made ready in heap order, the ready callbacks run), without
+        the calls a real selector needs; asyncio's own in debug mode."""
+        if self._debug:  # type: ignore[attr-defined]
+            super()._run_once()  # type: ignore[misc]
+            return
+        scheduled: list[Any] = self._scheduled  # type: ignore[attr-defined]
+        count = len(scheduled)
+        if count > _MIN_SCHEDULED_TIMER_HANDLES and (
+                self._timer_cancelled_count / count  # type: ignore[attr-defined]
+                > _MIN_CANCELLED_TIMER_HANDLES_FRACTION):
+            kept = []
+            for handle in scheduled:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    kept.append(handle)
+            heapq.heapify(kept)
+            self._scheduled = scheduled = kept
+            self._timer_cancelled_count = 0
+        else:
+            while scheduled and scheduled[0]._cancelled:
+                self._timer_cancelled_count -= 1  # type: ignore[attr-defined]
+                heapq.heappop(scheduled)._scheduled = False
+        ready = self._ready  # type: ignore[attr-defined]
+        now = self._now
+        if not ready and not self._stopping:  # type: ignore[attr-defined]
+            if not scheduled:
+                self._advance(None)  # raises SimulationDeadlock
+            when = scheduled[0]._when
+            if when > now:  # the jump `_advance` makes (a day at most, as asyncio's timeout)
+                now = self._now = when if when - now <= _MAXIMUM_SELECT_TIMEOUT \
+                    else now + _MAXIMUM_SELECT_TIMEOUT
+                self.jumps += 1
+        end = now + self._clock_resolution
+        while scheduled:
+            handle = scheduled[0]
+            if handle._when >= end:
+                break
+            heapq.heappop(scheduled)._scheduled = False
+            ready.append(handle)
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if not handle._cancelled:
+                handle._run()
+        handle = None  # as asyncio: no cycle through an exception's frame
 
     # -- deterministic timers --------------------------------------------------------------
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,

@@ -70,7 +70,7 @@ SYN, SYNACK, DATA, FIN, RST = "syn", "synack", "data", "fin", "rst"
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Segment:
     at: float
     kind: str
@@ -118,6 +118,7 @@ class _Pipe:
     timer: asyncio.TimerHandle | None = None
     parked_since: float | None = None  # on a blocked link since then
     waiting_reader: bool = False  # the receiver paused reading
+    fields: str = ""  # how the digest names this direction (`deliver` fills it in once)
 
     def send(self, kind: str, data: bytes = b"") -> None:
         net = self.net
@@ -497,7 +498,10 @@ class SimNetwork:
     def deliver(self, pipe: _Pipe, segment: _Segment) -> None:
         """A segment reaches `pipe.dst` now."""
         dst, src, conn = pipe.dst, pipe.src, pipe.conn
-        fields = f"#{conn.id} {src.local[0]}:{src.local[1]}>{dst.local[0]}:{dst.local[1]}"
+        fields = pipe.fields
+        if not fields:
+            fields = pipe.fields = (f"#{conn.id} {src.local[0]}:{src.local[1]}>"
+                                    f"{dst.local[0]}:{dst.local[1]}")
         kind = segment.kind
         self.digest.record(self.loop.time(), kind, fields, segment.data)
         if kind == SYN:

@@ -68,6 +68,23 @@ class PlannedFault:
                  else f" +{self.amount:g} ms" if self.kind == "slow" else "")
         return f"{self.kind} {sides}{extra}"
 
+    def to_json(self) -> dict[str, object]:
+        """The fault as a JSON object (a schedule file's `faults`, docs/simulation.md)."""
+        return {"at": self.at, "kind": self.kind, "nodes": list(self.nodes),
+                "hold": self.hold, "amount": self.amount}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> PlannedFault:
+        """The fault `to_json` wrote; an unknown kind is refused."""
+        kind = str(data["kind"])
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {FAULT_KINDS}")
+        nodes = data.get("nodes", ())
+        assert isinstance(nodes, list | tuple)
+        return cls(float(data["at"]), kind,  # type: ignore[arg-type]
+                   tuple(n if isinstance(n, str) else int(n) for n in nodes),
+                   float(data.get("hold", 0.0)), float(data.get("amount", 0.0)))  # type: ignore[arg-type]
+
 
 def plan_faults(rng: SimRandom, brokers: int, duration: float,
                 kinds: Sequence[str] = FAULT_KINDS, scale: float = 1.0) -> list[PlannedFault]:

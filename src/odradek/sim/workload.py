@@ -70,6 +70,10 @@ class WorkloadConfig:
     fault_scale: float = 1.0
     trace: str | Path | None = None
     data_dir: str | Path | None = None
+    #: an explicit fault plan (a schedule file's, a shrunk one) instead of the seed's draw
+    faults: Sequence[PlannedFault] | None = None
+    #: the producers' send rate: their pauses between sends divided by it (1: as drawn)
+    rate: float = 1.0
     invariants: bool = True  # check sim/invariants.py's invariants during the run
 
 
@@ -179,7 +183,7 @@ class _Run:
                     await asyncio.sleep(0.1)
                     continue
                 future.add_done_callback(lambda f, op=op: self._delivered(op, f))
-                await asyncio.sleep(rng.choice([0.005, 0.02, 0.05, 0.1]))
+                await asyncio.sleep(rng.choice([0.005, 0.02, 0.05, 0.1]) / self.cfg.rate)
             await producer.flush(30.0)
         finally:
             with contextlib.suppress(Exception):
@@ -230,7 +234,7 @@ class _Run:
                         else:
                             self.aborted.add(self.history[op].value or "")
                             self.fail(op, "aborted")
-                    await asyncio.sleep(rng.choice([0.0, 0.01, 0.1]))
+                    await asyncio.sleep(rng.choice([0.0, 0.01, 0.1]) / self.cfg.rate)
             except Exception:  # a new producer with the same transactional.id fences this one
                 await asyncio.sleep(0.5)
             finally:
@@ -323,8 +327,9 @@ class _Run:
                  + [f"client-consumer-{i}" for i in range(cfg.consumers)]
                  + (["client-reader-committed"] if cfg.transactional_producers else []))
         injector = FaultInjector(sim, cluster, hosts, self.on_fault)
-        plan = plan_faults(sim.random.fork("faults"), cfg.brokers, cfg.duration,
-                           cfg.fault_kinds, cfg.fault_scale)
+        plan = list(cfg.faults) if cfg.faults is not None else plan_faults(
+            sim.random.fork("faults"), cfg.brokers, cfg.duration, cfg.fault_kinds,
+            cfg.fault_scale)
         faults = asyncio.ensure_future(injector.run(plan))
         await asyncio.sleep(cfg.duration)
         faults.cancel()
@@ -434,6 +439,7 @@ def run_workload(cfg: WorkloadConfig) -> SimReport:
     trace.follow(sim.digest)
     tmp = Path(tempfile.mkdtemp(prefix="odradek-sim-")) if cfg.data_dir is None \
         else Path(cfg.data_dir)
+    sim.digest.place(str(tmp), "<data-dir>")  # the same digest wherever the files are
     run = _Run(sim, cfg, trace)
 
     async def main(sim: Simulation) -> CheckReport:

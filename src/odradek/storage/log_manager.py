@@ -677,13 +677,17 @@ class LogManager:
     def write_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
         """Write each log dir's replication-offset-checkpoint with the high watermarks of the
         partitions it holds (partitions without a log here are ignored)."""
-        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.live_log_dirs}
+        live = {str(d): d for d in self.live_log_dirs}
+        by_dir: dict[str, dict[TopicPartition, int]] = {name: {} for name in live}
         for tp, hw in high_watermarks.items():
             log = self._logs.get(tp)
-            if log is not None and log.dir.parent in by_dir:
-                by_dir[log.dir.parent][tp] = hw
-        for log_dir, entries in by_dir.items():
-            self._write_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT,
+            if log is not None:
+                # the parent by name: a Path per log cost more than the file's encoding
+                entries = by_dir.get(os.path.dirname(str(log.dir)))
+                if entries is not None:
+                    entries[tp] = hw
+        for name, entries in by_dir.items():
+            self._write_checkpoint(live[name] / REPLICATION_OFFSET_CHECKPOINT,
                                    OffsetCheckpointFile.encode(entries))
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:

@@ -59,6 +59,9 @@ _RECOVERY_CHUNK = 1024 * 1024
 # The v2 batch header (see protocol.records); parsed here with the batch's *file* position.
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
+# lastOffsetDelta: after baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 8 + 4 + 4 + 1 + 4 + 2
 
 
 def filename_prefix(offset: int) -> str:
@@ -426,10 +429,33 @@ class LogSegment:
         """The first batch whose last offset >= `offset`: offset index lookup, then a forward
         scan of batch headers. None when the segment holds no such batch."""
         _, position = self.offset_index.lookup(offset)
-        for header in self.iter_headers(max(position, starting_position)):
-            if header.last_offset >= offset:
-                return LogOffsetPosition(header.base_offset, header.last_offset, header.position,
-                                         header.size)
+        # `iter_headers`' walk, reading of each header only the three fields this needs (a
+        # fetch's every read comes here: building each header cost more than finding it)
+        pos = max(position, starting_position)
+        end = self._size
+        if end - pos < HEADER_SIZE:
+            return None
+        f = self._log_file()
+        fd = f.fileno()
+        buf = b""
+        buf_start = 0
+        unpack = _OFFSET_AND_LENGTH.unpack_from
+        unpack_delta = _LAST_OFFSET_DELTA.unpack_from
+        while end - pos >= HEADER_SIZE:
+            off = pos - buf_start
+            if off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+                buf_start, off = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    return None
+            base_offset, batch_length = unpack(buf, off)
+            size = batch_length + LOG_OVERHEAD
+            if batch_length < MIN_BATCH_LENGTH or pos + size > end:
+                return None
+            last_offset = base_offset + unpack_delta(buf, off + _LAST_OFFSET_DELTA_AT)[0]
+            if last_offset >= offset:
+                return LogOffsetPosition(base_offset, last_offset, pos, size)
+            pos += size
         return None
 
     def _boundary_at_or_before(self, start: int, limit: int) -> int:

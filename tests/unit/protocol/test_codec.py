@@ -240,6 +240,25 @@ def test_test_encoder_matches_kio(name: str) -> None:
             SAMPLES[name], 5, client_id)
 
 
+@pytest.mark.parametrize("name", SAMPLES)
+def test_request_header_is_written_as_kio_writes_it(name: str) -> None:
+    # encode_request writes headers v1 and v2 itself: the bytes must be kio's, whatever the
+    # client id (null, empty, not ASCII)
+    req = SAMPLES[name]
+    for client_id in [*CLIENT_IDS, "cl\u00efent-\u00e9"]:
+        header = request_header(req, -3, client_id)
+        expected = _Sink()
+        entity_writer(type(header))(expected, header)
+        entity_writer(type(req))(expected, req)
+        assert payload_of(req, -3, client_id) == bytes(expected)
+
+
+class _Sink(bytearray):
+    def write(self, data: bytes) -> int:
+        self.extend(data)
+        return len(data)
+
+
 # --- decoding requests --------------------------------------------------------------------------
 
 

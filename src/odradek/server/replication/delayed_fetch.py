@@ -168,14 +168,17 @@ class DelayedFetch(DelayedOperation):
         if self.future.done():
             return
         first = self._first_read
-        if first is None or not self.timed_out:
+        if first is None:
             self.future.set_result(self.manager.read_from_local_log(
                 self.replica_id, self.max_bytes, self.requests, self.isolation_level,
                 self.client_metadata))
             return
-        # A follower's idle fetch timing out (twice a second per fetcher at 10,000
-        # partitions): read again only the partitions that moved since the first read, and
-        # those whose offsets no longer match it; the others' answer is that read's.
+        # A follower's fetch that found nothing, timing out (twice a second per fetcher at
+        # 10,000 partitions) or completed by an append to one of its partitions: read again
+        # only the partitions that moved since the first read, and those whose offsets no
+        # longer match it; the others' answer is that read's, what reading them again would
+        # answer (empty, as they were: they add nothing to the response's size, so the
+        # others' share of fetch.max.bytes and KIP-74's first whole batch are the same).
         moved, offline = self._moved, self.manager.offline_partitions
         again = {tp: req for tp, req in self.requests.items()
                  if tp in moved or (offline and tp in offline)

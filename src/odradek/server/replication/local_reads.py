@@ -30,7 +30,6 @@ from .results import (
     FetchRequestPartition,
     FetchResult,
     error_code_for,
-    fetch_limit,
 )
 
 log = logging.getLogger("odradek.replica_manager")  # Kafka logs these from ReplicaManager
@@ -98,23 +97,26 @@ class LocalLogReader:
         # Kafka's fetchOnlyFromLeader: followers always, consumers without client metadata
         from_follower_ok = replica_id == DEBUGGING_CONSUMER_ID or (
             replica_id < 0 and client_metadata is not None)
+        follower = replica_id >= 0
+        require_leader = not from_follower_ok
+        selector = self.replica_selector if client_metadata is not None else None
+        none = ErrorCode.none
         results: dict[TopicPartition, FetchResult] = {}
         remaining = max_bytes
         min_one = True  # KIP-74: the first batch of the response is sent whole even if too large
         for tp, req in requests.items():
-            partition, code = lookup(tp, req.current_leader_epoch,
-                                     require_leader=not from_follower_ok)
-            if partition is not None and not has_consistent_topic_id(req.topic_id,
-                                                                     partition.topic_id):
+            partition, code = lookup(tp, req.current_leader_epoch, require_leader=require_leader)
+            if partition is not None and req.topic_id is not None \
+                    and not has_consistent_topic_id(req.topic_id, partition.topic_id):
                 code = ErrorCode.inconsistent_topic_id  # KIP-516: another topic's log
-            if partition is None or code != ErrorCode.none:
+            if partition is None or code != none:
                 results[tp] = (FetchResult(code) if partition is None else FetchResult(
                     code, partition.high_watermark, partition.log_start_offset,
                     last_stable_offset=partition.last_stable_offset))
                 continue
-            lso = partition.last_stable_offset
-            if client_metadata is not None and self.replica_selector is not None \
-                    and partition.is_leader:
+            log_ = partition.log
+            lso = log_.last_stable_offset
+            if selector is not None and partition.is_leader:
                 preferred = self._preferred_read_replica(partition, client_metadata,
                                                          req.fetch_offset)
                 if preferred >= 0:  # no read: the consumer goes to that replica
@@ -122,7 +124,6 @@ class LocalLogReader:
                         ErrorCode.none, partition.high_watermark, partition.log_start_offset,
                         [], 0, partition.log_end_offset, lso, preferred_read_replica=preferred)
                     continue
-            log_ = partition.log
             fetch_offset = req.fetch_offset
             # KIP-320: does the fetcher's log diverge? Not if its last fetched epoch is our
             # latest and it fetches within our log (the check would answer "read": an idle
@@ -139,8 +140,10 @@ class LocalLogReader:
                         partition.log_end_offset, lso, diverging_epoch=check.diverging_epoch)
                     continue
             try:
-                limit = fetch_limit(partition, replica_id, isolation_level)
-                if throttle(partition, replica_id):
+                # fetch_limit, inline: the LEO for followers, else the LSO or the HW
+                limit = log_.log_end_offset if follower else (
+                    lso if isolation_level == READ_COMMITTED else partition.high_watermark)
+                if follower and throttle(partition, replica_id):  # consumers never are
                     # KIP-73: left out of this response (no data, no error)
                     results[tp] = FetchResult(ErrorCode.none, partition.high_watermark,
                                               partition.log_start_offset, [], 0,

@@ -219,6 +219,40 @@ def test_an_idle_follower_fetch_timing_out_reads_again_only_what_changed(tmp_pat
     asyncio.run(body())
 
 
+def test_a_follower_fetch_completed_by_an_append_reads_again_only_what_moved(tmp_path: Path
+                                                                            ) -> None:
+    """An append to one partition completes a follower's idle fetch: that partition is read
+    again, the others answer from the read that made the fetch wait, as reading them again
+    would."""
+    async def body() -> None:
+        lm, rm = _manager(tmp_path, 6)
+        try:
+            fut = _follower_fetch(rm, 6)
+            reads: list[set[tuple[str, int]]] = []
+            real = rm.read_from_local_log
+
+            def counted(replica_id: int, max_bytes: int, reqs: dict, *a: object) -> dict:
+                reads.append(set(reqs))
+                return real(replica_id, max_bytes, reqs, *a)  # type: ignore[arg-type]
+            rm.read_from_local_log = counted  # type: ignore[method-assign]
+            rm.append_records(1, 1000, {("t", 3): build_batch([(None, b"x")])})
+            out = await asyncio.wait_for(fut, 1)
+            assert reads == [{("t", 3)}]
+            requests = {("t", i): FetchRequestPartition(0, 1 << 20) for i in range(6)}
+            again = real(FOLLOWER, 1 << 20, requests)
+            assert list(out) == list(again)
+
+            def seen(r: object) -> tuple[object, ...]:
+                return (r.error, r.high_watermark, r.log_start_offset, r.size,  # type: ignore
+                        r.leader_end_offset, r.last_stable_offset)  # type: ignore
+            assert [seen(r) for r in out.values()] == [seen(r) for r in again.values()]
+            assert out[("t", 3)].size > 0
+        finally:
+            rm.shutdown()
+            lm.shutdown()
+    asyncio.run(body())
+
+
 def test_min_bytes_one_completes_without_a_log_read_larger_ones_count_bytes(tmp_path: Path
                                                                             ) -> None:
     """With fetch.min.bytes 1 (the default) a waiting fetch completes on the first batch below
