@@ -55,8 +55,8 @@ CASES: dict[str, Case] = {
         "duration": 30.0, "fault_kinds": ("session-expiry", "store-cut", "isolate", "one-way"),
         "producers": 2, "consumers": 2}, first=5, slow=True),
     # seeds 1-6 (10 s, these kinds), 1-4 (20 s, session-expiry and isolate at fault scale
-    # 0.5) and 1-6 (15 s, session-expiry at fault scale 0.3) never made a deposed controller
-    # write: the check's race is not reached
+    # 0.5), 1-6 (15 s, session-expiry at fault scale 0.3) and 1-6 (15 s, kill and
+    # session-expiry at 0.4) never made a deposed controller write: the race is not reached
     "controller-without-epoch-check": Case("controller-fenced", 6, {
         "duration": 10.0, "fault_kinds": ("session-expiry", "store-cut", "isolate"),
         "producers": 2, "consumers": 2}, slow=True, reached=False),
