@@ -43,6 +43,7 @@ from ..cluster.async_cluster import AsyncCluster
 from ..protocol.records import decode_records, iter_headers
 from ..server.replication.partition import Partition
 from .cluster import connect
+from .invariants import InvariantMonitor
 from .schedule import FAULT_KINDS, FaultInjector, PlannedFault, plan_faults
 from .simulation import Simulation
 from .trace import Trace
@@ -73,6 +74,7 @@ class WorkloadConfig:
     faults: Sequence[PlannedFault] | None = None
     #: the producers' send rate: their pauses between sends divided by it (1: as drawn)
     rate: float = 1.0
+    invariants: bool = True  # check sim/invariants.py's invariants during the run
 
 
 @dataclass
@@ -123,6 +125,7 @@ class _Run:
         self.faults = 0
         self.replication = min(3, cfg.brokers)
         self.min_isr = min(2, cfg.brokers)
+        self.monitor: InvariantMonitor | None = None
 
     # -- the history, traced -----------------------------------------------------------------
     def _traced(self, index: int) -> int:
@@ -284,6 +287,20 @@ class _Run:
 
     # -- the run ---------------------------------------------------------------------------
     async def main(self, cluster: AsyncCluster) -> CheckReport:
+        if self.cfg.invariants:
+            self.monitor = InvariantMonitor(self.sim, cluster, self.history, self.trace)
+            self.monitor.start()
+        try:
+            report = await self._main(cluster)
+            if self.monitor is not None:
+                await self.monitor.settle()
+                report = dataclasses.replace(report, rows=(*report.rows, *self.monitor.rows()))
+            return report
+        finally:
+            if self.monitor is not None:
+                self.monitor.stop()
+
+    async def _main(self, cluster: AsyncCluster) -> CheckReport:
         cfg, sim = self.cfg, self.sim
         bootstrap = cluster.bootstrap_servers
         admin = connect(sim, "client-admin", AsyncAdmin({"bootstrap.servers": bootstrap}))
@@ -324,6 +341,8 @@ class _Run:
         for broker_id, broker in sorted(cluster.brokers.items()):
             if not broker.started:
                 await cluster.faults.restart(broker_id)
+        if self.monitor is not None:
+            self.monitor.healed()
         self.stop.set()
         await asyncio.gather(*writers, return_exceptions=True)
         await asyncio.sleep(2.0)  # the readers catch up
