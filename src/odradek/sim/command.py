@@ -36,6 +36,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--consumers", type=int, default=2, help="consumers in the group (default 2)")
     p.add_argument("--transactional", type=int, default=1,
                    help="transactional producers (default 1; 0: no read_committed reader)")
+    p.add_argument("--ops", default="none", metavar="KIND,...|all|none",
+                   help="the explorer's operations to interleave with the faults (default "
+                        "none; docs/simulation.md, \"The explorer's operations\")")
+    p.add_argument("--op-rate", type=float, default=1.0, metavar="N",
+                   help="operations per virtual second (default 1)")
     p.add_argument("--json", action="store_true", help="the last line as one JSON object")
     p.add_argument("--trace", metavar="FILE", help="write every event as JSON lines")
     p.add_argument("--data-dir", help="keep the brokers' files here (default: a temporary "
@@ -44,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
+    from .operations import parse_kinds
     from .schedule import FAULT_KINDS
     from .workload import WorkloadConfig, run_workload
 
@@ -58,11 +64,17 @@ def cmd_sim(args: argparse.Namespace) -> int:
                                          fault_scale=args.fault_scale,
                                          producers=args.producers, consumers=args.consumers,
                                          transactional_producers=args.transactional,
-                                         trace=args.trace, data_dir=args.data_dir))
+                                         trace=args.trace, data_dir=args.data_dir,
+                                         operation_kinds=parse_kinds(args.ops),
+                                         operation_rate=args.op_rate))
     if not args.json:
         for line in report.fault_lines:
             print(line)
         print(report.check.to_text())
+        if report.coverage:
+            print("coverage:")
+            for key, count in report.coverage.items():
+                print(f"  {key:<40} {count}")
     if not report.ok:
         print("the digest's last events:", file=sys.stderr)
         for line in report.digest_tail[-20:]:

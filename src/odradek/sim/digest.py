@@ -30,9 +30,15 @@ class Digest:
         self.tail: deque[str] = deque(maxlen=tail)
         #: called with (time, kind, fields, payload) of each event (a trace file)
         self.observers: list[Callable[[float, str, str, bytes], None]] = []
+        #: (bytes, stand-in): replaced in every payload before it is folded in; for the
+        #: absolute path of the run's temporary data dir, which a few requests carry
+        #: (DescribeLogDirs, AlterReplicaLogDirs) and which differs between processes
+        self.redact: tuple[bytes, bytes] | None = None
 
     def record(self, time: float, kind: str, fields: str, payload: bytes = b"") -> None:
         """Fold one event in. `fields` names who and where (e.g. `a:40001>b:9092 #3`)."""
+        if self.redact is not None and payload:
+            payload = payload.replace(*self.redact)
         self.events += 1
         self.bytes += len(payload)
         head = f"{kind} {fields}".encode()
