@@ -1,9 +1,8 @@
 """Applies a plan of operations (sim/operations.py) to a simulated cluster during `odradek sim`'s
 workload, each recorded in the checker's history: an invoke with ``f`` the kind and the
 operation described as its value, then ``ok``, ``fail`` (the error's name; under faults a
-normal outcome) or ``info`` (a timeout: it may have happened). Commits and seeks are recorded
-per partition (``f`` "commit" / "seek", the group as value, the partition and the offset), so
-that committed offsets can be followed: they go backwards only by a seek.
+normal outcome) or ``info`` (a timeout: it may have happened). The consumer group's operations
+are sim/operation_group.py's (commits and seeks recorded per partition).
 
 Each operation runs in its own task at its planned time, bounded by `OPERATION_TIMEOUT`
 virtual seconds, except the brokers' shutdowns and restarts (a broker half started would
@@ -23,7 +22,6 @@ from kio.schema.errors import ErrorCode
 
 from ..chaos.checker.history import History
 from ..client.admin import AsyncAdmin
-from ..client.consumer import AsyncConsumer
 from ..client.errors import KafkaError, KafkaTimeoutError
 from ..client.producer import AsyncProducer
 from ..client.types import NewTopic, TopicPartition
@@ -31,6 +29,7 @@ from ..cluster.async_cluster import AsyncCluster
 from ..tools.delete_records import delete_records
 from ..tools.log_dirs import alter_replica_log_dirs, describe_replica_log_dirs
 from .cluster import connect
+from .operation_group import GROUP_KINDS, ConsumerGroupOperations, OperationFailed, error_name
 from .operations import (
     ACKS_TOPIC,
     COMPACT_TOPIC,
@@ -47,25 +46,11 @@ __all__ = ["OPERATION_TIMEOUT", "OperationRunner"]
 
 OPERATION_TIMEOUT = 20.0
 HOST = "client-ops"
-GROUP = "ops-group"
-GROUP_TOPIC = "events"
 # faults that stop, restart or cut a broker: a shutdown of ours keeps away from them
 _BROKER_FAULTS = ("kill", "machine-crash", "disk-full", "disk-error", "store-cut",
                   "session-expiry", "isolate")
 _THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 _THROTTLED = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
-
-
-class OperationFailed(Exception):
-    """An operation certainly did not happen; its message is the outcome's error."""
-
-
-class _Member:
-    """A consumer of the operations' group, polling in its own task and recording its reads."""
-
-    def __init__(self, name: str, consumer: AsyncConsumer, static: bool) -> None:
-        self.name, self.consumer, self.static = name, consumer, static
-        self.task: asyncio.Task[None] | None = None
 
 
 class OperationRunner:
@@ -77,10 +62,10 @@ class OperationRunner:
         self.sim, self.cluster, self.history, self.record = sim, cluster, history, record
         self.plan, self.faults = list(plan), list(faults)
         self.rng = sim.random.fork("operations/run")  # choices that depend on the run's state
+        self.group = ConsumerGroupOperations(sim, cluster, HOST, history, record, self.rng,
+                                             self._count)
         self.outcomes: list[tuple[str, str]] = []
         self.admin: AsyncAdmin | None = None
-        self.members: list[_Member] = []
-        self.static: _Member | None = None
         self.created: list[str] = []
         self._n = 0
         self._began = 0.0
@@ -131,8 +116,7 @@ class OperationRunner:
             if op.kind not in LIFECYCLE_KINDS:
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for m in [*self.members, *([self.static] if self.static else [])]:
-            await self._close(m)
+        await self.group.close()
         if self.admin is not None:
             with contextlib.suppress(Exception):
                 await self.admin.close()
@@ -146,7 +130,8 @@ class OperationRunner:
                 await getattr(self, "_" + op.kind.replace("-", "_"))(op)
             else:
                 async with asyncio.timeout(OPERATION_TIMEOUT):
-                    await getattr(self, "_" + op.kind.replace("-", "_"))(op)
+                    await (self.group.run(op) if op.kind in GROUP_KINDS
+                           else getattr(self, "_" + op.kind.replace("-", "_"))(op))
         except asyncio.CancelledError:
             outcome, error = "info", "cancelled"
         except (TimeoutError, KafkaTimeoutError) as exc:
@@ -154,7 +139,7 @@ class OperationRunner:
         except OperationFailed as exc:
             outcome, error = "fail", str(exc)
         except KafkaError as exc:
-            outcome, error = ("info" if exc.retriable else "fail"), _name(exc)
+            outcome, error = ("info" if exc.retriable else "fail"), error_name(exc)
         except Exception as exc:  # an operation never stops the workload
             outcome, error = "fail", type(exc).__name__
         self.outcomes.append((op.kind, outcome))
@@ -194,123 +179,6 @@ class OperationRunner:
     def _count(self) -> int:
         self._n += 1
         return self._n
-
-    # -- the group ---------------------------------------------------------------------------
-    async def _join(self, static: bool) -> _Member:
-        name = "ops-static" if static else f"ops-member-{self._count()}"
-        consumer = connect(self.sim, HOST, AsyncConsumer({
-            "bootstrap.servers": self.cluster.bootstrap_servers, "group.id": GROUP,
-            "auto.offset.reset": "earliest", "enable.auto.commit": False,
-            "request.timeout.ms": 5000, "session.timeout.ms": 10000,
-            **({"group.instance.id": "ops-static"} if static else {})}))
-        member = _Member(name, consumer, static)
-        await consumer.start()
-        consumer.subscribe([GROUP_TOPIC])
-        member.task = asyncio.ensure_future(self._poll(member))
-        if static:
-            self.static = member
-        else:
-            self.members.append(member)
-        return member
-
-    async def _poll(self, m: _Member) -> None:
-        while True:
-            try:
-                for r in await m.consumer.poll(0.5):
-                    self.record(self.history.read(m.name, f"{r.topic}-{r.partition}", r.offset,
-                                                  (r.value or b"").decode()))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                await asyncio.sleep(0.5)
-
-    async def _close(self, m: _Member) -> None:
-        if m.task is not None:
-            m.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await m.task
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(10.0):
-                await m.consumer.close(autocommit=False)
-
-    async def _assigned(self, m: _Member) -> list[TopicPartition]:
-        """The member's partitions with a known position, once it has some."""
-        while True:
-            tps = sorted(tp for tp in m.consumer.assignment()
-                         if m.consumer.known_position(tp) is not None)
-            if tps:
-                return tps
-            await asyncio.sleep(0.2)
-
-    async def _joined(self, m: _Member) -> None:
-        """Until the member is in the group's generation (with partitions or, in a group of
-        more members than partitions, none)."""
-        group = m.consumer.group
-        while group is None or group.generation < 0 or not group.member_id:
-            await asyncio.sleep(0.2)
-
-    async def _consumer_join(self, op: PlannedOperation) -> None:
-        await self._joined(await self._join(static=False))
-
-    async def _consumer_leave(self, op: PlannedOperation) -> None:
-        if not self.members:
-            await self._joined(await self._join(static=False))
-        m = self.members.pop(self.rng.randrange(len(self.members)))
-        await self._close(m)
-
-    async def _static_rejoin(self, op: PlannedOperation) -> None:
-        """A static member (group.instance.id, KIP-345) closes without leaving the group and
-        comes back within session.timeout.ms: it gets its partitions back without a
-        rebalance."""
-        if self.static is None:
-            await self._joined(await self._join(static=True))
-        assert self.static is not None
-        await self._close(self.static)
-        self.static = None
-        await asyncio.sleep(float(op.arg("hold", 1.0)))  # type: ignore[arg-type]
-        await self._joined(await self._join(static=True))
-
-    async def _member(self) -> tuple[_Member, list[TopicPartition]]:
-        pool = [*self.members, *([self.static] if self.static else [])]
-        if not any(m.consumer.assignment() for m in pool):
-            m = await self._join(static=False)
-            return m, await self._assigned(m)
-        m = self.rng.choice([m for m in pool if m.consumer.assignment()])
-        return m, await self._assigned(m)
-
-    async def _commit(self, op: PlannedOperation) -> None:
-        m, tps = await self._member()
-        offsets = {tp: m.consumer.known_position(tp) for tp in tps}
-        invokes = [(tp, self.record(self.history.invoke(m.name, "commit", GROUP,
-                                                        f"{tp.topic}-{tp.partition}")))
-                   for tp in tps]
-        await self._committed(m, offsets, invokes)  # type: ignore[arg-type]
-
-    async def _seek(self, op: PlannedOperation) -> None:
-        """Seek a partition back by `back` records, then commit there: the one way a committed
-        offset goes backwards."""
-        m, tps = await self._member()
-        tp = tps[self.rng.randrange(len(tps))]
-        target = max(0, (m.consumer.known_position(tp) or 0)
-                     - int(op.arg("back", 1)))  # type: ignore[arg-type]
-        m.consumer.seek(tp, target)
-        index = self.record(self.history.invoke(m.name, "seek", GROUP,
-                                                f"{tp.topic}-{tp.partition}"))
-        await self._committed(m, {tp: target}, [(tp, index)])
-
-    async def _committed(self, m: _Member, offsets: dict[TopicPartition, int],
-                         invokes: list[tuple[TopicPartition, int]]) -> None:
-        try:
-            await m.consumer.commit(offsets, timeout=10.0)
-        except BaseException as exc:
-            for _, i in invokes:
-                self.record(self.history.info(i, _name(exc)) if isinstance(
-                    exc, (TimeoutError, KafkaTimeoutError, asyncio.CancelledError))
-                    or (isinstance(exc, KafkaError) and exc.retriable)
-                    else self.history.fail(i, _name(exc)))
-            raise
-        for tp, i in invokes:
-            self.record(self.history.ok(i, offset=offsets[tp]))
 
     # -- topics and configs --------------------------------------------------------------------
     def _admin(self) -> AsyncAdmin:
@@ -416,7 +284,7 @@ class OperationRunner:
     async def _elect(self, kind: str, topic: str) -> None:
         results = await self._admin().elect_leaders(
             kind, [(topic, p) for p in range(3)], timeout=OPERATION_TIMEOUT, raise_errors=False)
-        errors = sorted(_name(e) for e in results.values()
+        errors = sorted(error_name(e) for e in results.values()
                         if e is not None and e.code != ErrorCode.election_not_needed)
         if errors:
             raise OperationFailed(errors[0])
@@ -493,15 +361,3 @@ class OperationRunner:
         """A rolling restart's step: a clean stop and a start at once."""
         async with self._lifecycle_lock:
             await self.cluster.faults.restart(await self._victim(op))
-
-
-def _name(error: BaseException) -> str:
-    """The error's class, or for a plain KafkaError its code's name (Kafka's exception class
-    name: NOT_ENOUGH_REPLICAS -> NotEnoughReplicas)."""
-    code = getattr(error, "code", None)
-    if type(error) is KafkaError and code is not None:
-        try:
-            return "".join(w.capitalize() for w in ErrorCode(code).name.split("_"))
-        except ValueError:
-            return f"KafkaError{code}"
-    return type(error).__name__
