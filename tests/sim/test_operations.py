@@ -70,3 +70,38 @@ def test_every_kind_succeeds_without_faults_and_is_in_the_history(tmp_path: Path
     assert seeks and commits  # per partition: the group, the partition and the offset
     assert all(e["value"] == "ops-group" and e["partition"].startswith("events-")
                and e["offset"] >= 0 for e in seeks + commits)
+
+
+def test_the_command_line_takes_the_kinds_and_prints_the_coverage(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from odradek.chaos.checker.consistency import Guarantees, check
+    from odradek.chaos.checker.history import History
+    from odradek.sim import command, workload
+
+    seen: list[workload.WorkloadConfig] = []
+
+    def run(cfg: workload.WorkloadConfig) -> workload.SimReport:
+        seen.append(cfg)
+        return workload.SimReport(cfg.seed, 1.5, 0.25, 2, 0, "ab" * 32,
+                                  check(History(), Guarantees(), {}),
+                                  coverage={"op:seek:ok": 1} if cfg.operation_kinds else {})
+
+    monkeypatch.setattr(workload, "run_workload", run)
+    parser = argparse.ArgumentParser(prog="odradek")
+    command.add_parser(parser.add_subparsers(dest="command", required=True))
+    for argv, kinds, rate in ((["--ops", "seek,commit", "--op-rate", "2"], ("seek", "commit"), 2.0),
+                              (["--ops", "all"], OPERATION_KINDS, 1.0), ([], (), 1.0)):
+        args = parser.parse_args(["sim", "--seed", "9", "--faults", "none", *argv])
+        assert args.func(args) == 0
+        assert (seen[-1].operation_kinds, seen[-1].operation_rate) == (kinds, rate)
+        out = capsys.readouterr().out
+        assert ("op:seek:ok" in out) == bool(kinds)
+        args = parser.parse_args(["sim", "--seed", "9", "--json", "--faults", "none", *argv])
+        assert args.func(args) == 0
+        summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert summary.get("coverage") == ({"op:seek:ok": 1} if kinds else None)
+    args = parser.parse_args(["sim", "--seed", "9", "--ops", "seek,meteor"])
+    assert args.func(args) == 2 and len(seen) == 6
+    assert "unknown operation kinds ['meteor']" in capsys.readouterr().err

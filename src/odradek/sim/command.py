@@ -2,11 +2,13 @@
 under a fault schedule, checked by the consistency checker (docs/simulation.md).
 
     odradek sim --seed 7 --duration 20 [--brokers 3] [--faults kill,partition,...]
-                [--json] [--trace run.jsonl]
+                [--ops all|KIND,...] [--op-rate 1] [--json] [--trace run.jsonl]
 
-Exit 0 when every guarantee held, 1 otherwise. The last line gives the seed, the virtual and
-wall seconds, the operations, the faults and the digest (`--json`: one JSON object with the
-keys seed, virtual_s, wall_s, operations, faults, digest, ok). This module only declares the
+Exit 0 when every guarantee held, 1 otherwise (2 for an unknown fault or operation kind). The
+last line gives the seed, the virtual and wall seconds, the operations, the faults and the
+digest (`--json`: one JSON object with the keys seed, virtual_s, wall_s, operations, faults,
+digest, ok, and with `--ops` coverage: the explorer's operations by kind and outcome, the
+faults by kind). This module only declares the
 command (the console's parser imports it); the run is imported when the command runs.
 """
 
@@ -59,13 +61,18 @@ def cmd_sim(args: argparse.Namespace) -> int:
         kinds = ()
     else:
         kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+    try:
+        operation_kinds = parse_kinds(args.ops)
+    except ValueError as exc:
+        print(f"odradek sim: {exc}", file=sys.stderr)
+        return 2
     report = run_workload(WorkloadConfig(args.seed, duration=args.duration,
                                          brokers=args.brokers, fault_kinds=kinds,
                                          fault_scale=args.fault_scale,
                                          producers=args.producers, consumers=args.consumers,
                                          transactional_producers=args.transactional,
                                          trace=args.trace, data_dir=args.data_dir,
-                                         operation_kinds=parse_kinds(args.ops),
+                                         operation_kinds=operation_kinds,
                                          operation_rate=args.op_rate))
     if not args.json:
         for line in report.fault_lines:
