@@ -124,10 +124,11 @@ class OperationRunner:
     async def _execute(self, op: PlannedOperation) -> None:
         own = op.kind in ("commit", "seek")  # recorded per partition by the operation
         index = None if own else self.record(self.history.invoke("ops", op.kind, op.describe()))
-        outcome, error = "ok", ""
+        outcome, error, note = "ok", "", None
         try:
-            if op.kind in LIFECYCLE_KINDS:
-                await getattr(self, "_" + op.kind.replace("-", "_"))(op)
+            if op.kind in LIFECYCLE_KINDS:  # the broker it took: the plan's, or the next free
+                broker = await getattr(self, "_" + op.kind.replace("-", "_"))(op)
+                note = f"{op.describe()} -> broker {broker}"
             else:
                 async with asyncio.timeout(OPERATION_TIMEOUT):
                     await (self.group.run(op) if op.kind in GROUP_KINDS
@@ -144,9 +145,9 @@ class OperationRunner:
             outcome, error = "fail", type(exc).__name__
         self.outcomes.append((op.kind, outcome))
         if index is not None:
-            complete = {"ok": self.history.ok, "fail": self.history.fail,
-                        "info": self.history.info}[outcome]
-            self.record(complete(index) if outcome == "ok" else complete(index, error))
+            complete = self.history.fail if outcome == "fail" else self.history.info
+            self.record(self.history.ok(index, value=note) if outcome == "ok"
+                        else complete(index, error))
 
     # -- plain producers ---------------------------------------------------------------------
     async def _produce(self, topic: str, values: Sequence[tuple[bytes | None, bytes]],
@@ -349,15 +350,19 @@ class OperationRunner:
                 return b
         raise OperationFailed("NoBrokerFree")
 
-    async def _controlled_shutdown(self, op: PlannedOperation) -> None:
-        """A broker's controlled shutdown (its leaders moved first), down for `hold`, started."""
+    async def _controlled_shutdown(self, op: PlannedOperation) -> int:
+        """A broker's controlled shutdown (its leaders moved first), down for `hold`, started;
+        returns the broker."""
         async with self._lifecycle_lock:
             b = await self._victim(op)
             await self.cluster.stop_broker(b)
             await asyncio.sleep(float(op.arg("hold", 1.0)))  # type: ignore[arg-type]
             await self.cluster.faults.restart(b)
+            return b
 
-    async def _restart(self, op: PlannedOperation) -> None:
-        """A rolling restart's step: a clean stop and a start at once."""
+    async def _restart(self, op: PlannedOperation) -> int:
+        """A rolling restart's step: a clean stop and a start at once; returns the broker."""
         async with self._lifecycle_lock:
-            await self.cluster.faults.restart(await self._victim(op))
+            b = await self._victim(op)
+            await self.cluster.faults.restart(b)
+            return b
