@@ -8,8 +8,8 @@ Exit 0 when every guarantee held, 1 otherwise (2 for an unknown fault or operati
 last line gives the seed, the virtual and wall seconds, the operations, the faults and the
 digest (`--json`: one JSON object with the keys seed, virtual_s, wall_s, operations, faults,
 digest, ok, and with `--ops` coverage: the explorer's operations by kind and outcome, the
-faults by kind). This module only declares the
-command (the console's parser imports it); the run is imported when the command runs.
+faults by kind). This module only declares the command (the console's parser imports it); the
+run is imported when the command runs.
 """
 
 from __future__ import annotations
