@@ -25,6 +25,8 @@ SRC = str(Path(odradek.sim.__file__).resolve().parents[2])
 GROUPS = {11: "kill,store-cut,session-expiry,partition,one-way,machine-crash,disk-full",
           2: "isolate,stall,reset,loss,slow,disk-error"}
 DURATION = "7"  # with --fault-scale 0.4: six or seven faults in a run
+#: seed 2's run interleaves the explorer's operations (docs/simulation.md), three a second
+OPERATIONS = {2: ["--ops", "all", "--op-rate", "3"]}
 #: what the brokers log, with its stack, when the simulated disk fails a write (KIP-112)
 DISK_ERRORS = ("No space left on device", "Input/output error")
 
@@ -34,7 +36,7 @@ def start(seed: int, kinds: str, hash_seed: str, trace: Path) -> subprocess.Pope
     return subprocess.Popen(
         [sys.executable, "-m", "odradek.cli", "sim", "--seed", str(seed), "--duration",
          DURATION, "--fault-scale", "0.4", "--faults", kinds, "--producers", "1",
-         "--consumers", "1", "--json", "--trace", str(trace)],
+         "--consumers", "1", "--json", "--trace", str(trace), *OPERATIONS.get(seed, [])],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -45,8 +47,9 @@ def finish(process: subprocess.Popen[str]) -> dict[str, object]:
                   if not any(e in t for e in DISK_ERRORS)]
     assert not unexpected and "never retrieved" not in err, err
     summary: dict[str, object] = json.loads(out.strip().splitlines()[-1])
-    assert set(summary) == {"seed", "virtual_s", "wall_s", "operations", "faults", "digest",
-                            "ok"}
+    assert set(summary) - {"coverage"} == {"seed", "virtual_s", "wall_s", "operations",
+                                           "faults", "digest", "ok"}
+    assert ("coverage" in summary) == (summary["seed"] in OPERATIONS)
     return summary
 
 
@@ -65,6 +68,14 @@ def test_every_fault_kind_same_seed_same_digest_in_two_processes(tmp_path: Path)
         assert one == (tmp_path / f"{seed}-2.jsonl").read_text()
         events = [json.loads(line) for line in one.splitlines()]
         assert {e["source"] for e in events} == {"net", "op", "fault"}
+        if seed in OPERATIONS:  # every operation in the history with its outcome
+            coverage = first["coverage"]
+            assert isinstance(coverage, dict)
+            done = [e["f"] for e in events if e["source"] == "op" and e["type"] != "invoke"
+                    and e["f"] not in ("send", "read", "commit", "seek")]
+            assert len(done) == sum(n for k, n in coverage.items() if k.startswith("op:")
+                                    and k.split(":")[1] not in ("commit", "seek"))
+            assert any(k.endswith(":ok") for k in coverage)
         starts = [e["kind"] for e in events if e["source"] == "fault" and e["phase"] == "start"]
         assert len(starts) == first["faults"]
         injected |= set(starts)

@@ -284,6 +284,13 @@ class RecordAccumulator:
                 continue
             dq.popleft()
             b.closed = True
+            if self.idempotence.stale(b):
+                self.fail(b, KafkaError.for_code(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"Attempted to retry sending a batch but the producer id changed from "
+                    f"{b.producer_id} to {self.idempotence.producer_id} in the mean time. "
+                    "This batch will be dropped.", context=str(tp)))
+                continue
             self.idempotence.assign(b)
             b.attempts += 1
             self.state(tp).inflight.append(b)

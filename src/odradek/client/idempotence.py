@@ -84,6 +84,15 @@ class IdempotenceState:
         self.need_pid = True
         self._sequence(tp).gap = True
 
+    def stale(self, b: ProducerBatch) -> bool:
+        """A batch sent under an older producer id or epoch of this idempotent producer, its
+        outcome unknown (a retry): resent under the new id it would be appended again if the
+        broker had written it, so Kafka's Sender drops it ("the producer id changed ... in the
+        mean time. This batch will be dropped")."""
+        return (self.enabled and not self.transactional and b.base_sequence >= 0
+                and (b.producer_id, b.producer_epoch) != (self.producer_id,
+                                                          self.producer_epoch))
+
     def assign(self, b: ProducerBatch) -> None:
         """Stamp a batch being sent with the producer id, epoch and its base sequence (a retried
         batch of the same producer id keeps its own)."""

@@ -289,9 +289,12 @@ class Sender:
                 gap = idem.has_gap(b.tp)
                 retriable = bool(st.failed) or gap
                 idem.need_pid = idem.need_pid or gap
+                if gap:  # refused, so not written: sent again under the new producer id
+                    b.base_sequence = -1
             elif code == ErrorCode.unknown_producer_id:
                 retriable = True
                 idem.need_pid = True
+                b.base_sequence = -1  # refused, so not written: sent again under the new id
             if code in REFRESH_ERRORS:
                 self.client.request_update()
             if retriable and b.attempts <= self.retries and now < b.deadline and not acc.closed:

@@ -2,12 +2,14 @@
 under a fault schedule, checked by the consistency checker (docs/simulation.md).
 
     odradek sim --seed 7 --duration 20 [--brokers 3] [--faults kill,partition,...]
-                [--json] [--trace run.jsonl]
+                [--ops all|KIND,...] [--op-rate 1] [--json] [--trace run.jsonl]
 
-Exit 0 when every guarantee held, 1 otherwise. The last line gives the seed, the virtual and
-wall seconds, the operations, the faults and the digest (`--json`: one JSON object with the
-keys seed, virtual_s, wall_s, operations, faults, digest, ok). This module only declares the
-command (the console's parser imports it); the run is imported when the command runs.
+Exit 0 when every guarantee held, 1 otherwise (2 for an unknown fault or operation kind). The
+last line gives the seed, the virtual and wall seconds, the operations, the faults and the
+digest (`--json`: one JSON object with the keys seed, virtual_s, wall_s, operations, faults,
+digest, ok, and with `--ops` coverage: the explorer's operations by kind and outcome, the
+faults by kind). This module only declares the command (the console's parser imports it); the
+run is imported when the command runs.
 
 The explorer (docs/simulation.md, "Exploring many seeds"; sim/explore.py, sim/replay.py,
 sim/shrink.py):
@@ -79,6 +81,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--shrink-same-row", action="store_true",
                    help="a smaller run still fails only if one of the rows that failed first "
                         "fails again (default: any failure)")
+    p.add_argument("--ops", default="none", metavar="KIND,...|all|none",
+                   help="the explorer's operations to interleave with the faults (default "
+                        "none; docs/simulation.md, \"The explorer's operations\")")
+    p.add_argument("--op-rate", type=float, default=1.0, metavar="N",
+                   help="operations per virtual second (default 1)")
     p.add_argument("--json", action="store_true", help="the last line as one JSON object")
     p.add_argument("--trace", metavar="FILE", help="write every event as JSON lines")
     p.add_argument("--data-dir", help="keep the brokers' files here (default: a temporary "
@@ -100,13 +107,20 @@ def _config(args: argparse.Namespace, seed: int, rate: float) -> WorkloadConfig:
                           fault_kinds=kinds, fault_scale=args.fault_scale,
                           producers=args.producers, consumers=args.consumers,
                           transactional_producers=args.transactional, trace=args.trace,
-                          data_dir=args.data_dir, rate=rate)
+                          data_dir=args.data_dir, rate=rate,
+                          operation_kinds=args.operation_kinds, operation_rate=args.op_rate)
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
+    from .operations import parse_kinds
     from .replay import explicit, load_schedule, replay_command, save_schedule
     from .workload import run_workload
 
+    try:
+        args.operation_kinds = parse_kinds(args.ops)
+    except ValueError as exc:
+        print(f"odradek sim: {exc}", file=sys.stderr)
+        return 2
     if args.rate is not None and args.rate <= 0:
         raise SystemExit("odradek sim: --rate must be positive")
     if args.seeds is not None:
@@ -138,6 +152,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         for line in report.fault_lines:
             print(line)
         print(report.check.to_text())
+        if report.coverage:
+            print("coverage:")
+            for key, count in report.coverage.items():
+                print(f"  {key:<40} {count}")
     if not report.ok:
         print("the digest's last events:", file=sys.stderr)
         for line in report.digest_tail[-20:]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from . import workload
 from .random import SimRandom
+from .operations import plan_operations
 from .schedule import FAULT_KINDS, plan_faults
 from .workload import WorkloadConfig
 
@@ -63,9 +64,18 @@ def _drawn_faults(cfg: WorkloadConfig) -> list[Any]:
                        cfg.fault_kinds, cfg.fault_scale)
 
 
+def _drawn_operations(cfg: WorkloadConfig) -> list[Any]:
+    # `_Run.main`'s draw: the fork "operations", only when operation kinds are set
+    if not cfg.operation_kinds:
+        return []
+    return plan_operations(SimRandom(cfg.seed).fork("operations"), cfg.operation_kinds,
+                           cfg.duration, cfg.operation_rate, cfg.brokers)
+
+
 #: how a plan left to the seed is drawn, to make it explicit (a plan field without a drawer
 #: here stays drawn: it replays, but the shrinker leaves it alone)
-DRAWERS: dict[str, typing.Callable[[WorkloadConfig], list[Any]]] = {"faults": _drawn_faults}
+DRAWERS: dict[str, typing.Callable[[WorkloadConfig], list[Any]]] = {
+    "faults": _drawn_faults, "operations": _drawn_operations}
 
 
 def explicit(cfg: WorkloadConfig) -> WorkloadConfig:
@@ -154,7 +164,8 @@ def replay_command(cfg: WorkloadConfig, schedule: str | Path | None = None) -> s
             words += [flag, f"{getattr(cfg, name):g}"]
     if tuple(cfg.fault_kinds) != tuple(default.fault_kinds):
         words += ["--faults", ",".join(cfg.fault_kinds) or "none"]
-    operations = tuple(getattr(cfg, "operation_kinds", ()))  # `--ops`, the planned operations
-    if operations != tuple(getattr(default, "operation_kinds", ())):
-        words += ["--ops", ",".join(operations)]
+    if tuple(cfg.operation_kinds):  # `--ops`, the planned operations
+        words += ["--ops", ",".join(cfg.operation_kinds)]
+        if cfg.operation_rate != default.operation_rate:
+            words += ["--op-rate", f"{cfg.operation_rate:g}"]
     return " ".join(words)

@@ -44,6 +44,14 @@ from ..protocol.records import decode_records, iter_headers
 from ..server.replication.partition import Partition
 from .cluster import connect
 from .invariants import InvariantMonitor
+from .operation_runner import OperationRunner
+from .operations import (
+    PlannedOperation,
+    broker_overrides,
+    cluster_overrides,
+    coverage,
+    plan_operations,
+)
 from .schedule import FAULT_KINDS, FaultInjector, PlannedFault, plan_faults
 from .simulation import Simulation
 from .trace import Trace
@@ -75,6 +83,10 @@ class WorkloadConfig:
     #: the producers' send rate: their pauses between sends divided by it (1: as drawn)
     rate: float = 1.0
     invariants: bool = True  # check sim/invariants.py's invariants during the run
+    # the explorer's operations (sim/operations.py): none by default, today's workload exactly
+    operation_kinds: Sequence[str] = ()
+    operations: Sequence[PlannedOperation] | None = None  # an explicit plan: replaces the draw
+    operation_rate: float = 1.0  # operations per virtual second in a drawn plan
 
 
 @dataclass
@@ -90,6 +102,8 @@ class SimReport:
     check: CheckReport
     fault_lines: list[str] = field(default_factory=list)
     digest_tail: list[str] = field(default_factory=list)
+    #: with operations: "op:<kind>:<ok|fail|info>" and "fault:<kind>" counts (else empty)
+    coverage: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -99,7 +113,8 @@ class SimReport:
         """The last line's fields (`odradek sim --json`)."""
         return {"seed": self.seed, "virtual_s": round(self.virtual_s, 3),
                 "wall_s": round(self.wall_s, 3), "operations": self.operations,
-                "faults": self.faults, "digest": self.digest, "ok": self.ok}
+                "faults": self.faults, "digest": self.digest, "ok": self.ok,
+                **({"coverage": self.coverage} if self.coverage else {})}
 
     def last_line(self) -> str:
         return (f"seed {self.seed} virtual {self.virtual_s:.3f}s wall {self.wall_s:.3f}s "
@@ -126,6 +141,7 @@ class _Run:
         self.replication = min(3, cfg.brokers)
         self.min_isr = min(2, cfg.brokers)
         self.monitor: InvariantMonitor | None = None
+        self.operations: OperationRunner | None = None
 
     # -- the history, traced -----------------------------------------------------------------
     def _traced(self, index: int) -> int:
@@ -326,10 +342,19 @@ class _Run:
                  + [f"client-txn-producer-{i}" for i in range(cfg.transactional_producers)]
                  + [f"client-consumer-{i}" for i in range(cfg.consumers)]
                  + (["client-reader-committed"] if cfg.transactional_producers else []))
+        if cfg.operation_kinds or cfg.operations:
+            hosts.append("client-ops")
         injector = FaultInjector(sim, cluster, hosts, self.on_fault)
         plan = list(cfg.faults) if cfg.faults is not None else plan_faults(
             sim.random.fork("faults"), cfg.brokers, cfg.duration, cfg.fault_kinds,
             cfg.fault_scale)
+        if cfg.operation_kinds or cfg.operations:
+            ops = list(cfg.operations) if cfg.operations is not None else plan_operations(
+                sim.random.fork("operations"), cfg.operation_kinds, cfg.duration,
+                cfg.operation_rate, cfg.brokers)
+            self.operations = OperationRunner(sim, cluster, self.history, self._traced, ops,
+                                              plan)
+            self.operations.start()
         faults = asyncio.ensure_future(injector.run(plan))
         await asyncio.sleep(cfg.duration)
         faults.cancel()
@@ -338,6 +363,8 @@ class _Run:
         # heal: every fault off, every broker back
         await cluster.faults.reset()
         sim.network.heal_all()
+        if self.operations is not None:  # its restarts end before the heal's
+            await self.operations.stop()
         for broker_id, broker in sorted(cluster.brokers.items()):
             if not broker.started:
                 await cluster.faults.restart(broker_id)
@@ -449,7 +476,8 @@ def run_workload(cfg: WorkloadConfig) -> SimReport:
                 # a few partitions for the internal topics: 50 each (Kafka's default) is
                 # 300 logs to create and checkpoint on three brokers, most of a short run
                 "offsets.topic.num.partitions": 3,
-                "transaction.state.log.num.partitions": 3}) as cluster:
+                "transaction.state.log.num.partitions": 3, **cluster_overrides(kinds)},
+                broker_overrides=broker_overrides(kinds, cfg.brokers, tmp)) as cluster:
             return await run.main(cluster)
 
     began = time.perf_counter()
@@ -459,6 +487,10 @@ def run_workload(cfg: WorkloadConfig) -> SimReport:
         trace.close()
         if cfg.data_dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
+    ran = run.operations
     return SimReport(cfg.seed, sim.now, time.perf_counter() - began, len(run.history),
                      run.faults, sim.digest.hexdigest(), report, run.fault_lines,
-                     list(sim.digest.tail))
+                     list(sim.digest.tail),
+                     {} if ran is None else coverage(ran.outcomes, (
+                         line.split()[1] for line in run.fault_lines
+                         if line.startswith("start "))))

@@ -520,7 +520,9 @@ class LogManager:
         new.on_truncated = self._on_truncated
         new.on_io_error = self.report_io_error
         self._logs[tp] = new
-        for d in {source.dir.parent, dest_dir}:
+        # the source dir, then the destination, as Kafka's replaceCurrentWithFutureLog (a set
+        # here iterated in hash order: checkpoints written in another order in every process)
+        for d in dict.fromkeys((source.dir.parent, dest_dir)):
             if d not in self.offline_dirs:
                 self._checkpoint_dir(d)
         self.cleaner_manager.alter_checkpoint_dir(tp, source.dir.parent, dest_dir)

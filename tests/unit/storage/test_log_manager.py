@@ -199,3 +199,26 @@ def test_topic_config_overrides(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         mgr.get_or_create_log("../escape", 0)
     mgr.shutdown()
+
+
+def test_a_moved_log_checkpoints_its_source_dir_then_its_destination(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # in that order in every process: a set of the two dirs was iterated in hash order, so
+    # the checkpoints' writes came in an order that depended on PYTHONHASHSEED (here one of
+    # the two moves, one each way, would meet the other order)
+    d1, d2 = (tmp_path / "d1").absolute(), (tmp_path / "d2").absolute()
+    mgr = manager(d1, d2)
+    produce(mgr.get_or_create_log("t", 0))
+    moves = []
+    for _ in range(2):  # there and back
+        source = mgr.get_log("t", 0).dir.parent  # type: ignore[union-attr]
+        dest = d2 if source == d1 else d1
+        produce(mgr.create_future_log("t", 0, dest))  # as far as the current log
+        written: list[Path] = []
+        monkeypatch.setattr(mgr, "_checkpoint_dir", written.append)
+        mgr.replace_current_with_future_log("t", 0)
+        monkeypatch.undo()
+        moves.append((source, dest))
+        assert written == [source, dest]
+    assert moves == [(d1, d2), (d2, d1)]
+    mgr.shutdown()
