@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from . import workload
-from .random import SimRandom
 from .operations import plan_operations
+from .random import SimRandom
 from .schedule import FAULT_KINDS, plan_faults
 from .workload import WorkloadConfig
 

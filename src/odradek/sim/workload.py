@@ -468,6 +468,7 @@ def run_workload(cfg: WorkloadConfig) -> SimReport:
         else Path(cfg.data_dir)
     sim.digest.place(str(tmp), "<data-dir>")  # the same digest wherever the files are
     run = _Run(sim, cfg, trace)
+    kinds = [*cfg.operation_kinds, *(op.kind for op in cfg.operations or ())]
 
     async def main(sim: Simulation) -> CheckReport:
         async with AsyncCluster(cfg.brokers, simulation=sim, data_dir=tmp, overrides={
