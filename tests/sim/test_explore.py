@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import odradek.sim
+from odradek.sim.command import EXPLORER_OP_RATE
 from odradek.sim.explore import parse_seeds, run_many
 from odradek.sim.workload import WorkloadConfig
 
@@ -41,7 +42,8 @@ def test_a_batch_of_seeds_in_two_jobs_matches_single_runs_and_replays(tmp_path: 
     lines = [json.loads(line) for line in batch.stdout.strip().splitlines()]
     runs, summary = lines[:-1], lines[-1]
     assert sorted(r["seed"] for r in runs) == [3, 4, 5]
-    assert all(set(r) == SUMMARY_KEYS and r["ok"] is True for r in runs)
+    # the explorer's default mix: every operation kind at its rate, so each line has coverage
+    assert all(set(r) == SUMMARY_KEYS | {"coverage"} and r["ok"] is True for r in runs)
     assert set(summary) == {"seeds", "runs", "jobs", "failed", "errors", "replay", "wall_s",
                             "seeds_per_hour", "cpu_s_per_seed", "seeds_per_cpu_hour", "cpus"}
     assert (summary["seeds"], summary["runs"], summary["jobs"]) == ("3-5", 3, 2)
@@ -50,7 +52,8 @@ def test_a_batch_of_seeds_in_two_jobs_matches_single_runs_and_replays(tmp_path: 
     digests = {r["seed"]: r["digest"] for r in runs}
     assert len(set(digests.values())) == 3
     # one seed alone, its schedule written, then replayed from the file: the same run
-    one = sim("--seed", "3", "--json", "--save-schedule", "s3.json", *FLAGS, cwd=tmp_path)
+    one = sim("--seed", "3", "--json", "--save-schedule", "s3.json", "--ops", "all",
+              "--op-rate", str(EXPLORER_OP_RATE), *FLAGS, cwd=tmp_path)
     assert json.loads(one.stdout.strip().splitlines()[-1])["digest"] == digests[3]
     replayed = sim("--schedule", "s3.json", "--json", cwd=tmp_path)
     assert json.loads(replayed.stdout.strip().splitlines()[-1])["digest"] == digests[3]

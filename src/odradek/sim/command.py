@@ -30,11 +30,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .workload import WorkloadConfig
 
-__all__ = ["EXPLORER_RATE", "add_parser", "cmd_sim"]
+__all__ = ["EXPLORER_OP_RATE", "EXPLORER_RATE", "add_parser", "cmd_sim"]
 
 #: the producers' rate under `--seeds` (docs/performance.md, "Simulation speed": what keeps a
 #: thousand seeds of 60 virtual seconds an hour on two CPUs)
 EXPLORER_RATE = 0.1
+#: the explorer's default mix (`--seeds` without `--ops`/`--op-rate`): every operation kind,
+#: one every four virtual seconds on average, among every fault kind (docs/performance.md,
+#: "Many seeds": about 900 seeds of 60 s an hour on two CPUs)
+EXPLORER_OP_RATE = 0.25
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -81,11 +85,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--shrink-same-row", action="store_true",
                    help="a smaller run still fails only if one of the rows that failed first "
                         "fails again (default: any failure)")
-    p.add_argument("--ops", default="none", metavar="KIND,...|all|none",
+    p.add_argument("--ops", default=None, metavar="KIND,...|all|none",
                    help="the explorer's operations to interleave with the faults (default "
-                        "none; docs/simulation.md, \"The explorer's operations\")")
-    p.add_argument("--op-rate", type=float, default=1.0, metavar="N",
-                   help="operations per virtual second (default 1)")
+                        "none; with --seeds all; docs/simulation.md, \"The explorer's "
+                        "operations\")")
+    p.add_argument("--op-rate", type=float, default=None, metavar="N",
+                   help="operations per virtual second (default 1; with --seeds "
+                        f"{EXPLORER_OP_RATE:g})")
     p.add_argument("--json", action="store_true", help="the last line as one JSON object")
     p.add_argument("--trace", metavar="FILE", help="write every event as JSON lines")
     p.add_argument("--data-dir", help="keep the brokers' files here (default: a temporary "
@@ -116,8 +122,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from .replay import explicit, load_schedule, replay_command, save_schedule
     from .workload import run_workload
 
+    explorer = args.seeds is not None
+    if args.op_rate is None:
+        args.op_rate = EXPLORER_OP_RATE if explorer else 1.0
     try:
-        args.operation_kinds = parse_kinds(args.ops)
+        args.operation_kinds = parse_kinds(args.ops if args.ops is not None
+                                           else "all" if explorer else "none")
     except ValueError as exc:
         print(f"odradek sim: {exc}", file=sys.stderr)
         return 2
