@@ -100,3 +100,14 @@ def test_a_schedule_file_round_trips_and_names_its_replay(tmp_path: Path) -> Non
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="meteors"):
         load_schedule(path)
+
+
+def test_replay_command_names_the_operations_and_their_rate() -> None:
+    from odradek.sim.operations import OPERATION_KINDS
+
+    every = WorkloadConfig(5, duration=60.0, rate=0.1, operation_kinds=OPERATION_KINDS[::-1],
+                           operation_rate=0.25)
+    assert replay_command(every) == (
+        "odradek sim --seed 5 --duration 60 --rate 0.1 --ops all --op-rate 0.25")
+    assert replay_command(WorkloadConfig(5, operation_kinds=("seek", "commit"))) == (
+        "odradek sim --seed 5 --ops seek,commit")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import workload
-from .operations import plan_operations
+from .operations import OPERATION_KINDS, plan_operations
 from .random import SimRandom
 from .schedule import FAULT_KINDS, plan_faults
 from .workload import WorkloadConfig
@@ -165,7 +165,8 @@ def replay_command(cfg: WorkloadConfig, schedule: str | Path | None = None) -> s
     if tuple(cfg.fault_kinds) != tuple(default.fault_kinds):
         words += ["--faults", ",".join(cfg.fault_kinds) or "none"]
     if tuple(cfg.operation_kinds):  # `--ops`, the planned operations
-        words += ["--ops", ",".join(cfg.operation_kinds)]
+        every = set(cfg.operation_kinds) == set(OPERATION_KINDS)
+        words += ["--ops", "all" if every else ",".join(cfg.operation_kinds)]
         if cfg.operation_rate != default.operation_rate:
             words += ["--op-rate", f"{cfg.operation_rate:g}"]
     return " ".join(words)
