@@ -5,8 +5,6 @@ change (docs/simulation.md, "Teeth: planted bugs")."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,20 +13,11 @@ from odradek.sim.replay import load_schedule
 from odradek.sim.workload import run_workload
 
 from .mutants import MUTANTS
-from .test_mutants import CASES, failing
+from .test_mutants import CASES, failing, quiet_logs  # noqa: F401 (the autouse fixture)
 
 pytestmark = pytest.mark.sim
 
 SCHEDULES = sorted((Path(__file__).parent / "mutant_schedules").glob("*.json"))
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logging.disable(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logging.disable(logging.NOTSET)
 
 
 def test_there_are_shrunk_schedules() -> None:

@@ -64,7 +64,7 @@ CASES: dict[str, Case] = {
 
 
 @pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
+def quiet_logs() -> Iterator[None]:
     """The brokers log every fault's consequences; a run's verdict is what is checked."""
     logging.disable(logging.CRITICAL)
     try:

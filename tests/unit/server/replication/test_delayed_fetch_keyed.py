@@ -59,6 +59,18 @@ def _manager(tmp_path: Path, partitions: int) -> tuple[LogManager, ReplicaManage
     return lm, rm
 
 
+def _count_reads(rm: ReplicaManager) -> list[set[tuple[str, int]]]:
+    """The partitions of each `read_from_local_log` call from now on."""
+    reads: list[set[tuple[str, int]]] = []
+    real = rm.read_from_local_log
+
+    def counted(replica_id: int, max_bytes: int, reqs: dict, *a: object) -> dict:
+        reads.append(set(reqs))
+        return real(replica_id, max_bytes, reqs, *a)  # type: ignore[arg-type]
+    rm.read_from_local_log = counted  # type: ignore[method-assign]
+    return reads
+
+
 def _follower_fetch(rm: ReplicaManager, partitions: int, max_wait_ms: int = 5000
                     ) -> asyncio.Future[dict]:
     requests = {("t", i): FetchRequestPartition(0, 1 << 20) for i in range(partitions)}
@@ -198,13 +210,7 @@ def test_an_idle_follower_fetch_timing_out_reads_again_only_what_changed(tmp_pat
             requests = {("t", i): FetchRequestPartition(1, 1 << 20) for i in range(6)}
             fut = rm.fetch_messages(FOLLOWER, 50, 1, 1 << 20, requests)
             assert isinstance(fut, asyncio.Future) and not fut.done()
-            reads: list[set[tuple[str, int]]] = []
-            real = rm.read_from_local_log
-
-            def counted(replica_id: int, max_bytes: int, reqs: dict, *a: object) -> dict:
-                reads.append(set(reqs))
-                return real(replica_id, max_bytes, reqs, *a)  # type: ignore[arg-type]
-            rm.read_from_local_log = counted  # type: ignore[method-assign]
+            reads = _count_reads(rm)
             rm.partitions[("t", 2)].high_watermark = 0  # unannounced: the offsets tell
             rm.on_high_watermark_moved(("t", 4))  # announced, nothing readable
             out = await asyncio.wait_for(fut, 5)
@@ -228,13 +234,8 @@ def test_a_follower_fetch_completed_by_an_append_reads_again_only_what_moved(tmp
         lm, rm = _manager(tmp_path, 6)
         try:
             fut = _follower_fetch(rm, 6)
-            reads: list[set[tuple[str, int]]] = []
             real = rm.read_from_local_log
-
-            def counted(replica_id: int, max_bytes: int, reqs: dict, *a: object) -> dict:
-                reads.append(set(reqs))
-                return real(replica_id, max_bytes, reqs, *a)  # type: ignore[arg-type]
-            rm.read_from_local_log = counted  # type: ignore[method-assign]
+            reads = _count_reads(rm)
             rm.append_records(1, 1000, {("t", 3): build_batch([(None, b"x")])})
             out = await asyncio.wait_for(fut, 1)
             assert reads == [{("t", 3)}]
