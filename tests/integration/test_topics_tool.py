@@ -80,12 +80,29 @@ def wait_describe(run: Run, predicate: Callable[[str], bool], *argv: str,
     return last
 
 
-def test_create_with_partitions_replication_factor_and_configs(run: Run, admin: Admin) -> None:
+def propagated(cluster: Cluster, *topics: str, partitions: int | None = None) -> None:
+    """Until every live broker's metadata cache has a leader for each partition of these
+    topics (Kafka's waitUntilMetadataIsPropagated). CreateTopics and CreatePartitions answer
+    once the controller's cache has them; the tool's next request may go to another broker."""
+    def everywhere() -> bool:
+        for b in cluster.live_brokers():
+            for topic in topics:
+                t = cluster.brokers[b].metadata_cache.topic(topic)
+                if t is None or (partitions is not None and len(t.partitions) != partitions) \
+                        or any(p.leader < 0 for p in t.partitions.values()):
+                    return False
+        return True
+    cluster.wait_for(everywhere, timeout=30, what=f"{topics} in every metadata cache")
+
+
+def test_create_with_partitions_replication_factor_and_configs(run: Run, admin: Admin,
+                                                               cluster: Cluster) -> None:
     t = name("create")
     code, out, err = run("--create", "--topic", t, "--partitions", "3",
                          "--replication-factor", "2", "--config", "retention.ms=1000",
                          "--config", "min.insync.replicas=2")
     assert (code, out, err) == (0, f"Created topic {t}.\n", "")
+    propagated(cluster, t)
     code, out, _ = run("--describe", "--topic", t)
     assert code == 0
     lines = out.splitlines()
@@ -107,14 +124,16 @@ def test_create_with_partitions_replication_factor_and_configs(run: Run, admin: 
     assert sorted(int(v[0]) for v in shown.values()) == [0, 1, 2]
 
 
-def test_create_with_replica_assignment_and_cluster_defaults(run: Run, admin: Admin) -> None:
+def test_create_with_replica_assignment_and_cluster_defaults(run: Run, cluster: Cluster) -> None:
     t = name("assigned")
     assert run("--create", "--topic", t, "--replica-assignment", "2:0,0:1,1:2")[0] == 0
+    propagated(cluster, t)
     shown = partitions_of(run("--describe", "--topic", t)[1])
     assert {k: v[:2] for k, v in shown.items()} == {
         (t, 0): ("2", [2, 0]), (t, 1): ("0", [0, 1]), (t, 2): ("1", [1, 2])}
     d = name("defaults")  # num.partitions 1, default.replication.factor 3 (this cluster's)
     assert run("--create", "--topic", d)[0] == 0
+    propagated(cluster, d)
     code, out, _ = run("--describe", "--topic", d)
     assert code == 0
     assert "\tPartitionCount: 1\tReplicationFactor: 3\tConfigs: \n" in out
@@ -163,18 +182,18 @@ def test_list_with_regex_and_internal_topics(run: Run, admin: Admin) -> None:
     assert out.startswith("Topic: __consumer_offsets\t") and len(partitions_of(out)) == 3
 
 
-def test_alter_partitions_with_and_without_assignment(run: Run, admin: Admin) -> None:
+def test_alter_partitions_with_and_without_assignment(run: Run, cluster: Cluster) -> None:
     t = name("grow")
     assert run("--create", "--topic", t, "--partitions", "1", "--replication-factor", "2")[0] == 0
     code, out, _ = run("--alter", "--topic", t, "--partitions", "3")
     assert (code, out) == (0, "Adding partitions succeeded!\n")
-    admin.wait_for_topics([t])
+    propagated(cluster, t, partitions=3)
     assert len(partitions_of(run("--describe", "--topic", t)[1])) == 3
     # The assignment lists every partition; the existing ones are skipped, as in Kafka.
     code, _, _ = run("--alter", "--topic", t, "--partitions", "5", "--replica-assignment",
                      "0:1,0:1,0:1,2:1,1:2")
     assert code == 0
-    admin.wait_for_topics([t])
+    propagated(cluster, t, partitions=5)
     shown = partitions_of(run("--describe", "--topic", t)[1])
     assert shown[(t, 3)][:2] == ("2", [2, 1]) and shown[(t, 4)][:2] == ("1", [1, 2])
     code, out, _ = run("--alter", "--topic", t, "--partitions", "2")
@@ -185,10 +204,11 @@ def test_alter_partitions_with_and_without_assignment(run: Run, admin: Admin) ->
     assert run("--alter", "--topic", name("missing"), "--partitions", "2", "--if-exists")[0] == 0
 
 
-def test_alter_and_delete_topic_configs(run: Run, admin: Admin) -> None:
+def test_alter_and_delete_topic_configs(run: Run, admin: Admin, cluster: Cluster) -> None:
     t = name("configs")
     assert run("--create", "--topic", t, "--partitions", "1", "--config",
                "cleanup.policy=compact")[0] == 0
+    propagated(cluster, t)
     code, out, _ = run("--alter", "--topic", t, "--config", "retention.ms=12345",
                        "--config", "max.message.bytes=2048")
     assert (code, out) == (0, f"Updated config for topic {t}.\n")
@@ -239,7 +259,7 @@ def test_reports_after_a_broker_dies(run: Run, cluster: Cluster, admin: Admin) -
     assert run("--create", "--topic", spread, "--replica-assignment", "0:1,1:2,2:0",
                "--config", "min.insync.replicas=2")[0] == 0
     assert run("--create", "--topic", solo, "--replica-assignment", "2")[0] == 0
-    admin.wait_for_topics([spread, solo])
+    propagated(cluster, spread, solo)
     for report in ("--under-replicated-partitions", "--unavailable-partitions",
                    "--under-min-isr-partitions"):
         assert partitions_of(run("--describe", "--topic", f"{spread}|{solo}", report)[1]) == {}
