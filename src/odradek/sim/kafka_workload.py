@@ -21,7 +21,6 @@ purgatory timeouts) rather than start-up.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import tempfile
 import time
@@ -35,6 +34,7 @@ from ..client.producer import AsyncProducer
 from ..client.types import NewTopic
 from ..cluster.async_cluster import AsyncCluster
 from .cluster import broker_host, connect, sim_cluster
+from .disk import memory_dir
 from .random import SimRandom
 from .simulation import Simulation
 
@@ -61,21 +61,12 @@ class KafkaReport:
     cpu_seconds: float
 
 
-def _memory_dir() -> str | None:
-    """A memory-backed directory for the brokers' files if the machine has one (Linux's
-    /dev/shm, a tmpfs): the simulated disk makes no real fsync, but a tmpfs still spares the
-    file system's work on creations, renames and removals (a few percent of a quiet run's CPU,
-    docs/simulation.md "Speed"). None: the default temporary directory."""
-    shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
-
-
 def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: int = 3,
               faults: bool = False, data_dir: str | Path | None = None,
               duration: float | None = None, rate: float = 50.0,
               offsets_partitions: int | None = None) -> KafkaReport:
     """One run of the workload in a fresh `Simulation(seed)`; the brokers' files go to a
-    temporary directory in memory (`_memory_dir`, removed after) unless `data_dir` is given.
+    temporary directory in memory (`disk.memory_dir`, removed after) unless `data_dir` is given.
     With `duration` (virtual seconds) the run is steady: `rate` records per second for
     `duration` seconds (`records` is ignored), consumed while they are produced.
     `offsets_partitions` sets the brokers' offsets.topic.num.partitions (Kafka's default 50;
@@ -86,7 +77,7 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
     if faults and brokers < 3:
         raise ValueError("the fault plan needs three brokers or more")
     sim = Simulation(seed)
-    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=_memory_dir()))
+    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=memory_dir()))
            if data_dir is None else Path(data_dir))
     acked: list[str] = []
     consumed: set[str] = set()
@@ -246,7 +237,7 @@ def run_transaction_timeout(seed: int, brokers: int = 3, *, timeout_ms: int = 60
     reads the topic. The ten virtual minutes cost the wall time of the brokers' idle work
     only (docs/simulation.md, "Speed")."""
     sim = Simulation(seed)
-    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=_memory_dir()))
+    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=memory_dir()))
            if data_dir is None else Path(data_dir))
     outcome: list[str] = []
     reads: list[bytes] = []
