@@ -124,7 +124,8 @@ def plan_faults(rng: SimRandom, brokers: int, duration: float,
 
 class FaultInjector:
     """Applies a plan to a running cluster in a simulation; `on_fault(time, phase, fault)` is
-    told of each injection ("start") and heal ("end"). Cancelled, it heals what it holds."""
+    told of each injection ("start") and heal ("end"). Cancelled, it heals what it holds;
+    `stop` ends a plan without cutting a heal short."""
 
     def __init__(self, sim: Simulation, cluster: AsyncCluster, client_hosts: Sequence[str],
                  on_fault: Callable[[float, str, PlannedFault], None]) -> None:
@@ -134,6 +135,7 @@ class FaultInjector:
         self.on_fault = on_fault
         self.injected = 0
         self._dirs = sim.random.fork("disk-faults")  # which log dir of a broker fails
+        self._healing: asyncio.Event | None = None  # set once the heal under way is done
 
     def _hosts(self, node: Node) -> list[str]:
         return [broker_host(node)] if isinstance(node, int) else list(self.client_hosts)
@@ -153,6 +155,20 @@ class FaultInjector:
         for fault in plan:
             await asyncio.sleep(max(0.0, began + fault.at - self.sim.now))
             await self.inject(fault)
+
+    async def stop(self, task: asyncio.Future[None]) -> None:
+        """End `task` (this injector's `run`): cancelled while it holds a fault or waits for
+        the next, it heals what it holds; a heal under way (a broker restarting after a
+        failed disk) is first let finish. Cut short, that restart would leave the broker
+        running, half through its controlled shutdown, with the repaired log dir still
+        offline (KIP-112: only a restart brings a log dir back), and the cluster would never
+        again have a full ISR. No heal under way: the cancel comes at once, as it always
+        did (the same digests)."""
+        while self._healing is not None:
+            await self._healing.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     async def inject(self, fault: PlannedFault) -> None:
         """Inject `fault`, hold it, heal it (healed too if cancelled while held)."""
@@ -200,16 +216,21 @@ class FaultInjector:
         try:
             await asyncio.sleep(fault.hold)
         finally:
-            with contextlib.suppress(asyncio.CancelledError):
-                if kind in ("kill", "machine-crash"):
-                    await faults.restart(broker)
-                elif failed is not None:  # an operator replaces the disk, restarts the broker
-                    self.sim.disk.repair(failed)
-                    await self._halted(broker)
-                    await faults.restart(broker)
-                elif kind == "stall":
-                    for a, b in pairs:
-                        net.heal(a, b)
-                elif handle is not None:
-                    await faults.heal(handle)
-                self.on_fault(self.sim.now, "end", fault)
+            healing = self._healing = asyncio.Event()
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    if kind in ("kill", "machine-crash"):
+                        await faults.restart(broker)
+                    elif failed is not None:  # an operator replaces the disk, restarts the broker
+                        self.sim.disk.repair(failed)
+                        await self._halted(broker)
+                        await faults.restart(broker)
+                    elif kind == "stall":
+                        for a, b in pairs:
+                            net.heal(a, b)
+                    elif handle is not None:
+                        await faults.heal(handle)
+                    self.on_fault(self.sim.now, "end", fault)
+            finally:
+                self._healing = None
+                healing.set()

@@ -358,9 +358,7 @@ class _Run:
             self.operations.start()
         faults = asyncio.ensure_future(injector.run(plan))
         await asyncio.sleep(cfg.duration)
-        faults.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await faults
+        await injector.stop(faults)
         # heal: every fault off, every broker back
         await cluster.faults.reset()
         sim.network.heal_all()

@@ -707,9 +707,22 @@ class Log:
             self.truncate_fully_and_start_at(target_offset)
             return True
         keep = bisect.bisect_right(self._segments.bases, target_offset)
-        self._delete_segments(self._segments.segments[keep:])
+        doomed = self._segments.segments[keep:]
+        self._delete_segments(doomed)
         active = self._segments.segments[-1]
         active.truncate_to(target_offset, self.clock())
+        # The truncation durable before anything records what follows it: the leader epoch
+        # checkpoint (fsynced at once) is about to forget the epochs above `target_offset`,
+        # and the next fetch writes the new leader's epochs at those offsets. Undone by a power
+        # loss, the truncation would bring back the old batches, older epochs at offsets the
+        # checkpoint gives to a newer one, and no OffsetsForLeaderEpoch or diverging epoch
+        # would ever remove them (the replicas differ below the HW). Kafka's Log.truncateTo
+        # leaves this to the file system (a journaling one typically commits the truncate
+        # with the checkpoint's later fsync); POSIX, and the simulated disk
+        # (docs/simulation.md, "The disk"), promise nothing of it.
+        active.flush()
+        if doomed:
+            fsync_dir(self.dir)  # the segments' removals, as truncate_fully_and_start_at does
         self._leo = active.read_next_offset()
         self.recovery_point = min(self.recovery_point, self._leo)
         self._truncations += 1
@@ -731,6 +744,7 @@ class Log:
         """Delete everything and restart the log, empty, at `new_offset`."""
         self._delete_segments(list(self._segments.segments))
         self._segments.add_active(LogSegment.create(self.dir, new_offset, **self._segment_kwargs()))
+        fsync_dir(self.dir)  # the removals durable before the emptied epoch checkpoint is
         self._leo = new_offset
         self.recovery_point = min(self.recovery_point, new_offset)
         self._truncations += 1
@@ -741,7 +755,6 @@ class Log:
         if self.high_watermark is not None:
             self.high_watermark = new_offset
         self._invalidate_caches()
-        fsync_dir(self.dir)
         if self.on_truncated is not None:
             self.on_truncated(self, new_offset)
 
