@@ -80,6 +80,16 @@ def test_shrink_halves_the_duration_and_keeps_to_its_budget() -> None:
         shrink(cfg, lambda c: False)
 
 
+def test_a_budget_spent_midway_through_ddmin_keeps_what_it_found() -> None:
+    cfg = explicit(WorkloadConfig(5, duration=60.0))
+    assert cfg.faults is not None and len(cfg.faults) > 10
+    culprit = cfg.faults[3]
+    fails, runs = counting(lambda c: culprit in c.faults)
+    small = shrink(cfg, fails, max_runs=4)  # the whole, [], a half without it, the half with it
+    assert len(runs) == 4 and small.faults is not None
+    assert culprit in small.faults and len(small.faults) <= len(cfg.faults) // 2 + 1
+
+
 def test_a_schedule_file_round_trips_and_names_its_replay(tmp_path: Path) -> None:
     assert "faults" in PLAN_FIELDS and PLAN_FIELDS["faults"] is PlannedFault
     cfg = explicit(WorkloadConfig(9, duration=12.5, producers=1, fault_scale=0.5, rate=0.5,

@@ -33,7 +33,10 @@ class BudgetExhausted(Exception):
 
 
 class Budget:
-    """At most `runs` calls of the predicate; a candidate seen before is not run again."""
+    """At most `runs` calls of the predicate; a candidate seen before is not run again.
+    `smallest` is the last candidate that failed: every candidate a shrink tries is a
+    reduction of the smallest failing one so far, so the last to fail is the smallest, and it
+    is what a shrink keeps when the budget runs out in the middle of a step."""
 
     def __init__(self, fails: Callable[[WorkloadConfig], bool], runs: int,
                  log: Callable[[str], None] = lambda _: None) -> None:
@@ -41,6 +44,7 @@ class Budget:
         self.left = runs
         self.runs = 0
         self.log = log
+        self.smallest: WorkloadConfig | None = None
         self._seen: dict[Hashable, bool] = {}
 
     def __call__(self, cfg: WorkloadConfig, what: str) -> bool:
@@ -53,6 +57,8 @@ class Budget:
         self.runs += 1
         result = bool(self.fails(cfg))
         self._seen[key] = result
+        if result:
+            self.smallest = cfg
         self.log(f"shrink run {self.runs}: {what}: {'fails' if result else 'passes'}")
         return result
 
@@ -150,7 +156,9 @@ def shrink(config: WorkloadConfig, fails: Callable[[WorkloadConfig], bool],
                 if budget(fewer, f"{name} {n}"):
                     cfg = fewer
                     break
-    except BudgetExhausted:
+    except BudgetExhausted:  # midway through a step (a ddmin): its progress is kept too
+        assert budget.smallest is not None
+        cfg = budget.smallest
         log(f"shrink: the budget of {max_runs} runs is spent; keeping the smallest so far")
     return cfg
 
