@@ -120,6 +120,37 @@ def test_a_removal_is_undone_and_a_renamed_directory_keeps_what_it_synced(
     assert not log_dir.exists()
 
 
+def test_a_removed_file_comes_back_with_its_own_bytes_whoever_took_its_inode(
+        tmp_path: Path) -> None:
+    """Removals not synced are undone with the removed file's own bytes, whichever file the
+    kernel gave its inode number to next (ext4 gives it to the very next one): the record is
+    per file, not per inode number, and a crash is a function of what the run did."""
+    sim = Simulation(1)
+
+    def synced_file(path: Path, data: bytes) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            file_system.pwrite(fd, data, 0)
+            file_system.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def body() -> None:
+        synced_file(tmp_path / "a.index", b"a" * 10)
+        (tmp_path / "a.index").unlink()  # no directory fsync after
+        synced_file(tmp_path / "b.index", b"b" * 20)  # most likely a's inode number again
+        synced_file(tmp_path / "c.index", b"c" * 10)
+        (tmp_path / "c.index").unlink()
+        # a new file at the same path (and likely inode number), its bytes never synced
+        (tmp_path / "c.index").write_bytes(b"c" * 10 + b"d" * 10)
+    on_disk(sim, body)
+    report = sim.disk.machine_crash(tmp_path)
+    assert (tmp_path / "a.index").read_bytes() == b"a" * 10
+    assert (tmp_path / "b.index").read_bytes() == b"b" * 20
+    assert (tmp_path / "c.index").read_bytes() == b"c" * 10  # the old file, not a torn new one
+    assert report == {"a.index": -2, "c.index": -2}
+
+
 def test_a_failed_directory_raises_its_errno_on_writes_and_fsyncs(tmp_path: Path) -> None:
     sim = Simulation(1)
     (tmp_path / "bad").mkdir()

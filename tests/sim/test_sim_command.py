@@ -20,13 +20,18 @@ from odradek.sim.schedule import FAULT_KINDS, plan_faults
 pytestmark = pytest.mark.sim
 
 SRC = str(Path(odradek.sim.__file__).resolve().parents[2])
-# every kind, in two runs (a run covers each of its kinds once before any repeats; these seeds'
-# schedules fit every kind of their run in its duration)
+# every kind, in two runs, and a third of some kinds again with operations (a run covers each
+# of its kinds once before any repeats; these seeds' schedules fit every kind of their run in
+# its duration)
 GROUPS = {11: "kill,store-cut,session-expiry,partition,one-way,machine-crash,disk-full",
-          2: "isolate,stall,reset,loss,slow,disk-error"}
+          2: "isolate,stall,reset,loss,slow,disk-error",
+          6: "kill,machine-crash,disk-full,disk-error"}
 DURATION = "7"  # with --fault-scale 0.4: six or seven faults in a run
-#: seed 2's run interleaves the explorer's operations (docs/simulation.md), three a second
-OPERATIONS = {2: ["--ops", "all", "--op-rate", "3"]}
+#: every run interleaves the explorer's operations (docs/simulation.md), three a second. Seed
+#: 11's meet the coordination store cut (each must get an error code, not a closed connection
+#: or a traceback); seed 6's delete records and move replicas before its machine crash: while
+#: the simulated disk keyed files by inode number, two processes gave two digests (sim/disk.py)
+OPERATIONS = {seed: ["--ops", "all", "--op-rate", "3"] for seed in (11, 2, 6)}
 #: what the brokers log, with its stack, when the simulated disk fails a write (KIP-112)
 DISK_ERRORS = ("No space left on device", "Input/output error")
 

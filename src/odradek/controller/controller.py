@@ -559,13 +559,28 @@ class KafkaController:
 
     # -- controlled shutdown (S-4.4) --------------------------------------------------------------
     async def _on_controlled_shutdown(self, event: ControlledShutdown) -> None:
-        ctx = self.ctx
-        b = event.broker_id
+        """Kafka's processControlledShutdown: the outcome, a result or an error (the
+        coordination store unreachable midway), goes to the broker's request; only a lost
+        controllership is the event loop's to handle."""
         reply = event.reply
-        if b not in ctx.live_brokers:
+        try:
+            remaining = await self._do_controlled_shutdown(event.broker_id)
+        except Exception as exc:
             if reply is not None and not reply.done():
-                reply.set_exception(KeyError(f"broker {b} is not alive"))
+                reply.set_exception(exc)
+            if isinstance(exc, ControllerMovedError):
+                raise
+            log.warning("[Controller id=%d] Controlled shutdown of broker %d failed: %r",
+                        self.broker_id, event.broker_id, exc)
             return
+        if reply is not None and not reply.done():
+            reply.set_result(remaining)
+
+    async def _do_controlled_shutdown(self, b: int) -> set[TopicPartition]:
+        """Kafka's doControlledShutdown: the partitions broker `b` still leads afterwards."""
+        ctx = self.ctx
+        if b not in ctx.live_brokers:
+            raise KeyError(f"broker {b} is not alive")
         ctx.shutting_down_broker_ids.add(b)
         log.info("[Controller id=%d] Shutting down broker %d", self.broker_id, b)
         batch = self.requests.new_batch()
@@ -591,10 +606,8 @@ class KafkaController:
         batch.add_update_metadata(ctx.live_or_shutting_down_broker_ids, ctx.partitions_on_broker(b))
         assert self.channel is not None
         self.requests.send(batch)
-        remaining = {tp for tp in ctx.partition_leaders_on_broker(b)
-                     if len(ctx.partition_replica_assignment(tp)) > 1}
-        if reply is not None and not reply.done():
-            reply.set_result(remaining)
+        return {tp for tp in ctx.partition_leaders_on_broker(b)
+                if len(ctx.partition_replica_assignment(tp)) > 1}
 
     # -- topics (S-5.7) ---------------------------------------------------------------------------
     async def _on_topic_change(self) -> None:

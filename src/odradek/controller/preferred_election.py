@@ -293,7 +293,13 @@ class ReplicaElectionManager:
                         event.reply.set_exception(exc)
                     else:
                         event.reply.cancel()
-                raise
+                if not isinstance(exc, CoordinationError):
+                    raise
+                # the store unreachable midway: the request has its error (Kafka's
+                # ElectLeaders callback with the exception), the event loop goes on
+                log.warning("[Controller id=%d] Leader election for ElectLeaders interrupted: "
+                            "%r", self.broker_id, exc)
+                return
             if event.reply is not None and not event.reply.done():
                 event.reply.set_result(results)  # type: ignore[arg-type]
             return

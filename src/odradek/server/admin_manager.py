@@ -22,7 +22,7 @@ from ..common import replica_assignment as asg
 from ..common.topic_id import topic_id_to_text
 from ..coordination import paths
 from ..coordination.admin_zk import change_entity_config
-from ..coordination.store import CoordinationStore, NodeExistsError
+from ..coordination.store import CoordinationError, CoordinationStore, NodeExistsError
 from ..storage.log_config import LogConfig
 from .configs.broker_config_manager import (
     ALL_DYNAMIC_CONFIGS,
@@ -298,7 +298,10 @@ class AdminManager:
         results: dict[str, tuple[ErrorCode, str | None]] = {}
         changed: dict[str, int] = {}
         names = [spec.name for spec in specs]
-        registered = {int(b) for b in await self.store.get_children(paths.BROKER_IDS)}
+        try:
+            registered = {int(b) for b in await self.store.get_children(paths.BROKER_IDS)}
+        except CoordinationError as exc:  # each topic answers the store's error
+            return {spec.name: (_error_code(exc), _error_message(exc)) for spec in specs}
         for spec in specs:
             if names.count(spec.name) > 1:
                 results[spec.name] = (ErrorCode.invalid_request, "Duplicate topic in request.")
@@ -605,6 +608,9 @@ def _error_code(exc: Exception) -> ErrorCode:
         return ErrorCode.invalid_request
     if isinstance(exc, ValueError):
         return ErrorCode.invalid_config
+    if isinstance(exc, CoordinationError):  # ZooKeeper unreachable or the session lost
+        log.warning("Topic administration interrupted: %r", exc)
+        return ErrorCode.unknown_server_error
     log.exception("Unexpected error in topic administration", exc_info=exc)
     return ErrorCode.unknown_server_error
 

@@ -288,9 +288,13 @@ class Connection(asyncio.Protocol):
 
     def _completed(self, slot: _Slot, fut: asyncio.Future[Any]) -> None:
         self._tasks.discard(fut)
-        if self._closed or fut.cancelled():
+        if fut.cancelled():
             return
-        exc = fut.exception()
+        exc = fut.exception()  # retrieved even when closed: asyncio would log it as lost
+        if self._closed:
+            if exc is not None and not isinstance(exc, CloseConnection):
+                log.debug("Error handling a request from %s after it closed: %r", self.peer, exc)
+            return
         if exc is not None:
             if isinstance(exc, CloseConnection):
                 log.warning("Closing connection from %s: %s", self.peer, exc)

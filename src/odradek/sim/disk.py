@@ -6,10 +6,18 @@ The brokers write real files, as in production: those are the operating system's
 which survives a process crash (`cluster.faults.kill`) whole. `SimDisk` is installed as the
 file-system seam (`common.file_system`) for a run, and keeps
 
-* per file (inode) the bytes it held at its last ``fsync``;
-* per path the inode its name durably points to: a name becomes durable when its directory is
-  fsynced (a rename, a new file, a removal), or when a file never synced before is fsynced (its
-  creation, as ext4 and XFS commit it).
+* per file the bytes it held at its last ``fsync``;
+* per path the file its name durably points to: a name becomes durable when its directory is
+  fsynced (a rename, a new file, a removal), or when a file with no durable name is fsynced
+  (its creation, as ext4 and XFS commit it).
+
+A file is known by a key of the model's own, not by its inode number: the kernel hands a
+removed file's inode number to the next file created, at once on ext4, and which number goes to
+which file depends on everything else on the machine. Had the record been keyed by inode, a
+name removed but not yet synced would come back after a crash with the bytes of whichever file
+took its number, and a run would not be a function of its seed. A key follows a file through
+the seam's renames; the same inode number seen at another path, or with another inode
+generation (``FS_IOC_GETVERSION``, where the file system has one), is a new file.
 
 `machine_crash(directory)` (a power loss of the machine holding it; the broker must be killed
 first) then rewrites the directory's files from that record: every durable name gets its inode's
@@ -33,8 +41,10 @@ Each sync, crash and failure is folded into the run's digest with the path relat
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +58,18 @@ __all__ = ["SimDisk"]
 def _path_of(fd: int) -> str:
     """The path an open descriptor names now (Linux's /proc; ' (deleted)' once unlinked)."""
     return os.readlink(f"/proc/self/fd/{fd}")
+
+
+_FS_IOC_GETVERSION = 0x80087601  # Linux's _IOR('v', 1, long): the inode's generation
+
+
+def _generation(fd: int) -> int:
+    """The generation of the inode `fd` is open on (a number the file system draws when it
+    hands an inode number out again), 0 where the file system keeps none."""
+    try:
+        return int(struct.unpack("l", fcntl.ioctl(fd, _FS_IOC_GETVERSION, bytes(8)))[0])
+    except OSError:
+        return 0
 
 
 def _read(path: str) -> bytes | None:
@@ -70,13 +92,16 @@ class SimDisk:
         self.digest = digest
         self.time = time
         self.root = None if root is None else os.path.abspath(root)
-        self._synced: dict[int, bytes] = {}  # inode -> its bytes at its last fsync
-        self._names: dict[str, int] = {}  # durable path -> inode
-        # the same names by directory, and how many name each inode: a directory's fsync and
+        self._synced: dict[int, bytes] = {}  # file key -> its bytes at its last fsync
+        self._names: dict[str, int] = {}  # durable path -> file key
+        # the same names by directory, and how many name each file: a directory's fsync and
         # a name's removal then look only at what they concern (the high watermark checkpoint
         # syncs its directory every few seconds, among thousands of names)
         self._dirs: dict[str, dict[str, None]] = {}
         self._links: dict[int, int] = {}
+        # inode number -> (key, path, generation) of the file last seen with it
+        self._files: dict[int, tuple[int, str, int]] = {}
+        self._keys = 0
         self._failed: dict[str, int] = {}  # directory (with a trailing /) -> errno
         self.fsyncs = 0
         self.torn_bytes = 0
@@ -97,9 +122,10 @@ class SimDisk:
         data = _read(path)
         if data is None:
             return
-        self._synced[st.st_ino] = data
-        if path not in self._names:
-            self._name(path, st.st_ino)
+        key = self._key(path, st.st_ino, _generation(fd))
+        self._synced[key] = data
+        if self._names.get(path) != key and (path not in self._names or key not in self._links):
+            self._name(path, key)
         self._record("fsync", f"{self._rel(path)} {len(data)}")
 
     def pwrite(self, fd: int, data: Any, offset: int) -> int:
@@ -141,23 +167,22 @@ class SimDisk:
         top = os.path.abspath(directory)
         prefix = os.path.join(top, "")
         rng = self.random
-        current: dict[str, os.stat_result] = {}
+        current: dict[str, int] = {}  # path -> the key of the file there now
         for base, dirs, files in os.walk(top):
             dirs.sort()
-            for name in files:
+            for name in sorted(files):
                 path = os.path.join(base, name)
-                current[path] = os.stat(path)
+                current[path] = self._key_of(path)
         durable = sorted(p for p in self._names if p.startswith(prefix))
         plan: dict[str, bytes] = {}
         report: dict[str, int] = {}
         for path in durable:
-            ino = self._names[path]
+            key = self._names[path]
             if not os.path.isdir(os.path.dirname(path)):  # its directory was removed
-                self._unname(path)
+                self._forget(path)
                 continue
-            synced = self._synced.get(ino, b"")
-            now = current.get(path)
-            data = _read(path) if now is not None and now.st_ino == ino else None
+            synced = self._synced.get(key, b"")
+            data = _read(path) if current.get(path) == key else None
             if data is not None and data == synced:
                 continue
             if data is not None and len(data) > len(synced) and data.startswith(synced):
@@ -177,12 +202,13 @@ class SimDisk:
             if path not in self._names:
                 os.unlink(path)
                 report[os.path.relpath(path, top)] = -1
-        for path, data in plan.items():
+        for path, data in plan.items():  # each a file of its own from now on, all it holds synced
             with open(path, "wb") as f:
                 f.write(data)
-            ino = os.stat(path).st_ino
-            self._name(path, ino)
-            self._synced[ino] = data
+                key = self._key(path, os.fstat(f.fileno()).st_ino, _generation(f.fileno()),
+                                new=True)
+            self._name(path, key)
+            self._synced[key] = data
         for rel in sorted(report):
             self._record("crash", f"{self._rel(os.path.join(top, rel))} {report[rel]}")
         return report
@@ -198,60 +224,90 @@ class SimDisk:
         """Every name in `directory` durable as it is now (files only; removed names dropped)."""
         present: dict[str, int] = {}
         with os.scandir(directory) as entries:
-            for entry in entries:
+            for entry in sorted(entries, key=lambda e: e.name):
                 if entry.is_file(follow_symlinks=False):
-                    present[entry.path] = entry.inode()
+                    present[entry.path] = self._key_of(entry.path)
         gone = [p for p in self._dirs.get(directory, ()) if p not in present]
-        for path, ino in present.items():
-            self._name(path, ino)
+        for path, key in present.items():
+            self._name(path, key)
         for path in gone:
             self._forget(path)
         self._record("fsync", f"{self._rel(directory)}/ {len(present)}")
 
-    def _forget(self, path: str) -> None:
-        ino = self._unname(path)
-        if ino not in self._links:
-            self._synced.pop(ino, None)
+    def _key(self, path: str, ino: int, generation: int, new: bool = False) -> int:
+        """The key of the file at `path` with inode number `ino` and `generation`: the key
+        last seen with them, unless the number was seen elsewhere (the file it named removed
+        and the number handed out again) or `new` (a new file for the model)."""
+        seen = self._files.get(ino)
+        if not new and seen is not None and seen[1] == path and seen[2] == generation:
+            return seen[0]
+        self._keys += 1
+        self._files[ino] = (self._keys, path, generation)
+        return self._keys
 
-    def _name(self, path: str, ino: int) -> None:
-        """`path` names inode `ino` durably."""
+    def _key_of(self, path: str) -> int:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            return self._key(path, os.fstat(fd).st_ino, _generation(fd))
+        finally:
+            os.close(fd)
+
+    def _forget(self, path: str) -> None:
+        self._unname(path)
+
+    def _name(self, path: str, key: int) -> None:
+        """`path` names file `key` durably."""
         old = self._names.get(path)
-        if old == ino:
+        if old == key:
             return
+        self._names[path] = key
+        self._links[key] = self._links.get(key, 0) + 1
         if old is not None:
             self._unlink(old)
-        self._names[path] = ino
-        self._links[ino] = self._links.get(ino, 0) + 1
         self._dirs.setdefault(os.path.dirname(path), {})[path] = None
 
     def _unname(self, path: str) -> int:
-        """`path` names nothing durably any more: the inode it named."""
-        ino = self._names.pop(path)
-        self._unlink(ino)
+        """`path` names nothing durably any more: the file it named."""
+        key = self._names.pop(path)
+        self._unlink(key)
         directory = os.path.dirname(path)
         names = self._dirs[directory]
         del names[path]
         if not names:
             del self._dirs[directory]
-        return ino
+        return key
 
-    def _unlink(self, ino: int) -> None:
-        left = self._links[ino] - 1
+    def _unlink(self, key: int) -> None:
+        """One durable name fewer for file `key`; with none left, what it synced can never
+        come back and is dropped."""
+        left = self._links[key] - 1
         if left:
-            self._links[ino] = left
+            self._links[key] = left
         else:
-            del self._links[ino]
+            del self._links[key]
+            self._synced.pop(key, None)
 
     def _move(self, src: Any, dst: Any, move: Callable[[Any, Any], None]) -> None:
         source = os.path.abspath(os.fsdecode(src))
-        if not os.path.isdir(source):
-            move(src, dst)
-            return
         target = os.path.abspath(os.fsdecode(dst))
+        if not os.path.isdir(source):  # a file: its key follows it (its names stay as synced)
+            try:
+                ino = os.lstat(source).st_ino
+            except FileNotFoundError:
+                ino = -1
+            move(src, dst)
+            seen = self._files.get(ino)
+            if seen is not None and seen[1] == source:
+                self._files[ino] = (seen[0], target, seen[2])
+            return
         move(src, dst)
         prefix = os.path.join(source, "")
         for path in [p for p in self._names if p.startswith(prefix)]:
-            self._name(target + path[len(source):], self._unname(path))
+            self._name(target + path[len(source):], self._names[path])
+            self._unname(path)
+        for ino, (key, path, generation) in list(self._files.items()):
+            if path.startswith(prefix):
+                self._files[ino] = (key, target + path[len(source):], generation)
         self._record("move", f"{self._rel(source)} {self._rel(target)}")
 
     def _rel(self, path: str) -> str:

@@ -41,8 +41,9 @@ __all__ = ["Outcome", "explore", "parse_seeds", "result", "run_many", "run_one"]
 #: each run's stderr, in its own temporary directory, and how much of it a failure shows
 _LOG = "stderr.log"
 _LOG_TAIL = 30
-#: modules the forkserver imports once for all its children
-_PRELOAD = ["odradek.sim.explore", "odradek.sim.replay"]
+#: modules the forkserver imports once for all its children (sim/warm.py builds the protocol
+#: classes, which each child would otherwise build for itself)
+_PRELOAD = ["odradek.sim.explore", "odradek.sim.replay", "odradek.sim.warm"]
 
 
 @dataclass

@@ -144,6 +144,9 @@ class InterBrokerApis:
         except KeyError:
             return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
                 error_code=ErrorCode.broker_not_available))
+        except Exception:  # Kafka's Errors.forException: the store unreachable midway, ...
+            return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
+                error_code=ErrorCode.unknown_server_error))
         return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
             error_code=0, remaining_partitions=tuple(
                 ib.RemainingPartition(topic_name=tp.topic, partition_index=tp.partition)

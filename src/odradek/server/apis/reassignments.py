@@ -38,17 +38,12 @@ class ReassignmentApis:
     async def handle_alter(self, header: Any, request: Any, conn: Connection) -> bytes:
         if not allowed(self.authorizer, conn, AclOperation.ALTER, ResourceType.CLUSTER,
                        request_name="AlterPartitionReassignments"):  # Kafka: ALTER on cluster
-            mod = response_module(type(request))
-            error = ErrorCode.cluster_authorization_failed
-            return encode_response(type(request), header.correlation_id, make(
-                mod.AlterPartitionReassignmentsResponse, throttle_time=0, error_code=error,
-                error_message=None, responses=tuple(
-                    make(mod.ReassignableTopicResponse, name=t.name, partitions=tuple(
-                        make(mod.ReassignablePartitionResponse,
-                             partition_index=p.partition_index, error_code=error,
-                             error_message=None) for p in t.partitions))
-                    for t in request.topics)))
-        return await _alter(self.store, header, request)
+            return _alter_failed(header, request, ErrorCode.cluster_authorization_failed, None)
+        try:
+            return await _alter(self.store, header, request)
+        except CoordinationError as exc:  # Kafka's Errors.forException of a ZooKeeper error
+            log.warning("AlterPartitionReassignments interrupted: %r", exc)
+            return _alter_failed(header, request, ErrorCode.unknown_server_error, str(exc))
 
     async def handle_list(self, header: Any, request: Any, conn: Connection) -> bytes:
         if not allowed(self.authorizer, conn, AclOperation.DESCRIBE, ResourceType.CLUSTER,
@@ -58,7 +53,26 @@ class ReassignmentApis:
                 mod.ListPartitionReassignmentsResponse, throttle_time=0,
                 error_code=ErrorCode.cluster_authorization_failed, error_message=None,
                 topics=()))
-        return await _list(self.store, header, request)
+        try:
+            return await _list(self.store, header, request)
+        except CoordinationError as exc:
+            log.warning("ListPartitionReassignments interrupted: %r", exc)
+            mod = response_module(type(request))
+            return encode_response(type(request), header.correlation_id, make(
+                mod.ListPartitionReassignmentsResponse, throttle_time=0,
+                error_code=ErrorCode.unknown_server_error, error_message=str(exc), topics=()))
+
+
+def _alter_failed(header: Any, request: Any, error: ErrorCode, message: str | None) -> bytes:
+    """An AlterPartitionReassignments answer with `error` at the top and for every partition."""
+    mod = response_module(type(request))
+    return encode_response(type(request), header.correlation_id, make(
+        mod.AlterPartitionReassignmentsResponse, throttle_time=0, error_code=error,
+        error_message=message, responses=tuple(
+            make(mod.ReassignableTopicResponse, name=t.name, partitions=tuple(
+                make(mod.ReassignablePartitionResponse, partition_index=p.partition_index,
+                     error_code=error, error_message=message) for p in t.partitions))
+            for t in request.topics)))
 
 
 async def _alter(store: CoordinationStore, header: Any, request: Any) -> bytes:
