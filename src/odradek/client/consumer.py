@@ -139,6 +139,9 @@ class AsyncConsumer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._next_auto_commit = 0.0
         self._last_committed: dict[TopicPartition, int] = {}
+        # One commit at a time, in the order of the calls (Java's commitAsync sends its commits
+        # in order on the coordinator's connection, and commitSync blocks the caller)
+        self._commit_lock = asyncio.Lock()
         self._closed = False
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -426,7 +429,21 @@ class AsyncConsumer:
         self._next_auto_commit = self.loop.time() + self.auto_commit_interval
         offsets = self._positions_to_commit()
         if offsets:
-            self.commit_async(offsets)
+            self.commit_async(offsets, self._auto_committed)
+
+    def _auto_committed(self, error: KafkaError | None,
+                        offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """A retriable failure: the next auto-commit (of the positions of then) after
+        retry.backoff.ms, as ConsumerCoordinator.autoCommitOffsetsAsync."""
+        if error is None:
+            return
+        if error.retriable and self.loop is not None:
+            log.debug("Asynchronous auto-commit of offsets %s failed due to retriable error: %s",
+                      offsets, error)
+            self._next_auto_commit = min(self._next_auto_commit,
+                                         self.loop.time() + self.retry_backoff)
+        else:
+            log.warning("Asynchronous auto-commit of offsets %s failed: %s", offsets, error)
 
     def _positions_to_commit(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {tp: OffsetAndMetadata(st.position) for tp, st in self.fetcher.states.items()
@@ -569,24 +586,30 @@ class AsyncConsumer:
     async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
                      timeout: float | None = None) -> None:
         """Commit `offsets` (default: the positions of all assigned partitions) and wait:
-        Java's commitSync. The offset committed is the next record to read."""
-        if self.group is None:
-            raise IllegalStateError("commit needs a group.id")
+        Java's commitSync (retried on retriable errors within the timeout). The offset
+        committed is the next record to read."""
         assert self.loop is not None
         todo = _to_offsets(offsets) if offsets is not None else {
             tp: OffsetAndMetadata(st.position) for tp, st in self.fetcher.states.items()
             if st.position is not None}
+        await self._commit(todo, self.loop.time() + (timeout or self.api_timeout), retry=True)
+
+    async def _commit(self, todo: dict[TopicPartition, OffsetAndMetadata], deadline: float,
+                      retry: bool) -> None:
+        if self.group is None:
+            raise IllegalStateError("commit needs a group.id")
         if not todo:
             return
-        if self._mode == "subscribe" and self.group.generation < 0:
-            # Not a member of an active generation (it left, or was removed after
-            # max.poll.interval.ms): the partitions may belong to another member by now.
-            raise CommitFailedError(
-                "commit cannot be completed: this consumer is not part of an active group "
-                "generation (the group rebalanced, or poll() was not called within "
-                "max.poll.interval.ms); poll() rejoins")
-        await self.group.commit(todo, self.loop.time() + (timeout or self.api_timeout),
-                                use_generation=self._mode == "subscribe")
+        async with self._commit_lock:
+            if self._mode == "subscribe" and self.group.generation < 0:
+                # Not a member of an active generation (it left, or was removed after
+                # max.poll.interval.ms): the partitions may belong to another member by now.
+                raise CommitFailedError(
+                    "commit cannot be completed: this consumer is not part of an active group "
+                    "generation (the group rebalanced, or poll() was not called within "
+                    "max.poll.interval.ms); poll() rejoins")
+            await self.group.commit(todo, deadline, use_generation=self._mode == "subscribe",
+                                    retry=retry)
         for tp, om in todo.items():
             self._last_committed[tp] = om.offset
 
@@ -594,12 +617,17 @@ class AsyncConsumer:
                      callback: Callable[[KafkaError | None, dict[TopicPartition,
                                                                  OffsetAndMetadata]], Any]
                      | None = None) -> asyncio.Future[None]:
-        """Commit without waiting (Java's commitAsync); `callback(error, offsets)` when done."""
+        """Commit without waiting (Java's commitAsync); `callback(error, offsets)` when done.
+        Commits are sent in the order of the calls and not resent: a retriable failure (the
+        coordinator moved, the request timed out) goes to the callback, as Java's
+        RetriableCommitFailedException; resent, an old commit could land after a newer one
+        and move the committed offset back."""
         assert self.loop is not None
         todo = _to_offsets(offsets) if offsets is not None else {
             tp: OffsetAndMetadata(st.position) for tp, st in self.fetcher.states.items()
             if st.position is not None}
-        task = self.loop.create_task(self.commit(todo))
+        task = self.loop.create_task(self._commit(
+            todo, self.loop.time() + self.request_timeout, retry=False))
         self._tasks.add(task)
 
         def done(t: asyncio.Task[None]) -> None:

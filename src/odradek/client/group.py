@@ -375,9 +375,11 @@ class GroupCoordinatorClient:
 
     # -- offsets ---------------------------------------------------------------------------------
     async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], deadline: float,
-                     use_generation: bool = True) -> None:
+                     use_generation: bool = True, retry: bool = True) -> None:
         """OffsetCommit, retried on coordinator errors until `deadline`. Raises
-        CommitFailedError when the group has moved to a new generation."""
+        CommitFailedError when the group has moved to a new generation. With `retry` false
+        (Java's commitAsync) the request is sent once and a retriable error raised: a resent
+        commit could land after a newer one and move the committed offset back."""
         loop = asyncio.get_running_loop()
         if not offsets:
             return
@@ -397,11 +399,12 @@ class GroupCoordinatorClient:
                     retention_time=-1,
                     topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()])
             except KafkaError as exc:
-                if not exc.retriable or loop.time() + self.retry_backoff > deadline:
+                if not retry or not exc.retriable \
+                        or loop.time() + self.retry_backoff > deadline:
                     raise
                 await asyncio.sleep(self.retry_backoff)
                 continue
-            retry: KafkaError | None = None
+            error: KafkaError | None = None
             for t in resp.topics:
                 for p in t.partitions:
                     code = p.error_code
@@ -418,17 +421,17 @@ class GroupCoordinatorClient:
                             f"({ErrorCode(code).name.upper()})", code)
                     if code in _COORDINATOR_ERRORS:
                         self.coordinator_dead()
-                        retry = KafkaError.for_code(code)
+                        error = KafkaError.for_code(code)
                     elif code in (ErrorCode.coordinator_load_in_progress,
                                   ErrorCode.unknown_topic_or_partition):
-                        retry = KafkaError.for_code(code)
+                        error = KafkaError.for_code(code)
                     else:
                         raise KafkaError.for_code(code, context=f"OffsetCommit {t.name}-"
                                                   f"{p.partition_index}")
-            if retry is None:
+            if error is None:
                 return
-            if loop.time() + self.retry_backoff > deadline:
-                raise retry
+            if not retry or loop.time() + self.retry_backoff > deadline:
+                raise error
             await asyncio.sleep(self.retry_backoff)
 
     async def fetch_committed(self, partitions: Iterable[TopicPartition], deadline: float

@@ -146,6 +146,7 @@ class ControllerChannelManager:
     async def _sender(self, broker_id: int, q: _BrokerQueue) -> None:
         writer: asyncio.StreamWriter | None = None
         reader: asyncio.StreamReader | None = None
+        pending: _Pending | None = None
         try:
             while True:
                 pending = await q.queue.get()
@@ -180,6 +181,10 @@ class ControllerChannelManager:
         finally:
             if writer is not None:
                 writer.close()
+            if pending is not None and not pending.future.done():
+                # the broker removed mid-request: dropped as its queued requests are, not left
+                # for a caller to wait on for ever
+                pending.future.cancel()
 
 
 def _ids(values: Iterable[int]) -> tuple[int, ...]:

@@ -111,15 +111,13 @@ class TopicDeletionManager:
         futures = self.requests.send(batch)
 
         async def await_responses() -> None:
-            ok = True
-            for f in futures:
-                try:
-                    resp = await f
-                except (asyncio.CancelledError, Exception):
-                    ok = False
-                    continue
-                if getattr(resp, "error_code", 0):
-                    ok = False
+            # A request the channel dropped (its broker removed) is a cancelled future: that
+            # replica's deletion failed. The task's own cancellation (the controller resigns,
+            # `cancel`) ends it: swallowed, the task went on waiting for answers nothing would
+            # give, and the controller's event loop outlived it.
+            answers = await asyncio.gather(*futures, return_exceptions=True)
+            ok = not any(isinstance(a, BaseException) or getattr(a, "error_code", 0)
+                         for a in answers)
             self.put_event(TopicDeletionStopped(topic=topic, ok=ok))
         task = asyncio.create_task(await_responses())
         self.tasks.add(task)

@@ -31,6 +31,7 @@ from ..chaos.checker.history import History
 from ..common import clock
 from ..coordination import paths
 from ..coordinator.transaction_state import CompleteAbort, CompleteCommit, Empty
+from ..protocol import codec
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ INVARIANTS: dict[str, tuple[str, str]] = {
         "a partition's open transaction is its producer's current one",
         "KIP-98: markers written to every partition before the next transaction"),
     "offsets-monotonic": (
-        "a group's committed offsets never go backwards except by a seek",
+        "a group's committed offsets never go backwards except by a seek or a late request",
         "OffsetCommit with generation checks, acks=all __consumer_offsets"),
     "liveness-isr": (
         "after the heal every partition has a leader from a full ISR, replicas converged",
@@ -82,6 +83,7 @@ _OFFSETS_TOPIC = "__consumer_offsets"
 _TXN_TOPIC = "__transaction_state"
 _STATE_SUFFIX = "/state"
 _DELIVERIES = frozenset({"syn", "synack", "data", "fin"})  # the network's delivery events
+_OFFSET_COMMIT = (8).to_bytes(2, "big")  # api key of a request frame (after its size)
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,9 @@ class InvariantMonitor:
         self._open_txns: dict[tuple[tuple[str, int], int, int], int] = {}
         # offsets-monotonic: (group, topic, partition) -> largest committed offset
         self._offsets: dict[tuple[str, str, int], int] = {}
+        # ... and the offsets of OffsetCommit requests delivered after their client closed
+        # the connection (a request it gave up on, applied after its later commits)
+        self._late_commits: dict[tuple[str, str, int], set[int]] = {}
         self._history_seen = 0
         # liveness
         self._healed_at: float | None = None
@@ -170,6 +175,11 @@ class InvariantMonitor:
         leaves the loop's timers and clock exactly as they were (a timer of its own, due
         within the loop's clock resolution of another, would move the clock a few ulps for
         the callbacks after it, and the digest with it)."""
+        if kind == "data" and payload[4:6] == _OFFSET_COMMIT and self.error is None:
+            try:
+                self._note_late_commit(fields, payload)
+            except Exception as exc:
+                self.error = exc
         if now < self._next_sample or kind not in _DELIVERIES or self.error is not None:
             return
         self._next_sample = now + self.interval
@@ -484,9 +494,32 @@ class InvariantMonitor:
                               f"{(seen_ms - now_ms) / 1000 + self.sim.now:.3f}s while its "
                               f"coordinator {what}", once=f"{tp}/{first}/{pid}")
 
+    def _note_late_commit(self, fields: str, payload: bytes) -> None:
+        """An OffsetCommit request delivered on a connection whose client end has closed:
+        the client gave up on it (a request timed out, the connection was closed with the
+        request still on its way, as TCP delivers what was written before a close) and may
+        have committed newer offsets since on another connection. Kafka orders a member's
+        commits on one connection only; the coordinator applies such a request when it
+        arrives (same member, same generation), so the committed offset may go back to it."""
+        conn_id, _, ends = fields.partition(" ")
+        conn = self.sim.network.connections.get(int(conn_id.lstrip("#")))
+        if conn is None or not conn.client.closing \
+                or ends.partition(">")[0] != f"{conn.client.local[0]}:{conn.client.local[1]}":
+            return
+        size = int.from_bytes(payload[:4], "big")
+        if len(payload) < 4 + size:
+            return  # a request cut into segments: not an OffsetCommit of the workload's
+        _, request = codec.decode_request(payload[4:4 + size])
+        for topic in request.topics:
+            for p in topic.partitions:
+                self._late_commits.setdefault(
+                    (request.group_id, topic.name, p.partition_index), set()).add(
+                    p.committed_offset)
+
     def _check_offsets(self, brokers: list[tuple[int, Broker]]) -> None:
         """Committed offsets on each group's current coordinator never go backwards; a seek
-        in the history (f "seek", partition "topic-p") lets its partition start over."""
+        in the history (f "seek", partition "topic-p") lets its partition start over, and so
+        does a late request (`_note_late_commit`) to the offset it carried."""
         history = self.history
         if len(history) > self._history_seen:
             for index in range(self._history_seen, len(history)):
@@ -525,6 +558,11 @@ class InvariantMonitor:
                     self.checked["offsets-monotonic"] += 1
                     last = self._offsets.get(key)
                     if last is not None and offset < last:
+                        late = self._late_commits.get(key)
+                        if late is not None and offset in late:
+                            late.discard(offset)
+                            self._offsets[key] = offset
+                            continue
                         self._violate("offsets-monotonic", f"{group_id} {_tp_name(tp)}",
                                       f"committed offset went back from {last} to {offset}",
                                       once=f"{key}/{offset}")

@@ -1,5 +1,6 @@
 """sim/invariants.py's checks that need no running cluster: the store hook's controller fencing
-and leader epoch rules, on a real embedded store, and the epoch ranges epochs-agree compares."""
+and leader epoch rules, on a real embedded store, the epoch ranges epochs-agree compares, and
+the late OffsetCommit requests offsets-monotonic lets set an offset back."""
 
 from __future__ import annotations
 
@@ -95,3 +96,57 @@ def test_a_failing_sample_fails_the_verdict_not_the_run() -> None:
         m.rows()
     m.stop()
     assert digest.observers == []
+
+
+def offsets_monitor(closing: bool) -> tuple[InvariantMonitor, Any, Digest]:
+    """A monitor over one broker coordinating group `g` (committed offset of `events-0` in
+    `group.offsets`), and the simulated connection #7 from a consumer to it."""
+    digest = Digest()
+    group = SimpleNamespace(offsets={})
+    manager = SimpleNamespace(owned={0}, loading=set(), epoch_for_partition={0: 1},
+                              groups={"g": group}, partition_for=lambda group_id: 0)
+    broker = SimpleNamespace(started=True, replica_manager=SimpleNamespace(partitions={}),
+                             group_coordinator=SimpleNamespace(manager=manager, is_active=True),
+                             txn_coordinator=None)
+    client = SimpleNamespace(closing=closing, local=("client-consumer-0", 40001))
+    network = SimpleNamespace(connections={7: SimpleNamespace(client=client)})
+    cluster: Any = SimpleNamespace(zookeeper=EmbeddedZooKeeper(), brokers={0: broker})
+    m = InvariantMonitor(SimpleNamespace(now=0.0, digest=digest,  # type: ignore[arg-type]
+                                         network=network), cluster, History(), Trace(None))
+    m.start()
+    return m, group, digest
+
+
+def committed(group: Any, offset: int) -> None:
+    group.offsets[("events", 0)] = SimpleNamespace(
+        offset_and_metadata=SimpleNamespace(offset=offset))
+
+
+def offset_commit(offset: int) -> bytes:
+    from odradek.client.connection import request_for
+    from odradek.protocol.codec import encode_request
+
+    return encode_request(request_for(
+        8, 8, group_id="g", generation_id_or_member_epoch=1, member_id="m",
+        group_instance_id=None, retention_time=-1, topics=[{"name": "events", "partitions": [
+            {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+             "committed_metadata": ""}]}]), 3, "consumer-0")
+
+
+@pytest.mark.parametrize("closing", [True, False])
+def test_offsets_go_back_only_to_a_request_its_client_gave_up_on(closing: bool) -> None:
+    """A commit delivered after its client closed the connection (it timed out and committed
+    newer offsets on another connection) may set the offset back to what it carried; the same
+    request on an open connection is the client's own later commit: a violation."""
+    m, group, digest = offsets_monitor(closing)
+    committed(group, 18)
+    m._check_offsets(list(m._live()))
+    digest.record(0.1, "data", "#7 client-consumer-0:40001>broker-0:9092", offset_commit(10))
+    committed(group, 10)
+    m._check_offsets(list(m._live()))
+    assert m.error is None
+    assert names(m) == ([] if closing else ["offsets-monotonic"])
+    committed(group, 12)  # and from there on up
+    m._check_offsets(list(m._live()))
+    assert names(m) == ([] if closing else ["offsets-monotonic"] * 2)
+    m.stop()

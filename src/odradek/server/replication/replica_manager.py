@@ -97,6 +97,32 @@ def _now_ms() -> int:
     return clock.now_ms()
 
 
+class PartitionEvents:
+    """A hosted partition's DelayedOperations: the replica manager's purgatories and, when the
+    partition loses its leadership (the state node names another leader: it is fenced until
+    the controller's LeaderAndIsr arrives), the topic's role listener, told (False, -1) as
+    when it stops hosting the partition. A coordinator must not go on serving from its cache
+    a leadership its replica gave up: the controller's LeaderAndIsr may never come (lost with
+    a controller that resigned), and the replica, elected again later, is announced as a new
+    leader, whose coordinator loads only a partition it does not hold already."""
+
+    def __init__(self, purgatories: ReplicaPurgatories,
+                 role_listeners: dict[str, Callable[[int, bool, int], None]]) -> None:
+        self.purgatories = purgatories
+        self.role_listeners = role_listeners
+
+    def on_high_watermark_moved(self, tp: TopicPartition) -> None:
+        self.purgatories.on_high_watermark_moved(tp)
+
+    def on_leadership_lost(self, tp: TopicPartition) -> None:
+        self.purgatories.on_leadership_lost(tp)
+        if (listener := self.role_listeners.get(tp[0])) is not None:
+            listener(tp[1], False, -1)
+
+    def on_follower_high_watermark_moved(self, tp: TopicPartition) -> None:
+        self.purgatories.on_follower_high_watermark_moved(tp)
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  topic_config: Callable[[str], LogConfig],
@@ -147,6 +173,7 @@ class ReplicaManager:
         # follower of one of the topic's partitions, and (False, -1) when it stops hosting one.
         # The group coordinator listens for __consumer_offsets (load / unload its groups).
         self.role_listeners: dict[str, Callable[[int, bool, int], None]] = {}
+        self._partition_events = PartitionEvents(self.purgatories, self.role_listeners)
         # KIP-73 replication quotas: bytes this leader sends to followers, and bytes this
         # follower fetches, for throttled partitions (rates set by dynamic broker configs).
         quotas = quotas if quotas is not None else ReplicationQuotas.create()
@@ -250,7 +277,7 @@ class ReplicaManager:
             log_: Log = self.log_manager.get_or_create_log(topic, index)
             p = Partition(topic, index, log_, self.broker_id,
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                          clock=self.clock, delayed_operations=self.purgatories)
+                          clock=self.clock, delayed_operations=self._partition_events)
             p.initialize_high_watermark(self._checkpointed_hw.pop(tp, 0))
             try:  # KIP-516: the topic id this log was written for, if recorded
                 p.topic_id = read_partition_metadata(log_.dir)
