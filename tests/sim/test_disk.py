@@ -375,3 +375,25 @@ def test_same_seed_same_digest(tmp_path: Path) -> None:
     first = machine_crash_run(9, tmp_path / "one", 120, 40)
     second = machine_crash_run(9, tmp_path / "two", 120, 40)
     assert first[0] == second[0] and first[1] == second[1]
+
+
+def test_a_runs_temporary_directory_has_one_path_length_wherever_it_is(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's error messages name the log directory, so its path's length reaches the clients
+    and the digest: a run's directory has the same length in memory or not."""
+    import shutil
+    import tempfile
+
+    from odradek.sim import disk
+
+    base = tempfile.mkdtemp(prefix="b", dir="/tmp")  # short enough to pad from
+    made = [disk.temporary_data_dir()]
+    monkeypatch.setattr(disk, "memory_dir", lambda: None)
+    monkeypatch.setattr(disk.tempfile, "tempdir", base)
+    made.append(disk.temporary_data_dir())
+    try:
+        assert made[1].startswith(base + "/odradek-sim-")
+        assert [len(p) for p in made] == [disk.DATA_DIR_PATH_LENGTH] * 2
+    finally:
+        os.rmdir(made[0])
+        shutil.rmtree(base)

@@ -45,6 +45,7 @@ import fcntl
 import os
 import stat
 import struct
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from typing import Any
 from .digest import Digest
 from .random import SimRandom
 
-__all__ = ["SimDisk", "memory_dir"]
+__all__ = ["SimDisk", "memory_dir", "temporary_data_dir"]
 
 
 #: the free space a memory-backed directory must have to take a run's files (a run of the
@@ -77,6 +78,24 @@ def memory_dir() -> str | None:
     except OSError:
         return None
     return shm if st.f_bavail * st.f_frsize >= MEMORY_DIR_MIN_FREE else None
+
+
+#: the length of a run's temporary data directory's path, wherever it is made
+DATA_DIR_PATH_LENGTH = 48
+
+
+def temporary_data_dir() -> str:
+    """A new temporary directory for a run's brokers' files: in `memory_dir()` if the machine
+    has one, else the default temporary directory; its path always `DATA_DIR_PATH_LENGTH`
+    characters long (the name's prefix padded), where the base allows. Kafka's error messages
+    name a log directory (a full disk's "Error while appending to ... in dir ..."), so the
+    path's length is in the bytes the clients receive and in the run's digest: with a fixed
+    length, a seed gives the same run on a machine with /dev/shm and on one without, and
+    whatever TMPDIR says (up to 29 characters)."""
+    base = memory_dir() or tempfile.gettempdir()
+    prefix = "odradek-sim-"
+    pad = DATA_DIR_PATH_LENGTH - len(os.path.join(base, prefix)) - 8  # mkdtemp adds 8
+    return tempfile.mkdtemp(prefix=prefix + "-" * max(pad, 0), dir=base)
 
 
 def _path_of(fd: int) -> str:

@@ -8,10 +8,10 @@ the simulator once (`set_forkserver_preload`) and forks one child per run from i
 runs one `run_workload` in a fresh `Simulation(seed)` — no state carried from a run before, as
 with a pool of long-lived workers — and sends back its summary. Its brokers' files are where
 `odradek sim --seed S` puts them (the data directory's path is in Kafka's error messages, so
-its length is in the digest), and it tells the parent each temporary directory it makes: the
-parent removes them, even when it had to kill the child. A run that
-raises, or dies, or outlives its wall-time limit (killed) is a failure of that seed, with the
-reason; the batch goes on.
+its length, fixed by `disk.temporary_data_dir`, is in the digest), and it tells the parent
+each temporary directory it makes: the parent removes them, even when it had to kill the
+child. A run that raises, or dies, or outlives its wall-time limit (killed) is a failure of
+that seed, with the reason; the batch goes on.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from ..client.producer import AsyncProducer
 from ..client.types import NewTopic
 from ..cluster.async_cluster import AsyncCluster
 from .cluster import broker_host, connect, sim_cluster
-from .disk import memory_dir
+from .disk import temporary_data_dir
 from .random import SimRandom
 from .simulation import Simulation
 
@@ -66,7 +65,8 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
               duration: float | None = None, rate: float = 50.0,
               offsets_partitions: int | None = None) -> KafkaReport:
     """One run of the workload in a fresh `Simulation(seed)`; the brokers' files go to a
-    temporary directory in memory (`disk.memory_dir`, removed after) unless `data_dir` is given.
+    temporary directory, in memory where the machine has one (`disk.temporary_data_dir`,
+    removed after), unless `data_dir` is given.
     With `duration` (virtual seconds) the run is steady: `rate` records per second for
     `duration` seconds (`records` is ignored), consumed while they are produced.
     `offsets_partitions` sets the brokers' offsets.topic.num.partitions (Kafka's default 50;
@@ -77,7 +77,7 @@ def run_kafka(seed: int, brokers: int = 1, records: int = 200, *, partitions: in
     if faults and brokers < 3:
         raise ValueError("the fault plan needs three brokers or more")
     sim = Simulation(seed)
-    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=memory_dir()))
+    tmp = (Path(temporary_data_dir())
            if data_dir is None else Path(data_dir))
     acked: list[str] = []
     consumed: set[str] = set()
@@ -237,7 +237,7 @@ def run_transaction_timeout(seed: int, brokers: int = 3, *, timeout_ms: int = 60
     reads the topic. The ten virtual minutes cost the wall time of the brokers' idle work
     only (docs/simulation.md, "Speed")."""
     sim = Simulation(seed)
-    tmp = (Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=memory_dir()))
+    tmp = (Path(temporary_data_dir())
            if data_dir is None else Path(data_dir))
     outcome: list[str] = []
     reads: list[bytes] = []

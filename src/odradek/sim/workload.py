@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from ..cluster.async_cluster import AsyncCluster
 from ..protocol.records import decode_records, iter_headers
 from ..server.replication.partition import Partition
 from .cluster import connect
-from .disk import memory_dir
+from .disk import temporary_data_dir
 from .invariants import InvariantMonitor
 from .operation_runner import OperationRunner
 from .operations import (
@@ -459,13 +458,12 @@ def _name(error: BaseException | str) -> str:
 
 def run_workload(cfg: WorkloadConfig) -> SimReport:
     """One run of the workload in a fresh `Simulation(cfg.seed)`: the brokers' files in a
-    temporary directory (in memory where the machine has one, `disk.memory_dir`; removed
-    after) unless `cfg.data_dir` is given."""
+    temporary directory (in memory where the machine has one, `disk.temporary_data_dir`;
+    removed after) unless `cfg.data_dir` is given."""
     sim = Simulation(cfg.seed)
     trace = Trace(cfg.trace)
     trace.follow(sim.digest)
-    tmp = Path(tempfile.mkdtemp(prefix="odradek-sim-", dir=memory_dir())) \
-        if cfg.data_dir is None else Path(cfg.data_dir)
+    tmp = Path(temporary_data_dir()) if cfg.data_dir is None else Path(cfg.data_dir)
     sim.digest.place(str(tmp), "<data-dir>")  # the same digest wherever the files are
     run = _Run(sim, cfg, trace)
     kinds = [*cfg.operation_kinds, *(op.kind for op in cfg.operations or ())]
