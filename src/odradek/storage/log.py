@@ -14,11 +14,10 @@ topic-level configs are ``LogConfig`` (storage/log_config.py).
   so after a crash at any moment the log is a valid prefix of what was written.
 * Retention: ``delete_retention_segments`` (retention.ms, retention.bytes, log start offset).
 
-Deleted segments (retention, truncation, recovery) are first renamed ``*.deleted`` (an atomic
-marker: a crash leaves only ``.deleted`` files, which the next ``Log.open`` removes, as Kafka's
-loader does) and then unlinked at once instead of after ``file.delete.delay.ms``: Kafka waits so
-that in-flight reads of mmapped/channel files finish, but here each FileRegion holds its own
-reference to the open file and POSIX keeps an unlinked file readable while it is open.
+Deleted segments (retention, truncation, recovery) are renamed ``*.deleted`` (an atomic marker
+a crash leaves for the next ``Log.open`` to remove, as Kafka's loader does), then unlinked at
+once, not after ``file.delete.delay.ms``: Kafka waits for in-flight reads of its files, but a
+FileRegion holds its own open file, which POSIX keeps readable after the unlink.
 """
 
 from __future__ import annotations
@@ -711,15 +710,8 @@ class Log:
         self._delete_segments(doomed)
         active = self._segments.segments[-1]
         active.truncate_to(target_offset, self.clock())
-        # The truncation durable before anything records what follows it: the leader epoch
-        # checkpoint (fsynced at once) is about to forget the epochs above `target_offset`,
-        # and the next fetch writes the new leader's epochs at those offsets. Undone by a power
-        # loss, the truncation would bring back the old batches, older epochs at offsets the
-        # checkpoint gives to a newer one, and no OffsetsForLeaderEpoch or diverging epoch
-        # would ever remove them (the replicas differ below the HW). Kafka's Log.truncateTo
-        # leaves this to the file system (a journaling one typically commits the truncate
-        # with the checkpoint's later fsync); POSIX, and the simulated disk
-        # (docs/simulation.md, "The disk"), promise nothing of it.
+        # durable before the epoch checkpoint moves on, or a power loss brings old batches back
+        # under a newer epoch (docs/simulation.md, "The exploration so far")
         active.flush()
         if doomed:
             fsync_dir(self.dir)  # the segments' removals, as truncate_fully_and_start_at does
