@@ -53,6 +53,7 @@ def idempotence_enabled(cfg: dict[str, Any], acks: int, max_in_flight: int, retr
 class PartitionSequence:
     next_sequence: int = 0
     gap: bool = False  # a sequenced batch failed for good: later sequences will be refused
+    last_acked_offset: int = -1  # the last offset of the last batch acknowledged (this id)
 
 
 class IdempotenceState:
@@ -74,10 +75,26 @@ class IdempotenceState:
         for seq in self.sequences.values():
             seq.next_sequence = 0
             seq.gap = False
+            seq.last_acked_offset = -1
 
     def has_gap(self, tp: TopicPartition) -> bool:
         seq = self.sequences.get(tp)
         return seq is not None and seq.gap
+
+    def acked(self, b: ProducerBatch, base_offset: int) -> None:
+        """`b` was acknowledged at `base_offset` (Kafka's updateLastAckedOffset)."""
+        if self.enabled and base_offset >= 0 and b.producer_id == self.producer_id:
+            seq = self._sequence(b.tp)
+            seq.last_acked_offset = max(seq.last_acked_offset, base_offset + b.count - 1)
+
+    def state_removed(self, tp: TopicPartition, log_start_offset: int) -> bool:
+        """UNKNOWN_PRODUCER_ID explained by the log's head being removed (retention,
+        DeleteRecords) with the producer's state: every record of the partition acknowledged under
+        this producer id lies below the log start offset (Kafka's canRetry: lastAckedOffset <
+        logStartOffset)."""
+        seq = self.sequences.get(tp)
+        return log_start_offset >= 0 and (-1 if seq is None else seq.last_acked_offset) \
+            < log_start_offset
 
     def sequence_gap(self, tp: TopicPartition) -> None:
         """A batch of `tp` with a sequence failed for good: start a new producer id."""
@@ -88,7 +105,8 @@ class IdempotenceState:
         """A batch sent under an older producer id or epoch of this idempotent producer, its
         outcome unknown (a retry): resent under the new id it would be appended again if the
         broker had written it, so Kafka's Sender drops it ("the producer id changed ... in the
-        mean time. This batch will be dropped")."""
+        mean time. This batch will be dropped", Kafka 2.4's Sender.completeBatch; 2.5+ keep a
+        sequenced batch's producer id and epoch, RecordAccumulator.drain)."""
         return (self.enabled and not self.transactional and b.base_sequence >= 0
                 and (b.producer_id, b.producer_epoch) != (self.producer_id,
                                                           self.producer_epoch))

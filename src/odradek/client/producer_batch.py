@@ -77,8 +77,9 @@ class PendingRecord:
 
 class ProducerBatch:
     __slots__ = ("attempts", "base_sequence", "base_ts", "body", "closed", "count", "created",
-                 "deadline", "done", "encoded", "futures", "max_ts", "memory", "order",
-                 "producer_epoch", "producer_id", "sizes", "stamps", "tp", "transactional")
+                 "deadline", "done", "encoded", "futures", "max_ts", "may_be_written", "memory",
+                 "order", "producer_epoch", "producer_id", "sizes", "stamps", "tp",
+                 "transactional")
 
     def __init__(self, tp: TopicPartition, created: float, deadline: float,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -94,6 +95,9 @@ class ProducerBatch:
         self.created = created
         self.deadline = deadline
         self.attempts = 0
+        # An attempt ended without the broker refusing it by its sequence (a network error, a
+        # timeout, NOT_LEADER_OR_FOLLOWER after the append...): the batch may be in the log.
+        self.may_be_written = False
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1

@@ -10,6 +10,17 @@ likewise retries in sequence order, up to 5 in flight). UNKNOWN_PRODUCER_ID, or 
 OUT_OF_ORDER_SEQUENCE_NUMBER not explained by an earlier failure, resets the producer id
 (InitProducerId) once nothing is in flight.
 
+A batch keeps its producer id and sequence through its retries (Kafka's RecordAccumulator: "the
+previous attempt may actually have been accepted, and if we change the producer id and sequence
+here, this attempt will also be accepted, causing a duplicate"). Only a batch that the brokers
+refused by its sequence on every attempt (never in the log) is stamped again under the new
+producer id; one that may have been written fails with the broker's error, its outcome unknown
+to the application, as Kafka's producer before KIP-360's epoch bump (2.4's canRetry and
+Sender.completeBatch) fails a retry whose producer id was reset. UNKNOWN_PRODUCER_ID is resent
+under a new id only when the log start offset shows that the broker removed the producer's
+state with the log's head (lastAckedOffset < logStartOffset), or retried as it is while the
+broker does not know its log start offset (-1).
+
 With a transactional producer each pass also adds the new partitions to the transaction
 (AddPartitionsToTxn, one request at a time) and, in an error state or while aborting, fails
 the batches not yet sent.
@@ -41,6 +52,11 @@ from .txn_requests import TransactionalRequests
 from .types import TopicPartition
 
 log = logging.getLogger("odradek.client.producer")
+
+# The broker's refusals of a batch by its producer id and sequence, checked before anything is
+# appended: an attempt answered so was not written.
+SEQUENCE_REFUSALS = frozenset({ErrorCode.out_of_order_sequence_number,
+                               ErrorCode.unknown_producer_id})
 
 
 class Sender:
@@ -260,7 +276,8 @@ class Sender:
                     elif isinstance(lat, int):
                         lat_ms = lat
                     self._batch_result(b, int(p.error_code), p.base_offset, lat_ms,
-                                       getattr(p, "error_message", None))
+                                       getattr(p, "error_message", None),
+                                       getattr(p, "log_start_offset", -1))
             for b in by_tp.values():  # not answered: treat as a network error
                 self._batch_result(b, int(ErrorCode.network_exception), -1, -1,
                                    "partition missing from the Produce response")
@@ -269,7 +286,7 @@ class Sender:
             self.wake()
 
     def _batch_result(self, b: ProducerBatch, code: int, base_offset: int, log_append_time: int,
-                      message: str | None) -> None:
+                      message: str | None, log_start_offset: int = -1) -> None:
         assert self.loop is not None
         acc, idem = self.accumulator, self.idempotence
         st = acc.state(b.tp)
@@ -277,24 +294,35 @@ class Sender:
             st.inflight.remove(b)
         now = self.loop.time()
         if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
+            idem.acked(b, base_offset if code == ErrorCode.none else -1)
             acc.complete(b, base_offset if code == ErrorCode.none else -1, log_append_time)
         else:
+            if code not in SEQUENCE_REFUSALS:
+                b.may_be_written = True  # this attempt's outcome is unknown
             retriable = is_retriable(code)
-            if self.txn is not None and code in (ErrorCode.out_of_order_sequence_number,
-                                                 ErrorCode.unknown_producer_id):
+            if self.txn is not None and code in SEQUENCE_REFUSALS:
                 retriable = False  # abortable: the next transaction gets a new epoch
             elif code == ErrorCode.out_of_order_sequence_number:
-                # Explained by an earlier batch of this partition failing (now, or for good):
-                # resend in order. Otherwise the broker lost acknowledged data: report it.
+                # Explained by an earlier batch of this partition failing now: resend in order.
+                # Behind a gap (an earlier batch failed for good) every later sequence of this
+                # producer id is refused: a batch never written is sent again under the new
+                # id, one that an earlier attempt may have written fails. Otherwise the broker
+                # lost acknowledged data: report it.
                 gap = idem.has_gap(b.tp)
-                retriable = bool(st.failed) or gap
+                restamp = gap and not b.may_be_written
+                retriable = bool(st.failed) or restamp
                 idem.need_pid = idem.need_pid or gap
-                if gap:  # refused, so not written: sent again under the new producer id
+                if restamp:
                     b.base_sequence = -1
             elif code == ErrorCode.unknown_producer_id:
-                retriable = True
-                idem.need_pid = True
-                b.base_sequence = -1  # refused, so not written: sent again under the new id
+                if log_start_offset < 0:
+                    retriable = True  # the broker did not know its log start: resend as it is
+                elif idem.state_removed(b.tp, log_start_offset) or not b.may_be_written:
+                    retriable = True
+                    idem.need_pid = True
+                    b.base_sequence = -1  # resent under the new producer id
+                else:
+                    retriable = False
             if code in REFRESH_ERRORS:
                 self.client.request_update()
             if retriable and b.attempts <= self.retries and now < b.deadline and not acc.closed:
@@ -307,6 +335,10 @@ class Sender:
                         f"delivery.timeout.ms passed for {b.count} record(s) of {b.tp} "
                         f"(last error {_code_name(code)})")
                 else:
+                    if code in SEQUENCE_REFUSALS and b.may_be_written and self.txn is None:
+                        message = (f"{message or _code_name(code)}; an earlier attempt may have "
+                                   "been written, so the batch is not sent again under a new "
+                                   "producer id")
                     err = KafkaError.for_code(code, message, context=f"{b.tp}")
                 if self.txn is not None:
                     self.txn.batch_failed(code, err)
