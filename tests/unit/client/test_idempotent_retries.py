@@ -106,6 +106,17 @@ OUT_OF_ORDER = int(ErrorCode.out_of_order_sequence_number)
 UNKNOWN_PRODUCER = int(ErrorCode.unknown_producer_id)
 
 
+def producer_with_pid(loop: asyncio.AbstractEventLoop, pid: int
+                      ) -> tuple[IdempotenceState, RecordAccumulator, Sender]:
+    """An idempotent producer's state, accumulator and sender, its InitProducerId answered
+    with `pid` (epoch 0)."""
+    idem = IdempotenceState(True, False, True)
+    idem.set_producer_id(pid, 0)
+    idem.need_pid = False
+    acc = accumulator(idem)
+    return idem, acc, sender(loop, idem, acc)
+
+
 def test_a_batch_an_earlier_attempt_may_have_written_fails_not_resent_under_a_new_id() -> None:
     """The simulator's case: two batches appended by the old leader, which restarts and
     answers NOT_LEADER_OR_FOLLOWER; the new leader lost their batch metadata and refuses both
@@ -113,11 +124,7 @@ def test_a_batch_an_earlier_attempt_may_have_written_fails_not_resent_under_a_ne
     the second was appended twice."""
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        idem = IdempotenceState(True, False, True)
-        idem.set_producer_id(1000, 0)
-        idem.need_pid = False  # the sender's InitProducerId answered
-        acc = accumulator(idem)
-        s = sender(loop, idem, acc)
+        idem, acc, s = producer_with_pid(loop, 1000)
         first, second = batches(loop, 2)
         acc.batches[TP] = deque([first, second])
         assert drain_all(acc) == [first, second]
@@ -143,11 +150,7 @@ def test_a_batch_an_earlier_attempt_may_have_written_fails_not_resent_under_a_ne
 def test_a_batch_refused_on_every_attempt_is_resent_under_the_new_id() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        idem = IdempotenceState(True, False, True)
-        idem.set_producer_id(1000, 0)
-        idem.need_pid = False  # the sender's InitProducerId answered
-        acc = accumulator(idem)
-        s = sender(loop, idem, acc)
+        idem, acc, s = producer_with_pid(loop, 1000)
         first, second = batches(loop, 2)
         acc.batches[TP] = deque([first, second])
         assert drain_all(acc) == [first, second]
@@ -169,11 +172,7 @@ def test_unknown_producer_id_resent_under_a_new_id_only_when_the_log_start_shows
     may have been written fails."""
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        idem = IdempotenceState(True, False, True)
-        idem.set_producer_id(1000, 0)
-        idem.need_pid = False  # the sender's InitProducerId answered
-        acc = accumulator(idem)
-        s = sender(loop, idem, acc)
+        idem, acc, s = producer_with_pid(loop, 1000)
         acked, unknown_start, removed, kept = batches(loop, 4)
         acc.batches[TP] = deque([acked])
         assert drain_all(acc) == [acked]
