@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from ..protocol.records import CorruptRecordError, InvalidRecordError, check_batch, decode_records
 from ..protocol.records import iter_headers as iter_batch_headers
-from .cluster_metadata import REFRESH_ERRORS, KafkaClient
+from .cluster_metadata import REFRESH_ERRORS, ClusterMetadata, KafkaClient
 from .errors import KafkaError, OffsetOutOfRangeError
 from .fetch_session_handler import FetchSessionHandler
 from .read_committed import (
@@ -46,6 +46,13 @@ from .types import (
 )
 
 log = logging.getLogger("odradek.client.consumer")
+
+
+def _leader_epoch(md: ClusterMetadata, tp: TopicPartition, node: int) -> int:
+    """The leader epoch the metadata gives `node` as `tp`'s leader (-1: unknown, which a
+    broker does not check)."""
+    p = md.partition(tp)
+    return p.leader_epoch if p is not None and p.leader == node else -1
 
 
 class TopicPartitionState:
@@ -97,7 +104,7 @@ class Fetcher:
         self.client = client
         self.config = config
         self.states: dict[TopicPartition, TopicPartitionState] = {}
-        self.sessions: dict[int, FetchSessionHandler[tuple[int, int]]] = {}  # per broker
+        self.sessions: dict[int, FetchSessionHandler[tuple[int, int, int]]] = {}  # per broker
         self.error: KafkaError | None = None
         self.data: asyncio.Event | None = None
         self.closed = False
@@ -199,12 +206,17 @@ class Fetcher:
         offsets = {tp: self.states[tp].position for tp in tps}
         session = self.sessions.setdefault(node, FetchSessionHandler(node))
         try:
-            data = session.build({tp: (offsets[tp] or 0, self.config.max_partition_bytes)
-                                  for tp in tps})
+            # KIP-320: each partition carries the leader epoch the metadata names with the
+            # leader (Kafka's FetchPosition.currentLeader), so that a broker that is not that
+            # leader in that epoch any more (a follower serving KIP-392 reads, a restarted
+            # broker) answers FENCED_LEADER_EPOCH, not a read of its own shorter log
+            md = self.client.metadata
+            data = session.build({tp: (offsets[tp] or 0, self.config.max_partition_bytes,
+                                       _leader_epoch(md, tp, node)) for tp in tps})
             by_topic: dict[str, list[dict[str, Any]]] = {}
-            for tp, (offset, max_bytes) in data.to_send.items():
+            for tp, (offset, max_bytes, epoch) in data.to_send.items():
                 by_topic.setdefault(tp[0], []).append({
-                    "partition": tp[1], "current_leader_epoch": -1,
+                    "partition": tp[1], "current_leader_epoch": epoch,
                     "fetch_offset": offset, "last_fetched_epoch": -1,
                     "log_start_offset": -1, "partition_max_bytes": max_bytes})
             forget: dict[str, list[int]] = {}

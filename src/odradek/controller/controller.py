@@ -431,7 +431,9 @@ class KafkaController:
         self.ctx.reset()
 
     # -- context --------------------------------------------------------------------------------
-    async def _read_broker(self, broker_id: int) -> BrokerEndpoint | None:
+    async def _read_broker(self, broker_id: int) -> tuple[BrokerEndpoint, int] | None:
+        """A broker's registration: its endpoint and its broker epoch (the czxid of its
+        ephemeral node, as Kafka's getAllBrokerAndEpochsInCluster reads it)."""
         found = await self.store.get_or_none(paths.broker_path(broker_id))
         if found is None:
             return None
@@ -442,14 +444,14 @@ class KafkaController:
                           for e in reg.endpoints)
         return BrokerEndpoint(ep.host, ep.port, ep.listener_name,
                               _protocol_id(ep.security_protocol), rack=reg.rack,
-                              listeners=listeners)
+                              listeners=listeners), found[1].czxid
 
     async def _load_context(self) -> None:
         ctx = self.ctx
         for child in await self.store.get_children(paths.BROKER_IDS):
-            ep = await self._read_broker(int(child))
-            if ep is not None:
-                ctx.add_live_broker(int(child), ep)
+            found = await self._read_broker(int(child))
+            if found is not None:
+                ctx.add_live_broker(int(child), *found)
         for topic in await self.store.get_children(paths.TOPICS):
             await self._load_topic(topic)
 
@@ -495,24 +497,41 @@ class KafkaController:
 
     # -- brokers (S-4.2, S-4.3) -------------------------------------------------------------------
     async def _on_broker_change(self) -> None:
+        """Kafka's processBrokerChange: new brokers start, dead ones fail, and a bounced broker
+        (registered again, under a newer broker epoch, since the controller last looked: a
+        restart whose two changes of /brokers/ids the controller saw as one, or missed while
+        its own session was cut) fails and starts again, so that it is sent its replicas'
+        LeaderAndIsr; it restarted with none of them."""
         ctx = self.ctx
         current = {int(c) for c in await self.store.get_children(paths.BROKER_IDS)}
         known = set(ctx.live_brokers)
         new, dead = current - known, known - current
+        bounced: set[int] = set()
+        for b in sorted(current & known):
+            found = await self._read_broker(b)
+            if found is None:  # gone since get_children: the next change says so
+                continue
+            if found[1] > ctx.live_broker_epochs.get(b, -1):
+                bounced.add(b)
+        if new:  # Kafka's order: new, bounced, dead
+            await self._on_broker_startup(new)
+        if bounced:
+            log.info("[Controller id=%d] Bounced brokers: %s", self.broker_id, sorted(bounced))
+            await self._on_broker_failure(bounced)
+            await self._on_broker_startup(bounced)
         if dead:
             await self._on_broker_failure(dead)
-        if new:
-            await self._on_broker_startup(new)
 
     async def _on_broker_startup(self, new: set[int]) -> None:
         ctx = self.ctx
         assert self.channel is not None
         for b in sorted(new):
             ctx.replicas_on_offline_dirs.pop(b, None)  # a restarted broker loaded its dirs anew
-            ep = await self._read_broker(b)
-            if ep is None:
+            found = await self._read_broker(b)
+            if found is None:
                 continue
-            ctx.add_live_broker(b, ep)
+            ep, broker_epoch = found
+            ctx.add_live_broker(b, ep, broker_epoch)
             self.channel.add_broker(b, ep)
             log.info("[Controller id=%d] Newly added brokers: %d", self.broker_id, b)
         # Kafka's onBrokerStartup order: UpdateMetadata (all partitions) in a batch of its own,

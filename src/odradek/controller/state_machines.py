@@ -83,6 +83,10 @@ class ReplicaStateMachine:
                 return None
             return sel.remove_replica_from_isr(current, replica)
 
+        current = self.ctx.leader_and_isr(tp)
+        if (current is None or compute(current) is None) \
+                and await self.zk.refresh_leadership(tp) is None:
+            return  # the context may lag the node (see below); the node is gone
         stored = await self.zk.update_leader_and_isr(tp, compute)
         if stored is not None:
             self._removed(tp, replica, stored, batch)
@@ -95,12 +99,26 @@ class ReplicaStateMachine:
         whose transaction failed on a version goes through :meth:`remove_replica_from_isr`,
         which reads it again and decides again."""
         ctx = self.ctx
-        writes: list[tuple[TopicPartition, LeaderAndIsr]] = []
+        decided: dict[TopicPartition, LeaderAndIsr] = {}
+        unsure: list[TopicPartition] = []
         for tp in partitions:
             current = ctx.leader_and_isr(tp)
             new = None if current is None else sel.remove_replica_from_isr(current, replica)
             if new is not None:
-                writes.append((tp, new))
+                decided[tp] = new
+            elif current is not None:
+                unsure.append(tp)
+        # Kafka decides from the state nodes it reads (removeReplicasFromIsr). The context
+        # lags a leader's own ISR expansion until its isr_change_notification is processed
+        # (a follower that fetched again after its controlled shutdown's ISR shrink, say), so
+        # a partition the context says the replica has left is read again before it is
+        # skipped; the writes of the others are version-checked.
+        read = await run_bounded(unsure, self.zk.refresh_leadership, STATE_WRITE_WINDOW)
+        for tp, current in zip(unsure, read, strict=True):
+            new = None if current is None else sel.remove_replica_from_isr(current, replica)
+            if new is not None:
+                decided[tp] = new
+        writes = [(tp, decided[tp]) for tp in partitions if tp in decided]
         retry: list[TopicPartition] = []
         stored_values = await self.zk.write_leader_and_isrs(writes)
         async for (tp, _new), stored in yielding(zip(writes, stored_values, strict=True)):

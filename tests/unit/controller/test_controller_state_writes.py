@@ -200,3 +200,30 @@ def test_isr_shrinks_at_once_fall_back_to_one_by_one_for_a_moved_node() -> None:
             decoded = paths.decode_partition_state(data)
             assert decoded is not None and tuple(decoded.isr) == stored.isr
     asyncio.run(body())
+
+
+def test_isr_shrinks_read_a_node_whose_context_says_the_replica_left() -> None:
+    """The context says broker 2 left the ISR of partitions 0 to 9 (a controlled shutdown's
+    shrink), but their leader took it back since (its own write, not yet notified): the
+    broker's failure still takes it out, as Kafka's removeReplicasFromIsr reads the nodes."""
+    async def body() -> None:
+        store, zk = await _setup()
+        ctx = zk.ctx
+        ctx.epoch = 1
+        ctx.add_live_broker(1, BrokerEndpoint("localhost", 9091))
+        tps = [TopicPartition("t", p) for p in range(10)]
+        ctx.set_topic_assignment("t", {p: [1, 2] for p in range(10)})
+        for tp in tps:
+            cur = ctx.leader_and_isr(tp)
+            assert cur is not None
+            ctx.put_leader_and_isr(tp, LeaderAndIsr(1, 1, (1,), cur.zk_version, 1))
+        sm = ReplicaStateMachine(ctx, zk, StateChangeLogger(0))
+        batch = RequestBatch(0, 1, ctx)
+        await sm.remove_replicas_from_isr(tps[:9], 2, batch)
+        await sm.remove_replica_from_isr(tps[9], 2, batch)
+        for tp in tps:
+            data, _ = await store.get(paths.partition_state_path(tp.topic, tp.partition))
+            decoded = paths.decode_partition_state(data)
+            assert decoded is not None and tuple(decoded.isr) == (1,), (tp, decoded)
+            assert tuple(batch.leader_and_isr[1][tp].isr) == (1,)
+    asyncio.run(body())
