@@ -148,6 +148,9 @@ class SimDisk:
         self._failed: dict[str, int] = {}  # directory (with a trailing /) -> errno
         self.fsyncs = 0
         self.torn_bytes = 0
+        # every machine crash: (time, directory, its report); what the invariant monitor
+        # needs to tell a crash's loss from a bug's
+        self.crashes: list[tuple[float, str, dict[str, int]]] = []
 
     # -- the seam (common.file_system) ---------------------------------------------------------
 
@@ -254,6 +257,7 @@ class SimDisk:
             self._synced[key] = data
         for rel in sorted(report):
             self._record("crash", f"{self._rel(os.path.join(top, rel))} {report[rel]}")
+        self.crashes.append((self.time(), top, dict(report)))
         return report
 
     # -- the model ------------------------------------------------------------------------------

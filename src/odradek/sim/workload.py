@@ -419,7 +419,13 @@ class _Run:
                 hws: dict[str, int] | None = None) -> CheckReport:
         g = Guarantees(acks="all", min_insync_replicas=self.min_isr, idempotent=True,
                        transactional=self.cfg.transactional_producers > 0)
-        report = check(self.history, g, logs, replica_logs=replicas, high_watermarks=hws)
+        # committed records Kafka's design loses (the invariant monitor's `CrashLoss`)
+        lost_by_design: dict[str, list[tuple[int, int]]] = {}
+        for loss in self.monitor.losses if self.monitor is not None else ():
+            lost_by_design.setdefault(_key(loss.topic, loss.partition), []).append(
+                (loss.start, loss.end))
+        report = check(self.history, g, logs, replica_logs=replicas, high_watermarks=hws,
+                       lost_by_design=lost_by_design)
         seen = [op for op in self.history.ops() if op.f == "read"
                 and op.process == "reader-committed" and op.value in self.aborted]
         kept = [(p, o, v) for p, entries in logs.items() for o, v in entries

@@ -13,7 +13,7 @@ from odradek.chaos.checker.history import History
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedZooKeeper
 from odradek.sim.digest import Digest
-from odradek.sim.invariants import InvariantMonitor, _epoch_ranges
+from odradek.sim.invariants import InvariantMonitor, _epoch_ranges, _first_divergence
 from odradek.sim.trace import Trace
 
 STATE = paths.partition_state_path("t", 0)
@@ -150,3 +150,42 @@ def test_offsets_go_back_only_to_a_request_its_client_gave_up_on(closing: bool) 
     m._check_offsets(list(m._live()))
     assert names(m) == ([] if closing else ["offsets-monotonic"] * 2)
     m.stop()
+
+
+def test_a_leader_missing_committed_records_after_its_crash_is_a_crash_loss() -> None:
+    """Broker 1 leads events-1 in epoch 4 from offset 12, below the HW 42 seen before: a
+    `CrashLoss` [12, 42) only if a machine crash cut events-1's files on broker 1; the
+    group's committed offset of events-1 may then go back (not events-0's)."""
+    m, group, _ = offsets_monitor(closing=False)
+    m.cluster.brokers[1] = SimpleNamespace(started=False,
+                                           config=SimpleNamespace(log_dirs=["/d/broker-1"]))
+    m.sim.disk = SimpleNamespace(crashes=[(1.0, "/d/broker-1", {"events-0/0.log": 5})])
+    leader: Any = SimpleNamespace(log_end_offset=20, log=SimpleNamespace(
+        leader_epoch_cache=SimpleNamespace(entries=lambda: [(0, 0), (1, 7), (4, 12)])))
+    m._committed[("events", 1)] = 42
+    m._note_crash_loss(1, ("events", 1), leader, 4)
+    assert m.losses == []  # the crash cut another partition's files
+    m.sim.disk.crashes.append((2.0, "/d/broker-0", {"events-1/0.log": -2}))
+    m._note_crash_loss(1, ("events", 1), leader, 4)
+    assert m.losses == []  # another broker's
+    m.sim.disk.crashes.append((3.0, "/d/broker-1", {"events-1/0.log": 0}))
+    m._note_crash_loss(1, ("events", 1), leader, 4)
+    assert [(x.start, x.end, x.broker) for x in m.losses] == [(12, 42, 1)]
+    assert m._lost(("events", 1), 12) and not m._lost(("events", 1), 42)
+    assert not m._lost(("events", 0), 20)
+    for tp in (("events", 1), ("events", 0)):
+        group.offsets[tp] = SimpleNamespace(offset_and_metadata=SimpleNamespace(offset=40))
+    m.sample()
+    for tp in (("events", 1), ("events", 0)):
+        group.offsets[tp] = SimpleNamespace(offset_and_metadata=SimpleNamespace(offset=3))
+    m.sample()
+    assert [v.where for v in m.violations] == ["g events-0"]
+    assert m.exempted["offsets-monotonic"] == 1
+    rows = {r.key: r for r in m.rows()}
+    assert rows["offsets-monotonic"].verdict == "FAIL"
+
+
+def test_first_divergence_of_two_epoch_lists() -> None:
+    assert _first_divergence([(0, 0), (1, 7)], [(0, 0), (1, 7), (4, 12)]) == 12
+    assert _first_divergence([(0, 0), (1, 7), (2, 30)], [(0, 0), (1, 7), (4, 12)]) == 12
+    assert _first_divergence([(0, 0), (3, 7)], [(0, 0), (1, 5)]) == 5

@@ -70,6 +70,25 @@ def test_a_lost_acked_write_fails_when_promised_and_is_expected_with_acks_1() ->
     assert loose.ok
 
 
+def test_records_lost_by_kafkas_design_are_expected_not_failed() -> None:
+    """`lost_by_design`: offsets [1, 3) of partition 0 were lost by a crash of the last ISR
+    member (KIP-966's case); a loss or a truncated read outside them still fails."""
+    h = History()
+    for off, v in enumerate("abcd"):
+        _acked(h, "p0", v, 0, off)
+    h.read("c0", 0, 1, "b")
+    final = {0: [(0, "a"), (1, "x"), (3, "d")]}
+    report = check(h, SAFE, final, lost_by_design={0: [(1, 3)]})
+    for key in ("lost", "truncated-reads"):
+        row = report.row(key)
+        assert (row.observed, row.verdict) == ({"lost": 2}.get(key, 1), "expected"), row
+        assert "lost by Kafka's design" in row.why
+    assert report.ok
+    failing = check(h, SAFE, final, lost_by_design={0: [(2, 3)]})
+    assert failing.row("lost").verdict == "FAIL"
+    assert failing.row("truncated-reads").verdict == "FAIL"
+
+
 def test_unknown_and_failed_writes_are_never_lost() -> None:
     h = History()
     _acked(h, "p0", "a", 0, 0)
