@@ -199,6 +199,10 @@ class InvariantMonitor:
         # the connection (a request it gave up on, applied after its later commits)
         self._late_commits: dict[tuple[str, str, int], set[int]] = {}
         self._history_seen = 0
+        # ... and the seeks (group, topic, partition) -> (invoke index, the target once the
+        # seek's commit was acknowledged): a seek's commit may land any time after its
+        # invoke, even after the seek gave up (a cancelled or timed-out commit)
+        self._seeks: dict[tuple[str, str, int], tuple[int, int | None]] = {}
         # liveness
         self._healed_at: float | None = None
         self._pending_at_heal: list[int] = []
@@ -594,17 +598,22 @@ class InvariantMonitor:
 
     def _check_offsets(self, brokers: list[tuple[int, Broker]]) -> None:
         """Committed offsets on each group's current coordinator never go backwards; a seek
-        in the history (f "seek", partition "topic-p") lets its partition start over, and so
-        does a late request (`_note_late_commit`) to the offset it carried."""
+        in the history (f "seek" of group `value`, partition "topic-p") lets its partition go
+        back once, whenever its commit lands, and so does a late request
+        (`_note_late_commit`) to the offset it carried."""
         history = self.history
         if len(history) > self._history_seen:
             for index in range(self._history_seen, len(history)):
                 op = history[index]
-                if op.f == "seek" and op.partition is not None:
-                    topic, _, part = str(op.partition).rpartition("-")
-                    for key in [k for k in self._offsets if k[1] == topic
-                                and str(k[2]) == part]:
-                        del self._offsets[key]
+                if op.f != "seek" or op.partition is None:
+                    continue
+                topic, _, part = str(op.partition).rpartition("-")
+                key = (str(op.value), topic, int(part))
+                if op.type == "invoke":
+                    self._seeks[key] = (op.index, None)
+                elif op.type == "ok" and key in self._seeks \
+                        and self._seeks[key][0] == op.ref:
+                    self._seeks[key] = (self._seeks[key][0], op.offset)
             self._history_seen = len(history)
         coordinators: dict[int, tuple[int, Any]] = {}  # offsets partition -> (epoch, manager)
         for _, broker in brokers:
@@ -633,7 +642,16 @@ class InvariantMonitor:
                     key = (group_id, tp[0], tp[1])
                     self.checked["offsets-monotonic"] += 1
                     last = self._offsets.get(key)
+                    seek = self._seeks.get(key)
+                    if seek is not None and seek[1] == offset:
+                        del self._seeks[key]  # the seek's commit landed
+                        self._offsets[key] = offset
+                        continue
                     if last is not None and offset < last:
+                        if seek is not None:  # the seek's commit (its target unknown yet)
+                            del self._seeks[key]
+                            self._offsets[key] = offset
+                            continue
                         late = self._late_commits.get(key)
                         if late is not None and offset in late:
                             late.discard(offset)

@@ -189,3 +189,28 @@ def test_first_divergence_of_two_epoch_lists() -> None:
     assert _first_divergence([(0, 0), (1, 7)], [(0, 0), (1, 7), (4, 12)]) == 12
     assert _first_divergence([(0, 0), (1, 7), (2, 30)], [(0, 0), (1, 7), (4, 12)]) == 12
     assert _first_divergence([(0, 0), (3, 7)], [(0, 0), (1, 5)]) == 5
+
+
+@pytest.mark.parametrize("acknowledged", [True, False])
+def test_a_seeks_commit_may_land_after_its_invoke_once(acknowledged: bool) -> None:
+    """A seek of events-0 back to 14 is invoked while 39 is committed; its commit lands
+    later, before the seek's outcome (acknowledged, or unknown: the seek gave up) is
+    recorded; once: a later step back fails."""
+    m, group, _ = offsets_monitor(closing=False)
+    committed(group, 39)
+    m.sample()
+    seek = m.history.invoke("member-1", "seek", "g", partition="events-0")
+    m.sample()  # the commit is on its way: 39 still
+    committed(group, 14)  # it lands before the seek's outcome is recorded
+    m.sample()
+    if acknowledged:
+        m.history.ok(seek, offset=14)
+    else:
+        m.history.info(seek, error="CancelledError")
+    m.sample()
+    assert m.violations == []
+    committed(group, 20)
+    m.sample()
+    committed(group, 15)
+    m.sample()
+    assert [v.description for v in m.violations] == ["committed offset went back from 20 to 15"]
