@@ -62,6 +62,7 @@ from .zk_client import DELETE_NODE, ControllerZkClient
 __all__ = [
     "LeaderMove",
     "ReassignmentManager",
+    "epoch_bumped_within",
     "is_reassignment_complete",
     "isr_without_removed",
     "leader_move",
@@ -191,6 +192,15 @@ def isr_without_removed(current: LeaderAndIsr, removing: Collection[int]) -> Lea
         isr = current.isr[:1]
     leader = current.leader if current.leader not in removing else -1
     return current.new_leader_and_isr(leader, isr)
+
+
+def epoch_bumped_within(current: LeaderAndIsr, replicas: Collection[int]) -> LeaderAndIsr:
+    """Steps A1 and B3's leader epoch bump (same leader, epoch + 1) with the ISR cut to
+    members of ``replicas``, the AR the LeaderAndIsr carries; kept whole if none is."""
+    isr = tuple(r for r in current.isr if r in replicas)
+    if not isr or isr == current.isr:
+        return current.new_epoch()
+    return current.new_leader_and_isr(current.leader, isr)
 
 
 # ---- the controller side -----------------------------------------------------------------------
@@ -392,8 +402,12 @@ class ReassignmentManager:
         return True
 
     async def _bump_leader_epoch(self, tp: TopicPartition, replicas: list[int]) -> None:
-        """Kafka's updateLeaderEpochAndSendRequest: same leader and ISR, epoch + 1, sent to
-        every live replica of ``replicas`` (with ``replicas`` as AR)."""
+        """Kafka's updateLeaderEpochAndSendRequest: same leader, epoch + 1, sent to every live
+        replica of ``replicas`` (with ``replicas`` as AR); the ISR keeps only members of
+        ``replicas`` (KRaft's PartitionChangeBuilder does the same). A replica a changed
+        target dropped was stopped before this bump, but its leader, still counting it as a
+        replica, may have taken it into the ISR since; left there, it could end as the
+        ISR's last member, a replica of nothing, and no leader could be elected again."""
         ctx = self.ctx
 
         def compute(current: LeaderAndIsr) -> LeaderAndIsr | None:
@@ -402,7 +416,7 @@ class ReassignmentManager:
                     f"Partition {tp} has no leader; the replicas of its reassignment start "
                     f"once it has one"), logging.WARNING)
                 return None
-            return current.new_epoch()
+            return epoch_bumped_within(current, replicas)
 
         if ctx.leader_and_isr(tp) is None:
             self.sc.controller(ctx.epoch, (

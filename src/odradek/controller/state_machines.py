@@ -83,10 +83,6 @@ class ReplicaStateMachine:
                 return None
             return sel.remove_replica_from_isr(current, replica)
 
-        current = self.ctx.leader_and_isr(tp)
-        if (current is None or compute(current) is None) \
-                and await self.zk.refresh_leadership(tp) is None:
-            return  # the context may lag the node (see below); the node is gone
         stored = await self.zk.update_leader_and_isr(tp, compute)
         if stored is not None:
             self._removed(tp, replica, stored, batch)

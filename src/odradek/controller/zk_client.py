@@ -273,9 +273,21 @@ class ControllerZkClient:
         """The optimistic update of a partition's leadership: ``compute`` from the context's
         value, version-checked write; on a conflict the stored value is read into the context
         and ``compute`` decides again. None when ``compute`` has nothing to write or the node
-        is gone."""
+        is gone.
+
+        "Nothing to write" is decided on the node, not on the context alone: the context lags
+        a leader's own ISR writes until their isr_change_notification is processed (a replica
+        a reassignment removes may have just joined the ISR), and no version check would
+        catch a write skipped on a stale value. Kafka reads the state nodes before deciding."""
+        checked = False
+
         async def read() -> LeaderAndIsr | None:
-            return self.ctx.leader_and_isr(tp)
+            nonlocal checked
+            current = self.ctx.leader_and_isr(tp)
+            if not checked and (current is None or compute(current) is None):
+                checked = True
+                current = await self.refresh_leadership(tp)
+            return current
 
         async def write(_current: LeaderAndIsr, new: LeaderAndIsr) -> LeaderAndIsr | None:
             stored = await self.write_leader_and_isr(tp, new)

@@ -150,6 +150,37 @@ def _tp_name(tp: tuple[str, int]) -> str:
     return f"{tp[0]}-{tp[1]}"
 
 
+def _not_converged(cluster: AsyncCluster, brokers: list[tuple[int, Broker]],
+                   leaders: dict[tuple[str, int], tuple[int, Partition]]) -> str:
+    """What keeps the cluster from having converged (a leader from a full ISR for every
+    partition, every replica at its leader's epoch, LEO and HW), "" when nothing does."""
+    live = {b for b, _ in brokers}
+    if len(live) < len(cluster.brokers):
+        return f"brokers {sorted(set(cluster.brokers) - live)} not running"
+    hosted: dict[tuple[str, int], list[tuple[int, Partition]]] = {}
+    for b, broker in brokers:
+        assert broker.replica_manager is not None
+        for tp, p in broker.replica_manager.partitions.items():
+            hosted.setdefault(tp, []).append((b, p))
+    for tp, replicas in sorted(hosted.items()):
+        lead = leaders.get(tp)
+        if lead is None:
+            return f"{_tp_name(tp)} has no leader (hosted by {sorted(b for b, _ in replicas)})"
+        leader = lead[1]
+        if set(leader.isr) != set(leader.replicas) or lead[0] not in leader.isr:
+            return (f"{_tp_name(tp)}: leader {lead[0]} epoch {leader.leader_epoch} has ISR "
+                    f"{sorted(leader.isr)} of replicas {sorted(leader.replicas)}")
+        for b, p in replicas:
+            if p.leader_id != lead[0] or p.leader_epoch != leader.leader_epoch \
+                    or p.log_end_offset != leader.log_end_offset \
+                    or p.high_watermark != leader.high_watermark:
+                return (f"{_tp_name(tp)}: broker {b} follows {p.leader_id} epoch "
+                        f"{p.leader_epoch} at LEO {p.log_end_offset} HW {p.high_watermark}; "
+                        f"leader {lead[0]} epoch {leader.leader_epoch} at LEO "
+                        f"{leader.log_end_offset} HW {leader.high_watermark}")
+    return ""
+
+
 class InvariantMonitor:
     """Checks the invariants of `INVARIANTS` over `cluster` while `sim` runs.
 
@@ -207,6 +238,7 @@ class InvariantMonitor:
         self._healed_at: float | None = None
         self._pending_at_heal: list[int] = []
         self._converged_at: float | None = None
+        self._unconverged = ""  # what the last sample found not converged yet
         self._unhook: Callable[[], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -676,27 +708,9 @@ class InvariantMonitor:
                          leaders: dict[tuple[str, int], tuple[int, Partition]]) -> None:
         if self._converged_at is not None:
             return
-        live = {b for b, _ in brokers}
-        if len(live) < len(self.cluster.brokers):
-            return
-        hosted: dict[tuple[str, int], list[Partition]] = {}
-        for _, broker in brokers:
-            assert broker.replica_manager is not None
-            for tp, p in broker.replica_manager.partitions.items():
-                hosted.setdefault(tp, []).append(p)
-        for tp, replicas in hosted.items():
-            lead = leaders.get(tp)
-            if lead is None:
-                return
-            leader = lead[1]
-            if set(leader.isr) != set(leader.replicas) or lead[0] not in leader.isr:
-                return
-            for p in replicas:
-                if p.leader_id != lead[0] or p.leader_epoch != leader.leader_epoch \
-                        or p.log_end_offset != leader.log_end_offset \
-                        or p.high_watermark != leader.high_watermark:
-                    return
-        self._converged_at = self.sim.now
+        self._unconverged = _not_converged(self.cluster, brokers, leaders)
+        if not self._unconverged:
+            self._converged_at = self.sim.now
 
     def _final_liveness(self) -> None:
         if self._healed_at is None:
@@ -706,7 +720,8 @@ class InvariantMonitor:
             self._violate("liveness-isr", "cluster",
                           f"not converged (a leader from a full ISR per partition, replicas "
                           f"at the leader's LEO and HW) within {self.isr_bound:g}s of the heal "
-                          f"at {self._healed_at:.3f}", once="isr")
+                          f"at {self._healed_at:.3f}: {self._unconverged or 'never sampled'}",
+                          once="isr")
         done = self.history.completions()
         for index in self._pending_at_heal:
             self.checked["liveness-ops"] += 1

@@ -9,6 +9,7 @@ import pytest
 
 from odradek.controller.context import LeaderAndIsr, TopicPartition
 from odradek.controller.reassignment import (
+    epoch_bumped_within,
     is_reassignment_complete,
     isr_without_removed,
     leader_move,
@@ -63,6 +64,15 @@ def test_leader_in_rar_but_dead_is_replaced() -> None:
 def test_no_live_rar_member_in_isr_means_no_leader() -> None:
     move = leader_move((4, 5), LeaderAndIsr(1, 0, (1, 4, 5)), live={1})
     assert move.leadership is None
+
+
+def test_epoch_bump_keeps_only_the_replicas_in_the_isr() -> None:
+    """A cancelled move's replica 0, stopped already, taken into the ISR by the leader
+    meanwhile: the bump that sends AR [2, 1] leaves it out."""
+    bumped = epoch_bumped_within(LeaderAndIsr(2, 6, (2, 0), 9), (2, 1))
+    assert (bumped.leader, bumped.leader_epoch, bumped.isr) == (2, 7, (2,))
+    same = epoch_bumped_within(LeaderAndIsr(2, 6, (2, 1), 9), (2, 1, 0))
+    assert (same.leader_epoch, same.isr) == (7, (2, 1))
 
 
 def test_isr_without_removed() -> None:
