@@ -35,6 +35,7 @@ from ..coordination.store import (
     NoNodeError,
     SessionState,
 )
+from ..coordination.until_connected import UntilConnectedStore
 from ..metrics.stats import ControllerStats
 from ..security.protocol import SecurityProtocol
 from .channel import LEADER_AND_ISR, ControllerChannelManager, RequestSender
@@ -194,6 +195,8 @@ class KafkaController:
         self.events.put(_Call(resign))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(done, 10)
+        if isinstance(self.store, UntilConnectedStore):  # an event waiting for the store ends
+            self.store.stop_waiting()
         await self.events.close()
         await self._resign()
 

@@ -31,6 +31,7 @@ from ..controller.controller import ControllerConfig, KafkaController
 from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
 from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
+from ..coordination.until_connected import UntilConnectedStore
 from ..coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from ..coordinator.transaction_coordinator import TransactionCoordinator
 from ..coordinator.transaction_marker_channel import (
@@ -283,7 +284,7 @@ class Broker:
             admin.create_topic_with_assignment)
         await txn_coordinator.startup()  # listens to LeaderAndIsr of __transaction_state
         self.controller = KafkaController(
-            store, self.broker_id, dataclasses.replace(
+            UntilConnectedStore(store), self.broker_id, dataclasses.replace(
                 ControllerConfig.from_broker_config(cfg), connector=self.connector), cache,
             topic_configs, log_configs.config, stats=metrics.controller, gc_pause=paused_gc)
         self.authorizer = authorizer_from_config(cfg, store, self.broker_id, log_dirs[0])
