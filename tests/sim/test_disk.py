@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from odradek.sim.simulation import Simulation
 from odradek.storage.checkpoints import fsync_dir, write_atomically
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
+from odradek.storage.partition_metadata import read_partition_metadata, write_partition_metadata
 from tests.integration.disk_support import records_of
 
 pytestmark = pytest.mark.sim
@@ -71,6 +73,19 @@ def test_a_crash_keeps_what_was_synced_and_tears_the_rest(tmp_path: Path) -> Non
     assert report["never-synced"] == -1 and not (tmp_path / "never-synced").exists()
     assert (tmp_path / "checkpoint").read_bytes() == b"v1"  # the rename was undone
     assert "disk-crash" in "\n".join(sim.digest.tail)
+
+
+def test_a_partition_metadata_file_survives_a_crash_whole(tmp_path: Path) -> None:
+    """Its topic id is fsynced before the rename (Kafka's PartitionMetadataFile): a crash
+    right after the write keeps it, where a torn id could read as another topic's."""
+    topic_id = uuid.UUID(int=0x0159B4A7E46A43CEEF63CF3B1C8F4665)
+    part = tmp_path / "t-0"
+    part.mkdir()
+    sim = Simulation(3)
+    sim.disk.root = str(tmp_path)
+    on_disk(sim, lambda: write_partition_metadata(part, topic_id))
+    sim.disk.machine_crash(tmp_path)
+    assert read_partition_metadata(part) == topic_id
 
 
 def test_torn_tails_are_drawn_from_the_seed(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..common import file_system
 from ..common.topic_id import topic_id_from_text, topic_id_to_text
+from .checkpoints import fsync_dir
 
 FILENAME = "partition.metadata"
 CURRENT_VERSION = 0
@@ -68,13 +69,17 @@ def read_partition_metadata(log_dir: Path) -> uuid.UUID | None:
 
 
 def write_partition_metadata(log_dir: Path, topic_id: uuid.UUID) -> None:
-    """Write (replace) the file: to a temporary file renamed over it. Not fsynced: the id is
-    also in ZooKeeper and is written again by the next LeaderAndIsr if lost."""
+    """Write (replace) the file as Kafka's PartitionMetadataFile.write does: a temporary file,
+    fsynced, renamed over it, and the directory fsynced. Unsynced, a machine crash could tear
+    the id's last character into another valid id, and the replica would refuse every
+    LeaderAndIsr of its partition for good (INCONSISTENT_TOPIC_ID); once per partition."""
     path = os.path.join(log_dir, FILENAME)
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         file_system.write(fd, format_partition_metadata(topic_id).encode())
+        file_system.fsync(fd)
     finally:
         os.close(fd)
     file_system.replace(tmp, path)
+    fsync_dir(Path(log_dir))
