@@ -110,7 +110,14 @@ def test_failure_and_controlled_shutdown_writes_are_pipelined(tmp_path: Path,
             await cluster.stop_broker(other)  # controlled shutdown first
             final = await settled({victim, other})
             assert 1 < counter.peak <= DEFAULT_WINDOW, counter.peak
+            lines = (tmp_path / f"broker-{controller_id}" / "state-change.log").read_text()
             for p in led_by_other:
                 assert final[p]["leader"] == controller_id
-                assert final[p]["leader_epoch"] == after[p]["leader_epoch"] + 1
+                # the controlled shutdown's election; and one more bump if the new leader took
+                # the stopping broker back into its ISR before it stopped (Kafka 2.8 keeps no
+                # shutting-down broker out; KIP-841 came later): its failure removes it again
+                bumps = final[p]["leader_epoch"] - after[p]["leader_epoch"]
+                assert bumps in (1, 2), (p, after[p], final[p])
+                if bumps == 2:
+                    assert f"Removed replica {other} from the ISR of partition t-{p}: " in lines
     run(body, 150)

@@ -126,7 +126,7 @@ def test_throttled_consumer_runs_at_its_quota(broker: object) -> None:
     got: list[tuple[float, int]] = []
     start = time.monotonic()
     try:
-        while time.monotonic() - start < 10.0:
+        while time.monotonic() - start < 12.0:  # 4 s of throttled bursts even when loaded
             msg = c.poll(0.1)
             if msg is not None and msg.error() is None:
                 got.append((time.monotonic(), len(msg.value())))

@@ -94,6 +94,16 @@ DESELECTED: dict[str, str] = {
         "S-8.1), so it infers 3.7"),
 }
 
+#: Tests whose failure is kafka-python's own race, not the broker's: run once more if they fail
+#: (and only they), and counted as passed if they pass then.
+FLAKY: dict[str, str] = {
+    "test/integration/test_consumer_integration.py::test_kafka_consumer_max_bytes_simple": (
+        "kafka-python 3.0.12's client: a subscription made while the consumer's bootstrap "
+        "Metadata request (topics=[]) is in flight is not asked for until the next refresh, "
+        "metadata.max.age.ms later; in the failing run no request reached the broker in the "
+        "test's 9 s"),
+}
+
 #: Written into the unpacked sdist (see the module docstring).
 SDIST_SHIMS: dict[str, str] = {
     "test/__init__.py": "",
@@ -170,6 +180,19 @@ def _junit_counts(report: Path) -> dict[str, int]:
     return counts
 
 
+def _junit_failed(report: Path) -> list[str]:
+    """The node ids (test/...py::name) of the report's failed or erroring test cases."""
+    out = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        if case.find("failure") is None and case.find("error") is None:
+            continue
+        module, _, rest = case.get("classname", "").partition(".integration.")
+        parts = rest.split(".")
+        out.append(f"{module}/integration/{parts[0]}.py::"
+                   + "::".join([*parts[1:], case.get("name", "")]))
+    return out
+
+
 def test_kafka_python_integration_suite(kafka_python_sdist: Path, tmp_path: Path,
                                         odradek_cluster_factory: Callable[..., Cluster]) -> None:
     root = _unpack(kafka_python_sdist, tmp_path / "sdist")
@@ -196,6 +219,22 @@ def test_kafka_python_integration_suite(kafka_python_sdist: Path, tmp_path: Path
     tail = "\n".join(text.splitlines()[-60:])
     assert report.exists(), f"kafka-python's run wrote no report (exit {run.returncode}):\n{tail}"
     counts = _junit_counts(report)
+    failed = _junit_failed(report)
+    if failed and set(failed) <= set(FLAKY):  # kafka-python's own races: once more
+        again = tmp_path / "kafka-python-again.xml"
+        with output.open("a") as log:
+            rerun = subprocess.run(
+                [sys.executable, "-m", "pytest", *failed, "-q", "-p", "no:cacheprovider",
+                 "-p", "no:odradek", f"--junitxml={again}"],
+                cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=300)
+        text = output.read_text(errors="replace")
+        tail = "\n".join(text.splitlines()[-60:])
+        second = _junit_counts(again) if again.exists() else {"passed": 0}
+        print(f"kafka-python: {failed} failed, run again: {second}")
+        if rerun.returncode == 0 and second["passed"] == len(failed):
+            counts["passed"] += len(failed)
+            counts["failures"] = counts["errors"] = 0
+            run = rerun
     print(f"kafka-python {SDIST.split('==')[1]} against odradek in "
           f"{time.monotonic() - started:.0f}s: {counts}, {len(DESELECTED)} deselected")
     assert counts["failures"] == 0 and counts["errors"] == 0, f"{counts}\n{tail}"
