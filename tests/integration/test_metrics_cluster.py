@@ -6,6 +6,7 @@ ISR meters follow the leaders' ISR changes."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -105,12 +106,18 @@ def test_produce_and_fetch_move_broker_topic_metrics(cluster: Cluster, admin: Ad
     assert total(cluster, "kafka_network_requestmetrics_requests_total", request="Fetch") > 0
 
 
-def test_one_active_controller(cluster: Cluster) -> None:
+def test_one_active_controller(cluster: Cluster, admin: Admin) -> None:
+    # a topic of its own: the module's tests may run on other workers, in any order
+    new_topic(admin)
     counts = {b: value(cluster, b, "kafka_controller_kafkacontroller_activecontrollercount")
               for b in cluster.live_brokers()}
     assert sorted(counts.values()) == [0, 0, 1]
     controller = cluster.controller_id()
     assert counts[controller] == 1
+    deadline = time.monotonic() + 15
+    while value(cluster, controller, "kafka_controller_kafkacontroller_globaltopiccount") < 1 \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert value(cluster, controller, "kafka_controller_kafkacontroller_globaltopiccount") >= 1
     assert value(cluster, controller,
                  "kafka_controller_kafkacontroller_globalpartitioncount") >= 3
