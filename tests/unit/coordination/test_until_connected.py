@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from odradek.coordination.embedded import EmbeddedZooKeeper
+from odradek.coordination.embedded import EmbeddedStore, EmbeddedZooKeeper
 from odradek.coordination.store import (
     BadVersionError,
     CheckVersionOp,
@@ -20,6 +20,13 @@ from odradek.coordination.store import (
 from odradek.coordination.until_connected import UntilConnectedStore
 
 
+async def _wrapped(zk: EmbeddedZooKeeper) -> tuple[EmbeddedStore, UntilConnectedStore]:
+    """A started client of `zk` and the wrapper around it."""
+    inner = zk.client()
+    await inner.start()
+    return inner, UntilConnectedStore(inner)
+
+
 async def _pending(task: asyncio.Task[object]) -> bool:
     for _ in range(5):
         await asyncio.sleep(0)
@@ -28,10 +35,7 @@ async def _pending(task: asyncio.Task[object]) -> bool:
 
 def test_a_request_waits_for_the_connection_and_goes_through() -> None:
     async def body() -> None:
-        zk = EmbeddedZooKeeper()
-        inner = zk.client()
-        await inner.start()
-        store = UntilConnectedStore(inner)
+        inner, store = await _wrapped(EmbeddedZooKeeper())
         await store.create("/a", b"1")
         inner.disconnect()
         with pytest.raises(ConnectionLossError):
@@ -77,9 +81,7 @@ def test_after_an_expiry_the_request_goes_on_a_new_session_and_is_fenced() -> No
 def test_stop_waiting_and_a_closed_store_end_the_wait() -> None:
     async def body() -> None:
         zk = EmbeddedZooKeeper()
-        inner = zk.client()
-        await inner.start()
-        store = UntilConnectedStore(inner)
+        inner, store = await _wrapped(zk)
         inner.disconnect()
         task = asyncio.ensure_future(store.get_children("/"))
         assert await _pending(task)
@@ -89,9 +91,7 @@ def test_stop_waiting_and_a_closed_store_end_the_wait() -> None:
         with pytest.raises(StoreClosedError):
             await store.exists("/")  # stopped for good
 
-        inner2 = zk.client()
-        await inner2.start()
-        store2 = UntilConnectedStore(inner2)
+        inner2, store2 = await _wrapped(zk)
         inner2.disconnect()
         task = asyncio.ensure_future(store2.get("/"))
         assert await _pending(task)
