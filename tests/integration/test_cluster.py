@@ -210,6 +210,8 @@ def test_unclean_leader_election_off_keeps_partition_offline(tmp_path: Path) -> 
             await cluster.wait_for(lambda: cluster.brokers[b].replica_manager.partitions.get(
                 ("u", 0)) is not None, what="replica online")
             assert state(cluster, "u", 0)["leader"] == -1
+            # a follower of no leader: no replica fetcher (none to broker -1)
+            assert not cluster.brokers[b].replica_manager.fetcher_manager.is_fetching(("u", 0))
             await cluster.start_broker(a)  # the ISR member returns and leads again
             await cluster.wait_for(lambda: state(cluster, "u", 0)["leader"] == a,
                                    what="leader back")
