@@ -272,6 +272,8 @@ def test_controlled_shutdown_from_a_stale_broker_epoch_is_refused(tmp_path: Path
                     ib.ControlledShutdownRequest(broker_id=victim, broker_epoch=broker_epoch),
                     1, "test", 10)
 
+            # the broker knows its own epoch (its registration's czxid) and sends it
+            assert cluster.brokers[victim].broker_epoch == epoch
             resp = await controlled_shutdown(epoch - 1)
             assert resp.error_code == ErrorCode.stale_broker_epoch
             assert [p for p in range(6) if state(cluster, "t", p)["leader"] == victim] == led
