@@ -210,6 +210,8 @@ def test_unclean_leader_election_off_keeps_partition_offline(tmp_path: Path) -> 
             await cluster.wait_for(lambda: cluster.brokers[b].replica_manager.partitions.get(
                 ("u", 0)) is not None, what="replica online")
             assert state(cluster, "u", 0)["leader"] == -1
+            # a follower of no leader: no replica fetcher (none to broker -1)
+            assert not cluster.brokers[b].replica_manager.fetcher_manager.is_fetching(("u", 0))
             await cluster.start_broker(a)  # the ISR member returns and leads again
             await cluster.wait_for(lambda: state(cluster, "u", 0)["leader"] == a,
                                    what="leader back")
@@ -247,6 +249,39 @@ def test_controlled_shutdown_request_needs_the_controller(tmp_path: Path) -> Non
                                   ib.ControlledShutdownRequest(broker_id=0), 1, "test", 10)
             assert resp.error_code == ErrorCode.not_controller
     run(body, 60)
+
+
+def test_controlled_shutdown_from_a_stale_broker_epoch_is_refused(tmp_path: Path) -> None:
+    """KIP-380: a ControlledShutdown (v2+) whose broker epoch is older than the broker's
+    registration is answered STALE_BROKER_EPOCH and moves nothing; with the current epoch
+    the broker's leaderships move as before."""
+    async def body() -> None:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
+            await create(cluster, "t", 6)
+            ctrl = cluster.controller_id()
+            victim = next(b for b in range(3) if b != ctrl)
+            led = [p for p in range(6) if state(cluster, "t", p)["leader"] == victim]
+            assert led
+            controller = cluster.brokers[ctrl].controller
+            assert controller is not None
+            epoch = controller.ctx.live_broker_epochs[victim]
+
+            async def controlled_shutdown(broker_epoch: int) -> Any:
+                return await send_one(
+                    "127.0.0.1", cluster.ports[ctrl], 7, 3,
+                    ib.ControlledShutdownRequest(broker_id=victim, broker_epoch=broker_epoch),
+                    1, "test", 10)
+
+            # the broker knows its own epoch (its registration's czxid) and sends it
+            assert cluster.brokers[victim].broker_epoch == epoch
+            resp = await controlled_shutdown(epoch - 1)
+            assert resp.error_code == ErrorCode.stale_broker_epoch
+            assert [p for p in range(6) if state(cluster, "t", p)["leader"] == victim] == led
+            assert victim not in controller.ctx.shutting_down_broker_ids
+            resp = await controlled_shutdown(epoch)
+            assert resp.error_code == ErrorCode.none and not resp.remaining_partitions
+            assert all(state(cluster, "t", p)["leader"] != victim for p in range(6))
+    run(body, 90)
 
 
 def test_every_broker_writes_a_parseable_state_change_log(tmp_path: Path) -> None:

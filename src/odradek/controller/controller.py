@@ -57,6 +57,7 @@ from .events import (
     PreferredReplicaLeaderElection,
     Reelect,
     RegisterBrokerAndReelect,
+    StaleBrokerEpochError,
     Startup,
     TopicChange,
     TopicDeletion,
@@ -586,21 +587,34 @@ class KafkaController:
         controllership is the event loop's to handle."""
         reply = event.reply
         try:
-            remaining = await self._do_controlled_shutdown(event.broker_id)
+            remaining = await self._do_controlled_shutdown(event.broker_id, event.broker_epoch)
         except Exception as exc:
             if reply is not None and not reply.done():
                 reply.set_exception(exc)
             if isinstance(exc, ControllerMovedError):
                 raise
+            if isinstance(exc, StaleBrokerEpochError):
+                return  # refused, nothing moved (logged where refused)
             log.warning("[Controller id=%d] Controlled shutdown of broker %d failed: %r",
                         self.broker_id, event.broker_id, exc)
             return
         if reply is not None and not reply.done():
             reply.set_result(remaining)
 
-    async def _do_controlled_shutdown(self, b: int) -> set[TopicPartition]:
-        """Kafka's doControlledShutdown: the partitions broker `b` still leads afterwards."""
+    async def _do_controlled_shutdown(self, b: int, broker_epoch: int = -1
+                                      ) -> set[TopicPartition]:
+        """Kafka's doControlledShutdown: the partitions broker `b` still leads afterwards.
+        KIP-380: a request from an older broker epoch than the broker's current registration
+        (-1: unknown, from a broker that does not send it, is never stale) is refused with
+        StaleBrokerEpochError before anything moves."""
         ctx = self.ctx
+        cached_epoch = ctx.live_broker_epochs.get(b)
+        if broker_epoch != -1 and cached_epoch is not None and broker_epoch < cached_epoch:
+            log.info("[Controller id=%d] Refusing the controlled shutdown of broker %d: its "
+                     "request's broker epoch %d is older than the current broker epoch %d",
+                     self.broker_id, b, broker_epoch, cached_epoch)
+            raise StaleBrokerEpochError(
+                f"stale broker epoch {broker_epoch} of broker {b} (current: {cached_epoch})")
         if b not in ctx.live_brokers:
             raise KeyError(f"broker {b} is not alive")
         ctx.shutting_down_broker_ids.add(b)

@@ -40,6 +40,7 @@ __all__ = [
     "PreferredReplicaLeaderElection",
     "Reelect",
     "RegisterBrokerAndReelect",
+    "StaleBrokerEpochError",
     "Startup",
     "TopicChange",
     "TopicDeletion",
@@ -50,6 +51,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NOT_CONTROLLER = 41
+STALE_BROKER_EPOCH = 77
 _NO_PARTITION = TopicPartition("", -1)
 
 
@@ -57,6 +59,14 @@ class ControllerMovedError(Exception):
     """This broker is no longer the controller (Kafka's ``ControllerMovedException``)."""
 
     error_code = NOT_CONTROLLER
+
+
+class StaleBrokerEpochError(Exception):
+    """A broker's request carries an older broker epoch than the controller holds for it
+    (KIP-380, Kafka's ``StaleBrokerEpochException``): it was sent before the broker last
+    registered, e.g. by an instance since restarted."""
+
+    error_code = STALE_BROKER_EPOCH
 
 
 class ControllerState(Enum):
@@ -228,7 +238,8 @@ class ControlledShutdown(ControllerEvent):
     """A broker asks to shut down cleanly (S-4.4).
 
     ``reply`` receives the partitions the broker still leads (empty = done), or
-    :class:`ControllerMovedError` if the event is preempted.
+    :class:`ControllerMovedError` if the event is preempted, or :class:`StaleBrokerEpochError`
+    if ``broker_epoch`` (-1: unknown, never stale) is older than the broker's registration.
     """
 
     state: ClassVar[ControllerState] = ControllerState.ControlledShutdown

@@ -113,6 +113,7 @@ class Broker:
         self._owns_embedded_zk = False
         self.metadata_cache = MetadataCache()
         self.store: CoordinationStore | None = None
+        self.broker_epoch = -1  # KIP-380: the czxid of this broker's registration, once made
         self.log_manager: LogManager | None = None
         self.log_configs: TopicConfigs | None = None  # the one owner of topic configuration
         self.replica_manager: ReplicaManager | None = None
@@ -533,6 +534,15 @@ class Broker:
                 log.info("Broker %d: %s still held by an old session; waiting",
                          self.broker_id, path)
                 await asyncio.sleep(0.5)
+        # KIP-380: the registration's czxid is this broker's epoch, which its ControlledShutdown
+        # carries (the controller refuses an older one: a request of an earlier registration)
+        try:
+            stat = await self.store.exists(path)
+        except Exception as exc:  # registered all the same; -1 is "unknown", never refused
+            log.warning("Broker %d: could not read its registration's epoch: %r",
+                        self.broker_id, exc)
+            stat = None
+        self.broker_epoch = stat.czxid if stat is not None else -1
         ep = endpoints[0]
         self.metadata_cache.brokers[self.broker_id] = BrokerInfo(
             self.broker_id, ep.host, ep.port, self.config["broker.rack"], tuple(
@@ -685,7 +695,8 @@ class Broker:
             try:
                 resp = await send_one(
                     controller.host, controller.port, 7, 3,
-                    ib.ControlledShutdownRequest(broker_id=self.broker_id),
+                    ib.ControlledShutdownRequest(broker_id=self.broker_id,
+                                                 broker_epoch=self.broker_epoch),
                     correlation_id=attempt, client_id=f"broker-{self.broker_id}",
                     timeout=self.config["controller.socket.timeout.ms"] / 1000,
                     security=self.config.inter_broker_client_security(),

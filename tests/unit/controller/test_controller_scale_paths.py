@@ -21,7 +21,7 @@ from odradek.controller.channel import (
 )
 from odradek.controller.context import TopicPartition
 from odradek.controller.controller import ControllerConfig, KafkaController
-from odradek.controller.events import ControlledShutdown
+from odradek.controller.events import ControlledShutdown, StaleBrokerEpochError
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedStore, EmbeddedZooKeeper
 from odradek.protocol import interbroker as ib
@@ -162,6 +162,33 @@ def test_controlled_shutdown_moves_led_partitions_and_stops_only_followed_ones(
         # brokers 0 and 2 are told the same states: one message between them
         lai_02 = [(m, e) for b, api, m, e in rec.sent if api == LEADER_AND_ISR and b in (0, 2)]
         assert len(lai_02) == 2 and lai_02[0][0] is lai_02[1][0] and lai_02[0][1] is lai_02[1][1]
+        await ctl.shutdown()
+
+    asyncio.run(body())
+
+
+def test_controlled_shutdown_from_a_stale_broker_epoch_moves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """KIP-380: a request carrying an older broker epoch than the broker's registration is
+    refused (STALE_BROKER_EPOCH) before anything moves; the current epoch proceeds."""
+    async def body() -> None:
+        ctl, _stores, rec = await _cluster(monkeypatch)
+        current = ctl.ctx.live_broker_epochs[1]
+        assert current > 0  # the czxid of broker 1's registration
+        before = dict(ctl.ctx.partition_leadership)
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        ctl.events.put(ControlledShutdown(broker_id=1, broker_epoch=current - 1, reply=reply))
+        with pytest.raises(StaleBrokerEpochError):
+            await reply
+        await ctl.wait_idle()
+        assert ctl.is_active  # refused, not a controller failure
+        assert rec.sent == [] and ctl.ctx.partition_leadership == before
+        assert 1 not in ctl.ctx.shutting_down_broker_ids
+        reply = asyncio.get_running_loop().create_future()
+        ctl.events.put(ControlledShutdown(broker_id=1, broker_epoch=current, reply=reply))
+        assert await reply == set()
+        assert all(lai.leader in (0, 2) for lai in ctl.ctx.partition_leadership.values())
+        assert 1 in ctl.ctx.shutting_down_broker_ids
         await ctl.shutdown()
 
     asyncio.run(body())

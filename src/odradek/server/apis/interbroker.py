@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from ...common import TopicPartition
 from ...controller.controller import KafkaController
-from ...controller.events import ControlledShutdown, ControllerMovedError
+from ...controller.events import ControlledShutdown, ControllerMovedError, StaleBrokerEpochError
 from ...protocol import interbroker as ib
 from ...security.acl import AclOperation, ResourceType
 from ...security.authorizer import ALLOW_ALL, Authorizer
@@ -141,6 +141,9 @@ class InterBrokerApis:
         except ControllerMovedError:
             return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
                 error_code=ErrorCode.not_controller))
+        except StaleBrokerEpochError:  # KIP-380: sent by an older registration of the broker
+            return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
+                error_code=ErrorCode.stale_broker_epoch))
         except KeyError:
             return ib.encode_response_frame(key, version, cid, ib.ControlledShutdownResponse(
                 error_code=ErrorCode.broker_not_available))

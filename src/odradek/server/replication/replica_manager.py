@@ -440,7 +440,8 @@ class ReplicaManager:
         state node version newer than the one this replica holds (a leader's own ISR writes
         are newer than what a controller that has not yet seen them sends). A new leader stops
         fetching; a follower of a new leader or epoch (re)starts its fetcher, which truncates
-        by leader epoch before fetching (S-3.7)."""
+        by leader epoch before fetching (S-3.7), or, its leader unavailable (-1, or not a live
+        broker), only stops the one it had."""
         if self.broker_id not in replicas:
             return ErrorCode.unknown_topic_or_partition
         tp = (tp[0], tp[1])
@@ -457,7 +458,8 @@ class ReplicaManager:
             if partition_epoch > current.zk_version:
                 current.isr, current.zk_version = list(isr), partition_epoch
                 current.abort_isr_update()  # an ISR write in flight now fails its check
-            if leader != self.broker_id and not self._fetchers.is_fetching(tp):
+            if leader != self.broker_id and not self._fetchers.is_fetching(tp) \
+                    and self._is_leader_available(leader, leader_endpoint):
                 self.start_fetching(current, leader_endpoint)
             return ErrorCode.none
         # Kafka's makeLeader answers whether this replica *became* leader: the coordinators
@@ -479,7 +481,15 @@ class ReplicaManager:
         else:
             changed = p.make_follower(leader, leader_epoch, isr, replicas)
             p.zk_version = partition_epoch
-            if changed or not self._fetchers.is_fetching(tp):
+            if not self._is_leader_available(leader, leader_endpoint):
+                # A follower without a leader to fetch from (-1: the partition is offline):
+                # the fetcher from its former leader stops and none starts until a
+                # LeaderAndIsr names a live leader.
+                self._fetchers.remove_fetcher_for_partitions([tp])
+                self.state_change.broker(self.controller_epoch, (
+                    f"Not fetching partition {p} as a follower at leader epoch {leader_epoch}: "
+                    f"its new leader {leader} is unavailable"), logging.WARNING)
+            elif changed or not self._fetchers.is_fetching(tp):
                 self._fetchers.remove_fetcher_for_partitions([tp])
                 self.start_fetching(p, leader_endpoint)
         listener = self.role_listeners.get(tp[0])
@@ -489,6 +499,14 @@ class ReplicaManager:
         self.purgatories.check_produce_and_fetch(tp)
         self.delete_records_purgatory.check_and_complete(tp)
         return ErrorCode.none
+
+    def _is_leader_available(self, leader: int, leader_endpoint: tuple[str, int] | None
+                             ) -> bool:
+        """Whether a follower may fetch from `leader` (Kafka's makeFollowers adds fetchers
+        only for leaders alive in the metadata cache): a broker id among the LeaderAndIsr
+        request's live leaders (`leader_endpoint`) or the live brokers of the metadata cache.
+        No leader (-1) never is."""
+        return leader >= 0 and (leader_endpoint is not None or self.is_broker_alive(leader))
 
     def _assign_topic_id(self, p: Partition, topic_id: uuid.UUID | None) -> bool:
         """Kafka's LeaderAndIsr topic id check (KIP-516): False if the partition's log holds
