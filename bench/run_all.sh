@@ -109,6 +109,9 @@ if security:  # carried over for bench_security.py --update-doc (keeps its notes
 scale = re.search(r"<!-- scale:begin -->.*?<!-- scale:end -->", old, re.S)
 if scale:  # carried over for bench_scale.py --update-doc (keeps its notes)
     doc += "\n" + scale.group(0) + "\n"
+hand = re.search(r"<!-- handwritten:begin -->.*?<!-- handwritten:end -->", old, re.S)
+if hand:  # the sections no script writes whole (bench_sim.py splices its table in there)
+    doc += "\n" + hand.group(0) + "\n"
 Path(out).write_text(doc)
 PYEOF
 "$PY" bench/bench_failover.py splice "$tmp/failover.md" "$OUT"
@@ -121,4 +124,5 @@ echo "[run_all] 8/9 bench/bench_security.py --update-doc $OUT" >&2 && timeout 18
 echo "[run_all] 9/9 bench/bench_transactions.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_transactions.py --update-doc "$OUT"
 echo "[run_all] 10/10 bench/bench_http.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_http.py --update-doc "$OUT"
 echo "[run_all] 11/11 bench/bench_scale.py --update-doc $OUT" >&2 && timeout 2400 "$PY" bench/bench_scale.py --update-doc "$OUT"
-echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client, cleaner, security and transactions sections)" >&2
+echo "[run_all] 12/12 bench/bench_sim.py --update-doc $OUT" >&2 && timeout 1800 "$PY" bench/bench_sim.py --update-doc "$OUT"
+echo "[run_all] wrote $OUT in ${elapsed} s (+ the replication, Spark, client, cleaner, security transactions, HTTP, scale and simulation sections)" >&2
