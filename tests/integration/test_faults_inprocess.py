@@ -173,6 +173,35 @@ def test_expire_session(tmp_path: Path) -> None:
     with_cluster(tmp_path, body)
 
 
+def test_a_registration_cut_short_by_a_lost_connection_is_sent_again(tmp_path: Path) -> None:
+    """Kafka's registerBroker retries until connected: the session expired during a cut,
+    the connection comes back on a new session and is lost again before the broker's new
+    registration goes out; once connected again, the broker registers (it used to give up
+    and stay out of /brokers/ids until its next session expiry)."""
+    async def body(cluster: AsyncCluster) -> None:
+        target = next(b for b in (0, 1, 2) if b != cluster.controller_id())
+        store = cluster.brokers[target].store
+        other = cluster.brokers[cluster.controller_id()].store
+        assert store is not None and other is not None
+        store.disconnect()  # type: ignore[attr-defined]
+        store.expire_session()  # type: ignore[attr-defined]
+        store.reconnect()  # type: ignore[attr-defined]  # EXPIRED, then CONNECTED (new session)
+        store.disconnect()  # type: ignore[attr-defined]  # lost again before the registration
+        await asyncio.sleep(0.5)  # the broker's re-registration meets the lost connection
+        assert await other.exists(f"/brokers/ids/{target}") is None
+        store.reconnect()  # type: ignore[attr-defined]  # the same session: no new expiry
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            stat = await other.exists(f"/brokers/ids/{target}")
+            if stat is not None and stat.ephemeral_owner == store.session_id:
+                break
+            assert asyncio.get_running_loop().time() < deadline, "never registered again"
+            await asyncio.sleep(0.05)
+        assert cluster.brokers[target].broker_epoch == stat.czxid
+        await in_sync(cluster)
+    with_cluster(tmp_path, body)
+
+
 def test_one_way_partition_drops_the_follower_from_the_isr(tmp_path: Path) -> None:
     """Follower -> leader cut only: the follower's fetches never arrive, the leader shrinks
     the ISR after replica.lag.time.max.ms and keeps serving clients; healed, it returns."""

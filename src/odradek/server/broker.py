@@ -30,7 +30,12 @@ from ..console.http_listener import (
 from ..controller.controller import ControllerConfig, KafkaController
 from ..coordination import paths
 from ..coordination.embedded import EmbeddedZooKeeper
-from ..coordination.store import CoordinationStore, NodeExistsError, SessionState
+from ..coordination.store import (
+    CoordinationStore,
+    NodeExistsError,
+    SessionState,
+    StoreClosedError,
+)
 from ..coordination.until_connected import UntilConnectedStore
 from ..coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from ..coordinator.transaction_coordinator import TransactionCoordinator
@@ -114,6 +119,7 @@ class Broker:
         self.metadata_cache = MetadataCache()
         self.store: CoordinationStore | None = None
         self.broker_epoch = -1  # KIP-380: the czxid of this broker's registration, once made
+        self._registration_store: UntilConnectedStore | None = None
         self.log_manager: LogManager | None = None
         self.log_configs: TopicConfigs | None = None  # the one owner of topic configuration
         self.replica_manager: ReplicaManager | None = None
@@ -218,6 +224,9 @@ class Broker:
             except OSError as exc:
                 failures.maybe_add_offline_log_dir(d, f"Failed to create log dir {d}", exc)
         store = self.store = await self._connect_store()
+        # Kafka's registerBroker retries until connected: a registration (or the one after a
+        # session expiry) cut short by a lost connection is sent again once connected
+        self._registration_store = UntilConnectedStore(store)
         await paths.create_top_level_paths(store)
         cluster_id = await self._cluster_id()
         self.broker_id = self._check_meta_properties(log_dirs, cluster_id, failures)
@@ -508,7 +517,8 @@ class Broker:
         return broker_id
 
     async def _register(self) -> None:
-        assert self.store is not None
+        assert self.store is not None and self._registration_store is not None
+        store = self._registration_store
         endpoints = tuple(self.advertised_endpoints())
         reg = paths.BrokerRegistration(self.broker_id, endpoints, rack=self.config["broker.rack"])
         path = paths.broker_path(self.broker_id)
@@ -521,11 +531,11 @@ class Broker:
         deadline = loop.time() + 2 * self.config["zookeeper.session.timeout.ms"] / 1000
         while True:
             try:
-                await self.store.create(path, data, ephemeral=True, makepath=True)
+                await store.create(path, data, ephemeral=True, makepath=True)
                 break
             except NodeExistsError:
-                stat = await self.store.exists(path)
-                if stat is not None and stat.ephemeral_owner == self.store.session_id:
+                stat = await store.exists(path)
+                if stat is not None and stat.ephemeral_owner == store.session_id:
                     break
                 if loop.time() > deadline:
                     raise RuntimeError(
@@ -537,7 +547,7 @@ class Broker:
         # KIP-380: the registration's czxid is this broker's epoch, which its ControlledShutdown
         # carries (the controller refuses an older one: a request of an earlier registration)
         try:
-            stat = await self.store.exists(path)
+            stat = await store.exists(path)
         except Exception as exc:  # registered all the same; -1 is "unknown", never refused
             log.warning("Broker %d: could not read its registration's epoch: %r",
                         self.broker_id, exc)
@@ -579,7 +589,7 @@ class Broker:
     async def _reregister(self) -> None:
         try:
             await self._register()
-        except NodeExistsError:
+        except (NodeExistsError, StoreClosedError):  # (closed: the broker is stopping)
             pass
         except Exception:
             log.exception("Could not register broker %d again", self.broker_id)
@@ -669,6 +679,9 @@ class Broker:
         if self._state_change_handler is not None:
             state_change.detach(self._state_change_handler)
             self._state_change_handler = None
+        if self._registration_store is not None:
+            self._registration_store.stop_waiting()  # a registration waiting for the store
+            self._registration_store = None
         if self.store is not None:
             await self.store.close()
             self.store = None
