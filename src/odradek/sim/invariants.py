@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,8 @@ INVARIANTS: dict[str, tuple[str, str]] = {
 _OFFSETS_TOPIC = "__consumer_offsets"
 _TXN_TOPIC = "__transaction_state"
 _STATE_SUFFIX = "/state"
+#: a partition of one incarnation of its topic: (topic, partition) and the topic id
+_Incarnation = tuple[tuple[str, int], uuid.UUID | None]
 _DELIVERIES = frozenset({"syn", "synack", "data", "fin"})  # the network's delivery events
 _OFFSET_COMMIT = (8).to_bytes(2, "big")  # api key of a request frame (after its size)
 
@@ -204,8 +207,10 @@ class InvariantMonitor:
         # violations they explain (reported, not failed)
         self.losses: list[CrashLoss] = []
         self.exempted: dict[str, int] = dict.fromkeys(INVARIANTS, 0)
-        self._committed: dict[tuple[str, int], int] = {}  # tp -> the largest HW seen
-        self._led: set[tuple[tuple[str, int], int]] = set()  # (tp, leader epoch) seen
+        # A partition is keyed with its topic id (`_Incarnation`): a topic deleted and created
+        # again under its name starts again at leader epoch 0 and offset 0 (KIP-516)
+        self._committed: dict[_Incarnation, int] = {}  # the largest HW seen
+        self._led: set[tuple[_Incarnation, int]] = set()  # (partition, leader epoch) seen
         self.error: BaseException | None = None  # raised by `rows()` if sampling failed
         self.checked: dict[str, int] = dict.fromkeys(INVARIANTS, 0)
         self.cpu_s = 0.0  # process time spent checking (the monitor's cost)
@@ -215,8 +220,8 @@ class InvariantMonitor:
         # hw-monotonic: (broker, tp) -> (partition object, leader epoch, HW)
         self._hw: dict[tuple[int, tuple[str, int]], tuple[Partition, int, int]] = {}
         self._lso: dict[tuple[int, tuple[str, int]], tuple[Partition, int, int]] = {}
-        # one-leader-per-epoch: (tp, leader epoch) -> broker
-        self._leaders: dict[tuple[tuple[str, int], int], int] = {}
+        # one-leader-per-epoch: (partition, leader epoch) -> broker
+        self._leaders: dict[tuple[_Incarnation, int], int] = {}
         self._state_paths: dict[tuple[str, int], str] = {}
         self._store_nodes: dict[str, Any] = getattr(cluster.zookeeper, "_nodes", {})
         self._store_isr: dict[tuple[str, int], tuple[int, list[int] | None]] = {}
@@ -326,7 +331,7 @@ class InvariantMonitor:
         the partition's largest HW seen and a machine crash cut the partition's files on `b`,
         the records in between are a `CrashLoss`. Without such a crash, a leader missing
         committed records fails the rows that see it (`lost`, `epochs-agree`, ...)."""
-        committed = self._committed.get(tp, 0)
+        committed = self._committed.get((tp, getattr(p, "topic_id", None)), 0)
         start = next((first for e, first in p.log.leader_epoch_cache.entries() if e == epoch),
                      p.log_end_offset)
         if start >= committed:
@@ -456,14 +461,15 @@ class InvariantMonitor:
                       open_now: set[tuple[tuple[str, int], int, int]]) -> None:
         epoch, hw = p.leader_epoch, p.high_watermark
         key = (b, tp)
-        if (tp, epoch) not in self._led:
-            self._led.add((tp, epoch))
+        inc = (tp, p.topic_id)
+        if (inc, epoch) not in self._led:
+            self._led.add((inc, epoch))
             self._note_crash_loss(b, tp, p, epoch)
-        if hw > self._committed.get(tp, 0):
-            self._committed[tp] = hw
+        if hw > self._committed.get(inc, 0):
+            self._committed[inc] = hw
         # one leader per (partition, leader epoch), over the whole run
         self.checked["one-leader-per-epoch"] += 1
-        other = self._leaders.setdefault((tp, epoch), b)
+        other = self._leaders.setdefault((inc, epoch), b)
         if other != b:
             self._violate("one-leader-per-epoch", _tp_name(tp),
                           f"brokers {other} and {b} both led leader epoch {epoch}",

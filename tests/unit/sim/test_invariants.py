@@ -162,7 +162,7 @@ def test_a_leader_missing_committed_records_after_its_crash_is_a_crash_loss() ->
     m.sim.disk = SimpleNamespace(crashes=[(1.0, "/d/broker-1", {"events-0/0.log": 5})])
     leader: Any = SimpleNamespace(log_end_offset=20, log=SimpleNamespace(
         leader_epoch_cache=SimpleNamespace(entries=lambda: [(0, 0), (1, 7), (4, 12)])))
-    m._committed[("events", 1)] = 42
+    m._committed[(("events", 1), None)] = 42
     m._note_crash_loss(1, ("events", 1), leader, 4)
     assert m.losses == []  # the crash cut another partition's files
     m.sim.disk.crashes.append((2.0, "/d/broker-0", {"events-1/0.log": -2}))
@@ -214,3 +214,28 @@ def test_a_seeks_commit_may_land_after_its_invoke_once(acknowledged: bool) -> No
     committed(group, 15)
     m.sample()
     assert [v.description for v in m.violations] == ["committed offset went back from 20 to 15"]
+
+
+def test_a_topic_created_again_under_its_name_starts_its_leader_epochs_again() -> None:
+    """KIP-516: a topic deleted and created again under its name is another topic (another
+    id), whose partitions begin at leader epoch 0 with another leader, as the first one's
+    did; within one topic id two leaders of an epoch stay a violation."""
+    import uuid
+
+    m = monitor(EmbeddedZooKeeper())
+
+    def led(broker: int, topic_id: uuid.UUID) -> None:
+        p: Any = SimpleNamespace(
+            leader_epoch=0, high_watermark=0, log_end_offset=0, topic_id=topic_id,
+            isr=(broker,), pending_isr=None, isr_update_in_flight=False,
+            log=SimpleNamespace(last_stable_offset=0,
+                                producer_state=SimpleNamespace(ongoing_txns={}),
+                                leader_epoch_cache=SimpleNamespace(entries=lambda: [(0, 0)])))
+        m._check_leader(broker, ("scratch", 0), p, 0, set())
+
+    first, second = uuid.uuid4(), uuid.uuid4()
+    led(0, first)
+    led(1, second)  # the topic created again: broker 1 leads its epoch 0
+    assert names(m) == []
+    led(2, second)
+    assert names(m) == ["one-leader-per-epoch"]
