@@ -3,6 +3,7 @@ leader and controller failover, controlled shutdown, topic lifecycle, epoch fenc
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,178 @@ def test_controlled_shutdown_from_a_stale_broker_epoch_is_refused(tmp_path: Path
             assert resp.error_code == ErrorCode.none and not resp.remaining_partitions
             assert all(state(cluster, "t", p)["leader"] != victim for p in range(6))
     run(body, 90)
+
+
+def test_controller_requests_carry_the_broker_epoch_and_a_stale_one_is_refused(
+        tmp_path: Path) -> None:
+    """KIP-380 both ways: every LeaderAndIsr, UpdateMetadata and StopReplica the controller
+    sends carries the epoch it holds for its recipient (the czxid of the recipient's
+    registration). A broker that restarted (a new registration, a larger epoch) is sent its
+    new epoch once the controller has read that registration, and refuses with
+    STALE_BROKER_EPOCH, applying nothing, a request built for its previous registration."""
+    import datetime
+
+    async def body() -> None:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
+            ctrl = cluster.controller_id()
+            controller = cluster.brokers[ctrl].controller
+            assert controller is not None and controller.channel is not None
+            sent: list[tuple[int, int, int]] = []  # (broker, api key, broker epoch)
+            channel_send = controller.channel.send
+
+            def recording_send(broker: int, api_key: int, version: int, message: Any,
+                               body: Any = None) -> Any:
+                sent.append((broker, api_key, message.broker_epoch))
+                return channel_send(broker, api_key, version, message, body)
+
+            controller.channel.send = recording_send  # type: ignore[method-assign]
+            received: list[tuple[int, int, int]] = []
+            for b in range(3):  # what reaches the brokers, off the wire
+                apis = cluster.brokers[b].apis
+                assert apis is not None
+                handle = apis.interbroker.handle
+
+                def recording_handle(conn: Any, payload: bytes, b: int = b,
+                                     handle: Any = handle) -> Any:
+                    key, _, _, msg = ib.decode_request_frame(payload)
+                    if key in (4, 5, 6):
+                        received.append((b, key, msg.broker_epoch))
+                    return handle(conn, payload)
+
+                apis.interbroker.handle = recording_handle  # type: ignore[method-assign]
+            epochs = dict(controller.ctx.live_broker_epochs)
+            assert all(epochs[b] == cluster.brokers[b].broker_epoch > 0 for b in range(3))
+            await create(cluster, "t", 3)
+            await create(cluster, "gone", 1)
+            c = await client(cluster, ctrl)
+            try:  # a deletion: StopReplica
+                m = req_module(20, 4)
+                r = await c.request(m.DeleteTopicsRequest(
+                    topic_names=("gone",), timeout=datetime.timedelta(seconds=10)))
+                assert r.responses[0].error_code == ErrorCode.none
+            finally:
+                await c.close()
+            await cluster.wait_for(lambda: {(b, k) for b, k, _ in received} >= {
+                (b, k) for b in range(3) for k in (4, 5, 6)}, what="requests of every kind")
+            assert {(b, k) for b, k, _ in sent} >= {(b, k) for b in range(3) for k in (4, 5, 6)}
+            assert all(epoch == epochs[b] for b, _, epoch in sent), sent
+            assert all(epoch == epochs[b] for b, _, epoch in received), received
+
+            victim = next(b for b in range(3) if b != ctrl)
+            old = epochs[victim]
+            await cluster.kill_broker(victim)
+            sent.clear()
+            broker = await cluster.start_broker(victim)
+            new = broker.broker_epoch
+            assert new > old
+            await cluster.wait_for(lambda: all(victim in state(cluster, "t", p)["isr"]
+                                               for p in range(3)), what="ISR rejoined")
+            assert controller.ctx.live_broker_epochs[victim] == new
+            to_victim = [(k, epoch) for b, k, epoch in sent if b == victim]
+            assert (4, new) in to_victim and (6, new) in to_victim
+            assert all(epoch == new for _, epoch in to_victim), to_victim
+            rm = broker.replica_manager
+            assert rm is not None
+            applied = rm.partitions[("t", 0)].leader_epoch
+
+            # what the controller built for the victim's previous registration is refused
+            async def send_old(key: int, version: int, msg: Any) -> Any:
+                return await send_one("127.0.0.1", cluster.ports[victim], key, version, msg,
+                                      1, "test", 10)
+
+            lai = ib.LeaderAndIsrRequest(
+                controller_id=ctrl, controller_epoch=controller.ctx.epoch, broker_epoch=old,
+                topic_states=(ib.LeaderAndIsrTopicState(
+                    topic_name="t", topic_id=controller.ctx.topic_ids["t"], partition_states=(
+                        ib.LeaderAndIsrPartitionState(
+                            topic_name="t", partition_index=0,
+                            controller_epoch=controller.ctx.epoch, leader=victim,
+                            leader_epoch=applied + 50, isr=(victim,),
+                            partition_epoch=applied + 50, replicas=(0, 1, 2)),)),))
+            resp = await send_old(4, 5, lai)
+            assert resp.error_code == ErrorCode.stale_broker_epoch
+            assert [e.error_code for t in resp.topics for e in t.partition_errors] == [
+                ErrorCode.stale_broker_epoch]
+            resp = await send_old(5, 3, ib.StopReplicaRequest(
+                controller_id=ctrl, controller_epoch=controller.ctx.epoch, broker_epoch=old,
+                topic_states=(ib.StopReplicaTopicState(topic_name="t", partition_states=(
+                    ib.StopReplicaPartitionState(partition_index=0, leader_epoch=-2,
+                                                 delete_partition=True),)),)))
+            assert resp.error_code == ErrorCode.stale_broker_epoch
+            resp = await send_old(6, 7, ib.UpdateMetadataRequest(
+                controller_id=ctrl, controller_epoch=controller.ctx.epoch, broker_epoch=old))
+            assert resp.error_code == ErrorCode.stale_broker_epoch
+            p0 = rm.partitions[("t", 0)]
+            assert p0.leader_epoch == applied and not p0.is_leader  # nothing applied
+            assert sorted(broker.metadata_cache.brokers) == [0, 1, 2]
+            assert broker.metadata_cache.partition("t", 0) is not None
+    run(body, 120)
+
+
+def test_a_request_built_before_a_fast_restart_is_refused_then_the_new_epoch_is_sent(
+        tmp_path: Path, caplog: Any) -> None:
+    """The ordering KIP-380 is for, with the controller's own request batch: the controller
+    has not yet seen a broker restart (its watch events are held) and sends it what it built
+    for the broker's previous registration; the restarted broker refuses it (the controller
+    logs the STALE_BROKER_EPOCH answer and carries on). Once the controller sees the new
+    registration (a bounced broker: the same id, a larger czxid), it sends the broker its
+    state under the new epoch, which the broker applies."""
+    import logging
+
+    async def body() -> None:
+        async with AsyncCluster(3, data_dir=tmp_path) as cluster:
+            await create(cluster, "t", 3)
+            ctrl = cluster.controller_id()
+            controller = cluster.brokers[ctrl].controller
+            store = cluster.brokers[ctrl].store
+            assert controller is not None and controller.channel is not None
+            assert store is not None
+            victim = next(b for b in range(3) if b != ctrl)
+            old = controller.ctx.live_broker_epochs[victim]
+            other = cluster.brokers[next(b for b in range(3) if b not in (ctrl, victim))].store
+            assert other is not None
+            sent: list[tuple[int, int, int]] = []
+            channel_send = controller.channel.send
+
+            def recording_send(broker: int, api_key: int, version: int, message: Any,
+                               body: Any = None) -> Any:
+                sent.append((broker, api_key, message.broker_epoch))
+                return channel_send(broker, api_key, version, message, body)
+
+            store.disconnect()  # type: ignore[attr-defined]  # the controller hears nothing
+            try:
+                await cluster.kill_broker(victim)
+                batch = controller.requests.new_batch()  # for the registration it knows
+                batch.add_update_metadata([victim], controller.ctx.all_partitions())
+                (stale,) = controller.requests.send(batch)
+                controller.channel.send = recording_send  # type: ignore[method-assign]
+                # (start-up completes once the broker has metadata: after the reconnection)
+                starting = asyncio.ensure_future(cluster.start_broker(victim))
+                response = await asyncio.wait_for(stale, 30)  # sent again until answered
+                assert response.error_code == ErrorCode.stale_broker_epoch
+                registration = await other.exists(f"/brokers/ids/{victim}")
+                assert registration is not None and registration.czxid > old
+                new = registration.czxid
+                assert controller.is_active and controller.ctx.live_broker_epochs[victim] == old
+                assert not starting.done()  # the stale UpdateMetadata was not applied
+            finally:
+                store.reconnect()  # type: ignore[attr-defined]  # the restart seen: a bounce
+            broker = await starting
+            assert broker.broker_epoch == new
+            await cluster.wait_for(lambda: all(victim in state(cluster, "t", p)["isr"]
+                                               for p in range(3)), what="ISR rejoined")
+            assert controller.ctx.live_broker_epochs[victim] == new
+            to_victim = [(k, epoch) for b, k, epoch in sent if b == victim]
+            assert (4, new) in to_victim and (6, new) in to_victim
+            assert all(epoch == new for _, epoch in to_victim), to_victim
+            assert broker.metadata_cache.partition("t", 0) is not None
+        refused = [r.getMessage() for r in caplog.records if r.name == "state.change.logger"
+                   and "Received error STALE_BROKER_EPOCH in UpdateMetadata response from "
+                   f"broker {victim}" in r.getMessage()]
+        assert refused and f"[Controller id={ctrl} " in refused[0]
+
+    with caplog.at_level(logging.INFO, logger="state.change.logger"):
+        run(body, 120)
 
 
 def test_every_broker_writes_a_parseable_state_change_log(tmp_path: Path) -> None:

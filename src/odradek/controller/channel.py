@@ -3,7 +3,9 @@ batch of requests it sends (ControllerBrokerRequestBatch).
 
 One connection and one sender task per live broker (the controller's own broker included, as in
 Kafka); requests to a broker go out one at a time, in order, and are retried on a new connection
-until they are answered or the broker is removed. Each request carries the controller's epoch.
+until they are answered or the broker is removed. Each request carries the controller's epoch,
+and the broker epoch (KIP-380) the controller knows of its recipient: a broker refuses a request
+built for an earlier registration of itself.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import struct
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..protocol import interbroker as ib
@@ -37,7 +39,8 @@ class EncodedBody:
     """A request message encoded once (lazily, by the first sender that needs it) however many
     brokers it goes to: an UpdateMetadata of 10,000 partitions takes ~0.1 s to encode, and a
     broker failure sends the same one to every live broker, and often the same LeaderAndIsr
-    to several."""
+    to several. Each broker's message differs in its broker epoch only, which the frame
+    writes in (ib.encode_request_frame)."""
 
     __slots__ = ("_bytes", "api_key", "message", "version")
 
@@ -215,6 +218,11 @@ class RequestBatch:
         self.update_metadata_partitions: dict[TopicPartition, ib.UpdateMetadataPartitionState] = {}
         self.stop_replica: dict[int, dict[TopicPartition, tuple[int, bool]]] = defaultdict(dict)
 
+    def broker_epoch(self, broker: int) -> int:
+        """KIP-380: the epoch of `broker`'s registration as the controller knows it (Kafka's
+        liveBrokerIdAndEpochs), which its requests carry; -1, unknown, is never refused."""
+        return self.context.live_broker_epochs.get(broker, -1)
+
     def add_leader_and_isr(self, brokers: Iterable[int], tp: TopicPartition,
                            leadership: LeaderAndIsr, replicas: list[int],
                            is_new: bool = False) -> None:
@@ -303,8 +311,9 @@ class RequestBatch:
                 same = (states, msg, EncodedBody(LEADER_AND_ISR, LEADER_AND_ISR_VERSION, msg),
                         ordered)
                 built.append(same)
-            futures.append(self._send(channel, broker, LEADER_AND_ISR, LEADER_AND_ISR_VERSION,
-                                      same[1], same[2]))
+            futures.append(self._send(
+                channel, broker, LEADER_AND_ISR, LEADER_AND_ISR_VERSION,
+                replace(same[1], broker_epoch=self.broker_epoch(broker)), same[2]))
         if self.update_metadata_brokers:
             brokers = tuple(
                 ib.UpdateMetadataBroker(id=b, endpoints=tuple(
@@ -325,13 +334,15 @@ class RequestBatch:
             body = EncodedBody(UPDATE_METADATA, UPDATE_METADATA_VERSION, msg_um)
             for b in sorted(self.update_metadata_brokers):
                 if b in ctx.live_or_shutting_down_broker_ids:
-                    futures.append(self._send(channel, b, UPDATE_METADATA,
-                                              UPDATE_METADATA_VERSION, msg_um, body))
+                    futures.append(self._send(
+                        channel, b, UPDATE_METADATA, UPDATE_METADATA_VERSION,
+                        replace(msg_um, broker_epoch=self.broker_epoch(b)), body))
         for broker, parts in self.stop_replica.items():
             if broker not in ctx.live_or_shutting_down_broker_ids:
                 continue
             msg_sr = ib.StopReplicaRequest(
                 controller_id=self.controller_id, controller_epoch=self.epoch,
+                broker_epoch=self.broker_epoch(broker),
                 topic_states=ib.group_topic_states(ib.StopReplicaTopicState, (
                     (tp.topic, ib.StopReplicaPartitionState(
                         partition_index=tp.partition, leader_epoch=epoch, delete_partition=delete))

@@ -23,6 +23,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from ..common.state_change import StateChangeLogger
 from ..common.topic_id import topic_id_from_text
 from ..coordination import paths
@@ -38,7 +40,7 @@ from ..coordination.store import (
 from ..coordination.until_connected import UntilConnectedStore
 from ..metrics.stats import ControllerStats
 from ..security.protocol import SecurityProtocol
-from .channel import LEADER_AND_ISR, ControllerChannelManager, RequestSender
+from .channel import LEADER_AND_ISR, UPDATE_METADATA, ControllerChannelManager, RequestSender
 from .context import BrokerEndpoint, ControllerContext, LeaderAndIsr, TopicPartition
 from .events import (
     AutoPreferredReplicaLeaderElection,
@@ -78,6 +80,14 @@ log = logging.getLogger("odradek.controller")
 P = PartitionState
 KAFKA_STORAGE_ERROR = 56  # a replica in an offline log dir (KIP-112)
 R = ReplicaState
+
+
+def _error_name(code: int) -> str:
+    """Kafka's name of an error code (STALE_BROKER_EPOCH for 77)."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"error code {code}"
 
 
 class ConfigValues(Protocol):
@@ -751,11 +761,24 @@ class KafkaController:
         if api_key == LEADER_AND_ISR:
             self.events.put(LeaderAndIsrResponseReceived(broker_id=broker_id,
                                                          response=response))
+        elif api_key == UPDATE_METADATA and getattr(response, "error_code", 0):
+            # Kafka's UpdateMetadataResponseReceived: an error is logged, nothing retried
+            self._log_error_response("UpdateMetadata", broker_id, response.error_code)
+
+    def _log_error_response(self, api: str, broker_id: int, code: int) -> None:
+        """A broker refused a request of this controller (STALE_BROKER_EPOCH, KIP-380: it
+        registered again since the request was built; the controller sends it new ones once it
+        sees that registration). Logged as Kafka logs it; nothing is retried."""
+        self.sc.controller(self.ctx.epoch, f"Received error {_error_name(code)} in {api} "
+                           f"response from broker {broker_id}", level=logging.ERROR)
 
     async def _on_leader_and_isr_response(self, broker_id: int, response: Any) -> None:
         """Kafka's onLeaderAndIsrResponseReceived: replicas answering KAFKA_STORAGE_ERROR are
         in an offline log dir; the new ones go offline (``_on_replicas_become_offline``)."""
-        if response is None or getattr(response, "error_code", 0) != 0:
+        if response is None:
+            return
+        if getattr(response, "error_code", 0) != 0:
+            self._log_error_response("LeaderAndIsr", broker_id, response.error_code)
             return
         ctx = self.ctx
         names = {tid: t for t, tid in ctx.topic_ids.items()}

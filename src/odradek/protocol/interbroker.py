@@ -67,6 +67,7 @@ __all__ = [
     "UpdateMetadataRequest",
     "UpdateMetadataResponse",
     "UpdateMetadataTopicState",
+    "broker_epoch_offset",
     "decode_request",
     "decode_request_frame",
     "decode_response",
@@ -1089,11 +1090,39 @@ def decode_response(api_key: int, version: int, buf: Buffer, offset: int = 0) ->
 _REQUEST_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
 
 
+_FIXED_SIZES = {"int8": 1, "bool": 1, "int16": 2, "int32": 4, "int64": 8, "uuid": 16}
+_I64 = _INT["int64"]
+
+
+@cache
+def broker_epoch_offset(api_key: int, version: int) -> int | None:
+    """Where a request's ``broker_epoch`` (KIP-380, int64) starts in its body at
+    ``version``, or None when the request has none at that version. Only fixed-size fields
+    precede it (controller id and epoch, ...), so one body encoded for several brokers can
+    carry each one's epoch (:func:`encode_request_frame`)."""
+    api = _api(api_key, version)
+    flexible = version >= api.first_flexible
+    offset = 0
+    for f in api.request.SCHEMA:
+        tagged = (flexible and f.tag is not None
+                  and _in(_parse_versions(f.tagged_versions), version))
+        if tagged or not _in(f.version_range, version):
+            continue
+        if f.name == "broker_epoch":
+            return offset
+        size = _FIXED_SIZES.get(f.type)
+        if size is None:
+            return None
+        offset += size
+    return None
+
+
 def encode_request_frame(api_key: int, version: int, msg: Any, correlation_id: int,
                          client_id: str, body: bytes | None = None) -> bytes:
     """A whole request frame: size prefix, request header (v0/v1/v2 by API and version, no
     tagged fields), then the body (`body`: `msg` already encoded by :func:`encode_request`,
-    when one message goes to several brokers)."""
+    when one message goes to several brokers; those differ in their ``broker_epoch`` only,
+    which the frame takes from `msg`)."""
     header = bytearray(_REQUEST_HEADER.pack(api_key, version, correlation_id))
     hv = request_header_version(api_key, version)
     if hv >= 1:
@@ -1101,7 +1130,12 @@ def encode_request_frame(api_key: int, version: int, msg: Any, correlation_id: i
         header += _I16.pack(len(cid)) + cid
     if hv >= 2:
         header += b"\x00"  # no tagged fields
-    body = encode_request(api_key, version, msg) if body is None else body
+    if body is None:
+        body = encode_request(api_key, version, msg)
+    elif (at := broker_epoch_offset(api_key, version)) is not None:
+        shared = memoryview(body)  # (one copy of a large body, as below)
+        return b"".join((_I32.pack(len(header) + len(body)), header, shared[:at],
+                         _I64.pack(msg.broker_epoch), shared[at + 8:]))
     return _I32.pack(len(header) + len(body)) + bytes(header) + body
 
 

@@ -329,7 +329,8 @@ class Broker:
             producer_ids=self.producer_ids, controller=self.controller, store=store,
             flush_checkpoints=log_manager.checkpoint_writer.flush, authorizer=self.authorizer,
             credential_cache=credentials, request_stats=metrics.requests,
-            topic_stats=metrics.topics, quotas=quotas)
+            topic_stats=metrics.topics, quotas=quotas,
+            broker_epoch=lambda: self.broker_epoch)  # KIP-380: the controller's requests
         self._register_metrics(fetchers)
         connection_limits = connection_quotas.ConnectionQuotas()
         connection_quotas.configure(connection_limits, cfg)

@@ -2,18 +2,23 @@
 broker epoch, the czxid of /brokers/ids/<id>) while the controller's own session was cut shows
 the same children of /brokers/ids before and after; the controller must still fail it and
 start it again, else the restarted broker never hears of its replicas (no LeaderAndIsr) and
-the partitions it leads in the store have no leader serving them."""
+the partitions it leads in the store have no leader serving them. Until then, such a broker
+answers STALE_BROKER_EPOCH to what the controller built for its previous registration
+(KIP-380): the controller logs it, as Kafka, and neither fails nor sends anything again."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
-from odradek.controller.channel import LEADER_AND_ISR
+from odradek.controller.channel import LEADER_AND_ISR, UPDATE_METADATA
 from odradek.controller.context import TopicPartition
+from odradek.controller.events import LeaderAndIsrResponseReceived
 from odradek.coordination import paths
 from odradek.coordination.embedded import EmbeddedStore
+from odradek.protocol import interbroker as ib
 
 from .test_controller_scale_paths import PARTITIONS, _cluster, _partitions, _registration
 
@@ -49,6 +54,40 @@ def test_a_broker_bounced_while_the_controller_was_cut_off_gets_its_replicas(
         for p in range(0, PARTITIONS, 3):
             assert ctl.ctx.partition_leadership[TopicPartition("t", p)].leader in (0, 2)
         await restarted.close()
+        await ctl.shutdown()
+
+    asyncio.run(body())
+
+
+def test_a_stale_broker_epoch_answer_is_logged_and_nothing_else(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka's LeaderAndIsrResponseReceived and UpdateMetadataResponseReceived log an error
+    answer; a STALE_BROKER_EPOCH one is no storage error (no replica goes offline), no
+    controller failure, and no request is sent again."""
+    stale = 77
+
+    async def body() -> None:
+        ctl, _stores, rec = await _cluster(monkeypatch)
+        topic_id = ctl.ctx.topic_ids["t"]
+        response = ib.LeaderAndIsrResponse(error_code=stale, topics=(ib.LeaderAndIsrTopicError(
+            topic_id=topic_id, partition_errors=tuple(
+                ib.LeaderAndIsrPartitionError(partition_index=p, error_code=stale)
+                for p in range(PARTITIONS))),))
+        before = dict(ctl.ctx.partition_leadership)
+        with caplog.at_level(logging.INFO, logger="state.change.logger"):
+            ctl.events.put(LeaderAndIsrResponseReceived(broker_id=1, response=response))
+            ctl._on_request_response(2, UPDATE_METADATA,
+                                     ib.UpdateMetadataResponse(error_code=stale))
+            await ctl.wait_idle()
+        assert ctl.is_active and rec.sent == []
+        assert not ctl.ctx.replicas_on_offline_dirs
+        assert ctl.ctx.partition_leadership == before and 1 in ctl.ctx.live_broker_ids
+        logged = [(r.levelno, r.getMessage()) for r in caplog.records
+                  if r.name == "state.change.logger"]
+        assert (logging.ERROR, "[Controller id=0 epoch=1] Received error STALE_BROKER_EPOCH "
+                "in LeaderAndIsr response from broker 1") in logged
+        assert (logging.ERROR, "[Controller id=0 epoch=1] Received error STALE_BROKER_EPOCH "
+                "in UpdateMetadata response from broker 2") in logged
         await ctl.shutdown()
 
     asyncio.run(body())

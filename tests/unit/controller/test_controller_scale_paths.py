@@ -1,11 +1,13 @@
 """The controller's broker-failure and controlled-shutdown paths at scale, on
 the embedded store with the channel replaced by a recorder: one request message (encoded once)
-shared by the brokers told the same thing, and Kafka's doControlledShutdown split (the
-partitions the broker leads are moved, only the ones it follows are stopped)."""
+shared by the brokers told the same thing, but for the broker epoch each one's copy carries
+(KIP-380), and Kafka's doControlledShutdown split (the partitions the broker leads are moved,
+only the ones it follows are stopped)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from typing import Any
 
@@ -127,13 +129,17 @@ def test_broker_failure_sends_one_shared_message_per_distinct_request(
         um = [(b, m, body) for b, api, m, body in rec.sent if api == UPDATE_METADATA]
         # first batch: the elections of the 20 partitions broker 2 led, told to 0 and 1 alike
         (b0, m0, e0), (b1, m1, e1) = lai[:2]
-        assert {b0, b1} == {0, 1} and m0 is m1 and e0 is e1
+        assert {b0, b1} == {0, 1} and m0.topic_states is m1.topic_states and e0 is e1
+        epochs = ctl.ctx.live_broker_epochs
+        assert (m0.broker_epoch, m1.broker_epoch) == (epochs[b0], epochs[b1])
         assert len(_partitions(m0)) == 20
         assert all(s.leader in (0, 1) and 2 not in s.isr for s in _partitions(m0).values())
         # every UpdateMetadata of a batch is one message, one body, for every live broker
-        assert {b for b, _, _ in um[:2]} == {0, 1} and um[0][1] is um[1][1]
-        assert um[0][2] is um[1][2]
-        assert e0 is not None and e0.get() == ib.encode_request(LEADER_AND_ISR, 5, m0)
+        assert {b for b, _, _ in um[:2]} == {0, 1}
+        assert um[0][1].topic_states is um[1][1].topic_states and um[0][2] is um[1][2]
+        assert [m.broker_epoch for b, m, _ in um[:2]] == [epochs[b] for b, _, _ in um[:2]]
+        assert e0 is not None and e0.get() == ib.encode_request(
+            LEADER_AND_ISR, 5, dataclasses.replace(m0, broker_epoch=-1))
         assert e0.get() is e0.get()  # encoded once
         assert all(2 not in s.isr for s in ctl.ctx.partition_leadership.values())
         await ctl.shutdown()
@@ -161,7 +167,8 @@ def test_controlled_shutdown_moves_led_partitions_and_stops_only_followed_ones(
             assert lai.leader in (0, 2) and 1 not in lai.isr, (tp, lai)
         # brokers 0 and 2 are told the same states: one message between them
         lai_02 = [(m, e) for b, api, m, e in rec.sent if api == LEADER_AND_ISR and b in (0, 2)]
-        assert len(lai_02) == 2 and lai_02[0][0] is lai_02[1][0] and lai_02[0][1] is lai_02[1][1]
+        assert len(lai_02) == 2 and lai_02[0][1] is lai_02[1][1]
+        assert lai_02[0][0].topic_states is lai_02[1][0].topic_states
         await ctl.shutdown()
 
     asyncio.run(body())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -267,6 +268,32 @@ def test_ignorable_field_is_dropped_at_older_version() -> None:
                                                                            broker_epoch=99))
     assert raw == i32(1)
     assert decode_request(CONTROLLED_SHUTDOWN, 1, raw).broker_epoch == -1
+
+
+@pytest.mark.parametrize("case", REQUEST_CASES, ids=_id)
+def test_a_shared_body_sent_with_another_broker_epoch_is_that_message_encoded(
+        case: tuple[int, int, type]) -> None:
+    """KIP-380: one body encoded for several brokers carries each one's broker epoch; the
+    frame of a message over a body encoded with another epoch is the message's own frame."""
+    key, version, cls = case
+    has_epoch = any(f.name == "broker_epoch" and ib._in(f.version_range, version)
+                    for f in cls.SCHEMA)  # type: ignore[attr-defined]
+    offset = ib.broker_epoch_offset(key, version)
+    assert (offset is not None) == has_epoch
+
+    @settings(max_examples=25, deadline=None)
+    @given(message_strategy(cls, version), st.integers(-(2**63), 2**63 - 1))
+    def check(msg: Any, epoch: int) -> None:
+        mine = replace(msg, broker_epoch=epoch)
+        shared = encode_request(key, version, msg)
+        frame = ib.encode_request_frame(key, version, mine, 3, "controller-0", shared)
+        expected = mine if has_epoch else msg  # (the field dropped where it does not exist)
+        assert frame == ib.encode_request_frame(key, version, expected, 3, "controller-0")
+        assert ib.decode_request_frame(frame[4:])[3] == expected
+        if offset is not None:
+            assert encode_request(key, version, mine)[offset:offset + 8] == i64(epoch)
+
+    check()
 
 
 def test_unsupported_versions_and_keys() -> None:

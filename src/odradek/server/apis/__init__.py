@@ -153,7 +153,8 @@ class KafkaApis:
                  credential_cache: CredentialCache | None = None,
                  request_stats: RequestStats | None = None,
                  topic_stats: TopicStats | None = None,
-                 quotas: QuotaManagers | None = None) -> None:
+                 quotas: QuotaManagers | None = None,
+                 broker_epoch: Callable[[], int] | None = None) -> None:
         auth = authorizer
         # client quotas (KIP-219): recorded and applied after each request's handler
         self.throttler = RequestThrottler(quotas if quotas is not None else QuotaManagers())
@@ -173,8 +174,9 @@ class KafkaApis:
         self.sasl = SaslApis(sasl_server_configs(
             config.originals, [ep.listener for ep in config.listeners], cache.get))
         scram = ScramCredentialApis(store, cache, auth)
-        self.interbroker = InterBrokerApis(replica_manager, metadata_cache, topic_config_manager,
-                                           controller, flush_checkpoints, auth)
+        self.interbroker = InterBrokerApis(
+            replica_manager, metadata_cache, topic_config_manager, controller, flush_checkpoints,
+            auth, broker_epoch)
         self.fetch = FetchApi(replica_manager, config["fetch.max.bytes"], auth, topic_stats,
                               config["max.incremental.fetch.session.cache.slots"],
                               fetch_throttle=self.throttler.fetch_throttle)

@@ -1,9 +1,11 @@
 """The controller-to-broker APIs (ZooKeeper era): LeaderAndIsr (4), StopReplica (5),
 UpdateMetadata (6), and ControlledShutdown (7, broker-to-controller).
 
-kio lacks these; `protocol/interbroker.py` encodes them. This module decodes, hands the request
-to the replica manager (which refuses a stale controller epoch, S-5.3, and applies the rest) or
-to the controller, and encodes the answer.
+kio lacks these; `protocol/interbroker.py` encodes them. This module decodes, refuses a
+controller's request built for an earlier registration of this broker (KIP-380: its broker
+epoch is older than this broker's; STALE_BROKER_EPOCH), hands the others to the replica manager
+(which refuses a stale controller epoch, S-5.3, and applies the rest) or to the controller, and
+encodes the answer.
 """
 
 from __future__ import annotations
@@ -32,14 +34,23 @@ from .authz import allowed
 
 log = logging.getLogger("odradek.apis.interbroker")
 _NAMES = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata", 7: "ControlledShutdown"}
+UNKNOWN_BROKER_EPOCH = -1  # a request's (a controller before KIP-380) or the broker's own
+
+
+def _unknown_broker_epoch() -> int:
+    return UNKNOWN_BROKER_EPOCH
 
 
 class InterBrokerApis:
     def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
                  topic_config_manager: TopicConfigManager, controller: KafkaController,
                  flush_checkpoints: Callable[[], Awaitable[Any]],
-                 authorizer: Authorizer = ALLOW_ALL) -> None:
+                 authorizer: Authorizer = ALLOW_ALL,
+                 broker_epoch: Callable[[], int] | None = None) -> None:
         self.authorizer = authorizer
+        # KIP-380: this broker's epoch now, the czxid of its current registration (-1 before
+        # it knows it); Kafka keeps it in the controller object (KafkaController.brokerEpoch)
+        self.current_broker_epoch = broker_epoch or _unknown_broker_epoch
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.topic_config_manager = topic_config_manager
@@ -60,6 +71,9 @@ class InterBrokerApis:
                              6: ib.UpdateMetadataResponse}.get(
                 key, ib.ControlledShutdownResponse)(error_code=denied)
             return ib.encode_response_frame(key, version, cid, response)
+        if key in (4, 5, 6) and self.is_broker_epoch_stale(key, msg, cid):
+            return ib.encode_response_frame(key, version, cid,
+                                            _stale_broker_epoch_response(key, version, msg))
         if key == 4:
             return self._leader_and_isr(key, version, cid, msg)
         if key == 5:
@@ -68,6 +82,20 @@ class InterBrokerApis:
             with paused_gc():
                 return ib.encode_response_frame(key, version, cid, self.update_metadata(msg, cid))
         return self._controlled_shutdown(key, version, cid, msg)
+
+    def is_broker_epoch_stale(self, key: int, req: Any, correlation_id: int = -1) -> bool:
+        """Kafka's isBrokerEpochStale: the controller built `req` for an earlier registration
+        of this broker (a broker that restarted fast can be sent what was meant for its
+        previous life). Unknown on either side (-1) is never stale, nor is an epoch newer than
+        the broker's own: the controller can read a new registration before its broker does."""
+        in_request = req.broker_epoch
+        current = self.current_broker_epoch()
+        if UNKNOWN_BROKER_EPOCH in (in_request, current) or in_request >= current:
+            return False
+        log.info("Refusing %s request (correlation id %d) of controller %d with the stale broker "
+                 "epoch %d: the current broker epoch is %d", _NAMES[key], correlation_id,
+                 req.controller_id, in_request, current)
+        return True
 
     async def _leader_and_isr(self, key: int, version: int, cid: int, req: Any) -> bytes:
         # A broker needs a topic's config overrides before it creates the topic's first log.
@@ -154,6 +182,27 @@ class InterBrokerApis:
             error_code=0, remaining_partitions=tuple(
                 ib.RemainingPartition(topic_name=tp.topic, partition_index=tp.partition)
                 for tp in sorted(remaining))))
+
+
+def _stale_broker_epoch_response(key: int, version: int, req: Any) -> Any:
+    """The answer to a request refused for its stale broker epoch: nothing applied. A
+    LeaderAndIsr's names each of its partitions with the error too, as Kafka's error response
+    does."""
+    code = int(ErrorCode.stale_broker_epoch)
+    if key == 5:
+        return ib.StopReplicaResponse(error_code=code)
+    if key == 6:
+        return ib.UpdateMetadataResponse(error_code=code)
+    if version < 5:
+        return ib.LeaderAndIsrResponse(error_code=code, partition_errors=tuple(
+            ib.LeaderAndIsrPartitionError(topic_name=topic, partition_index=s.partition_index,
+                                          error_code=code)
+            for topic, s in req.named_partition_states()))
+    return ib.LeaderAndIsrResponse(error_code=code, topics=tuple(
+        ib.LeaderAndIsrTopicError(topic_id=t.topic_id, partition_errors=tuple(
+            ib.LeaderAndIsrPartitionError(partition_index=s.partition_index, error_code=code)
+            for s in t.partition_states))
+        for t in req.topic_states))
 
 
 def _stop_replica_partitions(req: Any) -> list[tuple[TopicPartition, int, bool]]:
