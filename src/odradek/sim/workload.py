@@ -371,6 +371,12 @@ class _Run:
         self.stop.set()
         await asyncio.gather(*writers, return_exceptions=True)
         await asyncio.sleep(2.0)  # the readers catch up
+        # The final read_committed read stops at each partition's last stable offset, which a
+        # leader elected at the end holds back until its followers fetch again (its HW lags the
+        # old leader's, as in Kafka): read once the replicas agree, or after 30 virtual s.
+        with contextlib.suppress(TimeoutError):
+            await cluster.wait_for(lambda: self._caught_up(cluster), 30.0,
+                                   "the replicas to catch up")
         logs = await self.final_logs(cluster.bootstrap_servers)
         await asyncio.gather(*readers, return_exceptions=True)
         self.faults = injector.injected
@@ -383,36 +389,28 @@ class _Run:
         """Every replica's log of both topics below the partition's high watermark, once the
         replicas have caught up (or after 30 virtual seconds: a replica that never catches up
         is then a divergence the checker reports)."""
-        tps = [(t, p) for t in (EVENTS, TXN) for p in range(PARTITIONS)]
-
-        def replicas(tp: tuple[str, int]) -> dict[int, Partition]:
-            out = {}
-            for b, broker in sorted(cluster.brokers.items()):
-                partition = broker.replica_manager.partitions.get(tp) if broker.started \
-                    else None
-                if partition is not None and partition.log is not None:
-                    out[b] = partition
-            return out
-
-        def caught_up() -> bool:
-            for tp in tps:
-                ps = list(replicas(tp).values())
-                ends = {p.log_end_offset for p in ps}
-                if len(ps) < self.replication or len(ends) != 1 \
-                        or max(p.high_watermark for p in ps) not in ends:
-                    return False
-            return True
-
         with contextlib.suppress(TimeoutError):
-            await cluster.wait_for(caught_up, 30.0, "the replicas to catch up")
+            await cluster.wait_for(lambda: self._caught_up(cluster), 30.0,
+                                   "the replicas to catch up")
         logs: dict[str, dict[int, list[tuple[int, str | None]]]] = {}
         hws: dict[str, int] = {}
-        for tp in tps:
-            ps = replicas(tp)
+        for tp in _TPS:
+            ps = _replicas(cluster, tp)
             hw = max((p.high_watermark for p in ps.values()), default=0)
             hws[_key(*tp)] = hw
             logs[_key(*tp)] = {b: _records(p, hw) for b, p in ps.items()}
         return logs, hws
+
+    def _caught_up(self, cluster: AsyncCluster) -> bool:
+        """Every partition of both topics on all its replicas, with one log end offset, which
+        the high watermark has reached."""
+        for tp in _TPS:
+            ps = list(_replicas(cluster, tp).values())
+            ends = {p.log_end_offset for p in ps}
+            if len(ps) < self.replication or len(ends) != 1 \
+                    or max(p.high_watermark for p in ps) not in ends:
+                return False
+        return True
 
     def verdict(self, logs: dict[str, list[tuple[int, str | None]]],
                 replicas: dict[str, dict[int, list[tuple[int, str | None]]]] | None = None,
@@ -443,6 +441,19 @@ class _Run:
                   "skipped" if not promised or checked == 0
                   else "ok" if observed == 0 else "FAIL")
         return dataclasses.replace(report, rows=(*report.rows, row))
+
+
+_TPS = [(t, p) for t in (EVENTS, TXN) for p in range(PARTITIONS)]
+
+
+def _replicas(cluster: AsyncCluster, tp: tuple[str, int]) -> dict[int, Partition]:
+    """`tp`'s replicas on the started brokers, by broker id."""
+    out = {}
+    for b, broker in sorted(cluster.brokers.items()):
+        partition = broker.replica_manager.partitions.get(tp) if broker.started else None
+        if partition is not None and partition.log is not None:
+            out[b] = partition
+    return out
 
 
 def _records(partition: Partition, end: int) -> list[tuple[int, str | None]]:
