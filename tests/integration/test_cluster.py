@@ -285,6 +285,20 @@ def test_controlled_shutdown_from_a_stale_broker_epoch_is_refused(tmp_path: Path
     run(body, 90)
 
 
+async def _rejoined_with_its_new_epoch(cluster: AsyncCluster, controller: Any,
+                                      sent: list[tuple[int, int, int]], victim: int,
+                                      new: int) -> None:
+    """The restarted `victim` is back in the ISRs of "t", the controller holds its `new` broker
+    epoch, and every LeaderAndIsr (4) and UpdateMetadata (6) it was sent (`sent`: broker, API
+    key, broker epoch) carried that epoch."""
+    await cluster.wait_for(lambda: all(victim in state(cluster, "t", p)["isr"]
+                                       for p in range(3)), what="ISR rejoined")
+    assert controller.ctx.live_broker_epochs[victim] == new
+    to_victim = [(k, epoch) for b, k, epoch in sent if b == victim]
+    assert (4, new) in to_victim and (6, new) in to_victim
+    assert all(epoch == new for _, epoch in to_victim), to_victim
+
+
 def test_controller_requests_carry_the_broker_epoch_and_a_stale_one_is_refused(
         tmp_path: Path) -> None:
     """KIP-380 both ways: every LeaderAndIsr, UpdateMetadata and StopReplica the controller
@@ -347,12 +361,7 @@ def test_controller_requests_carry_the_broker_epoch_and_a_stale_one_is_refused(
             broker = await cluster.start_broker(victim)
             new = broker.broker_epoch
             assert new > old
-            await cluster.wait_for(lambda: all(victim in state(cluster, "t", p)["isr"]
-                                               for p in range(3)), what="ISR rejoined")
-            assert controller.ctx.live_broker_epochs[victim] == new
-            to_victim = [(k, epoch) for b, k, epoch in sent if b == victim]
-            assert (4, new) in to_victim and (6, new) in to_victim
-            assert all(epoch == new for _, epoch in to_victim), to_victim
+            await _rejoined_with_its_new_epoch(cluster, controller, sent, victim, new)
             rm = broker.replica_manager
             assert rm is not None
             applied = rm.partitions[("t", 0)].leader_epoch
@@ -441,12 +450,7 @@ def test_a_request_built_before_a_fast_restart_is_refused_then_the_new_epoch_is_
                 store.reconnect()  # type: ignore[attr-defined]  # the restart seen: a bounce
             broker = await starting
             assert broker.broker_epoch == new
-            await cluster.wait_for(lambda: all(victim in state(cluster, "t", p)["isr"]
-                                               for p in range(3)), what="ISR rejoined")
-            assert controller.ctx.live_broker_epochs[victim] == new
-            to_victim = [(k, epoch) for b, k, epoch in sent if b == victim]
-            assert (4, new) in to_victim and (6, new) in to_victim
-            assert all(epoch == new for _, epoch in to_victim), to_victim
+            await _rejoined_with_its_new_epoch(cluster, controller, sent, victim, new)
             assert broker.metadata_cache.partition("t", 0) is not None
         refused = [r.getMessage() for r in caplog.records if r.name == "state.change.logger"
                    and "Received error STALE_BROKER_EPOCH in UpdateMetadata response from "

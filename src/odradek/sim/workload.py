@@ -374,9 +374,7 @@ class _Run:
         # The final read_committed read stops at each partition's last stable offset, which a
         # leader elected at the end holds back until its followers fetch again (its HW lags the
         # old leader's, as in Kafka): read once the replicas agree, or after 30 virtual s.
-        with contextlib.suppress(TimeoutError):
-            await cluster.wait_for(lambda: self._caught_up(cluster), 30.0,
-                                   "the replicas to catch up")
+        await self._await_caught_up(cluster)
         logs = await self.final_logs(cluster.bootstrap_servers)
         await asyncio.gather(*readers, return_exceptions=True)
         self.faults = injector.injected
@@ -389,9 +387,7 @@ class _Run:
         """Every replica's log of both topics below the partition's high watermark, once the
         replicas have caught up (or after 30 virtual seconds: a replica that never catches up
         is then a divergence the checker reports)."""
-        with contextlib.suppress(TimeoutError):
-            await cluster.wait_for(lambda: self._caught_up(cluster), 30.0,
-                                   "the replicas to catch up")
+        await self._await_caught_up(cluster)
         logs: dict[str, dict[int, list[tuple[int, str | None]]]] = {}
         hws: dict[str, int] = {}
         for tp in _TPS:
@@ -400,6 +396,12 @@ class _Run:
             hws[_key(*tp)] = hw
             logs[_key(*tp)] = {b: _records(p, hw) for b, p in ps.items()}
         return logs, hws
+
+    async def _await_caught_up(self, cluster: AsyncCluster) -> None:
+        """Until the replicas agree (`_caught_up`), 30 virtual seconds at most."""
+        with contextlib.suppress(TimeoutError):
+            await cluster.wait_for(lambda: self._caught_up(cluster), 30.0,
+                                   "the replicas to catch up")
 
     def _caught_up(self, cluster: AsyncCluster) -> bool:
         """Every partition of both topics on all its replicas, with one log end offset, which
